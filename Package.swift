@@ -1,0 +1,59 @@
+// swift-tools-version: 6.0
+import PackageDescription
+
+let strict: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+]
+
+let package = Package(
+    name: "Vigil",
+    products: [
+        .executable(name: "vigild", targets: ["vigild"]),
+        .executable(name: "vigilctl", targets: ["vigilctl"]),
+        // Built-in strategies: one dynamic library per kind, named
+        // libvigil-<kind>.so so the host finds a kind's plugin by file name
+        // without loading anything else.
+        .library(name: "vigil-periodic-wake", type: .dynamic, targets: ["PeriodicWake"]),
+    ],
+    dependencies: [
+        .package(path: "Plugins/VigilKit"),
+        .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    ],
+    targets: [
+        .target(name: "CTimer", path: "Sources/CTimer"),
+        .target(
+            name: "VigilHost",
+            dependencies: [
+                .product(name: "VigilKit", package: "VigilKit"),
+                "CTimer",
+                .product(name: "TOMLKit", package: "TOMLKit"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "vigild",
+            dependencies: ["VigilHost", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "vigilctl",
+            dependencies: ["VigilHost", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            swiftSettings: strict
+        ),
+        .target(
+            name: "PeriodicWake",
+            dependencies: [.product(name: "VigilKit", package: "VigilKit")],
+            path: "Plugins/PeriodicWake",
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "VigilHostTests",
+            dependencies: ["VigilHost", .product(name: "VigilKit", package: "VigilKit")],
+            swiftSettings: strict
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,129 @@
+/// Identifies a lease for the life of the host process.
+public struct LeaseID: Hashable, Sendable, Comparable, CustomStringConvertible {
+    public var rawValue: UInt64
+    public init(_ rawValue: UInt64) { self.rawValue = rawValue }
+    public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }
+    public var description: String { String(rawValue) }
+}
+
+/// The life cycle of a lease.
+public enum LeaseState: String, Sendable, Hashable, CaseIterable {
+    /// Held; if it has a budget, the deadline is in the future.
+    case active
+    /// The deadline passed and the expiration handler is running.
+    case expiring
+    /// Ended by its holder.
+    case released
+    /// Ended because its budget ran out.
+    case expired
+    /// Could not be held (the power backend refused it).
+    case failed
+
+    public var isEnded: Bool { self == .released || self == .expired || self == .failed }
+}
+
+/// What to hold on the system while the lease lives. The host maps this to its
+/// power backend (a logind inhibitor, a kernel wake lock, or nothing).
+public struct PowerHold: Hashable, Sendable {
+    /// logind inhibitor names: "sleep", "idle", "shutdown", "handle-lid-switch", ...
+    public var what: [String]
+    /// `block` or `delay`.
+    public var mode: String
+
+    public init(what: [String] = ["sleep"], mode: String = "block") {
+        self.what = what
+        self.mode = mode
+    }
+}
+
+/// Told to an expiration handler: the lease that ran out and how long the
+/// handler has before the host force-releases the lease.
+public struct LeaseExpiry: Sendable {
+    public var lease: LeaseID
+    public var grace: Duration
+    public init(lease: LeaseID, grace: Duration) {
+        self.lease = lease
+        self.grace = grace
+    }
+}
+
+/// What a strategy asks for when it acquires a lease.
+public struct LeaseRequest: Sendable {
+    /// What is held, for people: "command /usr/bin/mbsync", "audio stream on nullsink".
+    public var holds: String
+    /// Why, for people.
+    public var reason: String
+    /// How long the lease lasts without renewal; nil for no deadline.
+    public var budget: Duration?
+    /// How long the expiration handler may run before the lease is
+    /// force-released (iOS semantics: a leaked task is never kept).
+    public var grace: Duration
+    /// Hold something on the system (inhibitor or wake lock); nil tracks only.
+    public var power: PowerHold?
+    /// Runs when the budget runs out; the lease is released when it returns
+    /// or when `grace` has passed, whichever comes first.
+    public var onExpire: (@Sendable (LeaseExpiry) async -> Void)?
+
+    public init(
+        holds: String, reason: String, budget: Duration? = nil, grace: Duration = .seconds(5),
+        power: PowerHold? = nil, onExpire: (@Sendable (LeaseExpiry) async -> Void)? = nil
+    ) {
+        self.holds = holds
+        self.reason = reason
+        self.budget = budget
+        self.grace = grace
+        self.power = power
+        self.onExpire = onExpire
+    }
+}
+
+/// A held lease. Release it when done; the host releases every lease of a
+/// strategy whose `run` ended.
+public protocol LeaseHandle: Sendable {
+    var id: LeaseID { get }
+    /// Extends the deadline to now + `budget` (or the original budget when
+    /// nil). Throws ``LeaseError`` if the lease already ended.
+    func renew(budget: Duration?) async throws
+    /// Ends the lease. Releasing an ended lease does nothing.
+    func release() async
+    /// The current state.
+    var state: LeaseState { get async }
+}
+
+extension LeaseHandle {
+    public func renew() async throws { try await renew(budget: nil) }
+}
+
+public protocol LeaseProvider: Sendable {
+    func acquire(_ request: LeaseRequest) async throws -> any LeaseHandle
+}
+
+/// Why a lease operation failed.
+public struct LeaseError: Error, Hashable, Sendable, CustomStringConvertible {
+    public enum Code: Hashable, Sendable { case ended, invalidBudget, backendFailed, unknownLease }
+    public var code: Code
+    public var message: String
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+    public var description: String { message }
+}
+
+extension LeaseProvider {
+    /// Holds a lease while `body` runs and releases it afterwards, also when
+    /// `body` throws or is cancelled.
+    public func withLease<T: Sendable>(
+        _ request: LeaseRequest, _ body: (any LeaseHandle) async throws -> T
+    ) async throws -> T {
+        let lease = try await acquire(request)
+        do {
+            let result = try await body(lease)
+            await lease.release()
+            return result
+        } catch {
+            await lease.release()
+            throw error
+        }
+    }
+}

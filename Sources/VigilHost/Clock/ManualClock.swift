@@ -1,0 +1,103 @@
+import Foundation
+import VigilKit
+
+/// A clock that moves only when told to: tests drive budgets, renewals and
+/// schedules through it, so minutes of behaviour take milliseconds.
+///
+/// `advance(by:)` moves time in steps, stopping at every pending deadline and
+/// letting the woken tasks run (and register new sleepers) before moving on.
+public final class ManualClock: VigilClock, @unchecked Sendable {
+    // Invariant: `state` is only touched while holding `lock`.
+    private let lock = NSLock()
+    private var state = State()
+
+    private struct Sleeper {
+        var id: UInt64
+        var deadline: VigilInstant
+        var continuation: CheckedContinuation<Void, any Error>
+    }
+
+    private struct State {
+        var now = VigilInstant(nanoseconds: 1_000_000_000_000)
+        var wallOffsetMicros: Int64 = 1_700_000_000_000_000
+        var sleepers: [Sleeper] = []
+        var nextID: UInt64 = 0
+        var cancelled: Set<UInt64> = []
+    }
+
+    public init(start: VigilInstant = VigilInstant(nanoseconds: 1_000_000_000_000)) {
+        state.now = start
+    }
+
+    public var now: VigilInstant { lock.withLock { state.now } }
+
+    public var wallMicroseconds: Int64 {
+        lock.withLock { state.wallOffsetMicros + state.now.nanoseconds / 1_000 }
+    }
+
+    /// Number of tasks currently sleeping on this clock.
+    public var sleeperCount: Int { lock.withLock { state.sleepers.count } }
+
+    /// The earliest pending deadline, if any.
+    public var nextDeadline: VigilInstant? { lock.withLock { state.sleepers.map(\.deadline).min() } }
+
+    public func sleep(until deadline: VigilInstant) async throws {
+        let id: UInt64 = lock.withLock {
+            state.nextID += 1
+            return state.nextID
+        }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
+                let resumeNow: Result<Void, any Error>? = lock.withLock {
+                    if state.cancelled.remove(id) != nil { return .failure(CancellationError()) }
+                    if deadline <= state.now { return .success(()) }
+                    state.sleepers.append(Sleeper(id: id, deadline: deadline, continuation: c))
+                    return nil
+                }
+                if let resumeNow { c.resume(with: resumeNow) }
+            }
+        } onCancel: {
+            let c: CheckedContinuation<Void, any Error>? = lock.withLock {
+                if let i = state.sleepers.firstIndex(where: { $0.id == id }) {
+                    return state.sleepers.remove(at: i).continuation
+                }
+                state.cancelled.insert(id)
+                return nil
+            }
+            c?.resume(throwing: CancellationError())
+        }
+    }
+
+    /// Moves time forward by `duration`, waking sleepers in deadline order.
+    /// After each wake it yields until the system settles, so that tasks woken
+    /// at one deadline can schedule the next before time moves on.
+    public func advance(by duration: Duration) async {
+        let target = now + duration
+        await advance(to: target)
+    }
+
+    public func advance(to target: VigilInstant) async {
+        while true {
+            await settle()
+            let due: [Sleeper] = lock.withLock {
+                guard let next = state.sleepers.map(\.deadline).min(), next <= target else {
+                    state.now = max(state.now, target)
+                    return []
+                }
+                state.now = max(state.now, next)
+                let due = state.sleepers.filter { $0.deadline <= next }
+                state.sleepers.removeAll { $0.deadline <= next }
+                return due
+            }
+            if due.isEmpty { break }
+            for s in due { s.continuation.resume() }
+        }
+        await settle()
+    }
+
+    /// Lets runnable tasks run: yields repeatedly so work triggered by a wake
+    /// (actor hops, new sleeps) completes before the test looks at state.
+    public func settle() async {
+        for _ in 0..<200 { await Task.yield() }
+    }
+}
