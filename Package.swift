@@ -10,6 +10,7 @@ let package = Package(
     products: [
         .executable(name: "vigild", targets: ["vigild"]),
         .executable(name: "vigilctl", targets: ["vigilctl"]),
+        .executable(name: "vigil-bench", targets: ["vigil-bench"]),
         // Built-in strategies: one dynamic library per kind, named
         // libvigil-<kind>.so so the host finds a kind's plugin by file name
         // without loading anything else.
@@ -23,6 +24,18 @@ let package = Package(
     ],
     targets: [
         .target(name: "CTimer", path: "Sources/CTimer"),
+        .systemLibrary(
+            name: "CDBus",
+            path: "Sources/CDBus",
+            pkgConfig: "dbus-1",
+            providers: [.apt(["libdbus-1-dev"])]
+        ),
+        .target(name: "CDBusShim", dependencies: ["CDBus"], path: "Sources/CDBusShim"),
+        .target(
+            name: "VigilDBus",
+            dependencies: ["CDBus", "CDBusShim"],
+            swiftSettings: strict
+        ),
         .target(
             name: "VigilHost",
             dependencies: [
@@ -43,6 +56,11 @@ let package = Package(
             dependencies: ["VigilHost", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strict
         ),
+        .executableTarget(
+            name: "vigil-bench",
+            dependencies: ["VigilHost", "VigilDBus", .product(name: "VigilKit", package: "VigilKit")],
+            swiftSettings: strict
+        ),
         .target(
             name: "PeriodicWake",
             dependencies: [.product(name: "VigilKit", package: "VigilKit")],
@@ -52,6 +70,11 @@ let package = Package(
         .testTarget(
             name: "VigilHostTests",
             dependencies: ["VigilHost", .product(name: "VigilKit", package: "VigilKit")],
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "VigilDBusTests",
+            dependencies: ["VigilDBus"],
             swiftSettings: strict
         ),
     ],

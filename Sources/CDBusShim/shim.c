@@ -1,0 +1,1 @@
+#include "cdbus_shim.h"

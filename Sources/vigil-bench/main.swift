@@ -1,0 +1,12 @@
+// vigil-bench NAME: runs one benchmark and prints its figures next to the
+// reference it is compared with, measured in the same run.
+import Foundation
+
+let benchmarks: [String: (_ arguments: [String]) async throws -> Void] = [:]
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+guard let name = arguments.first, let run = benchmarks[name] else {
+    print("usage: vigil-bench NAME [ARGS...]\nbenchmarks: \(benchmarks.keys.sorted().joined(separator: ", "))")
+    exit(arguments.isEmpty ? 0 : 2)
+}
+try await run(Array(arguments.dropFirst()))
