@@ -1,0 +1,20 @@
+import Foundation
+
+/// Where Vigil keeps its files when the config does not say.
+public enum HostPaths {
+    /// The default state directory: `/var/lib/vigil` for root, else
+    /// `$XDG_STATE_HOME/vigil` or `~/.local/state/vigil`. `$VIGIL_STATE_DIR`
+    /// overrides all of them.
+    public static func defaultStateDir(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
+        if let dir = environment["VIGIL_STATE_DIR"], !dir.isEmpty { return dir }
+        if getuid() == 0 { return "/var/lib/vigil" }
+        if let xdg = environment["XDG_STATE_HOME"], xdg.hasPrefix("/") { return xdg + "/vigil" }
+        let home = environment["HOME"] ?? NSHomeDirectory()
+        return home + "/.local/state/vigil"
+    }
+
+    /// The survival log inside a state directory.
+    public static func survivalStore(stateDir: String) -> String {
+        (stateDir as NSString).appendingPathComponent("survival.sqlite")
+    }
+}
