@@ -1,0 +1,270 @@
+import VigilKit
+
+/// A lease as the registry records it.
+public struct LeaseSnapshot: Sendable, Hashable {
+    public var id: LeaseID
+    /// The strategy instance (or client) that holds it.
+    public var strategy: String
+    public var holds: String
+    public var reason: String
+    public var acquiredAt: VigilInstant
+    /// Wall clock at acquisition, microseconds since the epoch.
+    public var acquiredWallMicros: Int64
+    public var budget: Duration?
+    public var deadline: VigilInstant?
+    public var renewals: Int
+    public var state: LeaseState
+    /// What the power backend holds for it ("tracked only", "logind inhibitor ...").
+    public var power: String
+}
+
+/// One change in the registry. The D-Bus API, the survival log and tests all
+/// observe leases through these events.
+public struct LeaseEvent: Sendable, Hashable {
+    public enum Kind: String, Sendable, Hashable {
+        case acquired, renewed, expiring, expired, released, failed
+    }
+    public var kind: Kind
+    public var lease: LeaseSnapshot
+    public var at: VigilInstant
+    /// For `expired`: the expiration handler overran its grace time and the
+    /// lease was force-released.
+    public var forced: Bool
+    /// For `released`/`failed`: why.
+    public var detail: String
+}
+
+/// The single source of truth for what Vigil keeps alive.
+///
+/// Budgets are deadlines on the injected clock. When a deadline passes the
+/// lease becomes `expiring` and its expiration handler runs for at most its
+/// grace time; then the lease is released (`expired`), force-released if the
+/// handler overran. Every change is published to `events()` subscribers.
+public actor LeaseRegistry {
+    private struct Entry {
+        var snapshot: LeaseSnapshot
+        var request: LeaseRequest
+        var token: (any PowerToken)?
+        var watcher: Task<Void, Never>?
+    }
+
+    public nonisolated let clock: any VigilClock
+    public nonisolated let backend: any PowerBackend
+    private var entries: [LeaseID: Entry] = [:]
+    private var nextID: UInt64 = 1
+    private var subscribers: [UInt64: AsyncStream<LeaseEvent>.Continuation] = [:]
+    private var nextSubscriber: UInt64 = 0
+    /// The most recent events, oldest first (bounded).
+    public private(set) var history: [LeaseEvent] = []
+    private let historyLimit: Int
+
+    public init(clock: any VigilClock, backend: any PowerBackend = NoPowerBackend(), historyLimit: Int = 1_000) {
+        self.clock = clock
+        self.backend = backend
+        self.historyLimit = historyLimit
+    }
+
+    // MARK: observing
+
+    /// Every event from now on, in order. Ends when the consumer stops iterating.
+    public func events() -> AsyncStream<LeaseEvent> {
+        let (stream, continuation) = AsyncStream.makeStream(of: LeaseEvent.self, bufferingPolicy: .unbounded)
+        let key = nextSubscriber
+        nextSubscriber += 1
+        subscribers[key] = continuation
+        continuation.onTermination = { [weak self] _ in
+            Task { await self?.unsubscribe(key) }
+        }
+        return stream
+    }
+
+    private func unsubscribe(_ key: UInt64) { subscribers[key] = nil }
+
+    /// Active (and expiring) leases, by id.
+    public var active: [LeaseSnapshot] {
+        entries.values.map(\.snapshot).sorted { $0.id < $1.id }
+    }
+
+    public func lease(_ id: LeaseID) -> LeaseSnapshot? { entries[id]?.snapshot }
+
+    /// The state of a lease, also after it ended (while it is in the history).
+    public func state(of id: LeaseID) -> LeaseState? {
+        entries[id]?.snapshot.state ?? history.last(where: { $0.lease.id == id })?.lease.state
+    }
+
+    // MARK: changing
+
+    /// Takes a lease for `strategy`. Throws if the budget is not positive or
+    /// the power backend refuses the hold.
+    @discardableResult
+    public func acquire(strategy: String, _ request: LeaseRequest) async throws -> LeaseID {
+        if let budget = request.budget, budget <= .zero {
+            throw LeaseError(.invalidBudget, "lease budget must be greater than zero, got \(budget.vigilDescription)")
+        }
+        if request.grace < .zero {
+            throw LeaseError(.invalidBudget, "grace time must not be negative, got \(request.grace.vigilDescription)")
+        }
+        let id = LeaseID(nextID)
+        nextID += 1
+        let now = clock.now
+        var snapshot = LeaseSnapshot(
+            id: id, strategy: strategy, holds: request.holds, reason: request.reason,
+            acquiredAt: now, acquiredWallMicros: clock.wallMicroseconds, budget: request.budget,
+            deadline: request.budget.map { now + $0 }, renewals: 0, state: .active, power: "tracked only"
+        )
+        var token: (any PowerToken)?
+        if let hold = request.power {
+            do {
+                token = try await backend.hold(hold, who: "vigil: \(strategy)", why: request.reason, budget: request.budget)
+                snapshot.power = token?.description ?? "tracked only"
+            } catch {
+                snapshot.state = .failed
+                publish(.failed, snapshot, detail: "\(backend.name): \(error)")
+                throw LeaseError(.backendFailed, "\(backend.name) refused the hold: \(error)")
+            }
+        }
+        entries[id] = Entry(snapshot: snapshot, request: request, token: token)
+        publish(.acquired, snapshot)
+        armWatcher(id)
+        return id
+    }
+
+    /// Moves the deadline to now + `budget` (or the lease's own budget).
+    public func renew(_ id: LeaseID, budget: Duration? = nil) throws {
+        guard var entry = entries[id] else {
+            throw LeaseError(.ended, "lease \(id) has ended; it cannot be renewed")
+        }
+        guard entry.snapshot.state == .active else {
+            throw LeaseError(.ended, "lease \(id) is \(entry.snapshot.state.rawValue); it cannot be renewed")
+        }
+        if let budget, budget <= .zero {
+            throw LeaseError(.invalidBudget, "lease budget must be greater than zero, got \(budget.vigilDescription)")
+        }
+        let newBudget = budget ?? entry.snapshot.budget
+        entry.snapshot.budget = newBudget
+        entry.snapshot.deadline = newBudget.map { clock.now + $0 }
+        entry.snapshot.renewals += 1
+        entries[id] = entry
+        publish(.renewed, entry.snapshot)
+        armWatcher(id)
+    }
+
+    /// Ends a lease. Releasing an ended or unknown lease does nothing.
+    public func release(_ id: LeaseID, detail: String = "released by holder") async {
+        await end(id, as: .released, forced: false, detail: detail)
+    }
+
+    /// Releases every lease held by `strategy` (its `run` ended).
+    public func releaseAll(strategy: String, detail: String) async {
+        for id in entries.values.filter({ $0.snapshot.strategy == strategy }).map(\.snapshot.id).sorted() {
+            await end(id, as: .released, forced: false, detail: detail)
+        }
+    }
+
+    /// Releases every lease (host shutdown).
+    public func releaseEverything(detail: String) async {
+        for id in entries.keys.sorted() {
+            await end(id, as: .released, forced: false, detail: detail)
+        }
+    }
+
+    // MARK: internals
+
+    private func end(_ id: LeaseID, as kind: LeaseEvent.Kind, forced: Bool, detail: String) async {
+        guard var entry = entries.removeValue(forKey: id) else { return }
+        entry.watcher?.cancel()
+        entry.snapshot.state = kind == .expired ? .expired : .released
+        await entry.token?.release()
+        publish(kind, entry.snapshot, forced: forced, detail: detail)
+    }
+
+    private func armWatcher(_ id: LeaseID) {
+        guard var entry = entries[id] else { return }
+        entry.watcher?.cancel()
+        entry.watcher = nil
+        if let deadline = entry.snapshot.deadline {
+            let clock = self.clock
+            entry.watcher = Task { [weak self] in
+                do { try await clock.sleep(until: deadline) } catch { return }
+                await self?.deadlinePassed(id, deadline: deadline)
+            }
+        }
+        entries[id] = entry
+    }
+
+    private func deadlinePassed(_ id: LeaseID, deadline: VigilInstant) async {
+        guard var entry = entries[id], entry.snapshot.state == .active, entry.snapshot.deadline == deadline else { return }
+        entry.snapshot.state = .expiring
+        entry.watcher = nil
+        entries[id] = entry
+        publish(.expiring, entry.snapshot, detail: "budget ran out")
+
+        guard let handler = entry.request.onExpire else {
+            await end(id, as: .expired, forced: false, detail: "budget ran out; no expiration handler")
+            return
+        }
+        // Race the handler against its grace time; whichever finishes first wins.
+        let grace = entry.request.grace
+        let clock = self.clock
+        let expiry = LeaseExpiry(lease: id, grace: grace)
+        let handlerFinished = await withTaskGroup(of: Bool.self) { group in
+            group.addTask {
+                await handler(expiry)
+                return true
+            }
+            group.addTask {
+                do { try await clock.sleep(for: grace) } catch {}
+                return false
+            }
+            let first = await group.next() ?? false
+            group.cancelAll()
+            return first
+        }
+        if handlerFinished {
+            await end(id, as: .expired, forced: false, detail: "budget ran out; expiration handler finished")
+        } else {
+            await end(id, as: .expired, forced: true, detail: "expiration handler overran its grace time of \(grace.vigilDescription); force-released")
+        }
+    }
+
+    private func publish(_ kind: LeaseEvent.Kind, _ snapshot: LeaseSnapshot, forced: Bool = false, detail: String = "") {
+        let event = LeaseEvent(kind: kind, lease: snapshot, at: clock.now, forced: forced, detail: detail)
+        history.append(event)
+        if history.count > historyLimit { history.removeFirst(history.count - historyLimit) }
+        for continuation in subscribers.values { continuation.yield(event) }
+    }
+}
+
+/// A strategy's view of the registry: acquires in the strategy's name.
+public struct StrategyLeases: LeaseProvider {
+    public let registry: LeaseRegistry
+    public let strategy: String
+
+    public init(registry: LeaseRegistry, strategy: String) {
+        self.registry = registry
+        self.strategy = strategy
+    }
+
+    public func acquire(_ request: LeaseRequest) async throws -> any LeaseHandle {
+        let id = try await registry.acquire(strategy: strategy, request)
+        return RegistryLease(id: id, registry: registry)
+    }
+}
+
+/// A lease handle backed by the registry.
+public struct RegistryLease: LeaseHandle {
+    public let id: LeaseID
+    let registry: LeaseRegistry
+
+    public func renew(budget: Duration?) async throws {
+        try await registry.renew(id, budget: budget)
+    }
+
+    public func release() async {
+        await registry.release(id)
+    }
+
+    public var state: LeaseState {
+        get async { await registry.state(of: id) ?? .released }
+    }
+}

@@ -1,0 +1,191 @@
+import VigilKit
+
+/// A strategy instance as the supervisor runs it.
+public struct SupervisedStrategy: Sendable {
+    public var name: String
+    public var kind: String
+    public var strategy: any KeepAliveStrategy
+
+    public init(name: String, kind: String, strategy: any KeepAliveStrategy) {
+        self.name = name
+        self.kind = kind
+        self.strategy = strategy
+    }
+}
+
+/// Where a supervised strategy is in its life.
+public enum StrategyRunState: String, Sendable, Hashable {
+    case running
+    /// It threw; waiting before the next restart.
+    case backoff
+    /// `run` returned: the strategy finished its work; not restarted.
+    case finished
+    /// Cancelled by shutdown or reload.
+    case stopped
+}
+
+/// What the supervisor knows about one strategy instance.
+public struct StrategyStatus: Sendable, Hashable {
+    public var name: String
+    public var kind: String
+    public var state: StrategyRunState
+    public var restarts: Int
+    public var lastError: String?
+    public var startedAt: VigilInstant?
+}
+
+/// Everything the supervisor gives each strategy besides its own name.
+public struct StrategyServices: Sendable {
+    public var registry: LeaseRegistry
+    public var scheduler: any WakeScheduling
+    public var clock: any VigilClock
+    public var logSink: any LogSink
+    /// Builds the hook runner for a strategy.
+    public var hooks: @Sendable (_ strategy: String, _ log: StrategyLogger) -> any HookRunning
+    /// Builds the event recorder for a strategy.
+    public var events: @Sendable (_ strategy: String) -> any EventRecording
+
+    public init(
+        registry: LeaseRegistry, scheduler: any WakeScheduling, clock: any VigilClock, logSink: any LogSink,
+        hooks: @escaping @Sendable (String, StrategyLogger) -> any HookRunning,
+        events: @escaping @Sendable (String) -> any EventRecording
+    ) {
+        self.registry = registry
+        self.scheduler = scheduler
+        self.clock = clock
+        self.logSink = logSink
+        self.hooks = hooks
+        self.events = events
+    }
+}
+
+/// Runs each strategy instance as its own task, restarts one that throws
+/// with exponential backoff and full jitter, and stops them in reverse start
+/// order. No lease outlives its strategy: when a `run` ends, for whatever
+/// reason, the strategy's leases are released.
+public actor Supervisor {
+    private let services: StrategyServices
+    private let backoff: Backoff
+    /// How long a strategy may take to return after cancellation.
+    private let stopTimeout: Duration
+    private var order: [String] = []
+    private var tasks: [String: Task<Void, Never>] = [:]
+    private var status: [String: StrategyStatus] = [:]
+    private var subscribers: [UInt64: AsyncStream<StrategyStatus>.Continuation] = [:]
+    private var nextSubscriber: UInt64 = 0
+
+    public init(services: StrategyServices, backoff: Backoff = Backoff(initial: .seconds(1), maximum: .seconds(300)), stopTimeout: Duration = .seconds(10)) {
+        self.services = services
+        self.backoff = backoff
+        self.stopTimeout = stopTimeout
+    }
+
+    /// Current status of every strategy, in start order.
+    public var statuses: [StrategyStatus] { order.compactMap { status[$0] } }
+
+    /// Every status change from now on.
+    public func changes() -> AsyncStream<StrategyStatus> {
+        let (stream, continuation) = AsyncStream.makeStream(of: StrategyStatus.self)
+        let key = nextSubscriber
+        nextSubscriber += 1
+        subscribers[key] = continuation
+        continuation.onTermination = { [weak self] _ in Task { await self?.unsubscribe(key) } }
+        return stream
+    }
+
+    private func unsubscribe(_ key: UInt64) { subscribers[key] = nil }
+
+    /// Starts strategies in the given order.
+    public func start(_ strategies: [SupervisedStrategy]) {
+        for s in strategies where tasks[s.name] == nil {
+            order.append(s.name)
+            update(StrategyStatus(name: s.name, kind: s.kind, state: .running, restarts: 0, lastError: nil, startedAt: services.clock.now))
+            tasks[s.name] = Task { await self.supervise(s) }
+        }
+    }
+
+    /// Stops every strategy, last started first.
+    public func stopAll() async {
+        for name in order.reversed() { await stop(name) }
+    }
+
+    /// Stops one strategy and releases its leases.
+    public func stop(_ name: String) async {
+        guard let task = tasks.removeValue(forKey: name) else { return }
+        task.cancel()
+        let clock = services.clock
+        let timeout = stopTimeout
+        let log = StrategyLogger(source: name, sink: services.logSink)
+        let finished = await withTaskGroup(of: Bool.self) { group in
+            group.addTask { await task.value; return true }
+            group.addTask {
+                do { try await clock.sleep(for: timeout); return false } catch { return true }
+            }
+            let first = await group.next() ?? true
+            group.cancelAll()
+            return first
+        }
+        if !finished {
+            log.error("did not stop within \(timeout.vigilDescription) of cancellation; releasing its leases anyway")
+        }
+        await services.registry.releaseAll(strategy: name, detail: "strategy stopped")
+        if var s = status[name] {
+            s.state = .stopped
+            update(s)
+        }
+        order.removeAll { $0 == name }
+    }
+
+    private func supervise(_ s: SupervisedStrategy) async {
+        let log = StrategyLogger(source: s.name, sink: services.logSink)
+        let context = StrategyContext(
+            name: s.name, kind: s.kind, log: log,
+            leases: StrategyLeases(registry: services.registry, strategy: s.name),
+            scheduler: services.scheduler, hooks: services.hooks(s.name, log),
+            clock: services.clock, events: services.events(s.name)
+        )
+        var attempt = 0
+        while !Task.isCancelled {
+            let started = services.clock.now
+            setState(s.name, .running)
+            do {
+                try await s.strategy.run(in: context)
+                await services.registry.releaseAll(strategy: s.name, detail: "strategy finished")
+                log.info("finished")
+                setState(s.name, .finished)
+                return
+            } catch {
+                await services.registry.releaseAll(strategy: s.name, detail: "strategy \(Task.isCancelled ? "stopped" : "failed")")
+                if Task.isCancelled { return }
+                // A run that lasted longer than the longest backoff counts as
+                // healthy: start the backoff sequence again.
+                if services.clock.now - started > backoff.maximum { attempt = 0 }
+                let delay = backoff.delay(attempt: attempt)
+                attempt += 1
+                log.error("failed: \(error); restart #\(attempt) in \(delay.vigilDescription)")
+                recordFailure(s.name, "\(error)")
+                await context.events.record("strategy-failed", ["error": "\(error)", "restart_in_ms": String(delay.microseconds / 1_000)])
+                do { try await services.clock.sleep(for: delay) } catch { return }
+            }
+        }
+    }
+
+    private func setState(_ name: String, _ state: StrategyRunState) {
+        guard var s = status[name], s.state != state else { return }
+        s.state = state
+        update(s)
+    }
+
+    private func recordFailure(_ name: String, _ error: String) {
+        guard var s = status[name] else { return }
+        s.restarts += 1
+        s.lastError = error
+        s.state = .backoff
+        update(s)
+    }
+
+    private func update(_ s: StrategyStatus) {
+        status[s.name] = s
+        for c in subscribers.values { c.yield(s) }
+    }
+}

@@ -1,0 +1,119 @@
+import Testing
+import VigilHost
+import VigilKit
+
+/// Collects registry events as they are published.
+actor EventLog {
+    private(set) var events: [LeaseEvent] = []
+    func append(_ e: LeaseEvent) { events.append(e) }
+    var kinds: [LeaseEvent.Kind] { events.map(\.kind) }
+}
+
+/// Counts calls from concurrent code.
+actor Counter {
+    private(set) var value = 0
+    func increment() { value += 1 }
+}
+
+func observe(_ registry: LeaseRegistry) async -> (EventLog, Task<Void, Never>) {
+    let log = EventLog()
+    let stream = await registry.events()
+    let task = Task { for await e in stream { await log.append(e) } }
+    return (log, task)
+}
+
+@Suite struct LeaseRegistryTests {
+    @Test func renewalBeforeDeadlineKeepsTheLease() async throws {
+        let clock = ManualClock()
+        let registry = LeaseRegistry(clock: clock)
+        let (log, task) = await observe(registry)
+        defer { task.cancel() }
+        let id = try await registry.acquire(strategy: "focus", LeaseRequest(holds: "test", reason: "r", budget: .seconds(60)))
+        // Renew every 25 s for 10 minutes: the lease must never expire.
+        for _ in 0..<24 {
+            await clock.advance(by: .seconds(25))
+            try await registry.renew(id)
+        }
+        await clock.advance(by: .seconds(59))
+        #expect(await registry.lease(id)?.state == .active)
+        #expect(await registry.lease(id)?.renewals == 24)
+        await clock.settle()
+        #expect(await log.kinds == [.acquired] + Array(repeating: .renewed, count: 24))
+    }
+
+    @Test func missedRenewalRunsTheExpirationHandler() async throws {
+        let clock = ManualClock()
+        let registry = LeaseRegistry(clock: clock)
+        let (log, task) = await observe(registry)
+        defer { task.cancel() }
+        let handled = Counter()
+        let id = try await registry.acquire(strategy: "s", LeaseRequest(
+            holds: "test", reason: "r", budget: .seconds(30), grace: .seconds(5),
+            onExpire: { expiry in
+                await handled.increment()
+            }
+        ))
+        await clock.advance(by: .seconds(29))
+        #expect(await registry.lease(id)?.state == .active)
+        await clock.advance(by: .seconds(1))
+        #expect(await handled.value == 1)
+        #expect(await registry.lease(id) == nil)
+        await clock.settle()
+        let events = await log.events
+        #expect(events.map(\.kind) == [.acquired, .expiring, .expired])
+        #expect(events.last?.forced == false)
+        #expect(events[1].at == events[0].at + .seconds(30))
+        #expect(await registry.state(of: id) == .expired)
+    }
+
+    @Test func overrunningHandlerIsCutOffAndTheLeaseForceReleased() async throws {
+        let clock = ManualClock()
+        let registry = LeaseRegistry(clock: clock)
+        let (log, task) = await observe(registry)
+        defer { task.cancel() }
+        let cancelled = Counter()
+        let id = try await registry.acquire(strategy: "s", LeaseRequest(
+            holds: "test", reason: "r", budget: .seconds(10), grace: .seconds(3),
+            onExpire: { _ in
+                // A handler that never finishes on its own.
+                do { try await clock.sleep(for: .seconds(3600)) } catch {
+                    await cancelled.increment()
+                }
+            }
+        ))
+        await clock.advance(by: .seconds(10))
+        #expect(await registry.lease(id)?.state == .expiring)
+        await clock.advance(by: .seconds(2))
+        #expect(await registry.lease(id)?.state == .expiring)
+        await clock.advance(by: .seconds(1))
+        #expect(await registry.lease(id) == nil)
+        #expect(await cancelled.value == 1, "the handler task must be cancelled")
+        await clock.settle()
+        let events = await log.events
+        #expect(events.map(\.kind) == [.acquired, .expiring, .expired])
+        #expect(events.last?.forced == true)
+        #expect(events.last.map { $0.at - events[1].at } == .seconds(3))
+    }
+
+    @Test func renewAfterEndAndBadBudgetsAreErrors() async throws {
+        let clock = ManualClock()
+        let registry = LeaseRegistry(clock: clock)
+        await #expect(throws: LeaseError.self) {
+            try await registry.acquire(strategy: "s", LeaseRequest(holds: "h", reason: "r", budget: .zero))
+        }
+        let id = try await registry.acquire(strategy: "s", LeaseRequest(holds: "h", reason: "r", budget: .seconds(1)))
+        await registry.release(id)
+        await #expect(throws: LeaseError.self) { try await registry.renew(id) }
+        #expect(await registry.state(of: id) == .released)
+        #expect(await registry.active.isEmpty)
+    }
+
+    @Test func releaseAllEndsOnlyThatStrategysLeases() async throws {
+        let registry = LeaseRegistry(clock: ManualClock())
+        try await registry.acquire(strategy: "a", LeaseRequest(holds: "1", reason: "r"))
+        try await registry.acquire(strategy: "a", LeaseRequest(holds: "2", reason: "r"))
+        let b = try await registry.acquire(strategy: "b", LeaseRequest(holds: "3", reason: "r"))
+        await registry.releaseAll(strategy: "a", detail: "strategy stopped")
+        #expect(await registry.active.map(\.id) == [b])
+    }
+}
