@@ -1,0 +1,148 @@
+import Foundation
+import VigilKit
+
+/// The validated `[host]` table: settings of the host daemon itself.
+///
+/// To add a `[host]` key: add a stored property with its default here and one
+/// line to ``HostSettings/keys``; validation, unknown-key detection and
+/// did-you-mean suggestions follow from that list.
+public struct HostSettings: Sendable, Equatable {
+    /// Where the survival log and other state live (`state_dir`).
+    public var stateDir: String
+    /// How often the survival log records a heartbeat (`survival_interval`).
+    public var survivalInterval: Duration = .seconds(60)
+    /// Extra directories searched for strategy plugins, in order
+    /// (`plugin_path`). Empty means only the plugin loader's defaults.
+    public var pluginPath: [String] = []
+    /// The least severe log level written (`log_level`).
+    public var logLevel: LogLevel = .info
+
+    /// The defaults used for keys the config leaves out.
+    public init(stateDir: String = HostPaths.defaultStateDir()) {
+        self.stateDir = stateDir
+    }
+
+    /// Every `[host]` key, in the order they are documented.
+    static var keys: [HostKey] {
+        [
+            .path("state_dir", \.stateDir),
+            .duration("survival_interval", \.survivalInterval, atLeast: .seconds(1)),
+            .pathList("plugin_path", \.pluginPath),
+            .choice("log_level", \.logLevel, LogLevel.allCases, spelled: \.name),
+        ]
+    }
+
+    static var keyNames: [String] { keys.map(\.name) }
+}
+
+/// How one `[host]` key is read: its name and a function that reads it
+/// through a ``ConfigReader`` (which records problems) into the settings.
+struct HostKey {
+    let name: String
+    /// Reads the key if present; `configDirectory` anchors relative paths.
+    let read: (_ reader: ConfigReader, _ settings: inout HostSettings, _ configDirectory: String) -> Void
+
+    /// A directory path: `~/` is the home directory, a relative path is
+    /// relative to the directory holding the config file.
+    static func path(_ name: String, _ field: WritableKeyPath<HostSettings, String>) -> HostKey {
+        HostKey(name: name) { reader, settings, directory in
+            guard let text = reader.string(name) else { return }
+            guard !text.trimmingCharacters(in: .whitespaces).isEmpty else {
+                reader.problem(name, "expected a directory path, found an empty string")
+                return
+            }
+            settings[keyPath: field] = resolvePath(text, relativeTo: directory)
+        }
+    }
+
+    /// One directory path or an array of them.
+    static func pathList(_ name: String, _ field: WritableKeyPath<HostSettings, [String]>) -> HostKey {
+        HostKey(name: name) { reader, settings, directory in
+            let texts: [String]
+            if case .string(let one)? = reader.values[name] {
+                reader.declare(name)
+                texts = [one]
+            } else {
+                guard let many = reader.stringArray(name) else { return }
+                texts = many
+            }
+            if let empty = texts.firstIndex(where: { $0.trimmingCharacters(in: .whitespaces).isEmpty }) {
+                reader.problem(name, texts.count == 1 && reader.values[name].map(isString) == true
+                    ? "expected a directory path, found an empty string"
+                    : "element \(empty): expected a directory path, found an empty string")
+                return
+            }
+            settings[keyPath: field] = texts.map { resolvePath($0, relativeTo: directory) }
+        }
+    }
+
+    /// A duration of at least `minimum`.
+    static func duration(_ name: String, _ field: WritableKeyPath<HostSettings, Duration>, atLeast minimum: Duration) -> HostKey {
+        HostKey(name: name) { reader, settings, _ in
+            guard let value = reader.duration(name) else { return }
+            guard value >= minimum else {
+                reader.problem(name, "expected a duration of at least \(DurationSyntax.format(minimum)), found \"\(DurationSyntax.format(value))\"")
+                return
+            }
+            settings[keyPath: field] = value
+        }
+    }
+
+    /// One of a fixed set of names.
+    static func choice<Value>(
+        _ name: String, _ field: WritableKeyPath<HostSettings, Value>, _ cases: [Value], spelled: (Value) -> String
+    ) -> HostKey {
+        let names = cases.map(spelled)
+        return HostKey(name: name) { reader, settings, _ in
+            guard reader.values[name] != nil else { reader.declare(name); return }
+            let chosen = reader.choice(name, names, default: "")
+            if let index = names.firstIndex(of: chosen) { settings[keyPath: field] = cases[index] }
+        }
+    }
+
+    /// A boolean (for later keys).
+    static func flag(_ name: String, _ field: WritableKeyPath<HostSettings, Bool>) -> HostKey {
+        HostKey(name: name) { reader, settings, _ in
+            if let value = reader.bool(name) { settings[keyPath: field] = value }
+        }
+    }
+
+    /// A byte size such as `"64MiB"` (for later keys).
+    static func byteSize(_ name: String, _ field: WritableKeyPath<HostSettings, Int64>) -> HostKey {
+        HostKey(name: name) { reader, settings, _ in
+            if let value = reader.byteSize(name) { settings[keyPath: field] = value }
+        }
+    }
+}
+
+private func isString(_ value: ConfigValue) -> Bool {
+    if case .string = value { return true }
+    return false
+}
+
+/// Expands `~` and anchors a relative path at `directory`.
+func resolvePath(_ text: String, relativeTo directory: String) -> String {
+    if text == "~" || text.hasPrefix("~/") {
+        let home = ProcessInfo.processInfo.environment["HOME"] ?? NSHomeDirectory()
+        return (home + text.dropFirst()).standardizedPath
+    }
+    if text.hasPrefix("/") { return text.standardizedPath }
+    return (directory + "/" + text).standardizedPath
+}
+
+extension String {
+    /// Removes `.` and `..` components and duplicate slashes, lexically
+    /// (symlinks are left alone).
+    var standardizedPath: String {
+        var parts: [Substring] = []
+        for part in split(separator: "/", omittingEmptySubsequences: true) {
+            if part == "." { continue }
+            if part == ".." {
+                if !parts.isEmpty { parts.removeLast() }
+                continue
+            }
+            parts.append(part)
+        }
+        return "/" + parts.joined(separator: "/")
+    }
+}
