@@ -125,9 +125,9 @@ public struct PeriodicWake: KeepAliveStrategy {
                 variables: ["sequence": String(sequence), "lateness_ms": String(format3(lateness)), "catch_up_index": String(catchUpIndex)]
             )
             if result.exit.succeeded {
-                context.log.info("run #\(sequence) \(result.exit) after \(result.duration.vigilDescription) (woke \(format3(lateness)) ms late)")
+                context.log.info("run #\(sequence) \(result.exit) after \(format3(result.duration)) ms (woke \(format3(lateness)) ms late)")
             } else {
-                context.log.warning("run #\(sequence) \(result.exit) after \(result.duration.vigilDescription)")
+                context.log.warning("run #\(sequence) \(result.exit) after \(format3(result.duration)) ms")
             }
             return result
         }

@@ -1,0 +1,116 @@
+import ArgumentParser
+import Dispatch
+import Foundation
+import VigilHost
+import VigilKit
+
+@main
+struct Vigild: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "vigild",
+        abstract: "The Vigil keep-alive host.",
+        discussion: """
+        vigild loads the keep-alive strategies named in its TOML config (each kind from \
+        its plugin library, libvigil-<kind>.so), runs them under supervision, keeps every \
+        lease they hold in one registry, and writes a survival heartbeat to SQLite every \
+        survival_interval (default 60s) so that `vigilctl survival` can tell how long the \
+        host stayed alive and why it stopped.
+
+        The config is validated completely before anything starts; every problem is \
+        reported with file:line:column and the host exits with status 78 (EX_CONFIG).
+
+        Plugins are searched in $VIGIL_PLUGIN_PATH (colon-separated), [host] plugin_path, \
+        the directory of the vigild executable, /usr/local/lib/vigil/plugins and \
+        /usr/lib/vigil/plugins, in that order.
+
+        SIGTERM and SIGINT stop the host cleanly: strategies are cancelled in reverse start \
+        order, every lease is released, and the final heartbeat records a clean end.
+
+        Exit status: 0 after a clean stop, 1 on a runtime error, 64 on bad usage, \
+        78 on an invalid config.
+        """,
+        version: VigilVersion.string
+    )
+
+    @Option(name: [.short, .customLong("config")], help: ArgumentHelp("The TOML config file.", discussion: "Default: $VIGIL_CONFIG, else ~/.config/vigil/vigil.toml (or /etc/vigil/vigil.toml for root) if it exists.", valueName: "file"))
+    var config: String?
+
+    @Option(name: .customLong("state-dir"), help: ArgumentHelp("Override [host] state_dir (where the survival log lives).", valueName: "dir"))
+    var stateDir: String?
+
+    @Option(name: .customLong("log-level"), help: ArgumentHelp("Override [host] log_level: debug, info, notice, warning or error.", valueName: "level"))
+    var logLevel: String?
+
+    @Flag(name: .customLong("check"), help: "Validate the config, load its plugins, print a summary and exit; start nothing.")
+    var checkOnly = false
+
+    func run() async throws {
+        let path = try resolveConfigPath()
+        let loaded: (config: VigilConfig, plugins: PluginLoader)
+        do {
+            loaded = try ConfigLoader.loadWithPlugins(path: path)
+        } catch {
+            FileHandle.standardError.write(Data("vigild: invalid config\n\(error)\n".utf8))
+            throw ExitCode(78)
+        }
+        var config = loaded.config
+        if let stateDir { config.host.stateDir = stateDir }
+        if let logLevel {
+            guard let level = LogLevel.allCases.first(where: { $0.name == logLevel }) else {
+                throw ValidationError("--log-level must be one of \(LogLevel.allCases.map(\.name).joined(separator: ", ")), not \"\(logLevel)\"")
+            }
+            config.host.logLevel = level
+        }
+        if checkOnly {
+            print("\(path): OK, \(config.strategies.count) strateg\(config.strategies.count == 1 ? "y" : "ies")")
+            for s in config.strategies { print("  \(s.name) (\(s.kind))") }
+            for note in config.notes { print("note: \(note)") }
+            return
+        }
+        let sink = StderrLogSink(minimum: config.host.logLevel)
+        let log = StrategyLogger(source: "vigild", sink: sink)
+        for note in config.notes { log.notice(note) }
+
+        let lock: InstanceLock
+        do {
+            lock = try InstanceLock.acquire(stateDir: config.host.stateDir)
+        } catch {
+            log.error("\(error)")
+            throw ExitCode(1)
+        }
+        defer { lock.release() }
+
+        let signals = SignalStream([SIGTERM, SIGINT])
+        let clock = SystemClock()
+        let scheduler: WakeScheduler
+        do {
+            scheduler = try WakeScheduler.system(clock: clock)
+        } catch {
+            log.error("cannot create the wake timer: \(error)")
+            throw ExitCode(1)
+        }
+        let host: HostRuntime
+        do {
+            host = try await HostRuntime.start(config: config, environment: HostRuntime.Environment(
+                clock: clock, scheduler: scheduler, logSink: sink, version: VigilVersion.string
+            ))
+        } catch {
+            log.error("cannot start: \(error)")
+            throw ExitCode(1)
+        }
+        let signal = await signals.next()
+        log.notice("received \(signal == SIGINT ? "SIGINT" : "SIGTERM")")
+        await host.shutdown(reason: .stopped)
+    }
+
+    func resolveConfigPath() throws -> String {
+        if let config { return config }
+        let env = ProcessInfo.processInfo.environment
+        if let path = env["VIGIL_CONFIG"], !path.isEmpty { return path }
+        let candidates = getuid() == 0
+            ? ["/etc/vigil/vigil.toml"]
+            : [(env["XDG_CONFIG_HOME"] ?? NSHomeDirectory() + "/.config") + "/vigil/vigil.toml", "/etc/vigil/vigil.toml"]
+        if let found = candidates.first(where: { FileManager.default.fileExists(atPath: $0) }) { return found }
+        throw ValidationError("no config file: pass --config FILE (looked for \(candidates.joined(separator: ", ")))")
+    }
+}

@@ -1,0 +1,21 @@
+// swift-tools-version: 6.0
+// A third-party Vigil strategy, built out of tree against the VigilKit SDK.
+// In your own project, depend on VigilKit from where you have it, e.g.
+//   .package(path: "/usr/src/vigil/Plugins/VigilKit")
+// It must be the same VigilKit and Swift toolchain the host was built with.
+import PackageDescription
+
+let package = Package(
+    name: "HelloStrategy",
+    products: [
+        // The product name gives the file name: libvigil-hello.so provides kind "hello".
+        .library(name: "vigil-hello", type: .dynamic, targets: ["HelloStrategy"]),
+    ],
+    dependencies: [
+        .package(path: "../../../Plugins/VigilKit"),
+    ],
+    targets: [
+        .target(name: "HelloStrategy", dependencies: [.product(name: "VigilKit", package: "VigilKit")]),
+    ],
+    swiftLanguageModes: [.v6]
+)
