@@ -1,7 +1,7 @@
+import CTimer
 import Dispatch
 import Foundation
 import Glibc
-import CTimer
 import Testing
 import VigilKit
 @testable import VigilHost
@@ -124,6 +124,9 @@ import VigilKit
         let sigpipeBit: UInt64 = 1 << (UInt64(SIGPIPE) - 1)
         #expect(masks["SigIgn"].map { $0 & sigpipeBit } == 0)
 
+        // A descriptor the host opened without close-on-exec must not leak in either.
+        let hostFD = open("/dev/null", O_RDONLY)
+        defer { close(hostFD) }
         let descriptors = await run(runner, ["/bin/sh", "-c", "ls /proc/$$/fd"])
         #expect(descriptors.output.split(separator: "\n") == ["0", "1", "2"])
     }
