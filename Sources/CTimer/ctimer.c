@@ -1,5 +1,7 @@
 #include "ctimer.h"
 #include <string.h>
+#include <unistd.h>
+#include <errno.h>
 
 int64_t vigil_clock_ns(int clock) {
     struct timespec ts;
@@ -19,4 +21,27 @@ int vigil_timerfd_arm_abs(int fd, int64_t ns) {
         spec.it_value.tv_nsec = ns % 1000000000LL;
     }
     return timerfd_settime(fd, ns > 0 ? TFD_TIMER_ABSTIME : 0, &spec, NULL);
+}
+
+int vigil_timerfd_arm_periodic(int fd, int64_t first_ns, int64_t interval_ns) {
+    struct itimerspec spec;
+    memset(&spec, 0, sizeof spec);
+    spec.it_value.tv_sec = first_ns / 1000000000LL;
+    spec.it_value.tv_nsec = first_ns % 1000000000LL;
+    spec.it_interval.tv_sec = interval_ns / 1000000000LL;
+    spec.it_interval.tv_nsec = interval_ns % 1000000000LL;
+    return timerfd_settime(fd, TFD_TIMER_ABSTIME, &spec, NULL);
+}
+
+int64_t vigil_timerfd_read(int fd) {
+    uint64_t count = 0;
+    ssize_t n;
+    do {
+        n = read(fd, &count, sizeof count);
+    } while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)sizeof count) {
+        if (n >= 0) errno = EIO;
+        return -1;
+    }
+    return (int64_t)count;
 }

@@ -22,4 +22,12 @@ int vigil_timerfd_create(int clock, int flags);
 
 /// Arms `fd` to expire once at absolute time `ns` on its clock (0 disarms).
 int vigil_timerfd_arm_abs(int fd, int64_t ns);
+
+/// Arms `fd` to expire first at absolute time `first_ns` on its clock and then
+/// every `interval_ns` (a plain periodic timer; the wake benchmark's reference).
+int vigil_timerfd_arm_periodic(int fd, int64_t first_ns, int64_t interval_ns);
+
+/// Reads the expiration count of `fd`: the count (>= 1), or -1 with errno set
+/// (EAGAIN on a non-blocking fd that has not expired since it was last armed).
+int64_t vigil_timerfd_read(int fd);
 #endif
