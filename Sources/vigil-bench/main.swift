@@ -2,7 +2,9 @@
 // reference it is compared with, measured in the same run.
 import Foundation
 
-let benchmarks: [String: (_ arguments: [String]) async throws -> Void] = [:]
+let benchmarks: [String: (_ arguments: [String]) async throws -> Void] = [
+    "wake-latency": wakeLatencyBench,
+]
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 guard let name = arguments.first, let run = benchmarks[name] else {
