@@ -1,0 +1,144 @@
+import GRDB
+
+// One record type per table of the survival store (see SurvivalSchema).
+// Times are microseconds: wall since the Unix epoch, mono and boot since
+// boot (CLOCK_MONOTONIC, CLOCK_BOOTTIME).
+
+/// A row of `run`: one host run and its aggregates.
+struct RunRecord: Codable, FetchableRecord, MutablePersistableRecord, Sendable {
+    static let databaseTableName = "run"
+
+    var id: Int64?
+    var uuid: String
+    var pid: Int64
+    var bootId: String
+    var version: String
+    var configPath: String
+    var intervalMicros: Int64
+    var startWall: Int64
+    var startMono: Int64
+    var startBoot: Int64
+    var lastSeq: Int64
+    var lastWall: Int64
+    var lastMono: Int64
+    var lastBoot: Int64
+    var endReason: String
+    var endWall: Int64?
+    var endNote: String?
+    var suspendCount: Int64
+    var suspendedMicros: Int64
+    var stallCount: Int64
+    var stalledMicros: Int64
+    var longestStallMicros: Int64
+    var eventCount: Int64
+
+    mutating func didInsert(_ inserted: InsertionSuccess) {
+        id = inserted.rowID
+    }
+
+    enum Columns {
+        static let id = Column(CodingKeys.id)
+        static let endReason = Column(CodingKeys.endReason)
+        static let endWall = Column(CodingKeys.endWall)
+        static let lastWall = Column(CodingKeys.lastWall)
+    }
+}
+
+/// A row of `heartbeat`. Written on the hot path, so encoded by hand.
+struct HeartbeatRecord: FetchableRecord, PersistableRecord, Sendable, Hashable {
+    static let databaseTableName = "heartbeat"
+
+    var runId: Int64
+    var seq: Int64
+    var wall: Int64
+    var mono: Int64
+    var boot: Int64
+
+    init(runId: Int64, seq: Int64, readings: ClockReadings) {
+        self.runId = runId
+        self.seq = seq
+        self.wall = readings.wallMicros
+        self.mono = readings.monotonicMicros
+        self.boot = readings.boottimeMicros
+    }
+
+    init(row: Row) {
+        runId = row["runId"]
+        seq = row["seq"]
+        wall = row["wall"]
+        mono = row["mono"]
+        boot = row["boot"]
+    }
+
+    func encode(to container: inout PersistenceContainer) {
+        container["runId"] = runId
+        container["seq"] = seq
+        container["wall"] = wall
+        container["mono"] = mono
+        container["boot"] = boot
+    }
+
+    var readings: ClockReadings {
+        ClockReadings(wallMicros: wall, monotonicMicros: mono, boottimeMicros: boot)
+    }
+}
+
+/// A row of `gap`: one suspension or stall between heartbeat seq-1 and seq.
+struct GapRecord: Codable, FetchableRecord, PersistableRecord, Sendable, Hashable {
+    static let databaseTableName = "gap"
+
+    var runId: Int64
+    var seq: Int64
+    /// "suspended" or "stalled".
+    var kind: String
+    /// Wall time of the heartbeat before the gap.
+    var startWall: Int64
+    /// Where the gap starts on the run's boottime axis, from the run start.
+    var startOffsetMicros: Int64
+    var durationMicros: Int64
+
+    enum Columns {
+        static let runId = Column(CodingKeys.runId)
+        static let seq = Column(CodingKeys.seq)
+    }
+}
+
+/// A row of `leaseSpan`: a lease seen in heartbeats firstSeq...lastSeq of a
+/// run with the same strategy, holds and state.
+struct LeaseSpanRecord: Codable, FetchableRecord, MutablePersistableRecord, Sendable, Hashable {
+    static let databaseTableName = "leaseSpan"
+
+    var id: Int64?
+    var runId: Int64
+    /// The lease id's bit pattern (SQLite integers are signed).
+    var leaseId: Int64
+    var strategy: String
+    var holds: String
+    var state: String
+    var firstSeq: Int64
+    var lastSeq: Int64
+
+    mutating func didInsert(_ inserted: InsertionSuccess) {
+        id = inserted.rowID
+    }
+}
+
+/// A row of `event`: something the host recorded, after heartbeat `seq`.
+struct EventRecord: Codable, FetchableRecord, MutablePersistableRecord, Sendable, Hashable {
+    static let databaseTableName = "event"
+
+    var id: Int64?
+    var runId: Int64
+    var seq: Int64
+    var wall: Int64
+    var mono: Int64
+    var boot: Int64
+    var name: String
+    var strategy: String?
+    /// JSON object of string fields; NULL when there are none.
+    var fields: String?
+
+    mutating func didInsert(_ inserted: InsertionSuccess) {
+        id = inserted.rowID
+    }
+}

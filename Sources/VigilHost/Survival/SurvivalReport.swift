@@ -1,0 +1,196 @@
+import Foundation
+import GRDB
+
+/// A stretch of a run's life on its boottime axis, for the timeline.
+public struct TimelineSegment: Codable, Sendable, Hashable {
+    public enum Kind: String, Codable, Sendable, CaseIterable {
+        /// Alive and awake, heartbeats on time.
+        case awake
+        /// The system was suspended (boottime ran, monotonic stopped).
+        case suspended
+        /// Frozen or stalled: awake but no heartbeat for far longer than the interval.
+        case stalled
+    }
+
+    public var kind: Kind
+    /// Start, microseconds of boottime since the run started.
+    public var startOffsetMicros: Int64
+    public var durationMicros: Int64
+    /// Wall-clock start, microseconds since the Unix epoch.
+    public var startWall: Int64
+
+    public init(kind: Kind, startOffsetMicros: Int64, durationMicros: Int64, startWall: Int64) {
+        self.kind = kind
+        self.startOffsetMicros = startOffsetMicros
+        self.durationMicros = durationMicros
+        self.startWall = startWall
+    }
+}
+
+/// One run of the host as the survival log saw it. Times are microseconds:
+/// walls since the Unix epoch, durations from CLOCK_BOOTTIME / CLOCK_MONOTONIC.
+public struct RunSummary: Codable, Sendable, Hashable {
+    public var runId: String
+    public var pid: Int32
+    public var bootId: String
+    public var version: String
+    public var configPath: String
+    public var intervalMicros: Int64
+    public var startWall: Int64
+    /// Wall time of the end: the clean end, or the last heartbeat of a run
+    /// that was killed or rebooted; nil while `endReason` is `.running`.
+    public var endWall: Int64?
+    public var lastHeartbeatWall: Int64
+    public var endReason: RunEndReason
+    /// Why a run was closed as killed or rebooted, when it was.
+    public var endNote: String?
+    /// Boottime from the start to the last heartbeat (includes suspension).
+    public var aliveMicros: Int64
+    /// Monotonic time from the start to the last heartbeat (excludes suspension).
+    public var awakeMicros: Int64
+    /// Total suspended time found between heartbeats.
+    public var suspendedMicros: Int64
+    /// Number of gaps that contained a suspension.
+    public var suspends: Int
+    /// Heartbeats written, the start (seq 0) and any final one included.
+    public var heartbeats: Int
+    /// Number of frozen or stalled gaps.
+    public var stalls: Int
+    /// Total length of stalled gaps.
+    public var stalledMicros: Int64
+    /// Length of the longest stalled gap (0 when none).
+    public var longestStallMicros: Int64
+    /// Events recorded during the run.
+    public var events: Int
+    /// awake / suspended / stalled segments covering the run from start to last heartbeat.
+    public var timeline: [TimelineSegment]
+
+    public var alive: Duration { .microseconds(aliveMicros) }
+    public var awake: Duration { .microseconds(awakeMicros) }
+    public var suspended: Duration { .microseconds(suspendedMicros) }
+    public var longestStall: Duration { .microseconds(longestStallMicros) }
+}
+
+/// Reads the survival log for people and tools. Opens the store read-only, so
+/// it works with or without a running host.
+public struct SurvivalReport {
+    /// Summaries of the newest `runs` runs (all when nil), newest first,
+    /// limited to runs still alive at or after `sinceWallMicros` when given.
+    /// Throws `.missing` when there is no store at `path`.
+    public static func load(path: String, runs: Int?, sinceWallMicros: Int64?) throws -> [RunSummary] {
+        if let runs, runs < 0 {
+            throw SurvivalStoreError(.invalidArgument, path: path, "number of runs must be 0 or more, got \(runs)")
+        }
+        let reader = try openReader(path: path)
+        defer { try? reader?.close() }
+        guard let reader else { return [] }
+        do {
+            return try reader.read { db in
+                let records = try RunRecord.fetchAll(db, sql: """
+                    SELECT * FROM run
+                    WHERE ?1 IS NULL OR COALESCE(endWall, lastWall) >= ?1
+                    ORDER BY id DESC LIMIT ?2
+                    """, arguments: [sinceWallMicros, runs ?? -1])
+                return try summaries(records, db)
+            }
+        } catch {
+            throw SurvivalStoreError.wrap(error, path: path, doing: "reading the report")
+        }
+    }
+
+    /// Builds summaries (in the order given) from run rows and their gaps.
+    static func summaries(_ records: [RunRecord], _ db: Database) throws -> [RunSummary] {
+        let keys = records.compactMap(\.id)
+        let gaps = try GapRecord
+            .filter(keys.contains(GapRecord.Columns.runId))
+            .order(GapRecord.Columns.runId, Column("startOffsetMicros"), GapRecord.Columns.seq)
+            .fetchAll(db)
+        let gapsByRun = Dictionary(grouping: gaps, by: \.runId)
+        return records.map { summary(of: $0, gaps: gapsByRun[$0.id ?? -1] ?? []) }
+    }
+
+    static func summary(of run: RunRecord, gaps: [GapRecord]) -> RunSummary {
+        let alive = max(0, run.lastBoot - run.startBoot)
+        return RunSummary(
+            runId: run.uuid,
+            pid: Int32(truncatingIfNeeded: run.pid),
+            bootId: run.bootId,
+            version: run.version,
+            configPath: run.configPath,
+            intervalMicros: run.intervalMicros,
+            startWall: run.startWall,
+            endWall: run.endWall,
+            lastHeartbeatWall: run.lastWall,
+            endReason: RunEndReason(rawValue: run.endReason) ?? .running,
+            endNote: run.endNote,
+            aliveMicros: alive,
+            awakeMicros: max(0, run.lastMono - run.startMono),
+            suspendedMicros: run.suspendedMicros,
+            suspends: Int(run.suspendCount),
+            heartbeats: Int(run.lastSeq) + 1,
+            stalls: Int(run.stallCount),
+            stalledMicros: run.stalledMicros,
+            longestStallMicros: run.longestStallMicros,
+            events: Int(run.eventCount),
+            timeline: timeline(gaps: gaps, aliveMicros: alive, startWall: run.startWall))
+    }
+
+    /// Fills the time between gaps with awake segments.
+    static func timeline(gaps: [GapRecord], aliveMicros: Int64, startWall: Int64) -> [TimelineSegment] {
+        var segments: [TimelineSegment] = []
+        var cursor: Int64 = 0
+        for gap in gaps {
+            let start = max(gap.startOffsetMicros, cursor)
+            let end = gap.startOffsetMicros + gap.durationMicros
+            guard end > start else { continue }
+            if start > cursor {
+                segments.append(TimelineSegment(kind: .awake, startOffsetMicros: cursor, durationMicros: start - cursor, startWall: startWall + cursor))
+            }
+            let kind = TimelineSegment.Kind(rawValue: gap.kind) ?? .stalled
+            segments.append(TimelineSegment(kind: kind, startOffsetMicros: start, durationMicros: end - start, startWall: gap.startWall + (start - gap.startOffsetMicros)))
+            cursor = end
+        }
+        if aliveMicros > cursor || segments.isEmpty {
+            segments.append(TimelineSegment(kind: .awake, startOffsetMicros: cursor, durationMicros: max(0, aliveMicros - cursor), startWall: startWall + cursor))
+        }
+        return segments
+    }
+
+    /// Opens the store read-only; nil for an empty SQLite file (nothing
+    /// recorded yet).
+    static func openReader(path: String) throws -> DatabaseQueue? {
+        guard FileManager.default.fileExists(atPath: path) else {
+            throw SurvivalStoreError(.missing, path: path, "no survival store here; vigild creates it when it first runs (or pass --store / --state-dir)")
+        }
+        var config = Configuration()
+        config.readonly = true
+        config.label = "vigil.survival.report"
+        do {
+            return try open(path, config, path: path)
+        } catch let error as DatabaseError where [.SQLITE_CANTOPEN, .SQLITE_READONLY].contains(error.resultCode) {
+            // A WAL store whose -shm file we may not create (another user's
+            // store while its host is stopped): read the main file as is.
+            let uri = "file:" + (path.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? path) + "?immutable=1"
+            do {
+                return try open(uri, config, path: path)
+            } catch {
+                throw SurvivalStoreError.wrap(error, path: path, doing: "opening the store read-only")
+            }
+        } catch {
+            throw SurvivalStoreError.wrap(error, path: path, doing: "opening the store read-only")
+        }
+    }
+
+    private static func open(_ name: String, _ config: Configuration, path: String) throws -> DatabaseQueue? {
+        let queue = try DatabaseQueue(path: name, configuration: config)
+        let isEmpty = try queue.read { db in
+            try SurvivalSchema.checkIdentity(db, path: path)
+            return try Int32.fetchOne(db, sql: "PRAGMA application_id") != SurvivalSchema.applicationID
+        }
+        if isEmpty {
+            try queue.close()
+            return nil
+        }
+        return queue
+    }
+}

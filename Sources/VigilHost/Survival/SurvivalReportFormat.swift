@@ -1,0 +1,115 @@
+import Foundation
+
+/// Renders survival summaries for a terminal (`text`) or for tools (`json`).
+public enum SurvivalReportFormat {
+    /// Bar characters of the timeline, also printed as its legend.
+    public static func symbol(_ kind: TimelineSegment.Kind) -> Character {
+        switch kind {
+        case .awake: "="
+        case .suspended: "z"
+        case .stalled: "!"
+        }
+    }
+
+    /// A report for people: per run, a header, the figures, and a one-line
+    /// timeline bar scaled to the run's alive time, followed by how it ended.
+    /// `width` is the terminal width in columns (at least 40 is used).
+    public static func text(_ runs: [RunSummary], width: Int) -> String {
+        text(runs, width: width, nowWall: Int64(Date().timeIntervalSince1970 * 1_000_000), timeZone: .current)
+    }
+
+    /// `text` with the clock and time zone given (for tests).
+    public static func text(_ runs: [RunSummary], width: Int, nowWall: Int64, timeZone: TimeZone) -> String {
+        let width = max(width, 40)
+        guard !runs.isEmpty else { return "No runs recorded in the survival log.\n" }
+        let dates = DateFormatter()
+        dates.locale = Locale(identifier: "en_US_POSIX")
+        dates.timeZone = timeZone
+        dates.dateFormat = "yyyy-MM-dd HH:mm:ss"
+        func wall(_ micros: Int64) -> String {
+            dates.string(from: Date(timeIntervalSince1970: Double(micros) / 1_000_000))
+        }
+
+        var out = "Survival log: \(runs.count) run\(runs.count == 1 ? "" : "s"), newest first.\n"
+        out += "Timeline: [\(symbol(.awake))] awake  [\(symbol(.suspended))] suspended  [\(symbol(.stalled))] frozen/stalled; one bar per run, scaled to its alive time.\n"
+        for run in runs {
+            out += "\n"
+            out += "run \(run.runId)  pid \(run.pid)  vigil \(run.version)  heartbeat every \(interval(run.intervalMicros))\n"
+            let ending: String
+            switch run.endReason {
+            case .running:
+                let silent = nowWall - run.lastHeartbeatWall
+                let rule = GapRule(intervalMicros: run.intervalMicros)
+                ending = silent > rule.stallThresholdMicros
+                    ? "now  running? no heartbeat since \(wall(run.lastHeartbeatWall)) (\(duration(silent)) ago)"
+                    : "now  running (last heartbeat \(wall(run.lastHeartbeatWall)))"
+            default:
+                ending = "\(wall(run.endWall ?? run.lastHeartbeatWall))  \(run.endReason.rawValue)"
+            }
+            out += "  \(wall(run.startWall)) → \(ending)\n"
+            if let note = run.endNote { out += "  \(note)\n" }
+            var figures = "  alive \(duration(run.aliveMicros))  awake \(duration(run.awakeMicros))"
+            figures += "  suspended \(duration(run.suspendedMicros))"
+            if run.suspends > 0 { figures += " (\(run.suspends)×)" }
+            figures += run.stalls == 0
+                ? "  stalls 0"
+                : "  stalls \(run.stalls), longest \(duration(run.longestStallMicros))"
+            figures += "  heartbeats \(run.heartbeats)"
+            if run.events > 0 { figures += "  events \(run.events)" }
+            out += figures + "\n"
+            let label = run.endReason.rawValue
+            let cells = max(10, width - 5 - label.count)
+            out += "  [\(bar(run.timeline, aliveMicros: run.aliveMicros, cells: cells))] \(label)\n"
+        }
+        return out
+    }
+
+    /// The runs as a JSON array of `RunSummary` (pretty, keys sorted).
+    public static func json(_ runs: [RunSummary]) -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        // Invariant: RunSummary holds only strings, integers, arrays and
+        // enums with string raw values, which always encode.
+        let data = (try? encoder.encode(runs)) ?? Data("[]".utf8)
+        return String(decoding: data, as: UTF8.self) + "\n"
+    }
+
+    /// One character per cell; a suspension or stall takes at least one cell
+    /// so short ones stay visible, and a stall wins a cell it shares.
+    static func bar(_ timeline: [TimelineSegment], aliveMicros: Int64, cells: Int) -> String {
+        var kinds = [TimelineSegment.Kind](repeating: .awake, count: cells)
+        guard aliveMicros > 0 else { return String(repeating: symbol(.awake), count: cells) }
+        let total = Int64(cells)
+        for segment in timeline where segment.kind != .awake {
+            let first = Int(min(total - 1, segment.startOffsetMicros * total / aliveMicros))
+            let endCell = (segment.startOffsetMicros + segment.durationMicros) * total
+            let last = Int(min(total - 1, max(Int64(first), (endCell + aliveMicros - 1) / aliveMicros - 1)))
+            for i in first...last where kinds[i] != .stalled {
+                kinds[i] = segment.kind
+            }
+        }
+        return String(kinds.map { symbol($0) })
+    }
+
+    /// The heartbeat interval as configured: "60s", "1.5s", "2h 0m".
+    static func interval(_ micros: Int64) -> String {
+        guard micros < 3_600_000_000 else { return duration(micros) }
+        if micros % 1_000_000 == 0 { return "\(micros / 1_000_000)s" }
+        return "\(Double(micros) / 1_000_000)s"
+    }
+
+    /// A duration in its two largest units: "3d 4h", "2h 5m", "4m 10s", "42s", "2.5s".
+    public static func duration(_ micros: Int64) -> String {
+        let seconds = micros / 1_000_000
+        switch seconds {
+        case 86_400...: return "\(seconds / 86_400)d \(seconds % 86_400 / 3_600)h"
+        case 3_600...: return "\(seconds / 3_600)h \(seconds % 3_600 / 60)m"
+        case 60...: return "\(seconds / 60)m \(seconds % 60)s"
+        case 10...: return "\(seconds)s"
+        case 0 where micros == 0: return "0s"
+        default:
+            let tenths = micros / 100_000
+            return "\(tenths / 10).\(tenths % 10)s"
+        }
+    }
+}

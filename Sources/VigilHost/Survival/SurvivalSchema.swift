@@ -1,0 +1,131 @@
+import Foundation
+import GRDB
+
+/// The survival store's schema: named migrations, applied in order and never
+/// edited once shipped (add a new one instead).
+///
+/// Tables (one record type each, see SurvivalRecords.swift):
+/// - `run`: one row per host run, keyed by a small integer; it also keeps the
+///   run's aggregates (last heartbeat, suspended time, stalls), updated in the
+///   same transaction as each heartbeat, so a report never scans heartbeats.
+/// - `heartbeat`: (run, seq) → wall, monotonic and boottime microseconds.
+///   WITHOUT ROWID and integer-only, about 30 bytes a row.
+/// - `gap`: each suspension or stall found between two heartbeats.
+/// - `leaseSpan`: which leases were active at which heartbeats, as runs of
+///   consecutive heartbeats (firstSeq...lastSeq) with an unchanged state, so a
+///   lease held for a month costs one row, not 43,200 copies.
+/// - `event`: events the host records (lease expired, strategy failed, ...).
+enum SurvivalSchema {
+    /// `PRAGMA application_id` of a Vigil survival store ("Vigl"): tells our
+    /// file apart from any other SQLite database.
+    static let applicationID: Int32 = 0x5669_676C
+
+    /// Every migration name this build knows, in order.
+    static var migrationNames: [String] { migrator.migrations }
+
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1-run-heartbeat-gap-leaseSpan-event") { db in
+            try db.execute(sql: "PRAGMA application_id = \(applicationID)")
+            try db.execute(sql: """
+                CREATE TABLE run (
+                    id INTEGER PRIMARY KEY,
+                    uuid TEXT NOT NULL UNIQUE,
+                    pid INTEGER NOT NULL,
+                    bootId TEXT NOT NULL,
+                    version TEXT NOT NULL,
+                    configPath TEXT NOT NULL,
+                    intervalMicros INTEGER NOT NULL CHECK (intervalMicros > 0),
+                    startWall INTEGER NOT NULL,
+                    startMono INTEGER NOT NULL,
+                    startBoot INTEGER NOT NULL,
+                    lastSeq INTEGER NOT NULL,
+                    lastWall INTEGER NOT NULL,
+                    lastMono INTEGER NOT NULL,
+                    lastBoot INTEGER NOT NULL,
+                    endReason TEXT NOT NULL DEFAULT 'running'
+                        CHECK (endReason IN ('running', 'stopped', 'killed', 'rebooted', 'failed')),
+                    endWall INTEGER,
+                    endNote TEXT,
+                    suspendCount INTEGER NOT NULL DEFAULT 0,
+                    suspendedMicros INTEGER NOT NULL DEFAULT 0,
+                    stallCount INTEGER NOT NULL DEFAULT 0,
+                    stalledMicros INTEGER NOT NULL DEFAULT 0,
+                    longestStallMicros INTEGER NOT NULL DEFAULT 0,
+                    eventCount INTEGER NOT NULL DEFAULT 0,
+                    CHECK ((endReason = 'running') = (endWall IS NULL))
+                )
+                """)
+            try db.execute(sql: "CREATE INDEX run_on_endReason ON run(endReason)")
+            try db.execute(sql: """
+                CREATE TABLE heartbeat (
+                    runId INTEGER NOT NULL REFERENCES run(id) ON DELETE CASCADE,
+                    seq INTEGER NOT NULL CHECK (seq >= 0),
+                    wall INTEGER NOT NULL,
+                    mono INTEGER NOT NULL,
+                    boot INTEGER NOT NULL,
+                    PRIMARY KEY (runId, seq)
+                ) WITHOUT ROWID
+                """)
+            try db.execute(sql: """
+                CREATE TABLE gap (
+                    runId INTEGER NOT NULL REFERENCES run(id) ON DELETE CASCADE,
+                    seq INTEGER NOT NULL,
+                    kind TEXT NOT NULL CHECK (kind IN ('suspended', 'stalled')),
+                    startWall INTEGER NOT NULL,
+                    startOffsetMicros INTEGER NOT NULL CHECK (startOffsetMicros >= 0),
+                    durationMicros INTEGER NOT NULL CHECK (durationMicros > 0),
+                    PRIMARY KEY (runId, seq, kind)
+                ) WITHOUT ROWID
+                """)
+            try db.execute(sql: """
+                CREATE TABLE leaseSpan (
+                    id INTEGER PRIMARY KEY,
+                    runId INTEGER NOT NULL REFERENCES run(id) ON DELETE CASCADE,
+                    leaseId INTEGER NOT NULL,
+                    strategy TEXT NOT NULL,
+                    holds TEXT NOT NULL,
+                    state TEXT NOT NULL,
+                    firstSeq INTEGER NOT NULL,
+                    lastSeq INTEGER NOT NULL,
+                    CHECK (lastSeq >= firstSeq)
+                )
+                """)
+            try db.execute(sql: "CREATE INDEX leaseSpan_on_runId_firstSeq ON leaseSpan(runId, firstSeq)")
+            try db.execute(sql: """
+                CREATE TABLE event (
+                    id INTEGER PRIMARY KEY,
+                    runId INTEGER NOT NULL REFERENCES run(id) ON DELETE CASCADE,
+                    seq INTEGER NOT NULL,
+                    wall INTEGER NOT NULL,
+                    mono INTEGER NOT NULL,
+                    boot INTEGER NOT NULL,
+                    name TEXT NOT NULL CHECK (name <> ''),
+                    strategy TEXT,
+                    fields TEXT
+                )
+                """)
+            try db.execute(sql: "CREATE INDEX event_on_runId ON event(runId)")
+        }
+        return migrator
+    }
+
+    /// Checks that `db` is a Vigil survival store, or an empty database that
+    /// may become one. Throws `.notAVigilStore` otherwise.
+    static func checkIdentity(_ db: Database, path: String) throws {
+        let appID = try Int32.fetchOne(db, sql: "PRAGMA application_id") ?? 0
+        if appID == applicationID { return }
+        let tables = try String.fetchAll(db, sql: """
+            SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name
+            """)
+        if appID != 0 {
+            throw SurvivalStoreError(.notAVigilStore, path: path, String(
+                format: "an SQLite database with application_id 0x%08X, expected 0x%08X (a Vigil survival store)",
+                UInt32(bitPattern: appID), UInt32(bitPattern: applicationID)))
+        }
+        if !tables.isEmpty {
+            throw SurvivalStoreError(.notAVigilStore, path: path,
+                "an SQLite database that is not a Vigil survival store (it has tables \(tables.joined(separator: ", ")) and no Vigil application_id)")
+        }
+    }
+}

@@ -1,0 +1,396 @@
+import Foundation
+import GRDB
+
+/// How a run ended. `running` means no end has been recorded yet.
+public enum RunEndReason: String, Codable, Sendable, CaseIterable {
+    /// No end recorded: the run is alive, or died and no later run has started yet.
+    case running
+    /// Clean shutdown.
+    case stopped
+    /// No clean end, and the next run started in the same boot.
+    case killed
+    /// No clean end, and the next run started in a different boot.
+    case rebooted
+    /// The host ended on an error it recorded itself.
+    case failed
+}
+
+/// What the host knows when a run starts.
+public struct RunStart: Sendable, Hashable {
+    /// Unique id of this run (a UUID string).
+    public var runId: String
+    public var pid: Int32
+    /// The kernel boot id (`BootID.current()`).
+    public var bootID: String
+    /// Vigil version string.
+    public var version: String
+    /// The config file the host runs from.
+    public var configPath: String
+    /// The heartbeat interval I.
+    public var interval: Duration
+    /// Clock readings at the start; they count as heartbeat 0.
+    public var readings: ClockReadings
+
+    public init(runId: String, pid: Int32, bootID: String, version: String, configPath: String, interval: Duration, readings: ClockReadings) {
+        self.runId = runId
+        self.pid = pid
+        self.bootID = bootID
+        self.version = version
+        self.configPath = configPath
+        self.interval = interval
+        self.readings = readings
+    }
+}
+
+/// What `beginRun` found in the store.
+public struct RunBegan: Sendable {
+    /// The run just begun.
+    public var runId: String
+    /// Earlier runs with no clean end, now closed as `.killed` (same boot) or
+    /// `.rebooted` (different boot id), oldest first.
+    public var closedRuns: [RunSummary]
+    /// The run before this one, however it ended (nil for the first run).
+    public var previousRun: RunSummary?
+}
+
+/// A lease as recorded in a heartbeat.
+public struct HeartbeatLease: Sendable, Hashable, Codable {
+    public var id: UInt64
+    /// The strategy instance holding it.
+    public var strategy: String
+    /// What it holds on the system (logind, wakelock, none, ...).
+    public var holds: String
+    /// Its state (active, expiring, ...).
+    public var state: String
+
+    public init(id: UInt64, strategy: String, holds: String, state: String) {
+        self.id = id
+        self.strategy = strategy
+        self.holds = holds
+        self.state = state
+    }
+}
+
+/// One heartbeat for `SurvivalStore.appendHeartbeats`.
+public struct HeartbeatSample: Sendable, Hashable {
+    public var readings: ClockReadings
+    public var leases: [HeartbeatLease]
+
+    public init(readings: ClockReadings, leases: [HeartbeatLease] = []) {
+        self.readings = readings
+        self.leases = leases
+    }
+}
+
+/// The survival log's single writer: one SQLite file (WAL) per host.
+///
+/// Each heartbeat is one transaction that appends the heartbeat row, records
+/// any suspension or stall since the previous heartbeat (see `GapRule`),
+/// extends the lease spans, and updates the run's aggregates, so reports read
+/// a handful of rows however long the log is.
+///
+/// Methods are synchronous inside the actor on purpose: a write never
+/// suspends, so two heartbeats cannot interleave.
+public actor SurvivalStore {
+    /// The store file.
+    public nonisolated let path: String
+    private let database: DatabaseQueue
+    private var active: ActiveRun?
+
+    /// The run being written, mirrored in memory so a heartbeat needs no reads.
+    private struct ActiveRun {
+        var key: Int64
+        var uuid: String
+        var rule: GapRule
+        var startBoot: Int64
+        var lastSeq: Int64
+        var last: ClockReadings
+        /// Lease spans that include heartbeat `lastSeq`, by lease id.
+        var openSpans: [UInt64: OpenSpan]
+    }
+
+    private struct OpenSpan {
+        var rowID: Int64
+        var strategy: String
+        var holds: String
+        var state: String
+    }
+
+    /// Opens (creating directories and file if needed) the store at `path`,
+    /// in WAL mode, and applies pending migrations. Refuses files that are not
+    /// Vigil survival stores, corrupt files, and stores from a newer Vigil.
+    public init(path: String) throws {
+        self.path = path
+        self.database = try Self.openWriter(path: path)
+    }
+
+    // MARK: Runs
+
+    /// Starts a run; closes any earlier run with no clean end as `.killed`,
+    /// or `.rebooted` when its boot id differs. Returns what it found.
+    public func beginRun(_ start: RunStart) throws -> RunBegan {
+        guard active == nil else {
+            throw SurvivalStoreError(.runAlreadyActive, path: path, "beginRun(\(start.runId)) while run \(active?.uuid ?? "") is active; call endRun first")
+        }
+        let intervalMicros = Self.micros(start.interval)
+        guard intervalMicros > 0 else {
+            throw SurvivalStoreError(.invalidArgument, path: path, "heartbeat interval must be positive, got \(start.interval)")
+        }
+        guard !start.runId.isEmpty else {
+            throw SurvivalStoreError(.invalidArgument, path: path, "run id is empty; expected a UUID string")
+        }
+        do {
+            let (key, began) = try database.write { db -> (Int64, RunBegan) in
+                if try RunRecord.filter(Column("uuid") == start.runId).fetchCount(db) > 0 {
+                    throw SurvivalStoreError(.invalidArgument, path: path, "run id \(start.runId) is already in the store; each run needs a new id")
+                }
+                var closed: [RunRecord] = []
+                let unfinished = try RunRecord
+                    .filter(RunRecord.Columns.endReason == RunEndReason.running.rawValue)
+                    .order(RunRecord.Columns.id)
+                    .fetchAll(db)
+                for var run in unfinished {
+                    if run.bootId == start.bootID {
+                        run.endReason = RunEndReason.killed.rawValue
+                        run.endNote = "no clean end; run \(start.runId) started in the same boot"
+                    } else {
+                        run.endReason = RunEndReason.rebooted.rawValue
+                        run.endNote = "no clean end; boot id changed from \(run.bootId) to \(start.bootID)"
+                    }
+                    // A run with no clean end is alive only up to its last heartbeat.
+                    run.endWall = run.lastWall
+                    try run.update(db)
+                    closed.append(run)
+                }
+                let previous = try RunRecord.order(RunRecord.Columns.id.desc).fetchOne(db)
+
+                var run = RunRecord(
+                    id: nil, uuid: start.runId, pid: Int64(start.pid), bootId: start.bootID,
+                    version: start.version, configPath: start.configPath, intervalMicros: intervalMicros,
+                    startWall: start.readings.wallMicros, startMono: start.readings.monotonicMicros,
+                    startBoot: start.readings.boottimeMicros,
+                    lastSeq: 0, lastWall: start.readings.wallMicros, lastMono: start.readings.monotonicMicros,
+                    lastBoot: start.readings.boottimeMicros,
+                    endReason: RunEndReason.running.rawValue, endWall: nil, endNote: nil,
+                    suspendCount: 0, suspendedMicros: 0, stallCount: 0, stalledMicros: 0,
+                    longestStallMicros: 0, eventCount: 0)
+                try run.insert(db)
+                // Invariant: insert() sets id through didInsert.
+                let key = run.id ?? 0
+                try HeartbeatRecord(runId: key, seq: 0, readings: start.readings).insert(db)
+
+                return (key, RunBegan(
+                    runId: start.runId,
+                    closedRuns: try SurvivalReport.summaries(closed, db),
+                    previousRun: try previous.map { try SurvivalReport.summaries([$0], db)[0] }))
+            }
+            active = ActiveRun(
+                key: key, uuid: start.runId, rule: GapRule(intervalMicros: intervalMicros),
+                startBoot: start.readings.boottimeMicros, lastSeq: 0, last: start.readings, openSpans: [:])
+            return began
+        } catch {
+            throw SurvivalStoreError.wrap(error, path: path, doing: "beginning run \(start.runId)")
+        }
+    }
+
+    /// Writes one heartbeat of the active run with the leases active now.
+    public func heartbeat(_ readings: ClockReadings, leases: [HeartbeatLease]) throws {
+        try appendHeartbeats([HeartbeatSample(readings: readings, leases: leases)])
+    }
+
+    /// Writes several heartbeats in one transaction, exactly as that many
+    /// `heartbeat` calls would (back-filling, benchmarks).
+    public func appendHeartbeats(_ samples: [HeartbeatSample]) throws {
+        guard var run = active else {
+            throw SurvivalStoreError(.noActiveRun, path: path, "heartbeat with no run begun; call beginRun first")
+        }
+        do {
+            try database.write { db in
+                for sample in samples {
+                    try Self.writeHeartbeat(sample, run: &run, db)
+                }
+            }
+            // Only a committed transaction moves the in-memory mirror.
+            active = run
+        } catch {
+            throw SurvivalStoreError.wrap(error, path: path, doing: "writing a heartbeat of run \(run.uuid)")
+        }
+    }
+
+    /// Records an event of the active run (after its latest heartbeat).
+    /// `fields` are stored as a JSON object (NULL when empty).
+    public func recordEvent(_ event: String, strategy: String?, fields: [String: String], readings: ClockReadings) throws {
+        guard let run = active else {
+            throw SurvivalStoreError(.noActiveRun, path: path, "event \(event) with no run begun; call beginRun first")
+        }
+        guard !event.isEmpty else {
+            throw SurvivalStoreError(.invalidArgument, path: path, "event name is empty")
+        }
+        do {
+            let fieldsJSON = try Self.json(fields)
+            try database.write { db in
+                var record = EventRecord(
+                    id: nil, runId: run.key, seq: run.lastSeq, wall: readings.wallMicros,
+                    mono: readings.monotonicMicros, boot: readings.boottimeMicros,
+                    name: event, strategy: strategy, fields: fieldsJSON)
+                try record.insert(db)
+                try db.cachedStatement(sql: "UPDATE run SET eventCount = eventCount + 1 WHERE id = ?")
+                    .execute(arguments: [run.key])
+            }
+        } catch {
+            throw SurvivalStoreError.wrap(error, path: path, doing: "recording event \(event) of run \(run.uuid)")
+        }
+    }
+
+    /// Ends the active run: writes a final heartbeat (no leases) and the end.
+    public func endRun(reason: RunEndReason, readings: ClockReadings) throws {
+        guard var run = active else {
+            throw SurvivalStoreError(.noActiveRun, path: path, "endRun(\(reason.rawValue)) with no run begun")
+        }
+        guard reason != .running else {
+            throw SurvivalStoreError(.invalidArgument, path: path, "endRun needs an end reason other than running")
+        }
+        do {
+            try database.write { db in
+                try Self.writeHeartbeat(HeartbeatSample(readings: readings), run: &run, db)
+                try db.cachedStatement(sql: "UPDATE run SET endReason = ?, endWall = ? WHERE id = ?")
+                    .execute(arguments: [reason.rawValue, readings.wallMicros, run.key])
+            }
+            active = nil
+        } catch {
+            throw SurvivalStoreError.wrap(error, path: path, doing: "ending run \(run.uuid)")
+        }
+    }
+
+    /// The id of the active run, if any.
+    public var activeRunId: String? { active?.uuid }
+
+    // MARK: Writing
+
+    private static func writeHeartbeat(_ sample: HeartbeatSample, run: inout ActiveRun, _ db: Database) throws {
+        let readings = sample.readings
+        let seq = run.lastSeq + 1
+        let gap = run.rule.classify(from: run.last, to: readings)
+        try HeartbeatRecord(runId: run.key, seq: seq, readings: readings).insert(db)
+
+        // Where the gap sits on the run's boottime axis: a stall first (the
+        // awake part), then any suspension.
+        let gapStart = max(0, run.last.boottimeMicros - run.startBoot)
+        var stallMicros: Int64 = 0
+        if let stall = gap.stallMicros {
+            stallMicros = stall
+            try GapRecord(runId: run.key, seq: seq, kind: TimelineSegment.Kind.stalled.rawValue,
+                          startWall: run.last.wallMicros, startOffsetMicros: gapStart,
+                          durationMicros: stall).insert(db)
+        }
+        if gap.suspendedMicros > 0 {
+            try GapRecord(runId: run.key, seq: seq, kind: TimelineSegment.Kind.suspended.rawValue,
+                          startWall: run.last.wallMicros + stallMicros, startOffsetMicros: gapStart + stallMicros,
+                          durationMicros: gap.suspendedMicros).insert(db)
+        }
+        try db.cachedStatement(sql: """
+            UPDATE run SET lastSeq = ?, lastWall = ?, lastMono = ?, lastBoot = ?,
+                suspendCount = suspendCount + ?, suspendedMicros = suspendedMicros + ?,
+                stallCount = stallCount + ?, stalledMicros = stalledMicros + ?,
+                longestStallMicros = MAX(longestStallMicros, ?)
+            WHERE id = ?
+            """).execute(arguments: [
+                seq, readings.wallMicros, readings.monotonicMicros, readings.boottimeMicros,
+                gap.suspendedMicros > 0 ? 1 : 0, gap.suspendedMicros,
+                gap.stallMicros == nil ? 0 : 1, stallMicros, stallMicros,
+                run.key,
+            ])
+
+        var open: [UInt64: OpenSpan] = [:]
+        for lease in sample.leases where open[lease.id] == nil {
+            if let span = run.openSpans[lease.id],
+               span.strategy == lease.strategy, span.holds == lease.holds, span.state == lease.state {
+                try db.cachedStatement(sql: "UPDATE leaseSpan SET lastSeq = ? WHERE id = ?")
+                    .execute(arguments: [seq, span.rowID])
+                open[lease.id] = span
+            } else {
+                var record = LeaseSpanRecord(
+                    id: nil, runId: run.key, leaseId: Int64(bitPattern: lease.id), strategy: lease.strategy,
+                    holds: lease.holds, state: lease.state, firstSeq: seq, lastSeq: seq)
+                try record.insert(db)
+                open[lease.id] = OpenSpan(rowID: record.id ?? 0, strategy: lease.strategy, holds: lease.holds, state: lease.state)
+            }
+        }
+        run.openSpans = open
+        run.lastSeq = seq
+        run.last = readings
+    }
+
+    private static func json(_ fields: [String: String]) throws -> String? {
+        guard !fields.isEmpty else { return nil }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return String(decoding: try encoder.encode(fields), as: UTF8.self)
+    }
+
+    static func micros(_ duration: Duration) -> Int64 {
+        let (seconds, attoseconds) = duration.components
+        return seconds * 1_000_000 + attoseconds / 1_000_000_000_000
+    }
+
+    // MARK: Opening
+
+    private static func openWriter(path: String) throws -> DatabaseQueue {
+        let directory = (path as NSString).deletingLastPathComponent
+        if !directory.isEmpty {
+            do {
+                try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            } catch {
+                throw SurvivalStoreError(.unreadable, path: path, "cannot create directory \(directory): \(error.localizedDescription)")
+            }
+        }
+        // Look before writing: opening in WAL mode would change another
+        // program's database, so check the file's identity read-only first.
+        if let size = (try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int, size > 0 {
+            do {
+                var readOnly = Configuration()
+                readOnly.readonly = true
+                let probe = try DatabaseQueue(path: path, configuration: readOnly)
+                try probe.read { db in
+                    try SurvivalSchema.checkIdentity(db, path: path)
+                    let check = try String.fetchAll(db, sql: "PRAGMA quick_check")
+                    if check != ["ok"] {
+                        throw SurvivalStoreError(.corrupt, path: path,
+                            "the database is corrupt (quick_check: \(check.prefix(3).joined(separator: "; "))); move it aside and a new store will be created")
+                    }
+                }
+                try probe.close()
+            } catch {
+                throw SurvivalStoreError.wrap(error, path: path, doing: "checking the store")
+            }
+        }
+        do {
+            var config = Configuration()
+            config.journalMode = .wal
+            config.foreignKeysEnabled = true
+            config.busyMode = .timeout(5)
+            config.label = "vigil.survival"
+            config.prepareDatabase { db in
+                // FULL: each heartbeat reaches the disk, so a power cut loses
+                // at most the heartbeat being written (NORMAL could lose hours
+                // of WAL). One fsync a minute is cheap.
+                try db.execute(sql: "PRAGMA synchronous = FULL")
+            }
+            let queue = try DatabaseQueue(path: path, configuration: config)
+            let migrator = SurvivalSchema.migrator
+            try queue.read { db in
+                try SurvivalSchema.checkIdentity(db, path: path)
+                if try migrator.hasBeenSuperseded(db) {
+                    let known = Set(migrator.migrations)
+                    let unknown = try migrator.appliedIdentifiers(db).subtracting(known).sorted()
+                    throw SurvivalStoreError(.newerSchema, path: path,
+                        "written by a newer Vigil (unknown migrations: \(unknown.joined(separator: ", "))); this version will not write to it")
+                }
+            }
+            try migrator.migrate(queue)
+            return queue
+        } catch {
+            throw SurvivalStoreError.wrap(error, path: path, doing: "opening the store")
+        }
+    }
+}

@@ -1,0 +1,71 @@
+import Foundation
+import GRDB
+
+/// An error from the survival store or its report. `code` says what kind of
+/// failure it is; `description` says which file and what was expected.
+public struct SurvivalStoreError: Error, CustomStringConvertible, Sendable {
+    /// What went wrong, as a value callers can match on. New codes may be
+    /// added without breaking callers (a struct, not an enum).
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private enum Value: String, Hashable, Sendable {
+            case missing, notAVigilStore, corrupt, newerSchema, unreadable
+            case noActiveRun, runAlreadyActive, invalidArgument, database
+        }
+        private let value: Value
+        private init(_ value: Value) { self.value = value }
+
+        /// The store file does not exist (report side: nothing has been recorded).
+        public static let missing = Code(.missing)
+        /// The file exists but is not a Vigil survival store (not SQLite, or
+        /// an SQLite database belonging to something else).
+        public static let notAVigilStore = Code(.notAVigilStore)
+        /// SQLite reports the file as damaged.
+        public static let corrupt = Code(.corrupt)
+        /// The store was migrated by a newer Vigil; this one will not write to it.
+        public static let newerSchema = Code(.newerSchema)
+        /// The file could not be opened (permissions, directory missing, ...).
+        public static let unreadable = Code(.unreadable)
+        /// `heartbeat`, `recordEvent` or `endRun` was called with no run begun.
+        public static let noActiveRun = Code(.noActiveRun)
+        /// `beginRun` was called while a run is active in this store object.
+        public static let runAlreadyActive = Code(.runAlreadyActive)
+        /// An argument was out of range (interval, end reason, run id).
+        public static let invalidArgument = Code(.invalidArgument)
+        /// Any other SQLite failure (disk full, I/O error, ...).
+        public static let database = Code(.database)
+
+        public var description: String { value.rawValue }
+    }
+
+    public let code: Code
+    /// The store file concerned.
+    public let path: String
+    /// What happened and what was expected, for people.
+    public let message: String
+
+    public init(_ code: Code, path: String, _ message: String) {
+        self.code = code
+        self.path = path
+        self.message = message
+    }
+
+    public var description: String { "survival store \(path): \(message)" }
+
+    /// Maps an SQLite error to a store error with a message that names the file.
+    static func wrap(_ error: any Error, path: String, doing action: String) -> SurvivalStoreError {
+        if let error = error as? SurvivalStoreError { return error }
+        guard let dbError = error as? DatabaseError else {
+            return SurvivalStoreError(.database, path: path, "\(action): \(error)")
+        }
+        switch dbError.resultCode {
+        case .SQLITE_NOTADB:
+            return SurvivalStoreError(.notAVigilStore, path: path, "not an SQLite database, so not a Vigil survival store (\(action))")
+        case .SQLITE_CORRUPT:
+            return SurvivalStoreError(.corrupt, path: path, "the database is corrupt (\(action)): \(dbError.message ?? "SQLITE_CORRUPT"); move it aside and a new store will be created")
+        case .SQLITE_CANTOPEN, .SQLITE_PERM, .SQLITE_READONLY, .SQLITE_AUTH:
+            return SurvivalStoreError(.unreadable, path: path, "cannot open (\(action)): \(dbError.message ?? "\(dbError.resultCode)")")
+        default:
+            return SurvivalStoreError(.database, path: path, "\(action): \(dbError.message ?? "\(dbError.resultCode)")")
+        }
+    }
+}
