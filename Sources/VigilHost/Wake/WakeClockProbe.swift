@@ -40,16 +40,16 @@ public struct WakeClockProbe: Sendable, Hashable {
         guard let error = alarmCreationError else {
             let rtcPart: String
             if let rtc = rtcDevicesWithWakeAlarm.first {
-                rtcPart = "RTC \(rtc) has a wake alarm, so wakeSystem requests wake a suspended system"
+                rtcPart = "; RTC \(rtc) has a wake alarm, so they wake a suspended system"
             } else if rtcDevices.isEmpty {
-                rtcPart = "but there is no RTC (\(rtcDirectory) is empty or missing), so no timer can wake a suspended system here"
+                rtcPart = ", but there is no RTC (\(rtcDirectory) is empty or missing), so no timer can wake a suspended system here"
             } else {
-                rtcPart = "but no RTC has a wake alarm (\(rtcDevices.joined(separator: ", ")) lack wakealarm), so no timer can wake a suspended system here"
+                rtcPart = ", but no RTC has a wake alarm (\(rtcDevices.joined(separator: ", ")) without wakealarm), so no timer can wake a suspended system here"
             }
             return WakeClockInfo(
                 clock: "CLOCK_BOOTTIME_ALARM",
                 canWakeSystem: canWakeSystem,
-                reason: "CLOCK_BOOTTIME_ALARM permitted (CAP_WAKE_ALARM) and used for wakeSystem requests; \(rtcPart); \(ordinary)"
+                reason: "CLOCK_BOOTTIME_ALARM permitted (CAP_WAKE_ALARM), used for wakeSystem requests\(rtcPart); \(ordinary)"
             )
         }
         let why: String
