@@ -4,52 +4,56 @@ import Testing
 import VigilHost
 import VigilKit
 
-/// Waits until `condition` holds, yielding between checks (never sleeping);
-/// records an issue if it does not hold within 10 s of real time.
-func waitUntil(_ what: String, _ condition: () async -> Bool) async {
-    let giveUp = ContinuousClock.now + .seconds(10)
-    while ContinuousClock.now < giveUp {
-        if await condition() { return }
-        await Task.yield()
+/// Helpers for wake tests on a ManualClock (a namespace, so that names do
+/// not collide with other test files of this target).
+enum WakeTesting {
+    /// Waits until `condition` holds, yielding between checks (never sleeping);
+    /// records an issue if it does not hold within 10 s of real time.
+    static func waitUntil(_ what: String, _ condition: () async -> Bool) async {
+        let giveUp = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < giveUp {
+            if await condition() { return }
+            await Task.yield()
+        }
+        Issue.record("timed out waiting until \(what)")
     }
-    Issue.record("timed out waiting until \(what)")
+
+    /// True when no test timer is delivering an expiry (the delivery re-arms)
+    /// and every armed one has its sleeper registered with `clock`.
+    private static func timersSettled(_ clock: ManualClock, _ timers: [ClockDrivenWakeTimer]) -> Bool {
+        let armed = timers.compactMap(\.armedDeadline)
+        return !timers.contains(where: \.isDeliveringExpiry)
+            && clock.sleeperCount == armed.count
+            && clock.nextDeadline == armed.min()
+    }
+
+    /// Waits until `scheduler` holds `pending` requests and its test timers are
+    /// settled, so that advancing the clock cannot overtake work in flight.
+    static func quiesce(_ scheduler: WakeScheduler, _ clock: ManualClock, timers: [ClockDrivenWakeTimer], pending: @autoclosure () -> Int) async {
+        await WakeTesting.waitUntil("the scheduler holds \(pending()) requests and its timers are settled") {
+            let count = await scheduler.pendingCount
+            return count == pending() && timersSettled(clock, timers)
+        }
+    }
+
+    /// Moves `clock` to `target` one armed deadline at a time, letting each
+    /// expiry's re-arming land before time moves on.
+    static func advance(_ clock: ManualClock, to target: VigilInstant, timers: [ClockDrivenWakeTimer]) async {
+        while true {
+            await WakeTesting.waitUntil("the timers are settled") { timersSettled(clock, timers) }
+            guard let next = timers.compactMap(\.armedDeadline).min(), next <= target else { break }
+            await clock.advance(to: next)
+        }
+        await clock.advance(to: target)
+    }
 }
 
 /// A counter shared between test tasks.
-final class SharedCount: Sendable {
+final class WakeTestCounter: Sendable {
     private let count: Mutex<Int>
     init(_ initial: Int) { count = Mutex(initial) }
     var value: Int { count.withLock { $0 } }
     func decrement() { count.withLock { $0 -= 1 } }
-}
-
-/// True when no test timer is delivering an expiry (the delivery re-arms)
-/// and every armed one has its sleeper registered with `clock`.
-private func timersSettled(_ clock: ManualClock, _ timers: [ClockDrivenWakeTimer]) -> Bool {
-    let armed = timers.compactMap(\.armedDeadline)
-    return !timers.contains(where: \.isDeliveringExpiry)
-        && clock.sleeperCount == armed.count
-        && clock.nextDeadline == armed.min()
-}
-
-/// Waits until `scheduler` holds `pending` requests and its test timers are
-/// settled, so that advancing the clock cannot overtake work in flight.
-func quiesce(_ scheduler: WakeScheduler, _ clock: ManualClock, timers: [ClockDrivenWakeTimer], pending: @autoclosure () -> Int) async {
-    await waitUntil("the scheduler holds \(pending()) requests and its timers are settled") {
-        let count = await scheduler.pendingCount
-        return count == pending() && timersSettled(clock, timers)
-    }
-}
-
-/// Moves `clock` to `target` one armed deadline at a time, letting each
-/// expiry's re-arming land before time moves on.
-func advance(_ clock: ManualClock, to target: VigilInstant, timers: [ClockDrivenWakeTimer]) async {
-    while true {
-        await waitUntil("the timers are settled") { timersSettled(clock, timers) }
-        guard let next = timers.compactMap(\.armedDeadline).min(), next <= target else { break }
-        await clock.advance(to: next)
-    }
-    await clock.advance(to: target)
 }
 
 /// The scheduler on a ManualClock: hours of scheduling in milliseconds.
@@ -74,7 +78,7 @@ func advance(_ clock: ManualClock, to target: VigilInstant, timers: [ClockDriven
         // Five periodic-wake-like loops with different phases: three within a
         // minute of each other, two others three minutes later.
         let phases: [Duration] = [.seconds(0), .seconds(20), .seconds(40), .seconds(180), .seconds(210)]
-        let runningLoops = SharedCount(phases.count)
+        let runningLoops = WakeTestCounter(phases.count)
         let fired = try await withThrowingTaskGroup(of: Int.self) { group in
             for (index, phase) in phases.enumerated() {
                 group.addTask {
@@ -96,7 +100,7 @@ func advance(_ clock: ManualClock, to target: VigilInstant, timers: [ClockDriven
             // Step from one armed deadline to the next, each time after every
             // running loop has registered its next request.
             while true {
-                await quiesce(scheduler, clock, timers: [timer], pending: runningLoops.value)
+                await WakeTesting.quiesce(scheduler, clock, timers: [timer], pending: runningLoops.value)
                 guard let deadline = timer.armedDeadline else { break }
                 await clock.advance(to: deadline)
             }
@@ -139,13 +143,13 @@ func advance(_ clock: ManualClock, to target: VigilInstant, timers: [ClockDriven
         async let firingA = first.wake(a)
         async let firingB = second.wake(b)
         async let firingC = first.wake(c)
-        await waitUntil("all three requests are pending") {
+        await WakeTesting.waitUntil("all three requests are pending") {
             let (inFirst, inSecond) = (await first.pendingCount, await second.pendingCount)
             return inFirst == 2 && inSecond == 1
         }
         #expect(await first.nextTarget == boundary)
         #expect(await second.nextTarget == boundary)
-        await advance(clock, to: boundary + .seconds(600), timers: [firstTimer, secondTimer])
+        await WakeTesting.advance(clock, to: boundary + .seconds(600), timers: [firstTimer, secondTimer])
         let (fa, fb, fc) = try await (firingA, firingB, firingC)
         #expect(fa.firedAt == boundary)
         #expect(fb.firedAt == boundary)
@@ -164,9 +168,9 @@ func advance(_ clock: ManualClock, to target: VigilInstant, timers: [ClockDriven
         let nextBoundary = VigilInstant(nanoseconds: (nowWall / slot.nanoseconds + 1) * slot.nanoseconds - offset)
         let request = WakeRequest(earliest: nextBoundary + .seconds(10), latest: nextBoundary + .seconds(20), align: slot, label: "x")
         async let firing = scheduler.wake(request)
-        await quiesce(scheduler, clock, timers: [timer], pending: 1)
+        await WakeTesting.quiesce(scheduler, clock, timers: [timer], pending: 1)
         #expect(await scheduler.nextTarget == request.latest)
-        await advance(clock, to: request.latest + .seconds(1), timers: [timer])
+        await WakeTesting.advance(clock, to: request.latest + .seconds(1), timers: [timer])
         #expect(try await firing.firedAt == request.latest)
     }
 
@@ -177,7 +181,7 @@ func advance(_ clock: ManualClock, to target: VigilInstant, timers: [ClockDriven
         let late = WakeRequest(earliest: now + .seconds(300), latest: now + .seconds(360), label: "late")
         let earlyTask = Task { try await scheduler.wake(early) }
         let lateTask = Task { try await scheduler.wake(late) }
-        await quiesce(scheduler, clock, timers: [timer], pending: 2)
+        await WakeTesting.quiesce(scheduler, clock, timers: [timer], pending: 2)
         #expect(timer.armedDeadline == early.latest)
         #expect(clock.nextDeadline == early.latest)
         let armingsBefore = timer.armCount
@@ -187,10 +191,10 @@ func advance(_ clock: ManualClock, to target: VigilInstant, timers: [ClockDriven
         #expect(await scheduler.pendingCount == 1)
         #expect(timer.armedDeadline == late.latest)
         #expect(timer.armCount == armingsBefore + 1)
-        await quiesce(scheduler, clock, timers: [timer], pending: 1)
+        await WakeTesting.quiesce(scheduler, clock, timers: [timer], pending: 1)
         #expect(clock.nextDeadline == late.latest)
 
-        await advance(clock, to: now + .seconds(600), timers: [timer])
+        await WakeTesting.advance(clock, to: now + .seconds(600), timers: [timer])
         let firing = try await lateTask.value
         #expect(firing.firedAt == late.latest)
         #expect(firing.batchSize == 1)
@@ -204,18 +208,18 @@ func advance(_ clock: ManualClock, to target: VigilInstant, timers: [ClockDriven
         let (clock, timer, scheduler) = manualScheduler()
         let now = clock.now
         let first = Task { try await scheduler.wake(WakeRequest(earliest: now + .seconds(10), latest: now + .seconds(20), label: "1")) }
-        await quiesce(scheduler, clock, timers: [timer], pending: 1)
+        await WakeTesting.quiesce(scheduler, clock, timers: [timer], pending: 1)
         #expect(timer.armCount == 1)
         // Later target: the timer stays as it is.
         let second = Task { try await scheduler.wake(WakeRequest(earliest: now + .seconds(30), latest: now + .seconds(40), label: "2")) }
-        await quiesce(scheduler, clock, timers: [timer], pending: 2)
+        await WakeTesting.quiesce(scheduler, clock, timers: [timer], pending: 2)
         #expect(timer.armCount == 1)
         // Earlier target: re-armed.
         let third = Task { try await scheduler.wake(WakeRequest(earliest: now + .seconds(5), latest: now + .seconds(15), label: "3")) }
-        await quiesce(scheduler, clock, timers: [timer], pending: 3)
+        await WakeTesting.quiesce(scheduler, clock, timers: [timer], pending: 3)
         #expect(timer.armCount == 2)
         #expect(timer.armedDeadline == now + .seconds(15))
-        await advance(clock, to: now + .seconds(60), timers: [timer])
+        await WakeTesting.advance(clock, to: now + .seconds(60), timers: [timer])
         let (f1, f2, f3) = try await (first.value, second.value, third.value)
         #expect(f3.firedAt == now + .seconds(15))
         #expect(f1.firedAt == now + .seconds(15))  // earliest 10 <= 15: coalesced
@@ -242,8 +246,8 @@ func advance(_ clock: ManualClock, to target: VigilInstant, timers: [ClockDriven
         let now = clock.now
         let request = WakeRequest(earliest: now - .seconds(10), latest: now + .seconds(10), label: "open window")
         async let firing = scheduler.wake(request)
-        await quiesce(scheduler, clock, timers: [timer], pending: 1)
-        await advance(clock, to: now + .seconds(30), timers: [timer])
+        await WakeTesting.quiesce(scheduler, clock, timers: [timer], pending: 1)
+        await WakeTesting.advance(clock, to: now + .seconds(30), timers: [timer])
         #expect(try await firing.firedAt == request.latest)
     }
 
@@ -257,17 +261,17 @@ func advance(_ clock: ManualClock, to target: VigilInstant, timers: [ClockDriven
         let waking = WakeRequest(earliest: now + .seconds(180), latest: now + .seconds(240), wakeSystem: true, label: "alarm")
         async let ordinaryFiring = scheduler.wake(ordinary)
         async let wakingFiring = scheduler.wake(waking)
-        await quiesce(scheduler, clock, timers: [timer, alarm], pending: 2)
+        await WakeTesting.quiesce(scheduler, clock, timers: [timer, alarm], pending: 2)
         #expect(timer.armedDeadline == ordinary.latest)
         #expect(alarm.armedDeadline == waking.latest)
 
-        await advance(clock, to: ordinary.latest, timers: [timer, alarm])
+        await WakeTesting.advance(clock, to: ordinary.latest, timers: [timer, alarm])
         #expect(try await ordinaryFiring.onAlarmClock == false)
-        await quiesce(scheduler, clock, timers: [timer, alarm], pending: 1)
+        await WakeTesting.quiesce(scheduler, clock, timers: [timer, alarm], pending: 1)
         #expect(timer.armedDeadline == nil)  // nothing ordinary before the alarm
         #expect(alarm.armedDeadline == waking.latest)
 
-        await advance(clock, to: waking.latest + .seconds(1), timers: [timer, alarm])
+        await WakeTesting.advance(clock, to: waking.latest + .seconds(1), timers: [timer, alarm])
         let firing = try await wakingFiring
         #expect(firing.onAlarmClock)
         #expect(firing.firedAt == waking.latest)
@@ -285,10 +289,10 @@ func advance(_ clock: ManualClock, to target: VigilInstant, timers: [ClockDriven
         let ordinary = WakeRequest(earliest: now + .seconds(90), latest: now + .seconds(300), label: "heartbeat")
         async let wakingFiring = scheduler.wake(waking)
         async let ordinaryFiring = scheduler.wake(ordinary)
-        await quiesce(scheduler, clock, timers: [timer, alarm], pending: 2)
+        await WakeTesting.quiesce(scheduler, clock, timers: [timer, alarm], pending: 2)
         #expect(alarm.armedDeadline == waking.latest)
         #expect(timer.armedDeadline == nil)
-        await advance(clock, to: now + .seconds(400), timers: [timer, alarm])
+        await WakeTesting.advance(clock, to: now + .seconds(400), timers: [timer, alarm])
         let (w, o) = try await (wakingFiring, ordinaryFiring)
         #expect(w == o)
         #expect(w.batchSize == 2 && w.onAlarmClock)

@@ -53,7 +53,7 @@ import VigilKit
         let now = clock.now
         let far = WakeRequest(earliest: now + .seconds(10), latest: now + .seconds(11), label: "far")
         let farTask = Task { try await scheduler.wake(far) }
-        await waitUntil("the far request is pending") { await scheduler.pendingCount == 1 }
+        await WakeTesting.waitUntil("the far request is pending") { await scheduler.pendingCount == 1 }
         #expect(await scheduler.armedDeadlines.ordinary == far.latest)
 
         farTask.cancel()
