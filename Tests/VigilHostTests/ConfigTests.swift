@@ -626,6 +626,15 @@ struct ConfigSourceLocatorTests {
         #expect(locator.exactLocation(of: [.key("j")]) == at(14, 1))
     }
 
+    @Test("CRLF line endings and a byte-order mark do not shift positions")
+    func crlfAndBOM() {
+        let locator = locate("\u{FEFF}[host]\r\na = [\r\n  1,\r\n]\r\n  b = \"x\" # c\r\n")
+        #expect(locator.exactLocation(of: [.key("host")]) == at(1, 1))
+        #expect(locator.exactLocation(of: [.key("host"), .key("a")]) == at(2, 1))
+        #expect(locator.exactLocation(of: [.key("host"), .key("a"), .index(0)]) == at(3, 3))
+        #expect(locator.exactLocation(of: [.key("host"), .key("b")]) == at(5, 3))
+    }
+
     @Test("location(of:) falls back to the nearest located ancestor")
     func fallback() {
         let locator = locate("[[strategy]]\nname = \"x\"\n")

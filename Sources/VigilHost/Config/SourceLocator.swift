@@ -131,6 +131,9 @@ private struct Scanner {
     // MARK: document
 
     mutating func scanDocument() {
+        // A byte-order mark is not part of the first line's text (and takes
+        // no column), so skip it without counting.
+        if current == "\u{FEFF}" { position += 1 }
         while !atEnd {
             skipBlank()
             guard let c = current else { break }
