@@ -165,6 +165,18 @@ struct SurvivalReportTests {
         #expect(json.contains(#""aliveMicros""#))
     }
 
+    @Test func aggregatesAgreeWithARecountOfTheRawHeartbeats() async throws {
+        let dir = try SurvivalTempDir()
+        let runs = try await threeRuns(dir)
+        let recount = try SurvivalReport.recount(path: dir.store)
+        #expect(recount.map(\.runId) == runs.map(\.runId))
+        for (counted, summary) in zip(recount, runs) {
+            #expect(counted.matches(summary), "\(counted) vs \(summary)")
+        }
+        #expect(recount.map(\.stalls) == [0, 1, 0])
+        #expect(recount.map(\.suspends) == [1, 0, 0])
+    }
+
     @Test func textTimelineShowsEachRunsSegments() async throws {
         let dir = try SurvivalTempDir()
         let runs = try await threeRuns(dir)

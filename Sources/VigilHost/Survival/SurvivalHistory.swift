@@ -25,7 +25,7 @@ extension SurvivalReport {
     public static func heartbeats(path: String, runId: String) throws -> [HeartbeatEntry] {
         try readRun(path: path, runId: runId) { db, key in
             let beats = try HeartbeatRecord.filter(Column("runId") == key).order(Column("seq")).fetchAll(db)
-            let spans = try LeaseSpanRecord.filter(Column("runId") == key).order(Column("firstSeq"), Column("id")).fetchAll(db)
+            let spans = try LeaseSpanRecord.filter(Column("runId") == key).order(Column("firstSeq"), Column("leaseId")).fetchAll(db)
             var next = 0
             var open: [LeaseSpanRecord] = []
             return beats.map { beat in
@@ -97,6 +97,70 @@ enum SurvivalStoreInspector {
                 let value: DatabaseValue = row[0]
                 return value.isNull ? "NULL" : (String.fromDatabaseValue(value) ?? value.description)
             }
+        }
+    }
+}
+
+/// A run's figures recomputed from its raw heartbeat rows.
+public struct RunRecount: Codable, Sendable, Hashable {
+    public var runId: String
+    public var heartbeats: Int
+    public var aliveMicros: Int64
+    public var awakeMicros: Int64
+    public var suspends: Int
+    public var suspendedMicros: Int64
+    public var stalls: Int
+    public var stalledMicros: Int64
+    public var longestStallMicros: Int64
+
+    /// Whether `summary` (built from the aggregates kept at write time) agrees.
+    public func matches(_ summary: RunSummary) -> Bool {
+        runId == summary.runId && heartbeats == summary.heartbeats && aliveMicros == summary.aliveMicros
+            && awakeMicros == summary.awakeMicros && suspends == summary.suspends
+            && suspendedMicros == summary.suspendedMicros && stalls == summary.stalls
+            && stalledMicros == summary.stalledMicros && longestStallMicros == summary.longestStallMicros
+    }
+}
+
+extension SurvivalReport {
+    /// Recomputes every run's figures from the heartbeat table alone (one
+    /// full scan with window functions, applying `GapRule` in SQL), newest
+    /// run first. An audit of the aggregates that `load` reads: the two must
+    /// agree. Its cost grows with the log; `load`'s does not.
+    public static func recount(path: String) throws -> [RunRecount] {
+        guard let reader = try openReader(path: path) else { return [] }
+        defer { try? reader.close() }
+        do {
+            return try reader.read { db in
+                let stall = "d.mono > r.intervalMicros + MAX(r.intervalMicros / 2, \(GapRule.minimumStallSlackMicros))"
+                let sleep = "(d.boot - d.mono) > \(GapRule.suspendThresholdMicros)"
+                let rows = try Row.fetchAll(db, sql: """
+                    WITH d AS (
+                        SELECT runId,
+                            MAX(0, mono - LAG(mono, 1, mono) OVER beats) AS mono,
+                            MAX(0, boot - LAG(boot, 1, boot) OVER beats) AS boot
+                        FROM heartbeat
+                        WINDOW beats AS (PARTITION BY runId ORDER BY seq)
+                    )
+                    SELECT r.uuid AS runId, COUNT(*) AS heartbeats,
+                        SUM(d.boot) AS aliveMicros, SUM(d.mono) AS awakeMicros,
+                        SUM(\(sleep)) AS suspends,
+                        SUM(CASE WHEN \(sleep) THEN d.boot - d.mono ELSE 0 END) AS suspendedMicros,
+                        SUM(\(stall)) AS stalls,
+                        SUM(CASE WHEN \(stall) THEN d.mono ELSE 0 END) AS stalledMicros,
+                        MAX(CASE WHEN \(stall) THEN d.mono ELSE 0 END) AS longestStallMicros
+                    FROM d JOIN run r ON r.id = d.runId
+                    GROUP BY d.runId ORDER BY d.runId DESC
+                    """)
+                return rows.map { row in
+                    RunRecount(
+                        runId: row["runId"], heartbeats: row["heartbeats"], aliveMicros: row["aliveMicros"],
+                        awakeMicros: row["awakeMicros"], suspends: row["suspends"], suspendedMicros: row["suspendedMicros"],
+                        stalls: row["stalls"], stalledMicros: row["stalledMicros"], longestStallMicros: row["longestStallMicros"])
+                }
+            }
+        } catch {
+            throw SurvivalStoreError.wrap(error, path: path, doing: "recounting heartbeats")
         }
     }
 }

@@ -104,23 +104,19 @@ struct GapRecord: Codable, FetchableRecord, PersistableRecord, Sendable, Hashabl
 }
 
 /// A row of `leaseSpan`: a lease seen in heartbeats firstSeq...lastSeq of a
-/// run with the same strategy, holds and state.
-struct LeaseSpanRecord: Codable, FetchableRecord, MutablePersistableRecord, Sendable, Hashable {
+/// run with the same strategy, holds and state. Keyed by (runId, firstSeq,
+/// leaseId): a lease starts at most one span per heartbeat.
+struct LeaseSpanRecord: Codable, FetchableRecord, PersistableRecord, Sendable, Hashable {
     static let databaseTableName = "leaseSpan"
 
-    var id: Int64?
     var runId: Int64
+    var firstSeq: Int64
     /// The lease id's bit pattern (SQLite integers are signed).
     var leaseId: Int64
+    var lastSeq: Int64
     var strategy: String
     var holds: String
     var state: String
-    var firstSeq: Int64
-    var lastSeq: Int64
-
-    mutating func didInsert(_ inserted: InsertionSuccess) {
-        id = inserted.rowID
-    }
 }
 
 /// A row of `event`: something the host recorded, after heartbeat `seq`.

@@ -80,18 +80,17 @@ enum SurvivalSchema {
                 """)
             try db.execute(sql: """
                 CREATE TABLE leaseSpan (
-                    id INTEGER PRIMARY KEY,
                     runId INTEGER NOT NULL REFERENCES run(id) ON DELETE CASCADE,
+                    firstSeq INTEGER NOT NULL,
                     leaseId INTEGER NOT NULL,
+                    lastSeq INTEGER NOT NULL,
                     strategy TEXT NOT NULL,
                     holds TEXT NOT NULL,
                     state TEXT NOT NULL,
-                    firstSeq INTEGER NOT NULL,
-                    lastSeq INTEGER NOT NULL,
-                    CHECK (lastSeq >= firstSeq)
-                )
+                    CHECK (lastSeq >= firstSeq),
+                    PRIMARY KEY (runId, firstSeq, leaseId)
+                ) WITHOUT ROWID
                 """)
-            try db.execute(sql: "CREATE INDEX leaseSpan_on_runId_firstSeq ON leaseSpan(runId, firstSeq)")
             try db.execute(sql: """
                 CREATE TABLE event (
                     id INTEGER PRIMARY KEY,

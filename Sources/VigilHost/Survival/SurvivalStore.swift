@@ -110,7 +110,7 @@ public actor SurvivalStore {
     }
 
     private struct OpenSpan {
-        var rowID: Int64
+        var firstSeq: Int64
         var strategy: String
         var holds: String
         var state: String
@@ -305,15 +305,14 @@ public actor SurvivalStore {
         for lease in sample.leases where open[lease.id] == nil {
             if let span = run.openSpans[lease.id],
                span.strategy == lease.strategy, span.holds == lease.holds, span.state == lease.state {
-                try db.cachedStatement(sql: "UPDATE leaseSpan SET lastSeq = ? WHERE id = ?")
-                    .execute(arguments: [seq, span.rowID])
+                try db.cachedStatement(sql: "UPDATE leaseSpan SET lastSeq = ? WHERE runId = ? AND firstSeq = ? AND leaseId = ?")
+                    .execute(arguments: [seq, run.key, span.firstSeq, Int64(bitPattern: lease.id)])
                 open[lease.id] = span
             } else {
-                var record = LeaseSpanRecord(
-                    id: nil, runId: run.key, leaseId: Int64(bitPattern: lease.id), strategy: lease.strategy,
-                    holds: lease.holds, state: lease.state, firstSeq: seq, lastSeq: seq)
-                try record.insert(db)
-                open[lease.id] = OpenSpan(rowID: record.id ?? 0, strategy: lease.strategy, holds: lease.holds, state: lease.state)
+                try LeaseSpanRecord(
+                    runId: run.key, firstSeq: seq, leaseId: Int64(bitPattern: lease.id), lastSeq: seq,
+                    strategy: lease.strategy, holds: lease.holds, state: lease.state).insert(db)
+                open[lease.id] = OpenSpan(firstSeq: seq, strategy: lease.strategy, holds: lease.holds, state: lease.state)
             }
         }
         run.openSpans = open
