@@ -4,6 +4,7 @@ import Foundation
 
 let benchmarks: [String: (_ arguments: [String]) async throws -> Void] = [
     "wake-latency": wakeLatencyBench,
+    "survival-report": survivalReportBench,
 ]
 
 let arguments = Array(CommandLine.arguments.dropFirst())
