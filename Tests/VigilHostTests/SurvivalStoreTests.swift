@@ -245,6 +245,20 @@ struct SurvivalStoreTests {
         #expect(error?.description.contains("v9-from-the-future") == true)
     }
 
+    @Test func immutableFallbackReadsAStoreWithAnAwkwardPath() async throws {
+        let dir = try SurvivalTempDir()
+        let path = dir.path + "/odd dir #1?/survival%.sqlite"
+        var clocks = FakeClocks()
+        do {
+            let store = try SurvivalStore(path: path)
+            _ = try await store.beginRun(runStart("odd", at: clocks.readings))
+            try await store.endRun(reason: .stopped, readings: clocks.awake(60))
+        }
+        let reader = try #require(try SurvivalReport.openReader(path: path, immutable: true))
+        try reader.close()
+        #expect(try SurvivalReport.load(path: path, runs: nil, sinceWallMicros: nil).map(\.runId) == ["odd"])
+    }
+
     @Test func missingStoreIsReportedNotCreated() throws {
         let dir = try SurvivalTempDir()
         let error = #expect(throws: SurvivalStoreError.self) { try SurvivalReport.load(path: dir.store, runs: 10, sinceWallMicros: nil) }

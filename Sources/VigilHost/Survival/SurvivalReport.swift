@@ -157,8 +157,8 @@ public struct SurvivalReport {
     }
 
     /// Opens the store read-only; nil for an empty SQLite file (nothing
-    /// recorded yet).
-    static func openReader(path: String) throws -> DatabaseQueue? {
+    /// recorded yet). `immutable` skips straight to the fallback (for tests).
+    static func openReader(path: String, immutable: Bool = false) throws -> DatabaseQueue? {
         guard FileManager.default.fileExists(atPath: path) else {
             throw SurvivalStoreError(.missing, path: path, "no survival store here; vigild creates it when it first runs (or pass --store / --state-dir)")
         }
@@ -166,19 +166,26 @@ public struct SurvivalReport {
         config.readonly = true
         config.label = "vigil.survival.report"
         do {
+            if immutable { return try openImmutable(path, config) }
             return try open(path, config, path: path)
         } catch let error as DatabaseError where [.SQLITE_CANTOPEN, .SQLITE_READONLY].contains(error.resultCode) {
             // A WAL store whose -shm file we may not create (another user's
             // store while its host is stopped): read the main file as is.
-            let uri = "file:" + (path.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? path) + "?immutable=1"
             do {
-                return try open(uri, config, path: path)
+                return try openImmutable(path, config)
             } catch {
                 throw SurvivalStoreError.wrap(error, path: path, doing: "opening the store read-only")
             }
         } catch {
             throw SurvivalStoreError.wrap(error, path: path, doing: "opening the store read-only")
         }
+    }
+
+    private static func openImmutable(_ path: String, _ config: Configuration) throws -> DatabaseQueue? {
+        var allowed = CharacterSet.urlPathAllowed
+        allowed.remove(charactersIn: "?#%")
+        let uri = "file:" + (path.addingPercentEncoding(withAllowedCharacters: allowed) ?? path) + "?immutable=1"
+        return try open(uri, config, path: path)
     }
 
     private static func open(_ name: String, _ config: Configuration, path: String) throws -> DatabaseQueue? {
