@@ -73,6 +73,11 @@ let package = Package(
             swiftSettings: strict
         ),
         .testTarget(
+            name: "EndToEndTests",
+            dependencies: ["VigilHost"],
+            swiftSettings: strict
+        ),
+        .testTarget(
             name: "VigilDBusTests",
             dependencies: ["VigilDBus"],
             swiftSettings: strict

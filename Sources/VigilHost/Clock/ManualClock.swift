@@ -95,6 +95,22 @@ public final class ManualClock: VigilClock, @unchecked Sendable {
         await settle()
     }
 
+    /// Moves time forward by `duration` in one step, as a system suspend or a
+    /// frozen process sees it: nothing runs in between, and every sleeper due
+    /// by the new time wakes at once, late.
+    public func jump(by duration: Duration) async {
+        await settle()
+        let due: [Sleeper] = lock.withLock {
+            let now = state.now + duration
+            state.now = now
+            let due = state.sleepers.filter { $0.deadline <= now }
+            state.sleepers.removeAll { $0.deadline <= now }
+            return due
+        }
+        for s in due { s.continuation.resume() }
+        await settle()
+    }
+
     /// Lets runnable tasks run: yields repeatedly so work triggered by a wake
     /// (actor hops, new sleeps) completes before the test looks at state.
     public func settle() async {

@@ -3,8 +3,7 @@ import VigilKit
 
 extension PluginLoader: KindResolver {
     public func resolve(kind: String) -> Result<any StrategyKind, KindResolutionError> {
-        let result: Result<any StrategyKind, PluginLoadError> = resolve(kind: kind)
-        return result.mapError { KindResolutionError($0.message) }
+        loadKind(kind).mapError { KindResolutionError($0.message) }
     }
 }
 

@@ -85,7 +85,7 @@ public final class PluginLoader: @unchecked Sendable {
     }
 
     /// The kind, loading its plugin if needed.
-    public func resolve(kind: String) -> Result<any StrategyKind, PluginLoadError> {
+    public func loadKind(_ kind: String) -> Result<any StrategyKind, PluginLoadError> {
         if let hit = lock.withLock({ loaded[kind]?.kind }) { return .success(hit) }
         guard !kind.isEmpty, kind.allSatisfy({ $0.isASCII && ($0.isLowercase || $0.isNumber || $0 == "-") }) else {
             return .failure(PluginLoadError(code: .invalidKindName, message: "kind \"\(kind)\" is not a valid kind name (lowercase letters, digits and '-')"))

@@ -108,7 +108,10 @@ public actor HostRuntime {
                 let leases = await registry.active.map {
                     HeartbeatLease(id: $0.id.rawValue, strategy: $0.strategy, holds: $0.holds, state: $0.state.rawValue)
                 }
-                do { try await store.heartbeat(readings(), leases: leases) } catch {
+                do {
+                    try await store.heartbeat(readings(), leases: leases)
+                    log.debug("heartbeat \(k) written (\(leases.count) active lease\(leases.count == 1 ? "" : "s"))")
+                } catch {
                     log.error("cannot write heartbeat: \(error)")
                 }
                 // After a stall or suspend, continue with the next future slot.

@@ -1,0 +1,227 @@
+import Foundation
+import Testing
+import VigilHost
+import VigilKit
+
+/// The real periodic-wake plugin, loaded from the build directory like the
+/// host loads it, driven by the test clock.
+enum PeriodicWakePlugin {
+    static let loader: PluginLoader = {
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        return PluginLoader(searchPath: [(exe as NSString).deletingLastPathComponent])
+    }()
+
+    static func make(_ values: [String: ConfigValue], name: String = "pw") throws -> any KeepAliveStrategy {
+        let kind = try loader.loadKind("periodic-wake").get()
+        let reader = ConfigReader(strategyName: name, keyPath: "strategy[0]", values: values)
+        let strategy = try kind.makeStrategy(reader)
+        guard reader.problems.isEmpty else { throw DescribedError("config problems: \(reader.problems)") }
+        return strategy
+    }
+}
+
+struct DescribedError: Error, CustomStringConvertible {
+    var description: String
+    init(_ d: String) { description = d }
+}
+
+/// A scheduler wrapper that checks every firing against its request's window.
+final class WindowChecker: WakeScheduling, @unchecked Sendable {
+    // Invariant: `violations` and `fired` are only touched while holding `lock`.
+    private let lock = NSLock()
+    private(set) var violations: [String] = []
+    private(set) var fired = 0
+    let inner: WakeScheduler
+    let clock: any VigilClock
+
+    init(_ inner: WakeScheduler, clock: any VigilClock) {
+        self.inner = inner
+        self.clock = clock
+    }
+
+    var clockInfo: WakeClockInfo { inner.clockInfo }
+
+    func wake(_ request: WakeRequest) async throws -> WakeFiring {
+        let firing = try await inner.wake(request)
+        let now = clock.now
+        lock.withLock {
+            fired += 1
+            if now < request.earliest { violations.append("\(request.label) fired \(request.earliest - now) early") }
+            if now > request.latest { violations.append("\(request.label) fired \(now - request.latest) late") }
+        }
+        return firing
+    }
+}
+
+/// Records hook runs instead of starting processes (the hook runner has its
+/// own tests), and what the lease registry held at that moment.
+final class RecordingHooks: HookRunning, @unchecked Sendable {
+    // Invariant: `runs` is only touched while holding `lock`.
+    private let lock = NSLock()
+    private(set) var runs: [(event: String, variables: [String: String], leases: Int)] = []
+    let registry: LeaseRegistry
+    init(registry: LeaseRegistry) { self.registry = registry }
+
+    func run(_ command: HookCommand, event: String, variables: [String: String]) async -> HookResult {
+        let held = await registry.active.count
+        lock.withLock { runs.append((event, variables, held)) }
+        return HookResult(exit: .exited(0), output: "", duration: .zero)
+    }
+    var count: Int { lock.withLock { runs.count } }
+}
+
+final class RecordingEvents: EventRecording, @unchecked Sendable {
+    // Invariant: `events` and `waiters` are only touched while holding `lock`.
+    private let lock = NSLock()
+    private(set) var events: [(String, [String: String])] = []
+    private var waiters: [CheckedContinuation<Void, Never>] = []
+    func record(_ event: String, _ fields: [String: String]) async {
+        let ready = lock.withLock {
+            events.append((event, fields))
+            defer { waiters.removeAll() }
+            return waiters
+        }
+        for w in ready { w.resume() }
+    }
+    /// Returns once at least one event was recorded.
+    func waitForFirst() async {
+        await withCheckedContinuation { c in
+            let now = lock.withLock {
+                if !events.isEmpty { return true }
+                waiters.append(c)
+                return false
+            }
+            if now { c.resume() }
+        }
+    }
+    var all: [(String, [String: String])] { lock.withLock { events } }
+}
+
+struct Harness {
+    let clock = ManualClock()
+    let scheduler: WakeScheduler
+    let checker: WindowChecker
+    let registry: LeaseRegistry
+    let hooks: RecordingHooks
+    let events = RecordingEvents()
+    let logs = MemoryLogSink()
+    let supervisor: Supervisor
+
+    init() {
+        scheduler = WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock))
+        checker = WindowChecker(scheduler, clock: clock)
+        registry = LeaseRegistry(clock: clock)
+        hooks = RecordingHooks(registry: registry)
+        let hooks = self.hooks, events = self.events
+        supervisor = Supervisor(services: StrategyServices(
+            registry: registry, scheduler: checker, clock: clock, logSink: logs,
+            hooks: { _, _ in hooks }, events: { _ in events }
+        ))
+    }
+}
+
+@Suite struct PeriodicWakeTests {
+    @Test func overlappingInstancesCoalesceAndNeverFireOutsideTheirWindows() async throws {
+        let h = Harness()
+        // Five instances, every 10 minutes with a 3-minute window, started
+        // 40 s apart so their windows overlap without being identical.
+        for i in 0..<5 {
+            let s = try PeriodicWakePlugin.make(["every": .string("10m"), "tolerance": .string("3m"), "run": .array([.string("true")])])
+            await h.supervisor.start([SupervisedStrategy(name: "pw\(i)", kind: "periodic-wake", strategy: s)])
+            await h.clock.advance(by: .seconds(40))
+        }
+        await h.clock.advance(by: .seconds(2 * 3600))
+        let stats = await h.scheduler.statistics
+        let runs = h.hooks.count
+        // 5 instances x 12 periods (give or take the last partial period).
+        #expect(runs >= 55 && runs <= 60, "runs: \(runs)")
+        #expect(stats.timerExpirations < runs, "expirations \(stats.timerExpirations) must be fewer than \(runs) runs")
+        #expect(stats.timerExpirations <= 15, "expirations: \(stats.timerExpirations)")
+        #expect(h.checker.violations.isEmpty, "\(h.checker.violations)")
+        // Each run held a lease while its command ran.
+        #expect(h.hooks.runs.allSatisfy { $0.leases >= 1 })
+        #expect(await h.registry.active.isEmpty)
+        await h.supervisor.stopAll()
+    }
+
+    @Test(arguments: [("skip", 0), ("once", 1), ("all", 3)])
+    func catchUpAfterASuspend(_ mode: String, _ expectedRuns: Int) async throws {
+        let h = Harness()
+        let s = try PeriodicWakePlugin.make([
+            "every": .string("10m"), "tolerance": .string("1m"), "catch_up": .string(mode), "run": .array([.string("true")]),
+        ])
+        await h.supervisor.start([SupervisedStrategy(name: "pw", kind: "periodic-wake", strategy: s)])
+        // The system sleeps through the first window and two more periods.
+        await h.clock.jump(by: .seconds(35 * 60))
+        #expect(h.hooks.count == expectedRuns)
+        let wake = h.events.all.last
+        #expect(wake?.1["missed"] == "2")
+        #expect(wake?.0 == (mode == "skip" ? "wake-skipped" : "wake"))
+        // Back on the original 10-minute grid: the next run is at 40 min.
+        await h.clock.advance(by: .seconds(4 * 60 + 59))
+        #expect(h.hooks.count == expectedRuns)
+        await h.clock.advance(by: .seconds(62))
+        #expect(h.hooks.count == expectedRuns + 1)
+        await h.supervisor.stopAll()
+    }
+
+    @Test func recordsLatenessAndExitStatusOfEachWake() async throws {
+        let h = Harness()
+        let s = try PeriodicWakePlugin.make(["every": .string("1m"), "tolerance": .string("0s"), "run": .array([.string("true")])])
+        await h.supervisor.start([SupervisedStrategy(name: "pw", kind: "periodic-wake", strategy: s)])
+        await h.clock.advance(by: .seconds(180))
+        let wakes = h.events.all.filter { $0.0 == "wake" }
+        #expect(wakes.count == 3)
+        #expect(wakes.allSatisfy { $0.1["exit"] == "exited with status 0" && $0.1["lateness_ms"] == "0.0" })
+        #expect(h.hooks.runs.map { $0.variables["sequence"] } == ["1", "2", "3"])
+        await h.supervisor.stopAll()
+    }
+
+    @Test func wakeSystemWithoutAnAlarmClockSaysWhy() async throws {
+        let h = Harness()
+        let s = try PeriodicWakePlugin.make(["every": .string("1m"), "wake_system": .boolean(true), "run": .array([.string("true")])])
+        await h.supervisor.start([SupervisedStrategy(name: "pw", kind: "periodic-wake", strategy: s)])
+        await h.clock.settle()
+        #expect(h.logs.entries.contains { $0.contains("wake_system is set but this host cannot wake a suspended system") })
+        await h.supervisor.stopAll()
+    }
+
+    @Test func rejectsBadOptions() throws {
+        let kind = try PeriodicWakePlugin.loader.loadKind("periodic-wake").get()
+        let reader = ConfigReader(strategyName: "pw", keyPath: "strategy[0]", values: [
+            "every": .string("0s"), "tolerance": .string("-1m"), "catch_up": .string("sometimes"),
+            "run": .array([]), "run_timeout": .string("forever"), "align": .integer(3),
+        ])
+        _ = try kind.makeStrategy(reader)
+        let messages = reader.problems.map(\.description).joined(separator: "\n")
+        #expect(reader.problems.count == 6, "\(messages)")
+        #expect(messages.contains("strategy[0].every: expected a duration greater than zero"))
+        #expect(messages.contains("strategy[0].catch_up: expected one of \"skip\", \"once\", \"all\", found \"sometimes\""))
+        #expect(messages.contains("strategy[0].run: expected a non-empty argv array"))
+        #expect(messages.contains("strategy[0].align: expected true, false or a slot duration"))
+    }
+
+    @Test func runTimeoutKillsTheCommandWithRealProcesses() async throws {
+        let clock = SystemClock()
+        let scheduler = try WakeScheduler.system(clock: clock)
+        let registry = LeaseRegistry(clock: clock)
+        let events = RecordingEvents()
+        let logs = MemoryLogSink()
+        let supervisor = Supervisor(services: StrategyServices(
+            registry: registry, scheduler: scheduler, clock: clock, logSink: logs,
+            hooks: { name, log in HookRunner(strategy: name, log: log, killGrace: .milliseconds(200)) },
+            events: { _ in events }
+        ))
+        let s = try PeriodicWakePlugin.make([
+            "every": .string("100ms"), "tolerance": .string("0s"), "run_at_start": .boolean(true),
+            "run": .array(["sleep", "30"].map(ConfigValue.string)), "run_timeout": .string("300ms"),
+        ])
+        await supervisor.start([SupervisedStrategy(name: "slow", kind: "periodic-wake", strategy: s)])
+        await events.waitForFirst()
+        await supervisor.stopAll()
+        let first = try #require(events.all.first)
+        #expect(first.1["exit"] == "timed out")
+        #expect(Double(first.1["duration_ms"] ?? "") ?? 0 < 2_000)
+        #expect(await registry.active.isEmpty)
+    }
+}
