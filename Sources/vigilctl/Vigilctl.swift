@@ -11,6 +11,6 @@ struct Vigilctl: AsyncParsableCommand {
         file and the survival log directly.
         """,
         version: VigilVersion.string,
-        subcommands: [CheckConfigCommand.self]
+        subcommands: [CheckConfigCommand.self, SurvivalCommand.self]
     )
 }
