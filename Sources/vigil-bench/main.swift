@@ -5,6 +5,7 @@ import Foundation
 let benchmarks: [String: (_ arguments: [String]) async throws -> Void] = [
     "wake-latency": wakeLatencyBench,
     "survival-report": survivalReportBench,
+    "idle-cost": idleCostBench,
 ]
 
 let arguments = Array(CommandLine.arguments.dropFirst())

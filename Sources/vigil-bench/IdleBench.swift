@@ -1,0 +1,108 @@
+import Foundation
+import VigilHost
+
+/// Per-thread counters of a process, from /proc.
+struct ThreadSample {
+    var name: String
+    var voluntary: Int
+    var involuntary: Int
+    /// utime + stime, clock ticks.
+    var cpuTicks: Int
+}
+
+func sampleThreads(pid: Int32) -> [Int: ThreadSample] {
+    var out: [Int: ThreadSample] = [:]
+    let dir = "/proc/\(pid)/task"
+    for tid in (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? [] {
+        guard let t = Int(tid),
+              let status = try? String(contentsOfFile: "\(dir)/\(tid)/status", encoding: .utf8),
+              let stat = try? String(contentsOfFile: "\(dir)/\(tid)/stat", encoding: .utf8)
+        else { continue }
+        func field(_ key: String) -> Int {
+            status.split(separator: "\n").first { $0.hasPrefix(key) }
+                .flatMap { Int($0.split(separator: "\t").last?.trimmingCharacters(in: .whitespaces) ?? "") } ?? 0
+        }
+        // Fields after the ")" of comm: state is field 3; utime 14, stime 15.
+        let rest = stat[stat.index(after: stat.lastIndex(of: ")") ?? stat.startIndex)...].split(separator: " ")
+        let ticks = (Int(rest[11]) ?? 0) + (Int(rest[12]) ?? 0)
+        let name = (try? String(contentsOfFile: "\(dir)/\(tid)/comm", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
+        out[t] = ThreadSample(name: name, voluntary: field("voluntary_ctxt_switches:"), involuntary: field("nonvoluntary_ctxt_switches:"), cpuTicks: ticks)
+    }
+    return out
+}
+
+/// vigil-bench idle-cost [seconds]: the host with five periodic-wake
+/// instances at 10-minute intervals, measured while idle. Target: no wakeups
+/// beyond scheduled ones and the heartbeat. Reference, same run: a shell loop
+/// that wakes once per heartbeat interval and does nothing else.
+func idleCostBench(_ args: [String]) async throws {
+    let seconds = args.first.flatMap(Double.init) ?? 120
+    let interval = 60.0
+    let bin = URL(fileURLWithPath: try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")).deletingLastPathComponent()
+    let dir = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-idle-\(getpid())")
+    try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: dir) }
+    var config = """
+    [host]
+    state_dir = "\(dir.path)/state"
+    survival_interval = "\(Int(interval))s"
+
+    """
+    for i in 0..<5 {
+        config += """
+
+        [[strategy]]
+        name = "sync\(i)"
+        kind = "periodic-wake"
+        every = "10m"
+        tolerance = "1m"
+        run = ["true"]
+
+        """
+    }
+    let configPath = dir.appendingPathComponent("vigil.toml").path
+    try config.write(toFile: configPath, atomically: true, encoding: .utf8)
+
+    let host = Process()
+    host.executableURL = bin.appendingPathComponent("vigild")
+    host.arguments = ["--config", configPath, "--log-level", "warning"]
+    let reference = Process()
+    reference.executableURL = URL(fileURLWithPath: "/bin/sh")
+    reference.arguments = ["-c", "while sleep \(Int(interval)); do :; done"]
+    try host.run()
+    try reference.run()
+    defer {
+        host.terminate(); reference.terminate()
+        host.waitUntilExit(); reference.waitUntilExit()
+    }
+    // Let start-up finish (plugin loading, store migration) before measuring.
+    try await Task.sleep(for: .seconds(3))
+    let hostBefore = sampleThreads(pid: host.processIdentifier)
+    let refBefore = sampleThreads(pid: reference.processIdentifier)
+    print("measuring idle host (5 x periodic-wake every 10m, heartbeat every \(Int(interval))s) for \(Int(seconds)) s ...")
+    try await Task.sleep(for: .seconds(seconds))
+    let hostAfter = sampleThreads(pid: host.processIdentifier)
+    let refAfter = sampleThreads(pid: reference.processIdentifier)
+    let ticksPerSecond = Double(sysconf(Int32(_SC_CLK_TCK)))
+
+    func report(_ label: String, _ before: [Int: ThreadSample], _ after: [Int: ThreadSample]) -> (Int, Double) {
+        print("\n\(label)")
+        print("  thread            tid   voluntary  involuntary   cpu s")
+        var totalV = 0, totalTicks = 0
+        for (tid, a) in after.sorted(by: { $0.key < $1.key }) {
+            let b = before[tid] ?? ThreadSample(name: a.name, voluntary: 0, involuntary: 0, cpuTicks: 0)
+            let v = a.voluntary - b.voluntary, inv = a.involuntary - b.involuntary, ticks = a.cpuTicks - b.cpuTicks
+            totalV += v
+            totalTicks += ticks
+            print("  " + a.name.padding(toLength: 16, withPad: " ", startingAt: 0) + String(format: "%6d %10d %12d %8.2f", tid, v, inv, Double(ticks) / ticksPerSecond))
+        }
+        let cpu = Double(totalTicks) / ticksPerSecond
+        print(String(format: "  total: %d voluntary switches, %.2f CPU s", totalV, cpu))
+        return (totalV, cpu)
+    }
+    let (hv, hcpu) = report("vigild (pid \(host.processIdentifier))", hostBefore, hostAfter)
+    let (rv, rcpu) = report("reference: sh loop waking every \(Int(interval)) s (pid \(reference.processIdentifier))", refBefore, refAfter)
+    let expectedWakes = Int((seconds / interval).rounded(.down))
+    print("\nscheduled wakes in the window: \(expectedWakes) heartbeat(s), 0 strategy runs (10-minute periods)")
+    print(String(format: "vigild: %d voluntary switches (%.1f per scheduled wake), %.2f CPU s; reference: %d switches, %.2f CPU s", hv, Double(hv) / Double(max(expectedWakes, 1)), hcpu, rv, rcpu))
+}
