@@ -1,0 +1,116 @@
+import Foundation
+import Testing
+import VigilHost
+import VigilKit
+
+/// Records the order in which things happen across tasks.
+final class OrderLog: @unchecked Sendable {
+    // Invariant: `items` is only touched while holding `lock`.
+    private let lock = NSLock()
+    private var items: [String] = []
+    func add(_ s: String) { lock.withLock { items.append(s) } }
+    var all: [String] { lock.withLock { items } }
+}
+
+struct FailingStrategy: KeepAliveStrategy {
+    let failures: Int
+    let attempts: Counter
+    let log: OrderLog
+    func run(in context: StrategyContext) async throws {
+        await attempts.increment()
+        let n = await attempts.value
+        log.add("\(context.clock.now.nanoseconds)")
+        // Hold a lease, then fail: the supervisor must release it.
+        _ = try await context.leases.acquire(LeaseRequest(holds: "work", reason: "attempt \(n)"))
+        if n <= failures { throw DescribedError("boom \(n)") }
+        try await context.clock.sleep(for: .seconds(1_000_000))
+    }
+}
+
+struct WaitingStrategy: KeepAliveStrategy {
+    let log: OrderLog
+    func run(in context: StrategyContext) async throws {
+        _ = try await context.leases.acquire(LeaseRequest(holds: "held by \(context.name)", reason: "test"))
+        do { try await context.clock.sleep(for: .seconds(1_000_000)) } catch {
+            log.add("stopped \(context.name)")
+            throw error
+        }
+    }
+}
+
+@Suite struct SupervisorTests {
+    func makeSupervisor(_ clock: ManualClock, _ registry: LeaseRegistry, backoff: Backoff) -> Supervisor {
+        let scheduler = WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock))
+        let logs = MemoryLogSink()
+        return Supervisor(services: StrategyServices(
+            registry: registry, scheduler: scheduler, clock: clock, logSink: logs,
+            hooks: { name, log in HookRunner(strategy: name, log: log) },
+            events: { _ in RecordingEvents() }
+        ), backoff: backoff)
+    }
+
+    @Test func failingStrategyIsRestartedWithBackoffAndItsLeasesReleased() async throws {
+        let clock = ManualClock()
+        let registry = LeaseRegistry(clock: clock)
+        // No jitter, so the delays are exactly the backoff ceilings: 10 s, 20 s, 40 s.
+        let supervisor = makeSupervisor(clock, registry, backoff: Backoff(initial: .seconds(10), maximum: .seconds(300), jitter: false))
+        let attempts = Counter(), log = OrderLog()
+        await supervisor.start([SupervisedStrategy(name: "flaky", kind: "test", strategy: FailingStrategy(failures: 3, attempts: attempts, log: log))])
+        await clock.settle()
+        #expect(await attempts.value == 1)
+        #expect(await supervisor.statuses.first?.state == .backoff)
+        #expect(await registry.active.isEmpty, "the failed attempt's lease must be released")
+        await clock.advance(by: .seconds(9))
+        #expect(await attempts.value == 1)
+        await clock.advance(by: .seconds(1))
+        #expect(await attempts.value == 2)
+        await clock.advance(by: .seconds(20))
+        #expect(await attempts.value == 3)
+        await clock.advance(by: .seconds(39))
+        #expect(await attempts.value == 3)
+        await clock.advance(by: .seconds(1))
+        #expect(await attempts.value == 4)
+        let status = try #require(await supervisor.statuses.first)
+        #expect(status.restarts == 3)
+        #expect(status.lastError == "boom 3")
+        #expect(status.state == .running)
+        #expect(await registry.active.count == 1)
+        await supervisor.stopAll()
+        #expect(await registry.active.isEmpty)
+        let after = await supervisor.statuses
+        #expect(after.isEmpty, "stopped strategies leave the running list: \(after)")
+    }
+
+    @Test func jitteredDelaysStayWithinTheBackoffCeiling() async throws {
+        let clock = ManualClock()
+        let registry = LeaseRegistry(clock: clock)
+        let backoff = Backoff(initial: .seconds(8), maximum: .seconds(60))
+        let supervisor = makeSupervisor(clock, registry, backoff: backoff)
+        let attempts = Counter(), log = OrderLog()
+        await supervisor.start([SupervisedStrategy(name: "flaky", kind: "test", strategy: FailingStrategy(failures: 6, attempts: attempts, log: log))])
+        await clock.advance(by: .seconds(400))
+        let starts = log.all.compactMap { Int64($0) }
+        // 8 + 16 + 32 + 60 + 60 + 60 s at most: all seven attempts fit in 400 s.
+        #expect(starts.count == 7)
+        for (i, (a, b)) in zip(starts, starts.dropFirst()).enumerated() {
+            let delay = Duration.nanoseconds(b - a)
+            #expect(delay <= backoff.ceiling(attempt: i), "delay \(delay) after failure \(i + 1) exceeds \(backoff.ceiling(attempt: i))")
+        }
+        await supervisor.stopAll()
+    }
+
+    @Test func stopAllStopsInReverseStartOrderAndReleasesEveryLease() async throws {
+        let clock = ManualClock()
+        let registry = LeaseRegistry(clock: clock)
+        let supervisor = makeSupervisor(clock, registry, backoff: Backoff())
+        let log = OrderLog()
+        await supervisor.start(["a", "b", "c"].map { SupervisedStrategy(name: $0, kind: "test", strategy: WaitingStrategy(log: log)) })
+        await clock.settle()
+        #expect(await registry.active.count == 3)
+        await supervisor.stopAll()
+        #expect(log.all == ["stopped c", "stopped b", "stopped a"])
+        #expect(await registry.active.isEmpty)
+        let released = await registry.history.filter { $0.kind == .released }.map(\.lease.strategy)
+        #expect(released == ["c", "b", "a"])
+    }
+}
