@@ -6,6 +6,7 @@ let benchmarks: [String: (_ arguments: [String]) async throws -> Void] = [
     "wake-latency": wakeLatencyBench,
     "survival-report": survivalReportBench,
     "idle-cost": idleCostBench,
+    "idle-reference": idleReference,
 ]
 
 let arguments = Array(CommandLine.arguments.dropFirst())

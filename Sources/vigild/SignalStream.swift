@@ -11,9 +11,12 @@ final class SignalStream {
     init(_ signals: [Int32]) {
         let (stream, continuation) = AsyncStream.makeStream(of: Int32.self)
         self.stream = stream
+        // A private serial queue: dispatch's global (non-overcommit) queues
+        // would start its 1 Hz worker monitor.
+        let queue = DispatchQueue(label: "vigild.signals")
         self.sources = signals.map { sig in
             Foundation.signal(sig, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: queue)
             source.setEventHandler { continuation.yield(sig) }
             source.resume()
             return source
