@@ -1,0 +1,684 @@
+import CDBus
+import CDBusShim
+import Dispatch
+import Foundation
+
+/// A connection to a message bus, driven by a DispatchQueue.
+///
+/// All libdbus calls for the connection happen on one serial queue: incoming
+/// data is read when a watched socket becomes readable (DispatchSource), and
+/// libdbus timeouts (only present while a call awaits its reply) are
+/// DispatchSource timers. An idle connection therefore causes no wakeups.
+/// Every public method may be called from any task; it hops to the queue.
+///
+/// `@unchecked Sendable`: the libdbus handle and every mutable property are
+/// only touched on `queue` (the methods below hop there before using them).
+public final class DBusConnection: @unchecked Sendable {
+    /// Which bus to connect to.
+    public enum Bus: Sendable, Equatable {
+        /// `DBUS_SESSION_BUS_ADDRESS`.
+        case session
+        /// `DBUS_SYSTEM_BUS_ADDRESS`, else `unix:path=/run/dbus/system_bus_socket`.
+        case system
+        /// An explicit bus address such as `unix:path=/tmp/bus`.
+        case address(String)
+    }
+
+    /// The queue every libdbus call of this connection runs on.
+    let queue: DispatchQueue
+    /// The libdbus connection (nil once closed).
+    private(set) var raw: OpaquePointer?
+    private var uniqueNameValue: String?
+    private var subscriptions: [UInt64: SignalSubscription] = [:]
+    private var nextSubscriptionID: UInt64 = 0
+    private var closed = false
+
+    /// The address this connection was opened with.
+    public let address: String
+
+    private init(address: String, raw: OpaquePointer, queue: DispatchQueue) {
+        self.address = address
+        self.raw = raw
+        self.queue = queue
+    }
+
+    deinit {
+        // Close and drop our reference; the main-loop callbacks only hold
+        // weak references to `self`.
+        if let raw {
+            dbus_connection_close(raw)
+            dbus_connection_unref(raw)
+        }
+    }
+
+    /// Resolves a `Bus` to an address string.
+    public static func address(of bus: Bus) throws(DBusError) -> String {
+        let environment = ProcessInfo.processInfo.environment
+        switch bus {
+        case .session:
+            guard let address = environment["DBUS_SESSION_BUS_ADDRESS"], !address.isEmpty else {
+                throw .failed("DBUS_SESSION_BUS_ADDRESS is not set: there is no session bus to connect to")
+            }
+            return address
+        case .system:
+            if let address = environment["DBUS_SYSTEM_BUS_ADDRESS"], !address.isEmpty { return address }
+            return "unix:path=/run/dbus/system_bus_socket"
+        case let .address(address):
+            return address
+        }
+    }
+
+    /// Opens a private connection to `bus` and registers with it (`Hello`)
+    /// without blocking a thread on the reply.
+    public static func connect(to bus: Bus) async throws -> DBusConnection {
+        let address = try address(of: bus)
+        guard !address.utf8.contains(0) else { throw DBusError.failed("invalid bus address") }
+        _ = threadsInitialized
+        let queue = DispatchQueue(label: "vigil.dbus.connection")
+        let connection: DBusConnection = try await withCheckedThrowingContinuation { continuation in
+            queue.async {
+                var error = CDBus.DBusError()
+                dbus_error_init(&error)
+                // Connects the socket synchronously (a local socket: immediate);
+                // authentication then proceeds through the watches.
+                guard let raw = dbus_connection_open_private(address, &error) else {
+                    let failure = DBusConnection.takeError(&error, fallback: "cannot connect to \(address)")
+                    continuation.resume(throwing: failure)
+                    return
+                }
+                dbus_connection_set_exit_on_disconnect(raw, 0)
+                let connection = DBusConnection(address: address, raw: raw, queue: queue)
+                connection.installMainLoop()
+                continuation.resume(returning: connection)
+            }
+        }
+        do {
+            let reply = try await connection.call(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                interface: "org.freedesktop.DBus", member: "Hello")
+            let name = try reply.argument(0, as: String.self)
+            await connection.onQueue { connection in
+                connection.uniqueNameValue = name
+                if let raw = connection.raw { dbus_bus_set_unique_name(raw, name) }
+            }
+        } catch {
+            await connection.close()
+            throw error
+        }
+        return connection
+    }
+
+    /// libdbus needs its thread support before any use from several threads.
+    private static let threadsInitialized: Bool = dbus_threads_init_default() != 0
+
+    static func takeError(_ error: inout CDBus.DBusError, fallback: String) -> DBusError {
+        defer { dbus_error_free(&error) }
+        guard dbus_error_is_set(&error) != 0 else { return .failed(fallback) }
+        let name = error.name.map { String(cString: $0) } ?? DBusError.Name.failed
+        let message = error.message.map { String(cString: $0) } ?? fallback
+        return DBusError(name: name, message: message)
+    }
+
+    /// Runs `body` on the connection's queue and returns its result.
+    func onQueue<T: Sendable>(_ body: @escaping @Sendable (DBusConnection) -> T) async -> T {
+        await withCheckedContinuation { continuation in
+            queue.async { continuation.resume(returning: body(self)) }
+        }
+    }
+
+    func onQueueThrowing<T: Sendable>(_ body: @escaping @Sendable (DBusConnection) throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async { continuation.resume(with: Result { try body(self) }) }
+        }
+    }
+
+    /// The unique name the bus assigned (`:1.42`).
+    public var uniqueName: String {
+        get async { await onQueue { $0.uniqueNameValue ?? "" } }
+    }
+
+    /// True while the connection is open and connected.
+    public var isConnected: Bool {
+        get async { await onQueue { c in c.raw.map { dbus_connection_get_is_connected($0) != 0 } ?? false } }
+    }
+
+    /// True when unix file descriptors can be passed on this connection.
+    public var canSendFileDescriptors: Bool {
+        get async { await onQueue { c in c.raw.map { dbus_connection_can_send_type($0, CDBUS_TYPE_UNIX_FD) != 0 } ?? false } }
+    }
+
+    /// Closes the connection; pending calls fail with `Disconnected` and
+    /// signal streams finish.
+    public func close() async {
+        await onQueue { $0.closeOnQueue() }
+    }
+
+    private func closeOnQueue() {
+        guard !closed, let raw else { return }
+        closed = true
+        dbus_connection_close(raw)
+        // Deliver the local Disconnected signal and complete pending calls.
+        drainDispatch()
+        for subscription in subscriptions.values { subscription.continuation.finish() }
+        subscriptions.removeAll()
+        dbus_connection_set_watch_functions(raw, nil, nil, nil, nil, nil)
+        dbus_connection_set_timeout_functions(raw, nil, nil, nil, nil, nil)
+        dbus_connection_set_wakeup_main_function(raw, nil, nil, nil)
+        dbus_connection_set_dispatch_status_function(raw, nil, nil, nil)
+        self.raw = nil
+        dbus_connection_unref(raw)
+    }
+
+    // MARK: - Main loop
+
+    /// Dispatches every complete message libdbus has read.
+    func drainDispatch() {
+        guard let raw else { return }
+        while dbus_connection_dispatch(raw) == DBUS_DISPATCH_DATA_REMAINS {}
+    }
+
+    private func installMainLoop() {
+        guard let raw else { return }
+        // One retained WeakConnection per callback set; libdbus frees it.
+        let retainedWatch = Unmanaged.passRetained(WeakConnection(self)).toOpaque()
+        let retainedTimeout = Unmanaged.passRetained(WeakConnection(self)).toOpaque()
+        let retainedWakeup = Unmanaged.passRetained(WeakConnection(self)).toOpaque()
+        let retainedStatus = Unmanaged.passRetained(WeakConnection(self)).toOpaque()
+        let retainedFilter = Unmanaged.passRetained(WeakConnection(self)).toOpaque()
+        let release: @convention(c) (UnsafeMutableRawPointer?) -> Void = { data in
+            if let data { Unmanaged<WeakConnection>.fromOpaque(data).release() }
+        }
+        dbus_connection_set_watch_functions(
+            raw,
+            { watch, data in
+                guard let watch, let data else { return 0 }
+                let owner = Unmanaged<WeakConnection>.fromOpaque(data).takeUnretainedValue()
+                let box = WatchBox(watch: watch, connection: owner.connection)
+                dbus_watch_set_data(watch, Unmanaged.passRetained(box).toOpaque()) { boxData in
+                    if let boxData { Unmanaged<WatchBox>.fromOpaque(boxData).release() }
+                }
+                box.update()
+                return 1
+            },
+            { watch, _ in
+                guard let watch, let data = dbus_watch_get_data(watch) else { return }
+                Unmanaged<WatchBox>.fromOpaque(data).takeUnretainedValue().remove()
+            },
+            { watch, _ in
+                guard let watch, let data = dbus_watch_get_data(watch) else { return }
+                Unmanaged<WatchBox>.fromOpaque(data).takeUnretainedValue().update()
+            },
+            retainedWatch, release)
+        dbus_connection_set_timeout_functions(
+            raw,
+            { timeout, data in
+                guard let timeout, let data else { return 0 }
+                let owner = Unmanaged<WeakConnection>.fromOpaque(data).takeUnretainedValue()
+                let box = TimeoutBox(timeout: timeout, connection: owner.connection)
+                dbus_timeout_set_data(timeout, Unmanaged.passRetained(box).toOpaque()) { boxData in
+                    if let boxData { Unmanaged<TimeoutBox>.fromOpaque(boxData).release() }
+                }
+                box.update()
+                return 1
+            },
+            { timeout, _ in
+                guard let timeout, let data = dbus_timeout_get_data(timeout) else { return }
+                Unmanaged<TimeoutBox>.fromOpaque(data).takeUnretainedValue().remove()
+            },
+            { timeout, _ in
+                guard let timeout, let data = dbus_timeout_get_data(timeout) else { return }
+                Unmanaged<TimeoutBox>.fromOpaque(data).takeUnretainedValue().update()
+            },
+            retainedTimeout, release)
+        dbus_connection_set_wakeup_main_function(
+            raw,
+            { data in
+                guard let data, let connection = Unmanaged<WeakConnection>.fromOpaque(data).takeUnretainedValue().connection else { return }
+                connection.queue.async { [weak connection] in connection?.drainDispatch() }
+            },
+            retainedWakeup, release)
+        dbus_connection_set_dispatch_status_function(
+            raw,
+            { _, status, data in
+                guard status == DBUS_DISPATCH_DATA_REMAINS, let data,
+                      let connection = Unmanaged<WeakConnection>.fromOpaque(data).takeUnretainedValue().connection
+                else { return }
+                // Dispatching from inside this callback is not allowed: defer it.
+                connection.queue.async { [weak connection] in connection?.drainDispatch() }
+            },
+            retainedStatus, release)
+        dbus_connection_add_filter(
+            raw,
+            { _, message, data in
+                guard let message, let data,
+                      let connection = Unmanaged<WeakConnection>.fromOpaque(data).takeUnretainedValue().connection
+                else { return DBUS_HANDLER_RESULT_NOT_YET_HANDLED }
+                connection.filter(message)
+                return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
+            },
+            retainedFilter, release)
+    }
+
+    // MARK: - Sending
+
+    /// Sends a built message; used for signals and replies.
+    func sendOnQueue(_ message: DBusMessageHandle) throws(DBusError) {
+        guard let raw, !closed else { throw .disconnected("the connection is closed") }
+        if dbus_message_contains_unix_fds(message.raw) != 0, dbus_connection_can_send_type(raw, CDBUS_TYPE_UNIX_FD) == 0 {
+            throw .notSupported("this connection cannot pass unix file descriptors")
+        }
+        guard dbus_connection_send(raw, message.raw, nil) != 0 else {
+            throw DBusError(name: DBusError.Name.noMemory, message: "out of memory while sending")
+        }
+    }
+
+    /// Builds a method call, validating every name first (libdbus aborts on
+    /// invalid ones).
+    static func makeMethodCall(
+        destination: String?, path: String, interface: String?, member: String, arguments: [DBusValue]
+    ) throws(DBusError) -> DBusMessageHandle {
+        if let destination, !DBusSignatureSyntax.isValidBusName(destination) {
+            throw .invalidArgs("\"\(destination)\" is not a valid bus name")
+        }
+        guard DBusObjectPath.isValid(path) else { throw .invalidArgs("\"\(path)\" is not a valid object path") }
+        if let interface, !DBusSignatureSyntax.isValidInterfaceName(interface) {
+            throw .invalidArgs("\"\(interface)\" is not a valid interface name")
+        }
+        guard DBusSignatureSyntax.isValidMemberName(member) else {
+            throw .invalidArgs("\"\(member)\" is not a valid member name")
+        }
+        guard let raw = dbus_message_new_method_call(destination, path, interface, member) else {
+            throw DBusError(name: DBusError.Name.noMemory, message: "out of memory")
+        }
+        let handle = DBusMessageHandle(owning: raw)
+        try DBusMarshal.append(arguments, to: raw)
+        return handle
+    }
+
+    /// Calls a method and awaits its reply without blocking a thread.
+    ///
+    /// - Returns: the method return message (its `body` holds the out values).
+    /// - Throws: `DBusError` for an error reply, an invalid argument, a
+    ///   timeout (`NoReply`) or a closed connection; `CancellationError` when
+    ///   the calling task is cancelled.
+    @discardableResult
+    public func call(
+        destination: String?, path: String, interface: String?, member: String,
+        arguments: [DBusValue] = [], timeout: Duration? = nil
+    ) async throws -> DBusMessage {
+        let message = try Self.makeMethodCall(
+            destination: destination, path: path, interface: interface, member: member, arguments: arguments)
+        let timeoutMilliseconds: Int32 = timeout.map {
+            Int32(clamping: $0.components.seconds * 1000 + $0.components.attoseconds / 1_000_000_000_000_000)
+        } ?? CDBUS_TIMEOUT_USE_DEFAULT
+        let pending = PendingReply()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<DBusMessage, any Error>) in
+                queue.async {
+                    pending.start(on: self, message: message, timeoutMilliseconds: timeoutMilliseconds, continuation: continuation)
+                }
+            }
+        } onCancel: {
+            queue.async { pending.cancel() }
+        }
+    }
+
+    /// Calls a method with typed arguments and decodes a single typed result.
+    public func call<Result: DBusDecodable>(
+        destination: String?, path: String, interface: String?, member: String,
+        arguments: [any DBusEncodable] = [], returning: Result.Type, timeout: Duration? = nil
+    ) async throws -> Result {
+        let reply = try await call(
+            destination: destination, path: path, interface: interface, member: member,
+            arguments: arguments.map(\.dbusValue), timeout: timeout)
+        return try reply.argument(0, as: Result.self)
+    }
+
+    /// Emits a signal (with no declaration check; see `DBusObjectServer.emit`
+    /// for declared signals).
+    public func emitSignal(path: String, interface: String, name: String, arguments: [DBusValue] = [], destination: String? = nil) async throws {
+        guard DBusObjectPath.isValid(path) else { throw DBusError.invalidArgs("\"\(path)\" is not a valid object path") }
+        guard DBusSignatureSyntax.isValidInterfaceName(interface) else { throw DBusError.invalidArgs("\"\(interface)\" is not a valid interface name") }
+        guard DBusSignatureSyntax.isValidMemberName(name) else { throw DBusError.invalidArgs("\"\(name)\" is not a valid signal name") }
+        if let destination, !DBusSignatureSyntax.isValidBusName(destination) {
+            throw DBusError.invalidArgs("\"\(destination)\" is not a valid bus name")
+        }
+        guard let raw = dbus_message_new_signal(path, interface, name) else {
+            throw DBusError(name: DBusError.Name.noMemory, message: "out of memory")
+        }
+        let handle = DBusMessageHandle(owning: raw)
+        if let destination { dbus_message_set_destination(raw, destination) }
+        try DBusMarshal.append(arguments, to: raw)
+        try await onQueueThrowing { connection in try connection.sendOnQueue(handle) }
+    }
+
+    // MARK: - Bus helpers
+
+    /// Options for `requestName`.
+    public struct NameFlags: OptionSet, Sendable {
+        public let rawValue: UInt32
+        public init(rawValue: UInt32) { self.rawValue = rawValue }
+        public static let allowReplacement = NameFlags(rawValue: CDBUS_NAME_FLAG_ALLOW_REPLACEMENT)
+        public static let replaceExisting = NameFlags(rawValue: CDBUS_NAME_FLAG_REPLACE_EXISTING)
+        public static let doNotQueue = NameFlags(rawValue: CDBUS_NAME_FLAG_DO_NOT_QUEUE)
+    }
+
+    /// Requests a well-known name. Export objects first, so that clients
+    /// which see the name appear find the objects.
+    ///
+    /// - Throws: `DBusNameRequestError.alreadyOwned` (with the current owner)
+    ///   when another connection holds the name.
+    public func requestName(_ name: String, flags: NameFlags = [.doNotQueue]) async throws(DBusNameRequestError) {
+        guard DBusSignatureSyntax.isValidBusName(name), !name.hasPrefix(":") else { throw .invalidName(name) }
+        let result: UInt32
+        do {
+            result = try await call(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "RequestName", arguments: [name, flags.rawValue], returning: UInt32.self)
+        } catch let error as DBusError {
+            throw .refused(name: name, error: error)
+        } catch {
+            throw .refused(name: name, error: .failed("\(error)"))
+        }
+        switch result {
+        case CDBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER, CDBUS_REQUEST_NAME_REPLY_ALREADY_OWNER:
+            return
+        case CDBUS_REQUEST_NAME_REPLY_IN_QUEUE:
+            throw .queued(name: name)
+        default:
+            let owner = try? await call(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "GetNameOwner", arguments: [name], returning: String.self)
+            throw .alreadyOwned(name: name, owner: owner)
+        }
+    }
+
+    /// Releases a well-known name.
+    public func releaseName(_ name: String) async throws {
+        try await call(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+            member: "ReleaseName", arguments: [.string(name)])
+    }
+
+    /// Asks the bus for the uid of the process behind `sender` (a unique or
+    /// well-known name), for access checks.
+    public func callerUID(_ sender: String) async throws -> UInt32 {
+        try await call(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+            member: "GetConnectionUnixUser", arguments: [sender], returning: UInt32.self)
+    }
+
+    // MARK: - Signals
+
+    /// Subscribes to signals matching `rule` (sends `AddMatch` to the bus).
+    /// The stream ends when the connection closes; ending iteration removes
+    /// the match.
+    public func signals(matching rule: DBusMatchRule) async throws -> AsyncStream<DBusMessage> {
+        let ruleString = try rule.ruleString()
+        try await call(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+            member: "AddMatch", arguments: [.string(ruleString)])
+        let (stream, continuation) = AsyncStream<DBusMessage>.makeStream(bufferingPolicy: .bufferingNewest(1024))
+        let id: UInt64 = await onQueue { connection in
+            connection.nextSubscriptionID += 1
+            let id = connection.nextSubscriptionID
+            if connection.closed {
+                continuation.finish()
+            } else {
+                connection.subscriptions[id] = SignalSubscription(rule: rule, continuation: continuation)
+            }
+            return id
+        }
+        continuation.onTermination = { [weak self] _ in
+            guard let self else { return }
+            self.queue.async {
+                guard self.subscriptions.removeValue(forKey: id) != nil, !self.closed else { return }
+                Task {
+                    _ = try? await self.call(
+                        destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                        interface: "org.freedesktop.DBus", member: "RemoveMatch", arguments: [.string(ruleString)])
+                }
+            }
+        }
+        return stream
+    }
+
+    /// Called by libdbus (on the queue) for every incoming message.
+    private func filter(_ message: OpaquePointer) {
+        guard dbus_message_get_type(message) == CDBUS_MESSAGE_TYPE_SIGNAL else { return }
+        if dbus_message_is_signal(message, "org.freedesktop.DBus.Local", "Disconnected") != 0 {
+            closed = true
+            for subscription in subscriptions.values { subscription.continuation.finish() }
+            subscriptions.removeAll()
+            return
+        }
+        guard !subscriptions.isEmpty, let decoded = try? DBusMarshal.decode(message) else { return }
+        for subscription in subscriptions.values where subscription.rule.matches(decoded) {
+            subscription.continuation.yield(decoded)
+        }
+    }
+}
+
+/// A subscription's rule and stream.
+private struct SignalSubscription {
+    let rule: DBusMatchRule
+    let continuation: AsyncStream<DBusMessage>.Continuation
+}
+
+/// Which signals to receive.
+public struct DBusMatchRule: Sendable, Equatable {
+    /// A unique or well-known name; the bus filters on it. Locally only a
+    /// unique name (`:1.x`) is compared, since signals carry the unique name.
+    public var sender: String?
+    public var path: String?
+    public var interface: String?
+    public var member: String?
+
+    public init(sender: String? = nil, path: String? = nil, interface: String? = nil, member: String? = nil) {
+        self.sender = sender
+        self.path = path
+        self.interface = interface
+        self.member = member
+    }
+
+    func ruleString() throws(DBusError) -> String {
+        var parts = ["type='signal'"]
+        if let sender {
+            guard DBusSignatureSyntax.isValidBusName(sender) else { throw .invalidArgs("\"\(sender)\" is not a valid bus name") }
+            parts.append("sender='\(sender)'")
+        }
+        if let path {
+            guard DBusObjectPath.isValid(path) else { throw .invalidArgs("\"\(path)\" is not a valid object path") }
+            parts.append("path='\(path)'")
+        }
+        if let interface {
+            guard DBusSignatureSyntax.isValidInterfaceName(interface) else { throw .invalidArgs("\"\(interface)\" is not a valid interface name") }
+            parts.append("interface='\(interface)'")
+        }
+        if let member {
+            guard DBusSignatureSyntax.isValidMemberName(member) else { throw .invalidArgs("\"\(member)\" is not a valid member name") }
+            parts.append("member='\(member)'")
+        }
+        return parts.joined(separator: ",")
+    }
+
+    func matches(_ message: DBusMessage) -> Bool {
+        if let sender, sender.hasPrefix(":"), message.sender != sender { return false }
+        if let path, message.path != path { return false }
+        if let interface, message.interface != interface { return false }
+        if let member, message.member != member { return false }
+        return true
+    }
+}
+
+/// User data for libdbus callbacks: a weak reference, so libdbus's copies do
+/// not keep the connection alive.
+private final class WeakConnection {
+    weak var connection: DBusConnection?
+    init(_ connection: DBusConnection) { self.connection = connection }
+}
+
+/// One libdbus watch (a socket to wait on) and the DispatchSources that wait.
+/// Only used on the connection's queue.
+private final class WatchBox {
+    let watch: OpaquePointer
+    weak var connection: DBusConnection?
+    var readSource: (any DispatchSourceRead)?
+    var writeSource: (any DispatchSourceWrite)?
+    var removed = false
+
+    init(watch: OpaquePointer, connection: DBusConnection?) {
+        self.watch = watch
+        self.connection = connection
+    }
+
+    func update() {
+        guard let connection, !removed else { return remove() }
+        let enabled = dbus_watch_get_enabled(watch) != 0
+        let flags = dbus_watch_get_flags(watch)
+        let fd = dbus_watch_get_unix_fd(watch)
+        let wantRead = enabled && flags & DBUS_WATCH_READABLE.rawValue != 0
+        let wantWrite = enabled && flags & DBUS_WATCH_WRITABLE.rawValue != 0
+        if wantRead, readSource == nil {
+            let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: connection.queue)
+            source.setEventHandler { [weak self] in self?.handle(DBUS_WATCH_READABLE.rawValue) }
+            source.resume()
+            readSource = source
+        } else if !wantRead, let source = readSource {
+            source.cancel()
+            readSource = nil
+        }
+        if wantWrite, writeSource == nil {
+            let source = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: connection.queue)
+            source.setEventHandler { [weak self] in self?.handle(DBUS_WATCH_WRITABLE.rawValue) }
+            source.resume()
+            writeSource = source
+        } else if !wantWrite, let source = writeSource {
+            source.cancel()
+            writeSource = nil
+        }
+    }
+
+    func remove() {
+        removed = true
+        readSource?.cancel()
+        readSource = nil
+        writeSource?.cancel()
+        writeSource = nil
+    }
+
+    private func handle(_ flags: UInt32) {
+        guard !removed else { return }
+        _ = dbus_watch_handle(watch, flags)
+        connection?.drainDispatch()
+    }
+}
+
+/// One libdbus timeout (used for reply deadlines) as a DispatchSource timer.
+/// Only used on the connection's queue.
+private final class TimeoutBox {
+    let timeout: OpaquePointer
+    weak var connection: DBusConnection?
+    var source: (any DispatchSourceTimer)?
+    var removed = false
+
+    init(timeout: OpaquePointer, connection: DBusConnection?) {
+        self.timeout = timeout
+        self.connection = connection
+    }
+
+    func update() {
+        source?.cancel()
+        source = nil
+        guard let connection, !removed, dbus_timeout_get_enabled(timeout) != 0 else { return }
+        let interval = DispatchTimeInterval.milliseconds(Int(dbus_timeout_get_interval(timeout)))
+        let timer = DispatchSource.makeTimerSource(queue: connection.queue)
+        timer.schedule(deadline: .now() + interval, repeating: interval)
+        timer.setEventHandler { [weak self] in
+            guard let self, !self.removed else { return }
+            _ = dbus_timeout_handle(self.timeout)
+            self.connection?.drainDispatch()
+        }
+        timer.resume()
+        source = timer
+    }
+
+    func remove() {
+        removed = true
+        source?.cancel()
+        source = nil
+    }
+}
+
+/// State of one outgoing call awaiting its reply. Only used on the queue.
+///
+/// `@unchecked Sendable`: created anywhere, but every method runs on the
+/// connection's queue.
+private final class PendingReply: @unchecked Sendable {
+    private var continuation: CheckedContinuation<DBusMessage, any Error>?
+    private var pending: OpaquePointer?
+    private var cancelled = false
+
+    func start(on connection: DBusConnection, message: DBusMessageHandle, timeoutMilliseconds: Int32,
+               continuation: CheckedContinuation<DBusMessage, any Error>) {
+        guard !cancelled else { return continuation.resume(throwing: CancellationError()) }
+        guard let raw = connection.raw else {
+            return continuation.resume(throwing: DBusError.disconnected("the connection is closed"))
+        }
+        if dbus_message_contains_unix_fds(message.raw) != 0, dbus_connection_can_send_type(raw, CDBUS_TYPE_UNIX_FD) == 0 {
+            return continuation.resume(throwing: DBusError.notSupported("this connection cannot pass unix file descriptors"))
+        }
+        var pendingCall: OpaquePointer?
+        guard dbus_connection_send_with_reply(raw, message.raw, &pendingCall, timeoutMilliseconds) != 0 else {
+            return continuation.resume(throwing: DBusError(name: DBusError.Name.noMemory, message: "out of memory while sending"))
+        }
+        guard let pendingCall else {
+            return continuation.resume(throwing: DBusError.disconnected("the connection is closed"))
+        }
+        self.continuation = continuation
+        self.pending = pendingCall
+        let retained = Unmanaged.passRetained(self).toOpaque()
+        dbus_pending_call_set_notify(pendingCall, { _, data in
+            guard let data else { return }
+            Unmanaged<PendingReply>.fromOpaque(data).takeUnretainedValue().complete()
+        }, retained, { data in
+            if let data { Unmanaged<PendingReply>.fromOpaque(data).release() }
+        })
+        // A reply can only be processed by a dispatch on this queue, but check
+        // anyway so a completed call is never missed.
+        if dbus_pending_call_get_completed(pendingCall) != 0 { complete() }
+    }
+
+    func complete() {
+        guard let pending, let continuation else { return }
+        self.continuation = nil
+        self.pending = nil
+        defer { dbus_pending_call_unref(pending) }
+        guard let reply = dbus_pending_call_steal_reply(pending) else {
+            return continuation.resume(throwing: DBusError(name: DBusError.Name.noReply, message: "no reply"))
+        }
+        let handle = DBusMessageHandle(owning: reply)
+        do {
+            let message = try DBusMarshal.decode(handle.raw)
+            if let error = message.error {
+                continuation.resume(throwing: error)
+            } else {
+                continuation.resume(returning: message)
+            }
+        } catch {
+            continuation.resume(throwing: error)
+        }
+    }
+
+    func cancel() {
+        cancelled = true
+        guard let continuation else { return }
+        self.continuation = nil
+        if let pending {
+            self.pending = nil
+            dbus_pending_call_cancel(pending)
+            dbus_pending_call_unref(pending)
+        }
+        continuation.resume(throwing: CancellationError())
+    }
+}
