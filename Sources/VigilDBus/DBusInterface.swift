@@ -1,0 +1,337 @@
+/// The declaration of one D-Bus interface: its methods, properties and
+/// signals with their signatures and handlers. Introspection XML, argument
+/// checks and `org.freedesktop.DBus.Properties` are all derived from it.
+public struct DBusInterface: Sendable {
+    public var name: String
+    public var methods: [DBusMethod]
+    public var properties: [DBusProperty]
+    public var signals: [DBusSignal]
+
+    public init(_ name: String, methods: [DBusMethod] = [], properties: [DBusProperty] = [], signals: [DBusSignal] = []) {
+        self.name = name
+        self.methods = methods
+        self.properties = properties
+        self.signals = signals
+    }
+
+    public func method(named name: String) -> DBusMethod? { methods.first { $0.name == name } }
+    public func property(named name: String) -> DBusProperty? { properties.first { $0.name == name } }
+    public func signal(named name: String) -> DBusSignal? { signals.first { $0.name == name } }
+
+    /// Checks names, signatures and that each property's access matches its handlers.
+    public func validate() throws(DBusError) {
+        guard DBusSignatureSyntax.isValidInterfaceName(name) else { throw .invalidArgs("\"\(name)\" is not a valid interface name") }
+        guard !DBusStandardInterfaces.names.contains(name) else {
+            throw .invalidArgs("\(name) is provided by the object server and cannot be declared again")
+        }
+        var seen = Set<String>()
+        func member(_ member: String, _ kind: String) throws(DBusError) {
+            guard DBusSignatureSyntax.isValidMemberName(member) else { throw .invalidArgs("\(name): \"\(member)\" is not a valid \(kind) name") }
+            guard seen.insert(kind + " " + member).inserted else { throw .invalidArgs("\(name): \(kind) \(member) is declared twice") }
+        }
+        func arguments(_ args: [DBusArgument], of owner: String) throws(DBusError) {
+            for arg in args where !DBusSignatureSyntax.isValid(arg.signature, singleCompleteType: true) {
+                throw .invalidArgs("\(name).\(owner): argument \(arg.name) has an invalid signature \"\(arg.signature)\"")
+            }
+        }
+        for method in methods {
+            try member(method.name, "method")
+            try arguments(method.inArguments, of: method.name)
+            try arguments(method.outArguments, of: method.name)
+        }
+        for property in properties {
+            try member(property.name, "property")
+            guard DBusSignatureSyntax.isValid(property.signature, singleCompleteType: true) else {
+                throw .invalidArgs("\(name).\(property.name): invalid signature \"\(property.signature)\"")
+            }
+            if property.access.isReadable, property.getter == nil {
+                throw .invalidArgs("\(name).\(property.name) is readable but has no getter")
+            }
+            if property.access.isWritable, property.setter == nil {
+                throw .invalidArgs("\(name).\(property.name) is writable but has no setter")
+            }
+        }
+        for signal in signals {
+            try member(signal.name, "signal")
+            try arguments(signal.arguments, of: signal.name)
+        }
+    }
+}
+
+/// A named argument of a method or signal.
+public struct DBusArgument: Sendable, Equatable {
+    public var name: String
+    public var signature: String
+    public init(_ name: String, _ signature: String) {
+        self.name = name
+        self.signature = signature
+    }
+    /// An argument whose signature comes from a Swift type.
+    public init<T: DBusTyped>(_ name: String, _ type: T.Type) {
+        self.init(name, T.dbusSignature)
+    }
+}
+
+/// An incoming method call, as seen by a handler.
+public struct DBusMethodCall: Sendable {
+    /// The whole message (arguments are in `message.body`).
+    public let message: DBusMessage
+    /// The connection the call arrived on (to emit signals, ask the bus for
+    /// the caller's uid, ...).
+    public let connection: DBusConnection
+    public let path: String
+    public let interface: String
+    public let member: String
+
+    /// The caller's unique bus name (`:1.42`).
+    public var sender: String { message.sender ?? "" }
+    public var arguments: [DBusValue] { message.body }
+
+    /// Decodes argument `index` as `T` (the signature was already checked
+    /// against the declaration, so this only fails on a type mismatch in the
+    /// declaration itself).
+    public func argument<T: DBusDecodable>(_ index: Int, as type: T.Type = T.self) throws(DBusError) -> T {
+        try message.argument(index, as: type)
+    }
+}
+
+/// A method: its arguments and its async handler, which returns the out values.
+public struct DBusMethod: Sendable {
+    public typealias Handler = @Sendable (DBusMethodCall) async throws -> [DBusValue]
+
+    public var name: String
+    public var inArguments: [DBusArgument]
+    public var outArguments: [DBusArgument]
+    public var handler: Handler
+
+    public init(_ name: String, in inArguments: [DBusArgument] = [], out outArguments: [DBusArgument] = [], handler: @escaping Handler) {
+        self.name = name
+        self.inArguments = inArguments
+        self.outArguments = outArguments
+        self.handler = handler
+    }
+
+    /// The signature a call must have.
+    public var inSignature: String { inArguments.map(\.signature).joined() }
+    /// The signature the handler must return.
+    public var outSignature: String { outArguments.map(\.signature).joined() }
+}
+
+/// A property: its type, access, change-signal behaviour and accessors.
+public struct DBusProperty: Sendable {
+    public enum Access: String, Sendable {
+        case read, write, readwrite
+        var isReadable: Bool { self != .write }
+        var isWritable: Bool { self != .read }
+    }
+
+    /// The `org.freedesktop.DBus.Property.EmitsChangedSignal` annotation.
+    public enum EmitsChange: String, Sendable {
+        /// PropertiesChanged carries the new value.
+        case `true`
+        /// PropertiesChanged lists the property as invalidated, without its value.
+        case invalidates
+        /// The value never changes during the object's lifetime.
+        case const
+        /// No signal is emitted when it changes.
+        case `false`
+    }
+
+    public typealias Getter = @Sendable () async throws -> DBusValue
+    public typealias Setter = @Sendable (DBusValue, DBusMethodCall) async throws -> Void
+
+    public var name: String
+    public var signature: String
+    public var access: Access
+    public var emitsChange: EmitsChange
+    public var getter: Getter?
+    public var setter: Setter?
+
+    public init(_ name: String, signature: String, access: Access, emitsChange: EmitsChange = .true,
+                get getter: Getter?, set setter: Setter? = nil) {
+        self.name = name
+        self.signature = signature
+        self.access = access
+        self.emitsChange = emitsChange
+        self.getter = getter
+        self.setter = setter
+    }
+
+    /// A read-only property of Swift type `T`.
+    public static func readOnly<T: DBusEncodable>(
+        _ name: String, _ type: T.Type, emitsChange: EmitsChange = .true,
+        get: @escaping @Sendable () async throws -> T
+    ) -> DBusProperty {
+        DBusProperty(name, signature: T.dbusSignature, access: .read, emitsChange: emitsChange,
+                     get: { try await get().dbusValue })
+    }
+
+    /// A read-write property of Swift type `T`; the setter receives the
+    /// decoded value and the call (for access checks).
+    public static func readWrite<T: DBusCodable>(
+        _ name: String, _ type: T.Type, emitsChange: EmitsChange = .true,
+        get: @escaping @Sendable () async throws -> T,
+        set: @escaping @Sendable (T, DBusMethodCall) async throws -> Void
+    ) -> DBusProperty {
+        DBusProperty(name, signature: T.dbusSignature, access: .readwrite, emitsChange: emitsChange,
+                     get: { try await get().dbusValue },
+                     set: { value, call in try await set(try T(dbusValue: value), call) })
+    }
+}
+
+/// A signal and its arguments.
+public struct DBusSignal: Sendable {
+    public var name: String
+    public var arguments: [DBusArgument]
+    public init(_ name: String, arguments: [DBusArgument] = []) {
+        self.name = name
+        self.arguments = arguments
+    }
+    public var signature: String { arguments.map(\.signature).joined() }
+}
+
+/// The interfaces the object server implements itself.
+enum DBusStandardInterfaces {
+    static let peer = "org.freedesktop.DBus.Peer"
+    static let introspectable = "org.freedesktop.DBus.Introspectable"
+    static let properties = "org.freedesktop.DBus.Properties"
+    static let objectManager = "org.freedesktop.DBus.ObjectManager"
+    static let names: Set<String> = [peer, introspectable, properties, objectManager]
+
+    static let peerXML = """
+      <interface name="org.freedesktop.DBus.Peer">
+        <method name="Ping"/>
+        <method name="GetMachineId">
+          <arg type="s" name="machine_uuid" direction="out"/>
+        </method>
+      </interface>
+
+    """
+    static let introspectableXML = """
+      <interface name="org.freedesktop.DBus.Introspectable">
+        <method name="Introspect">
+          <arg type="s" name="xml_data" direction="out"/>
+        </method>
+      </interface>
+
+    """
+    static let propertiesXML = """
+      <interface name="org.freedesktop.DBus.Properties">
+        <method name="Get">
+          <arg type="s" name="interface_name" direction="in"/>
+          <arg type="s" name="property_name" direction="in"/>
+          <arg type="v" name="value" direction="out"/>
+        </method>
+        <method name="GetAll">
+          <arg type="s" name="interface_name" direction="in"/>
+          <arg type="a{sv}" name="properties" direction="out"/>
+        </method>
+        <method name="Set">
+          <arg type="s" name="interface_name" direction="in"/>
+          <arg type="s" name="property_name" direction="in"/>
+          <arg type="v" name="value" direction="in"/>
+        </method>
+        <signal name="PropertiesChanged">
+          <arg type="s" name="interface_name"/>
+          <arg type="a{sv}" name="changed_properties"/>
+          <arg type="as" name="invalidated_properties"/>
+        </signal>
+      </interface>
+
+    """
+    static let objectManagerXML = """
+      <interface name="org.freedesktop.DBus.ObjectManager">
+        <method name="GetManagedObjects">
+          <arg type="a{oa{sa{sv}}}" name="object_paths_interfaces_and_properties" direction="out"/>
+        </method>
+        <signal name="InterfacesAdded">
+          <arg type="o" name="object_path"/>
+          <arg type="a{sa{sv}}" name="interfaces_and_properties"/>
+        </signal>
+        <signal name="InterfacesRemoved">
+          <arg type="o" name="object_path"/>
+          <arg type="as" name="interfaces"/>
+        </signal>
+      </interface>
+
+    """
+}
+
+/// Generates introspection XML from declarations.
+public enum DBusIntrospection {
+    /// The XML document for one node.
+    /// - Parameters:
+    ///   - interfaces: the declared interfaces of the object at this path (empty if none).
+    ///   - isObject: whether an object is exported here (adds Properties).
+    ///   - isObjectManager: whether an ObjectManager lives here.
+    ///   - children: names of direct child nodes.
+    public static func xml(interfaces: [DBusInterface], isObject: Bool, isObjectManager: Bool, children: [String]) -> String {
+        var xml = """
+        <!DOCTYPE node PUBLIC "-//freedesktop//DTD D-BUS Object Introspection 1.0//EN"
+         "http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd">
+        <node>
+
+        """
+        xml += DBusStandardInterfaces.peerXML
+        xml += DBusStandardInterfaces.introspectableXML
+        if isObject { xml += DBusStandardInterfaces.propertiesXML }
+        if isObjectManager { xml += DBusStandardInterfaces.objectManagerXML }
+        for interface in interfaces {
+            xml += "  <interface name=\"\(escape(interface.name))\">\n"
+            for method in interface.methods {
+                let args = method.inArguments.map { ($0, "in") } + method.outArguments.map { ($0, "out") }
+                if args.isEmpty {
+                    xml += "    <method name=\"\(escape(method.name))\"/>\n"
+                    continue
+                }
+                xml += "    <method name=\"\(escape(method.name))\">\n"
+                for (arg, direction) in args {
+                    xml += "      <arg type=\"\(escape(arg.signature))\" name=\"\(escape(arg.name))\" direction=\"\(direction)\"/>\n"
+                }
+                xml += "    </method>\n"
+            }
+            for signal in interface.signals {
+                if signal.arguments.isEmpty {
+                    xml += "    <signal name=\"\(escape(signal.name))\"/>\n"
+                    continue
+                }
+                xml += "    <signal name=\"\(escape(signal.name))\">\n"
+                for arg in signal.arguments {
+                    xml += "      <arg type=\"\(escape(arg.signature))\" name=\"\(escape(arg.name))\"/>\n"
+                }
+                xml += "    </signal>\n"
+            }
+            for property in interface.properties {
+                let open = "    <property name=\"\(escape(property.name))\" type=\"\(escape(property.signature))\" access=\"\(property.access.rawValue)\""
+                if property.emitsChange == .true {
+                    xml += open + "/>\n"
+                } else {
+                    xml += open + ">\n"
+                    xml += "      <annotation name=\"org.freedesktop.DBus.Property.EmitsChangedSignal\" value=\"\(property.emitsChange.rawValue)\"/>\n"
+                    xml += "    </property>\n"
+                }
+            }
+            xml += "  </interface>\n"
+        }
+        for child in children {
+            xml += "  <node name=\"\(escape(child))\"/>\n"
+        }
+        xml += "</node>\n"
+        return xml
+    }
+
+    static func escape(_ text: String) -> String {
+        var result = ""
+        for character in text {
+            switch character {
+            case "&": result += "&amp;"
+            case "<": result += "&lt;"
+            case ">": result += "&gt;"
+            case "\"": result += "&quot;"
+            case "'": result += "&apos;"
+            default: result.append(character)
+            }
+        }
+        return result
+    }
+}

@@ -1,0 +1,446 @@
+import CDBus
+import CDBusShim
+
+/// Exports objects (declared `DBusInterface`s at object paths) on a
+/// connection and answers calls to them, including the standard
+/// Introspectable, Properties and ObjectManager interfaces (libdbus answers
+/// Peer itself).
+///
+/// Create the server and export objects before requesting a bus name, so
+/// clients that see the name find the objects. Each method call runs in its
+/// own Task; replies and signals are sent from the connection's queue.
+///
+/// `@unchecked Sendable`: `objects` and `managers` are only touched on the
+/// connection's queue.
+public final class DBusObjectServer: @unchecked Sendable {
+    public let connection: DBusConnection
+    /// Exported objects: path → interfaces, in declaration order.
+    private var objects: [String: [DBusInterface]] = [:]
+    /// Paths where an ObjectManager lives.
+    private var managers: Set<String> = []
+
+    /// Attaches an object server to `connection` (one per connection).
+    public init(connection: DBusConnection) async throws {
+        self.connection = connection
+        try await connection.onQueueThrowing { [self] connection in
+            guard let raw = connection.raw else { throw DBusError.disconnected("the connection is closed") }
+            var vtable = DBusObjectPathVTable()
+            vtable.unregister_function = { _, data in
+                if let data { Unmanaged<WeakServer>.fromOpaque(data).release() }
+            }
+            vtable.message_function = { _, message, data in
+                guard let message, let data,
+                      let server = Unmanaged<WeakServer>.fromOpaque(data).takeUnretainedValue().server
+                else { return DBUS_HANDLER_RESULT_NOT_YET_HANDLED }
+                return server.handle(message)
+            }
+            let userData = Unmanaged.passRetained(WeakServer(self)).toOpaque()
+            var error = CDBus.DBusError()
+            dbus_error_init(&error)
+            // A fallback at "/" receives calls for every path; the server
+            // decides which paths exist.
+            guard dbus_connection_try_register_fallback(raw, "/", &vtable, userData, &error) != 0 else {
+                Unmanaged<WeakServer>.fromOpaque(userData).release()
+                throw DBusConnection.takeError(&error, fallback: "an object server is already attached to this connection")
+            }
+        }
+    }
+
+    // MARK: - Exporting
+
+    /// Exports `interfaces` at `path`. Under an ObjectManager this emits
+    /// `InterfacesAdded`.
+    public func export(_ path: String, interfaces: [DBusInterface]) async throws {
+        guard DBusObjectPath.isValid(path) else { throw DBusError.invalidArgs("\"\(path)\" is not a valid object path") }
+        var names = Set<String>()
+        for interface in interfaces {
+            try interface.validate()
+            guard names.insert(interface.name).inserted else {
+                throw DBusError.invalidArgs("interface \(interface.name) is exported twice at \(path)")
+            }
+        }
+        let managerPaths: [String] = try await connection.onQueueThrowing { [self] _ in
+            guard objects[path] == nil else { throw DBusError.invalidArgs("an object is already exported at \(path)") }
+            objects[path] = interfaces
+            return managers.filter { Self.isStrictDescendant(path, of: $0) }
+        }
+        guard !managerPaths.isEmpty else { return }
+        let added = await Self.interfacesAndProperties(interfaces)
+        for manager in managerPaths {
+            try await connection.emitSignal(
+                path: manager, interface: DBusStandardInterfaces.objectManager, name: "InterfacesAdded",
+                arguments: [.objectPath(path), added])
+        }
+    }
+
+    /// Removes the object at `path`. Under an ObjectManager this emits
+    /// `InterfacesRemoved`.
+    public func unexport(_ path: String) async throws {
+        let (removed, managerPaths): ([DBusInterface], [String]) = try await connection.onQueueThrowing { [self] _ in
+            guard let removed = objects.removeValue(forKey: path) else { throw DBusError.unknownObject("no object is exported at \(path)") }
+            return (removed, managers.filter { Self.isStrictDescendant(path, of: $0) })
+        }
+        for manager in managerPaths {
+            try await connection.emitSignal(
+                path: manager, interface: DBusStandardInterfaces.objectManager, name: "InterfacesRemoved",
+                arguments: [.objectPath(path), removed.map(\.name).dbusValue])
+        }
+    }
+
+    /// Adds an `org.freedesktop.DBus.ObjectManager` at `path`, managing
+    /// every object exported below it.
+    public func addObjectManager(at path: String) async throws {
+        guard DBusObjectPath.isValid(path) else { throw DBusError.invalidArgs("\"\(path)\" is not a valid object path") }
+        await connection.onQueue { [self] _ in _ = managers.insert(path) }
+    }
+
+    /// The paths currently exported.
+    public var exportedPaths: [String] {
+        get async { await connection.onQueue { [self] _ in objects.keys.sorted() } }
+    }
+
+    // MARK: - Signals
+
+    /// Emits a declared signal; the object, interface and signal must be
+    /// exported and the arguments must match the declared signature.
+    public func emit(path: String, interface: String, signal: String, arguments: [DBusValue] = []) async throws {
+        let declaration: DBusSignal = try await connection.onQueueThrowing { [self] _ in
+            guard let interfaces = objects[path] else { throw DBusError.unknownObject("no object is exported at \(path)") }
+            guard let declared = interfaces.first(where: { $0.name == interface }) else {
+                throw DBusError.unknownInterface("the object at \(path) has no interface \(interface)")
+            }
+            guard let signal = declared.signal(named: signal) else {
+                throw DBusError.invalidArgs("\(interface) declares no signal \(signal)")
+            }
+            return signal
+        }
+        let actual = arguments.map(\.signature).joined()
+        guard actual == declaration.signature else {
+            throw DBusError.invalidArgs("signal \(interface).\(signal) is declared with signature \"\(declaration.signature)\", got \"\(actual)\"")
+        }
+        try await connection.emitSignal(path: path, interface: interface, name: signal, arguments: arguments)
+    }
+
+    /// Emits `PropertiesChanged` for `properties` of `interface` at `path`:
+    /// new values for `emitsChange: .true`, names for `.invalidates`.
+    public func emitPropertiesChanged(path: String, interface: String, properties: [String]) async throws {
+        let declared: [DBusProperty] = try await connection.onQueueThrowing { [self] _ in
+            guard let interfaces = objects[path] else { throw DBusError.unknownObject("no object is exported at \(path)") }
+            guard let declaration = interfaces.first(where: { $0.name == interface }) else {
+                throw DBusError.unknownInterface("the object at \(path) has no interface \(interface)")
+            }
+            var result: [DBusProperty] = []
+            for name in properties {
+                guard let property = declaration.property(named: name) else {
+                    throw DBusError.unknownProperty("\(interface) has no property \(name)")
+                }
+                guard property.emitsChange == .true || property.emitsChange == .invalidates else {
+                    throw DBusError.invalidArgs("\(interface).\(name) is declared with EmitsChangedSignal=\(property.emitsChange.rawValue)")
+                }
+                result.append(property)
+            }
+            return result
+        }
+        var changed: [DBusDictEntry] = []
+        var invalidated: [String] = []
+        for property in declared {
+            if property.emitsChange == .true, let getter = property.getter {
+                changed.append(DBusDictEntry(key: .string(property.name), value: .variant(try await getter())))
+            } else {
+                invalidated.append(property.name)
+            }
+        }
+        try await connection.emitSignal(
+            path: path, interface: DBusStandardInterfaces.properties, name: "PropertiesChanged",
+            arguments: [.string(interface), .dict(keySignature: "s", valueSignature: "v", changed), invalidated.dbusValue])
+    }
+
+    // MARK: - Dispatch (on the connection's queue)
+
+    private func handle(_ raw: OpaquePointer) -> DBusHandlerResult {
+        guard dbus_message_get_type(raw) == CDBUS_MESSAGE_TYPE_METHOD_CALL else { return DBUS_HANDLER_RESULT_NOT_YET_HANDLED }
+        let interfaceName = dbus_message_get_interface(raw).map { String(cString: $0) }
+        if interfaceName == DBusStandardInterfaces.peer { return DBUS_HANDLER_RESULT_NOT_YET_HANDLED }
+        let handle = DBusMessageHandle(retaining: raw)
+        let message: DBusMessage
+        do {
+            message = try DBusMarshal.decode(raw)
+        } catch {
+            connection.replyOnQueue(to: handle, result: .failure(error))
+            return DBUS_HANDLER_RESULT_HANDLED
+        }
+        let route = self.route(message)
+        switch route {
+        case let .reply(result):
+            connection.replyOnQueue(to: handle, result: result)
+        case let .run(work):
+            let connection = self.connection
+            Task {
+                let result: Result<[DBusValue], DBusError>
+                do {
+                    result = .success(try await work())
+                } catch let error as DBusError {
+                    result = .failure(error)
+                } catch {
+                    result = .failure(.failed(String(describing: error)))
+                }
+                await connection.onQueue { connection in connection.replyOnQueue(to: handle, result: result) }
+            }
+        }
+        return DBUS_HANDLER_RESULT_HANDLED
+    }
+
+    private enum Route {
+        case reply(Result<[DBusValue], DBusError>)
+        case run(@Sendable () async throws -> [DBusValue])
+    }
+
+    private func route(_ message: DBusMessage) -> Route {
+        let path = message.path ?? "/"
+        let member = message.member ?? ""
+        let interfaces = objects[path]
+        let isManager = managers.contains(path)
+        let children = childNames(of: path)
+        let nodeExists = interfaces != nil || isManager || !children.isEmpty || path == "/"
+        let call = DBusMethodCall(message: message, connection: connection, path: path,
+                                  interface: message.interface ?? "", member: member)
+        func expect(_ signature: String) -> DBusError? {
+            message.signature == signature ? nil
+                : .invalidArgs("\(message.interface ?? "").\(member) expects arguments of signature \"\(signature)\", got \"\(message.signature)\"")
+        }
+
+        // Standard interfaces first (an absent interface name matches by member).
+        let interface = message.interface
+        if interface == DBusStandardInterfaces.introspectable || (interface == nil && member == "Introspect" && nodeExists) {
+            guard nodeExists else { return .reply(.failure(.unknownObject("no object at \(path)"))) }
+            guard member == "Introspect" else { return .reply(.failure(.unknownMethod("\(DBusStandardInterfaces.introspectable) has no method \(member)"))) }
+            if let error = expect("") { return .reply(.failure(error)) }
+            let xml = DBusIntrospection.xml(interfaces: interfaces ?? [], isObject: interfaces != nil,
+                                            isObjectManager: isManager, children: children)
+            return .reply(.success([.string(xml)]))
+        }
+        if interface == DBusStandardInterfaces.objectManager {
+            guard isManager else {
+                return .reply(.failure(nodeExists ? .unknownInterface("no ObjectManager at \(path)") : .unknownObject("no object at \(path)")))
+            }
+            guard member == "GetManagedObjects" else { return .reply(.failure(.unknownMethod("\(DBusStandardInterfaces.objectManager) has no method \(member)"))) }
+            if let error = expect("") { return .reply(.failure(error)) }
+            let managed = objects.filter { Self.isStrictDescendant($0.key, of: path) }.sorted { $0.key < $1.key }
+            return .run {
+                var entries: [DBusDictEntry] = []
+                for (objectPath, objectInterfaces) in managed {
+                    entries.append(DBusDictEntry(key: .objectPath(objectPath), value: await Self.interfacesAndProperties(objectInterfaces)))
+                }
+                return [.dict(keySignature: "o", valueSignature: "a{sa{sv}}", entries)]
+            }
+        }
+        guard let interfaces else {
+            return .reply(.failure(.unknownObject("no object at \(path)")))
+        }
+        if interface == DBusStandardInterfaces.properties || (interface == nil && ["Get", "GetAll", "Set"].contains(member)
+            && !interfaces.contains { $0.method(named: member) != nil }) {
+            return routeProperties(message, member: member, interfaces: interfaces, call: call, expect: expect)
+        }
+
+        let target: DBusInterface
+        if let interface {
+            guard let found = interfaces.first(where: { $0.name == interface }) else {
+                return .reply(.failure(.unknownInterface("the object at \(path) has no interface \(interface)")))
+            }
+            target = found
+        } else {
+            guard let found = interfaces.first(where: { $0.method(named: member) != nil }) else {
+                return .reply(.failure(.unknownMethod("the object at \(path) has no method \(member)")))
+            }
+            target = found
+        }
+        guard let method = target.method(named: member) else {
+            return .reply(.failure(.unknownMethod("\(target.name) has no method \(member)")))
+        }
+        guard message.signature == method.inSignature else {
+            return .reply(.failure(.invalidArgs(
+                "\(target.name).\(member) expects arguments of signature \"\(method.inSignature)\", got \"\(message.signature)\"")))
+        }
+        let typedCall = DBusMethodCall(message: message, connection: connection, path: path, interface: target.name, member: member)
+        let handler = method.handler
+        let outSignature = method.outSignature
+        let qualified = "\(target.name).\(member)"
+        return .run {
+            let values = try await handler(typedCall)
+            let actual = values.map(\.signature).joined()
+            // A handler that returns the wrong types is a bug in the service:
+            // the caller gets Failed, the service keeps running.
+            guard actual == outSignature else {
+                throw DBusError.failed("\(qualified) returned signature \"\(actual)\" but is declared to return \"\(outSignature)\"")
+            }
+            return values
+        }
+    }
+
+    private func routeProperties(
+        _ message: DBusMessage, member: String, interfaces: [DBusInterface], call: DBusMethodCall,
+        expect: (String) -> DBusError?
+    ) -> Route {
+        func find(_ interfaceName: String) -> Result<DBusInterface, DBusError> {
+            if let found = interfaces.first(where: { $0.name == interfaceName }) { return .success(found) }
+            if DBusStandardInterfaces.names.contains(interfaceName) { return .success(DBusInterface(interfaceName)) }
+            return .failure(.unknownInterface("the object at \(call.path) has no interface \(interfaceName)"))
+        }
+        switch member {
+        case "Get":
+            if let error = expect("ss") { return .reply(.failure(error)) }
+            guard case let .string(interfaceName) = message.body[0], case let .string(name) = message.body[1] else {
+                return .reply(.failure(.invalidArgs("Get expects (interface_name, property_name)")))
+            }
+            let interface: DBusInterface
+            switch find(interfaceName) {
+            case let .success(found): interface = found
+            case let .failure(error): return .reply(.failure(error))
+            }
+            guard let property = interface.property(named: name) else {
+                return .reply(.failure(.unknownProperty("\(interfaceName) has no property \(name)")))
+            }
+            guard property.access.isReadable, let getter = property.getter else {
+                return .reply(.failure(.accessDenied("\(interfaceName).\(name) is write-only")))
+            }
+            return .run {
+                let value = try await Self.checkedValue(of: property, in: interfaceName, getter)
+                return [.variant(value)]
+            }
+        case "GetAll":
+            if let error = expect("s") { return .reply(.failure(error)) }
+            guard case let .string(interfaceName) = message.body[0] else {
+                return .reply(.failure(.invalidArgs("GetAll expects (interface_name)")))
+            }
+            let interface: DBusInterface
+            switch find(interfaceName) {
+            case let .success(found): interface = found
+            case let .failure(error): return .reply(.failure(error))
+            }
+            return .run {
+                var entries: [DBusDictEntry] = []
+                for property in interface.properties where property.access.isReadable {
+                    guard let getter = property.getter else { continue }
+                    let value = try await Self.checkedValue(of: property, in: interfaceName, getter)
+                    entries.append(DBusDictEntry(key: .string(property.name), value: .variant(value)))
+                }
+                return [.dict(keySignature: "s", valueSignature: "v", entries)]
+            }
+        case "Set":
+            if let error = expect("ssv") { return .reply(.failure(error)) }
+            guard case let .string(interfaceName) = message.body[0], case let .string(name) = message.body[1],
+                  case let .variant(value) = message.body[2] else {
+                return .reply(.failure(.invalidArgs("Set expects (interface_name, property_name, value)")))
+            }
+            let interface: DBusInterface
+            switch find(interfaceName) {
+            case let .success(found): interface = found
+            case let .failure(error): return .reply(.failure(error))
+            }
+            guard let property = interface.property(named: name) else {
+                return .reply(.failure(.unknownProperty("\(interfaceName) has no property \(name)")))
+            }
+            guard property.access.isWritable, let setter = property.setter else {
+                return .reply(.failure(.propertyReadOnly("\(interfaceName).\(name) is read-only")))
+            }
+            guard value.signature == property.signature else {
+                return .reply(.failure(.invalidArgs(
+                    "\(interfaceName).\(name) has signature \"\(property.signature)\", got a value of signature \"\(value.signature)\"")))
+            }
+            let path = call.path
+            let setCall = DBusMethodCall(message: message, connection: connection, path: path, interface: interfaceName, member: name)
+            return .run { [self] in
+                try await setter(value, setCall)
+                if property.emitsChange == .true || property.emitsChange == .invalidates {
+                    try? await emitPropertiesChanged(path: path, interface: interfaceName, properties: [name])
+                }
+                return []
+            }
+        default:
+            return .reply(.failure(.unknownMethod("\(DBusStandardInterfaces.properties) has no method \(member)")))
+        }
+    }
+
+    /// Runs a getter and checks its value against the declared signature.
+    private static func checkedValue(of property: DBusProperty, in interface: String, _ getter: DBusProperty.Getter) async throws -> DBusValue {
+        let value = try await getter()
+        guard value.signature == property.signature else {
+            throw DBusError.failed("\(interface).\(property.name) returned signature \"\(value.signature)\" but is declared \"\(property.signature)\"")
+        }
+        return value
+    }
+
+    /// `a{sa{sv}}` for ObjectManager: each interface with its readable
+    /// properties (a property whose getter fails is left out).
+    private static func interfacesAndProperties(_ interfaces: [DBusInterface]) async -> DBusValue {
+        var entries: [DBusDictEntry] = []
+        for interface in interfaces {
+            var properties: [DBusDictEntry] = []
+            for property in interface.properties where property.access.isReadable {
+                guard let getter = property.getter,
+                      let value = try? await checkedValue(of: property, in: interface.name, getter) else { continue }
+                properties.append(DBusDictEntry(key: .string(property.name), value: .variant(value)))
+            }
+            entries.append(DBusDictEntry(key: .string(interface.name), value: .dict(keySignature: "s", valueSignature: "v", properties)))
+        }
+        return .dict(keySignature: "s", valueSignature: "a{sv}", entries)
+    }
+
+    /// Names of the direct children of `path` among exported objects and managers.
+    private func childNames(of path: String) -> [String] {
+        let prefix = path == "/" ? "/" : path + "/"
+        var names = Set<String>()
+        for candidate in objects.keys.map({ $0 }) + managers where candidate.hasPrefix(prefix) && candidate != path {
+            if let first = candidate.dropFirst(prefix.count).split(separator: "/").first {
+                names.insert(String(first))
+            }
+        }
+        return names.sorted()
+    }
+
+    static func isStrictDescendant(_ path: String, of ancestor: String) -> Bool {
+        path != ancestor && (ancestor == "/" || path.hasPrefix(ancestor + "/"))
+    }
+}
+
+/// Weak user data for the libdbus object-path registration.
+private final class WeakServer {
+    weak var server: DBusObjectServer?
+    init(_ server: DBusObjectServer) { self.server = server }
+}
+
+extension DBusConnection {
+    /// Sends a method return or error for `call` (on the queue). A reply
+    /// that cannot be built (invalid values) becomes a Failed error.
+    func replyOnQueue(to call: DBusMessageHandle, result: Result<[DBusValue], DBusError>) {
+        guard dbus_message_get_no_reply(call.raw) == 0 else { return }
+        let reply: DBusMessageHandle?
+        switch result {
+        case let .success(values):
+            do {
+                guard let raw = dbus_message_new_method_return(call.raw) else { return }
+                let handle = DBusMessageHandle(owning: raw)
+                try DBusMarshal.append(values, to: raw)
+                reply = handle
+            } catch {
+                reply = Self.makeError(for: call, .failed("the reply could not be built: \(error.message)"))
+            }
+        case let .failure(error):
+            reply = Self.makeError(for: call, error)
+        }
+        guard let reply else { return }
+        do {
+            try sendOnQueue(reply)
+        } catch {
+            // e.g. fds on a connection that cannot pass them: tell the caller.
+            if let fallback = Self.makeError(for: call, error) { try? sendOnQueue(fallback) }
+        }
+    }
+
+    static func makeError(for call: DBusMessageHandle, _ error: DBusError) -> DBusMessageHandle? {
+        let name = DBusSignatureSyntax.isValidErrorName(error.name) ? error.name : DBusError.Name.failed
+        let text = DBusSignatureSyntax.isValidString(error.message) ? error.message : "(error message was not valid UTF-8)"
+        guard let raw = dbus_message_new_error(call.raw, name, text) else { return nil }
+        return DBusMessageHandle(owning: raw)
+    }
+}
