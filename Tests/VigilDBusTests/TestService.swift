@@ -37,6 +37,18 @@ struct TestService {
         }
     }
 
+    /// Runs `body` against a fresh service and always stops it afterwards.
+    static func with(_ body: (TestService) async throws -> Void) async throws {
+        let service = try await start()
+        do {
+            try await body(service)
+        } catch {
+            await service.stop()
+            throw error
+        }
+        await service.stop()
+    }
+
     func stop() async {
         await connection.close()
         bus.stop()
