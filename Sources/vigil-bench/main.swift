@@ -7,6 +7,7 @@ let benchmarks: [String: (_ arguments: [String]) async throws -> Void] = [
     "survival-report": survivalReportBench,
     "idle-cost": idleCostBench,
     "idle-reference": idleReference,
+    "dbus": dbusBench,
 ]
 
 let arguments = Array(CommandLine.arguments.dropFirst())
