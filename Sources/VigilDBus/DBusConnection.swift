@@ -43,11 +43,15 @@ public final class DBusConnection: @unchecked Sendable {
     }
 
     deinit {
-        // Close and drop our reference; the main-loop callbacks only hold
-        // weak references to `self`.
+        // Without close(): close and drop our reference on the queue, so the
+        // watch removal cannot race a watch handler running there. The
+        // main-loop callbacks only hold weak references to `self`.
         if let raw {
-            dbus_connection_close(raw)
-            dbus_connection_unref(raw)
+            let handle = RawConnection(raw)
+            queue.async {
+                dbus_connection_close(handle.raw)
+                dbus_connection_unref(handle.raw)
+            }
         }
     }
 
@@ -509,6 +513,13 @@ public struct DBusMatchRule: Sendable, Equatable {
         if let member, message.member != member { return false }
         return true
     }
+}
+
+/// Carries a libdbus connection pointer to the queue in `deinit`.
+/// `@unchecked Sendable`: used only once, on the connection's queue.
+private struct RawConnection: @unchecked Sendable {
+    let raw: OpaquePointer
+    init(_ raw: OpaquePointer) { self.raw = raw }
 }
 
 /// User data for libdbus callbacks: a weak reference, so libdbus's copies do
