@@ -24,6 +24,7 @@ let package = Package(
     ],
     targets: [
         .target(name: "CTimer", path: "Sources/CTimer"),
+        .target(name: "CExecutor", path: "Sources/CExecutor"),
         .systemLibrary(
             name: "CDBus",
             path: "Sources/CDBus",
@@ -41,6 +42,7 @@ let package = Package(
             dependencies: [
                 .product(name: "VigilKit", package: "VigilKit"),
                 "CTimer",
+                "CExecutor",
                 .product(name: "TOMLKit", package: "TOMLKit"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
@@ -48,7 +50,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "vigild",
-            dependencies: ["VigilHost", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["VigilHost", "CExecutor", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strict
         ),
         .executableTarget(

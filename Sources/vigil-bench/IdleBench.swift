@@ -38,7 +38,7 @@ func sampleThreads(pid: Int32) -> [Int: ThreadSample] {
 func idleCostBench(_ args: [String]) async throws {
     let seconds = args.first.flatMap(Double.init) ?? 120
     let interval = 60.0
-    let bin = URL(fileURLWithPath: try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")).deletingLastPathComponent()
+    let bin = URL(fileURLWithPath: PluginLoader.executableDirectory() ?? ".")
     let dir = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-idle-\(getpid())")
     try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: dir) }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CExecutor
 import Dispatch
 import Foundation
 import VigilHost
@@ -43,6 +44,25 @@ struct Vigild: AsyncParsableCommand {
 
     @Flag(name: .customLong("check"), help: "Validate the config, load its plugins, print a summary and exit; start nothing.")
     var checkOnly = false
+
+    /// Installs Vigil's global executor before any task exists, then runs
+    /// the command as ArgumentParser would. See Sources/CExecutor for why.
+    static func main() async {
+        let workers = Int32(max(2, min(8, ProcessInfo.processInfo.activeProcessorCount)))
+        if vigil_executor_install(workers) != 0 {
+            FileHandle.standardError.write(Data("vigild: warning: cannot install Vigil's executor (\(String(cString: strerror(errno)))); using the default one, which wakes every second\n".utf8))
+        }
+        do {
+            var command = try parseAsRoot()
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            exit(withError: error)
+        }
+    }
 
     func run() async throws {
         let path = try resolveConfigPath()

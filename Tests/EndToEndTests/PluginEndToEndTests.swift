@@ -2,95 +2,98 @@ import Foundation
 import Testing
 
 /// Third-party plugins built out of tree against the VigilKit product.
-@Suite(.serialized) struct PluginEndToEndTests {
-    /// Builds a package with the same toolchain and returns its bin directory.
-    static func build(_ relativePath: String) throws -> String {
-        let package = Build.packageRoot.appendingPathComponent(relativePath).path
-        let scratch = Build.packageRoot.appendingPathComponent(".build-fixtures/\((relativePath as NSString).lastPathComponent)").path
-        let result = try runCommand("/usr/bin/env", ["swift", "build", "--package-path", package, "--scratch-path", scratch])
-        guard result.status == 0 else {
-            throw DaemonError("building \(relativePath) failed:\n\(result.stdout)\n\(result.stderr)")
+extension EndToEnd {
+    @Suite(.serialized) struct PluginEndToEndTests {
+        /// Builds a package with the same toolchain and returns its bin directory.
+        static func build(_ relativePath: String) throws -> String {
+            let package = Build.packageRoot.appendingPathComponent(relativePath).path
+            let scratch = Build.packageRoot.appendingPathComponent(".build-fixtures/\((relativePath as NSString).lastPathComponent)").path
+            let result = try runCommand("/usr/bin/env", ["swift", "build", "--package-path", package, "--scratch-path", scratch])
+            guard result.status == 0 else {
+                throw DaemonError("building \(relativePath) failed:\n\(result.stdout)\n\(result.stderr)")
+            }
+            let bin = try runCommand("/usr/bin/env", ["swift", "build", "--package-path", package, "--scratch-path", scratch, "--show-bin-path"])
+            return bin.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         }
-        let bin = try runCommand("/usr/bin/env", ["swift", "build", "--package-path", package, "--scratch-path", scratch, "--show-bin-path"])
-        return bin.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-    }
 
-    @Test func hostLoadsAndRunsTheExamplePlugin() async throws {
-        let pluginDir = try Self.build("docs/examples/hello-strategy")
-        #expect(FileManager.default.fileExists(atPath: "\(pluginDir)/libvigil-hello.so"))
-        let dir = try TempDir()
-        let out = dir.file("greetings.txt")
-        let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state"), extra: """
-            plugin_path = ["\(pluginDir)"]
+        @Test func hostLoadsAndRunsTheExamplePlugin() async throws {
+            let pluginDir = try Self.build("docs/examples/hello-strategy")
+            #expect(FileManager.default.fileExists(atPath: "\(pluginDir)/libvigil-hello.so"))
+            let dir = try TempDir()
+            let out = dir.file("greetings.txt")
+            let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state"), extra: """
+                plugin_path = ["\(pluginDir)"]
 
-            [[strategy]]
-            name = "greeter"
-            kind = "hello"
-            file = "\(out)"
-            every = "200ms"
-            greeting = "bonjour"
-            """))
-        let check = try runCommand(Build.vigilctl, ["check-config", config])
-        #expect(check.status == 0, "\(check.stderr)")
-        #expect(check.stdout.contains("libvigil-hello.so"))
+                [[strategy]]
+                name = "greeter"
+                kind = "hello"
+                file = "\(out)"
+                every = "200ms"
+                greeting = "bonjour"
+                """))
+            let check = try runCommand(Build.vigilctl, ["check-config", config])
+            #expect(check.status == 0, "\(check.stderr)")
+            #expect(check.stdout.contains("libvigil-hello.so"))
 
-        let daemon = try Daemon(arguments: ["--config", config])
-        try await daemon.waitForLine(containing: "wrote greeting #3")
-        daemon.signal(SIGTERM)
-        #expect(await daemon.waitForExit() == 0)
-        let text = try String(contentsOfFile: out, encoding: .utf8)
-        #expect(text.hasPrefix("bonjour from greeter #1\nbonjour from greeter #2\nbonjour from greeter #3\n"))
-        // Its leases went through the host's registry into the survival log.
-        let events = try runCommand("/usr/bin/sqlite3", [dir.file("state/survival.sqlite"), "SELECT count(*) FROM event WHERE strategy = 'greeter' AND name = 'lease-acquired'"])
-        #expect((Int(events.stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0) >= 3, "\(events.stdout)\(events.stderr)")
-    }
+            let daemon = try Daemon(arguments: ["--config", config])
+            try await daemon.waitForLine(containing: "wrote greeting #3")
+            daemon.signal(SIGTERM)
+            #expect(await daemon.waitForExit() == 0)
+            let text = try String(contentsOfFile: out, encoding: .utf8)
+            #expect(text.hasPrefix("bonjour from greeter #1\nbonjour from greeter #2\nbonjour from greeter #3\n"))
+            // Its leases went through the host's registry into the survival log.
+            let events = try runCommand("/usr/bin/sqlite3", [dir.file("state/survival.sqlite"), "SELECT count(*) FROM event WHERE strategy = 'greeter' AND name = 'lease-acquired'"])
+            #expect((Int(events.stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0) >= 3, "\(events.stdout)\(events.stderr)")
+        }
 
-    @Test func pluginBuiltForAnotherSDKVersionIsRefused() async throws {
-        let pluginDir = try Self.build("Tests/Fixtures/MismatchPlugin")
-        let dir = try TempDir()
-        let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state"), extra: """
-            plugin_path = ["\(pluginDir)"]
+        @Test func pluginBuiltForAnotherSDKVersionIsRefused() async throws {
+            let pluginDir = try Self.build("Tests/Fixtures/MismatchPlugin")
+            let dir = try TempDir()
+            let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state"), extra: """
+                plugin_path = ["\(pluginDir)"]
 
-            [[strategy]]
-            name = "future"
-            kind = "mismatch"
-            """))
-        let check = try runCommand(Build.vigilctl, ["check-config", config])
-        #expect(check.status == 1)
-        #expect(check.stderr.contains("libvigil-mismatch.so was built against VigilKit SDK version 999, but this host uses version 1"), "\(check.stderr)")
-        #expect(check.stderr.hasPrefix("\(config):9:1: strategy[0].kind: cannot load kind \"mismatch\""), "\(check.stderr)")
-        let run = try runCommand(Build.vigild, ["--config", config])
-        #expect(run.status == 78)
-        #expect(!FileManager.default.fileExists(atPath: dir.file("state")))
-    }
+                [[strategy]]
+                name = "future"
+                kind = "mismatch"
+                """))
+            let check = try runCommand(Build.vigilctl, ["check-config", config])
+            #expect(check.status == 1)
+            #expect(check.stderr.contains("libvigil-mismatch.so was built against VigilKit SDK version 999, but this host uses version 1"), "\(check.stderr)")
+            #expect(check.stderr.hasPrefix("\(config):9:1: strategy[0].kind: cannot load kind \"mismatch\""), "\(check.stderr)")
+            let run = try runCommand(Build.vigild, ["--config", config])
+            #expect(run.status == 78)
+            #expect(!FileManager.default.fileExists(atPath: dir.file("state")))
+        }
 
-    @Test func missingPluginListsTheAvailableKinds() throws {
-        let dir = try TempDir()
-        let config = try dir.write("vigil.toml", """
-            [[strategy]]
-            name = "x"
-            kind = "silent-audi"
-            """)
-        let check = try runCommand(Build.vigilctl, ["check-config", config], environment: ["VIGIL_PLUGIN_PATH": dir.path, "PATH": "/usr/bin:/bin"])
-        #expect(check.status == 1)
-        // The built-in plugins next to vigilctl are found; the misspelt kind is not.
-        #expect(check.stderr.contains("unknown kind \"silent-audi\"; available kinds: periodic-wake"), "\(check.stderr)")
-    }
+        @Test func missingPluginListsTheAvailableKinds() throws {
+            let dir = try TempDir()
+            let config = try dir.write("vigil.toml", """
+                [[strategy]]
+                name = "x"
+                kind = "silent-audi"
+                """)
+            let check = try runCommand(Build.vigilctl, ["check-config", config], environment: ["VIGIL_PLUGIN_PATH": dir.path, "PATH": "/usr/bin:/bin"])
+            #expect(check.status == 1)
+            // The built-in plugins next to vigilctl are found; the misspelt kind is not.
+            #expect(check.stderr.contains("unknown kind \"silent-audi\"; available kinds: periodic-wake"), "\(check.stderr)")
+        }
 
-    @Test func libraryWithoutTheEntryPointIsNamed() throws {
-        let dir = try TempDir()
-        // A real shared library that is not a Vigil plugin.
-        try FileManager.default.copyItem(atPath: "\(Build.binDir.path)/libVigilKit.so", toPath: dir.file("libvigil-impostor.so"))
-        let config = try dir.write("vigil.toml", """
-            [host]
-            plugin_path = ["\(dir.path)"]
+        @Test func libraryWithoutTheEntryPointIsNamed() throws {
+            let dir = try TempDir()
+            // A real shared library that is not a Vigil plugin.
+            try FileManager.default.copyItem(atPath: "\(Build.binDir.path)/libVigilKit.so", toPath: dir.file("libvigil-impostor.so"))
+            let config = try dir.write("vigil.toml", """
+                [host]
+                plugin_path = ["\(dir.path)"]
 
-            [[strategy]]
-            name = "x"
-            kind = "impostor"
-            """)
-        let check = try runCommand(Build.vigilctl, ["check-config", config])
-        #expect(check.status == 1)
-        #expect(check.stderr.contains("\(dir.path)/libvigil-impostor.so is not a Vigil plugin: it does not export the entry point vigil_plugin_v1"), "\(check.stderr)")
+                [[strategy]]
+                name = "x"
+                kind = "impostor"
+                """)
+            let check = try runCommand(Build.vigilctl, ["check-config", config])
+            #expect(check.status == 1)
+            #expect(check.stderr.contains("\(dir.path)/libvigil-impostor.so is not a Vigil plugin: it does not export the entry point vigil_plugin_v1"), "\(check.stderr)")
+        }
     }
 }
+

@@ -1,5 +1,10 @@
 import Foundation
 import Testing
+import VigilHost
+
+/// All end-to-end suites run one after another: they start real processes
+/// and measure real time, and the plugin suite builds packages on both cores.
+@Suite(.serialized) enum EndToEnd {}
 
 /// Locations of the package and of the built executables.
 enum Build {
@@ -8,10 +13,7 @@ enum Build {
 
     /// The directory holding vigild, vigilctl and the plugin libraries: the
     /// test bundle is built into the same directory.
-    static let binDir: URL = {
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        return URL(fileURLWithPath: exe).deletingLastPathComponent()
-    }()
+    static let binDir = URL(fileURLWithPath: PluginLoader.executableDirectory() ?? ".")
 
     static var vigild: String { binDir.appendingPathComponent("vigild").path }
     static var vigilctl: String { binDir.appendingPathComponent("vigilctl").path }

@@ -6,10 +6,7 @@ import VigilKit
 /// The real periodic-wake plugin, loaded from the build directory like the
 /// host loads it, driven by the test clock.
 enum PeriodicWakePlugin {
-    static let loader: PluginLoader = {
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        return PluginLoader(searchPath: [(exe as NSString).deletingLastPathComponent])
-    }()
+    static let loader = PluginLoader(searchPath: [PluginLoader.executableDirectory() ?? "."])
 
     static func make(_ values: [String: ConfigValue], name: String = "pw") throws -> any KeepAliveStrategy {
         let kind = try loader.loadKind("periodic-wake").get()

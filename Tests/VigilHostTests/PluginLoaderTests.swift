@@ -49,8 +49,7 @@ struct NamedKind: StrategyKind {
     @Test func unnamedKindsAreNeverLoaded() throws {
         // The build directory holds libvigil-periodic-wake.so; listing
         // available kinds must not load it.
-        let exe = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
-        let loader = PluginLoader(searchPath: [(exe as NSString).deletingLastPathComponent])
+        let loader = PluginLoader(searchPath: [try #require(PluginLoader.executableDirectory())])
         #expect(loader.availableKinds().contains("periodic-wake"))
         #expect(loader.registeredKinds.isEmpty)
     }

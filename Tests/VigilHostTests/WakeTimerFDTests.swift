@@ -6,10 +6,11 @@ import VigilKit
 /// The scheduler on real timerfds, with short real times.
 @Suite(.serialized) struct WakeTimerFDTests {
     let clock = SystemClock()
-    /// "Small" for a shared VM: the kernel timer is ~0.1 ms late here when
-    /// idle, but a loaded 2-core machine (parallel builds) delays the wakeup
-    /// thread by tens of ms. `vigil-bench wake-latency` gives the real figures.
-    let lateBound = Duration.milliseconds(250)
+    /// Lateness is a speed figure, measured by `vigil-bench wake-latency`,
+    /// not asserted here: on a loaded 2-core VM (the suite builds plugin
+    /// packages in parallel) a wakeup can be delayed by more than a second.
+    /// Tests check what the scheduler guarantees: never early, lateness
+    /// recorded as fired minus planned.
 
     /// Whether /sys/class/rtc holds an RTC device, read independently of the probe.
     private var hostHasRTC: Bool {
@@ -26,7 +27,7 @@ import VigilKit
         #expect(firing.target == request.latest)
         #expect(firing.firedAt >= request.earliest)
         #expect(firing.firedAt >= firing.target)  // an absolute timerfd never fires early
-        #expect(firing.lateness < lateBound)
+        #expect(firing.lateness == firing.firedAt - firing.target)
         #expect(resumedAt >= firing.firedAt)
         #expect(!firing.onAlarmClock)
         let stats = await scheduler.statistics
@@ -67,7 +68,7 @@ import VigilKit
         let near = WakeRequest(earliest: start + .milliseconds(20), latest: start + .milliseconds(30), label: "near")
         let firing = try await scheduler.wake(near)
         #expect(firing.target == near.latest)
-        #expect(firing.lateness < lateBound)
+        #expect(firing.lateness == firing.firedAt - firing.target)
         #expect(clock.now < now + .seconds(10))  // did not wait for the far one
         let stats = await scheduler.statistics
         #expect(stats.withdrawnRequests == 1)
@@ -112,7 +113,7 @@ import VigilKit
         let w = try await wakingFiring
         #expect(w.onAlarmClock)
         #expect(w.target == waking.latest)
-        #expect(w.lateness < lateBound)
+        #expect(w.firedAt >= w.target)
         let stats = await scheduler.statistics
         #expect(stats.alarmBatches == 1)
         #expect(stats.batchesFired == 2)

@@ -36,11 +36,8 @@ public struct SystemClock: VigilClock {
     public var wallMicroseconds: Int64 { vigil_clock_ns(vigil_CLOCK_REALTIME) / 1_000 }
 
     public func sleep(until deadline: VigilInstant) async throws {
-        // ContinuousClock is CLOCK_BOOTTIME on Linux, so a deadline on our
-        // timeline converts exactly.
-        let remaining = deadline - now
-        if remaining > .zero {
-            try await Task.sleep(for: remaining, clock: .continuous)
+        if deadline > now {
+            try await DeadlineTimer.sleep(untilBoottimeNanoseconds: deadline.nanoseconds)
         } else {
             try Task.checkCancellation()
         }

@@ -51,7 +51,9 @@ public final class PluginLoader: @unchecked Sendable {
         return path
     }
 
-    static func executableDirectory() -> String? {
+    /// The directory of the running executable (the build directory during
+    /// development), from `/proc/self/exe`.
+    public static func executableDirectory() -> String? {
         guard let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") else { return nil }
         return (exe as NSString).deletingLastPathComponent
     }

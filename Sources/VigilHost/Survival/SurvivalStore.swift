@@ -343,29 +343,15 @@ public actor SurvivalStore {
                 throw SurvivalStoreError(.unreadable, path: path, "cannot create directory \(directory): \(error.localizedDescription)")
             }
         }
-        // Look before writing: opening in WAL mode would change another
-        // program's database, so check the file's identity read-only first.
-        if let size = (try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int, size > 0 {
-            do {
-                var readOnly = Configuration()
-                readOnly.readonly = true
-                let probe = try DatabaseQueue(path: path, configuration: readOnly)
-                try probe.read { db in
-                    try SurvivalSchema.checkIdentity(db, path: path)
-                    let check = try String.fetchAll(db, sql: "PRAGMA quick_check")
-                    if check != ["ok"] {
-                        throw SurvivalStoreError(.corrupt, path: path,
-                            "the database is corrupt (quick_check: \(check.prefix(3).joined(separator: "; "))); move it aside and a new store will be created")
-                    }
-                }
-                try probe.close()
-            } catch {
-                throw SurvivalStoreError.wrap(error, path: path, doing: "checking the store")
-            }
-        }
+        // Look before writing: WAL mode would change another program's
+        // database, so the connection opens in the file's own journal mode,
+        // checks the file's identity, and only then switches to WAL. One
+        // connection only: a second, short-lived DatabaseQueue would be
+        // released on libdispatch's default queue, which starts its 1 Hz
+        // worker monitor for the life of the process (see Sources/CExecutor).
+        let existing = ((try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int ?? 0) > 0
         do {
             var config = Configuration()
-            config.journalMode = .wal
             config.foreignKeysEnabled = true
             config.busyMode = .timeout(5)
             config.label = "vigil.survival"
@@ -376,6 +362,22 @@ public actor SurvivalStore {
                 try db.execute(sql: "PRAGMA synchronous = FULL")
             }
             let queue = try DatabaseQueue(path: path, configuration: config)
+            if existing {
+                try queue.read { db in
+                    try SurvivalSchema.checkIdentity(db, path: path)
+                    let check = try String.fetchAll(db, sql: "PRAGMA quick_check")
+                    if check != ["ok"] {
+                        throw SurvivalStoreError(.corrupt, path: path,
+                            "the database is corrupt (quick_check: \(check.prefix(3).joined(separator: "; "))); move it aside and a new store will be created")
+                    }
+                }
+            }
+            try queue.writeWithoutTransaction { db in
+                let mode = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL")
+                if mode?.lowercased() != "wal" {
+                    throw SurvivalStoreError(.unreadable, path: path, "cannot switch the store to WAL mode (journal_mode is \(mode ?? "unknown"))")
+                }
+            }
             let migrator = SurvivalSchema.migrator
             try queue.read { db in
                 try SurvivalSchema.checkIdentity(db, path: path)

@@ -1,0 +1,67 @@
+import CExecutor
+import Foundation
+
+/// Sleeps until a `CLOCK_BOOTTIME` deadline on Vigil's own timer thread.
+///
+/// Why not `Task.sleep`: in Swift 6.3 it schedules through libdispatch's
+/// global queues, whose worker monitor then wakes the process every second
+/// for the rest of its life. This timer is one timerfd armed for the earliest
+/// pending deadline; a cancelled sleep is removed and never wakes anything.
+enum DeadlineTimer {
+    /// One sleeper. Resumed exactly once: by the timer, or by cancellation.
+    private final class Sleeper: @unchecked Sendable {
+        // Invariant: `continuation`, `id` and `cancelled` are only touched
+        // while holding `lock`.
+        let lock = NSLock()
+        var continuation: CheckedContinuation<Void, any Error>?
+        var id: UInt64 = 0
+        var cancelled = false
+
+        func resume(_ result: Result<Void, any Error>) {
+            let c: CheckedContinuation<Void, any Error>? = lock.withLock {
+                defer { continuation = nil }
+                return continuation
+            }
+            c?.resume(with: result)
+        }
+    }
+
+    static func sleep(untilBoottimeNanoseconds deadline: Int64) async throws {
+        let sleeper = Sleeper()
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
+                let alreadyCancelled: Bool = sleeper.lock.withLock {
+                    if sleeper.cancelled { return true }
+                    sleeper.continuation = c
+                    return false
+                }
+                if alreadyCancelled {
+                    c.resume(throwing: CancellationError())
+                    return
+                }
+                // The timer owns one reference until it fires or is cancelled.
+                let context = Unmanaged.passRetained(sleeper).toOpaque()
+                let id = vigil_timer_schedule(deadline, { context in
+                    guard let context else { return }
+                    Unmanaged<Sleeper>.fromOpaque(context).takeRetainedValue().resume(.success(()))
+                }, context)
+                if id == 0 {
+                    Unmanaged<Sleeper>.fromOpaque(context).release()
+                    sleeper.resume(.failure(POSIXError(.EAGAIN)))
+                    return
+                }
+                sleeper.lock.withLock { sleeper.id = id }
+            }
+        } onCancel: {
+            let id: UInt64 = sleeper.lock.withLock {
+                sleeper.cancelled = true
+                return sleeper.id
+            }
+            // Removed before firing: the timer's reference is ours to drop.
+            if id != 0, vigil_timer_cancel(id) != 0 {
+                Unmanaged.passUnretained(sleeper).release()
+            }
+            sleeper.resume(.failure(CancellationError()))
+        }
+    }
+}
