@@ -43,6 +43,7 @@ let package = Package(
                 .product(name: "VigilKit", package: "VigilKit"),
                 "CTimer",
                 "CExecutor",
+                "VigilDBus",
                 .product(name: "TOMLKit", package: "TOMLKit"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
@@ -71,12 +72,12 @@ let package = Package(
         ),
         .testTarget(
             name: "VigilHostTests",
-            dependencies: ["VigilHost", .product(name: "VigilKit", package: "VigilKit")],
+            dependencies: ["VigilHost", "VigilDBus", .product(name: "VigilKit", package: "VigilKit")],
             swiftSettings: strict
         ),
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["VigilHost"],
+            dependencies: ["VigilHost", "VigilDBus"],
             swiftSettings: strict
         ),
         .testTarget(
