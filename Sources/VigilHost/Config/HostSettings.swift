@@ -16,6 +16,8 @@ public struct HostSettings: Sendable, Equatable {
     public var pluginPath: [String] = []
     /// The least severe log level written (`log_level`).
     public var logLevel: LogLevel = .info
+    /// The message bus vigild serves `org.vigil.Vigil1` on (`bus`).
+    public var bus: BusSelection = .session
 
     /// The defaults used for keys the config leaves out.
     public init(stateDir: String = HostPaths.defaultStateDir()) {
@@ -29,6 +31,7 @@ public struct HostSettings: Sendable, Equatable {
             .duration("survival_interval", \.survivalInterval, atLeast: .seconds(1)),
             .pathList("plugin_path", \.pluginPath),
             .choice("log_level", \.logLevel, LogLevel.allCases, spelled: \.name),
+            .busSelection("bus", \.bus),
         ]
     }
 
@@ -97,6 +100,18 @@ struct HostKey {
             guard reader.values[name] != nil else { reader.declare(name); return }
             let chosen = reader.choice(name, names, default: "")
             if let index = names.firstIndex(of: chosen) { settings[keyPath: field] = cases[index] }
+        }
+    }
+
+    /// `"session"`, `"system"` or a D-Bus address (`transport:key=value,...`).
+    static func busSelection(_ name: String, _ field: WritableKeyPath<HostSettings, BusSelection>) -> HostKey {
+        HostKey(name: name) { reader, settings, _ in
+            guard let text = reader.string(name) else { return }
+            guard let selection = BusSelection(parsing: text) else {
+                reader.problem(name, "expected \"session\", \"system\" or a D-Bus address such as \"unix:path=/run/vigil/bus\" (transport:key=value,...), found \"\(text)\"")
+                return
+            }
+            settings[keyPath: field] = selection
         }
     }
 
