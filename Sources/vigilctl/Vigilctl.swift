@@ -8,9 +8,13 @@ struct Vigilctl: AsyncParsableCommand {
         abstract: "Inspect and control the Vigil keep-alive host.",
         discussion: """
         check-config and survival work without a running host: they read the config \
-        file and the survival log directly.
+        file and the survival log directly. status, leases, strategies and reload talk to \
+        the running vigild over D-Bus (org.vigil.Vigil1; see --bus).
         """,
         version: VigilVersion.string,
-        subcommands: [CheckConfigCommand.self, SurvivalCommand.self]
+        subcommands: [
+            StatusCommand.self, LeasesCommand.self, StrategiesCommand.self, ReloadCommand.self,
+            CheckConfigCommand.self, SurvivalCommand.self,
+        ]
     )
 }

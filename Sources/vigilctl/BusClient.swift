@@ -1,0 +1,262 @@
+import ArgumentParser
+import Foundation
+import VigilDBus
+import VigilHost
+
+/// Options of every command that talks to a running vigild over D-Bus.
+struct BusOptions: ParsableArguments {
+    @Option(help: ArgumentHelp(
+        "The bus vigild is on: session, system, or a D-Bus address.",
+        discussion: """
+            session (the default) is $DBUS_SESSION_BUS_ADDRESS, else $XDG_RUNTIME_DIR/bus, else the \
+            private bus vigild started and wrote to $XDG_RUNTIME_DIR/vigil/bus (or <state-dir>/bus). \
+            An address looks like unix:path=/run/user/0/bus.
+            """,
+        valueName: "bus"))
+    var bus: String = "session"
+
+    @Option(name: .customLong("state-dir"), help: ArgumentHelp(
+        "vigild's state directory, where it writes the address of a private bus it started.",
+        valueName: "dir"))
+    var stateDir: String = HostPaths.defaultStateDir()
+
+    @Option(help: ArgumentHelp("Seconds to wait for each reply.", valueName: "seconds"))
+    var timeout: Double = 10
+
+    func validate() throws {
+        guard BusSelection(parsing: bus) != nil else {
+            throw ValidationError("--bus must be session, system or a D-Bus address such as unix:path=/run/vigil/bus, got \"\(bus)\"")
+        }
+        guard timeout > 0, timeout <= 3_600 else { throw ValidationError("--timeout must be between 0 and 3600 seconds, got \(timeout)") }
+    }
+}
+
+/// A problem to show the user as one clear sentence (no D-Bus error stacks).
+struct VigilctlFailure: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Runs a command body, printing a `VigilctlFailure` or any other error as
+/// one line on stderr and exiting 1.
+func runReporting(_ command: String, _ body: () async throws -> Void) async throws {
+    do {
+        try await body()
+    } catch let exit as ExitCode {
+        throw exit
+    } catch {
+        FileHandle.standardError.write(Data("vigilctl \(command): \(error)\n".utf8))
+        throw ExitCode(1)
+    }
+}
+
+/// A connection to vigild's `org.vigil.Vigil1` API.
+struct VigilBusClient {
+    static let busName = "org.vigil.Vigil1"
+    static let rootPath = "/org/vigil/Vigil1"
+    static let hostInterface = "org.vigil.Vigil1.Host"
+    static let strategyInterface = "org.vigil.Vigil1.Strategy"
+    static let leaseInterface = "org.vigil.Vigil1.Lease"
+    static let propertiesInterface = "org.freedesktop.DBus.Properties"
+
+    let connection: DBusConnection
+    /// "the session bus", "the system bus" or "the bus at ADDRESS", for messages.
+    let busDescription: String
+    let timeout: Duration
+
+    /// The hint printed whenever no host answers.
+    static let startHint = "start it with Scripts/run or vigild --config FILE"
+
+    /// Finds the bus, connects, and checks that vigild owns its name.
+    static func connect(_ options: BusOptions) async throws -> VigilBusClient {
+        let (bus, description) = try locate(options)
+        let connection: DBusConnection
+        do {
+            connection = try await DBusConnection.connect(to: bus)
+        } catch let error as DBusError {
+            throw VigilctlFailure("no vigild is running on \(description): cannot connect to it (\(error.message)); \(startHint)")
+        }
+        let client = VigilBusClient(connection: connection, busDescription: description, timeout: .milliseconds(Int(options.timeout * 1000)))
+        let hasOwner = try await client.nameHasOwner()
+        guard hasOwner else {
+            await connection.close()
+            throw VigilctlFailure("no vigild is running on \(description) (\(busName) has no owner); \(startHint)")
+        }
+        return client
+    }
+
+    /// Connects, runs `body`, and closes the connection whatever happens.
+    static func with<T>(_ options: BusOptions, _ body: (VigilBusClient) async throws -> T) async throws -> T {
+        let client = try await connect(options)
+        do {
+            let result = try await body(client)
+            await client.close()
+            return result
+        } catch {
+            await client.close()
+            throw error
+        }
+    }
+
+    /// Resolves `--bus` through `BusLocator`, the way vigild finds its own
+    /// bus, and describes it for messages.
+    static func locate(_ options: BusOptions) throws -> (DBusConnection.Bus, String) {
+        let environment = ProcessInfo.processInfo.environment
+        // Invariant: `BusOptions.validate` already parsed `bus`.
+        let selection = BusSelection(parsing: options.bus) ?? .session
+        let addressFile = BusLocator.addressFile(stateDir: options.stateDir, environment: environment)
+        guard let bus = BusLocator.clientBus(selection: selection, stateDir: options.stateDir, environment: environment) else {
+            throw VigilctlFailure("""
+                no vigild is running on the session bus: there is no session bus \
+                (DBUS_SESSION_BUS_ADDRESS is unset, no $XDG_RUNTIME_DIR/bus) and no private bus \
+                address in \(addressFile); \(startHint), or pass --bus ADDRESS
+                """)
+        }
+        switch selection {
+        case .system: return (bus, "the system bus")
+        case let .address(address): return (bus, "the bus at \(address)")
+        case .session:
+            if case let .address(address) = bus,
+               let written = try? String(contentsOfFile: addressFile, encoding: .utf8),
+               written.trimmingCharacters(in: .whitespacesAndNewlines) == address,
+               environment["DBUS_SESSION_BUS_ADDRESS"] != address {
+                return (bus, "vigild's private bus (\(address), from \(addressFile))")
+            }
+            return (bus, "the session bus")
+        }
+    }
+
+    private func nameHasOwner() async throws -> Bool {
+        do {
+            return try await connection.call(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "NameHasOwner", arguments: [Self.busName], returning: Bool.self, timeout: timeout)
+        } catch let error as DBusError {
+            throw VigilctlFailure("\(busDescription) does not answer (\(error.name): \(error.message))")
+        }
+    }
+
+    /// Calls a method of vigild, turning "vigild went away" errors into the
+    /// same clear message as at connect time.
+    func call(_ member: String, path: String = rootPath, interface: String = hostInterface, arguments: [DBusValue] = []) async throws -> DBusMessage {
+        do {
+            return try await connection.call(
+                destination: Self.busName, path: path, interface: interface, member: member,
+                arguments: arguments, timeout: timeout)
+        } catch let error as DBusError {
+            switch error.name {
+            case "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner":
+                throw VigilctlFailure("no vigild is running on \(busDescription) (\(Self.busName) has no owner); \(Self.startHint)")
+            case DBusError.Name.noReply:
+                throw VigilctlFailure("vigild did not answer \(member) within \(timeout) (\(error.message))")
+            case DBusError.Name.disconnected:
+                throw VigilctlFailure("lost the connection to \(busDescription) during \(member)")
+            default:
+                throw VigilctlFailure("\(member) failed: \(error.message) (\(error.name))")
+            }
+        }
+    }
+
+    /// Every property of one interface of one object (`GetAll`).
+    func properties(path: String = rootPath, interface: String = hostInterface) async throws -> [String: DBusVariant] {
+        let reply = try await call("GetAll", path: path, interface: Self.propertiesInterface, arguments: [.string(interface)])
+        return try decoding("GetAll(\(interface))") { try reply.argument(0, as: [String: DBusVariant].self) }
+    }
+
+    func leases() async throws -> [LeaseRow] {
+        let reply = try await call("ListLeases")
+        return try decoding("ListLeases") { try reply.argument(0, as: [LeaseRow].self) }
+    }
+
+    func strategies() async throws -> [StrategyRow] {
+        let reply = try await call("ListStrategies")
+        return try decoding("ListStrategies") { try reply.argument(0, as: [StrategyRow].self) }
+    }
+
+    func reload() async throws -> (applied: Bool, messages: [String]) {
+        let reply = try await call("Reload")
+        return try decoding("Reload") { (try reply.argument(0, as: Bool.self), try reply.argument(1, as: [String].self)) }
+    }
+
+    /// A reply that does not match the contract names the method.
+    private func decoding<T>(_ what: String, _ body: () throws -> T) throws -> T {
+        do { return try body() } catch {
+            throw VigilctlFailure("vigild's reply to \(what) is not what this vigilctl expects (\(error)); are vigild and vigilctl the same version?")
+        }
+    }
+
+    func close() async { await connection.close() }
+}
+
+extension [String: DBusVariant] {
+    /// A property's value, or a default when absent or of another type.
+    func value<T: DBusDecodable>(_ name: String, _ type: T.Type = T.self, default fallback: T) -> T {
+        guard let variant = self[name], let value = try? variant.decode(T.self) else { return fallback }
+        return value
+    }
+}
+
+/// One entry of `ListLeases`: `(otssssttus)`.
+struct LeaseRow: DBusDecodable, Codable, Equatable {
+    static var dbusSignature: String { "(otssssttus)" }
+
+    var path: String
+    var id: UInt64
+    var strategy: String
+    var kind: String
+    var holds: String
+    var reason: String
+    /// Microseconds since the Unix epoch.
+    var acquiredAt: UInt64
+    /// Microseconds since the Unix epoch; 0: no budget.
+    var deadline: UInt64
+    var renewals: UInt32
+    var state: String
+
+    init(dbusValue: DBusValue) throws(DBusError) {
+        guard case let .structure(f) = dbusValue, f.count == 10,
+              case let .objectPath(path) = f[0], case let .uint64(id) = f[1],
+              case let .string(strategy) = f[2], case let .string(kind) = f[3],
+              case let .string(holds) = f[4], case let .string(reason) = f[5],
+              case let .uint64(acquiredAt) = f[6], case let .uint64(deadline) = f[7],
+              case let .uint32(renewals) = f[8], case let .string(state) = f[9]
+        else { throw .invalidArgs("expected a lease of signature \(Self.dbusSignature), got \(dbusValue.signature)") }
+        (self.path, self.id, self.strategy, self.kind, self.holds, self.reason) = (path, id, strategy, kind, holds, reason)
+        (self.acquiredAt, self.deadline, self.renewals, self.state) = (acquiredAt, deadline, renewals, state)
+    }
+}
+
+/// One entry of `ListStrategies`: `(osssus)`.
+struct StrategyRow: DBusDecodable, Codable, Equatable {
+    static var dbusSignature: String { "(osssus)" }
+
+    var path: String
+    var name: String
+    var kind: String
+    var state: String
+    var restarts: UInt32
+    var lastError: String
+
+    init(dbusValue: DBusValue) throws(DBusError) {
+        guard case let .structure(f) = dbusValue, f.count == 6,
+              case let .objectPath(path) = f[0], case let .string(name) = f[1],
+              case let .string(kind) = f[2], case let .string(state) = f[3],
+              case let .uint32(restarts) = f[4], case let .string(lastError) = f[5]
+        else { throw .invalidArgs("expected a strategy of signature \(Self.dbusSignature), got \(dbusValue.signature)") }
+        (self.path, self.name, self.kind, self.state, self.restarts, self.lastError) = (path, name, kind, state, restarts, lastError)
+    }
+}
+
+/// JSON for tools: sorted keys, pretty-printed, slashes unescaped.
+func jsonText(_ value: some Encodable) throws -> String {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+    return String(decoding: try encoder.encode(value), as: UTF8.self)
+}
+
+/// One-line JSON, for event streams (one object per line).
+func jsonLine(_ value: some Encodable) throws -> String {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+    return String(decoding: try encoder.encode(value), as: UTF8.self)
+}

@@ -1,0 +1,215 @@
+import ArgumentParser
+import Foundation
+import VigilDBus
+
+/// `vigilctl leases`: the active leases, once or followed live.
+struct LeasesCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "leases",
+        abstract: "Show the leases vigild holds now, or follow them as they change.",
+        discussion: """
+            A lease is something a strategy holds to keep the system up (a command run, a \
+            stream, a connection). The table shows, per active lease: its id, strategy, what \
+            it holds, why, how long it has been held, its deadline (a lease with a budget must \
+            be renewed before it, or it expires), how often it was renewed, and its state \
+            (active, or expiring while its expiration handler runs).
+
+            --watch prints the table, then one line per lease signal (LeaseAcquired, \
+            LeaseRenewed, LeaseExpiring, LeaseExpired, LeaseReleased) as vigild emits it; it \
+            subscribes to the signals and never polls. It ends with status 1 when vigild leaves \
+            the bus. With --json it prints one JSON object per line instead.
+
+            Exit status: 0 when vigild answered, 1 when no vigild is running on the bus.
+            """
+    )
+
+    @OptionGroup var busOptions: BusOptions
+
+    @Flag(help: "Follow lease signals and print each as it happens.")
+    var watch = false
+
+    @Flag(help: "Print JSON: an array of leases (with --watch, one object per line).")
+    var json = false
+
+    /// A lease in `--json` output: the ListLeases fields plus figures
+    /// computed when printed.
+    struct LeaseJSON: Codable {
+        var lease: LeaseRow
+        /// Microseconds from acquisition to now.
+        var ageUsec: UInt64
+        /// Microseconds to the deadline (negative: overdue); nil without a budget.
+        var remainingUsec: Int64?
+
+        init(_ lease: LeaseRow, now: UInt64) {
+            self.lease = lease
+            ageUsec = now > lease.acquiredAt ? now - lease.acquiredAt : 0
+            remainingUsec = lease.deadline == 0 ? nil : Int64(clamping: lease.deadline) - Int64(clamping: now)
+        }
+
+        func encode(to encoder: any Encoder) throws {
+            try lease.encode(to: encoder)
+            var container = encoder.container(keyedBy: Keys.self)
+            try container.encode(ageUsec, forKey: .ageUsec)
+            try container.encode(remainingUsec, forKey: .remainingUsec)
+        }
+
+        init(from decoder: any Decoder) throws {
+            lease = try LeaseRow(from: decoder)
+            let container = try decoder.container(keyedBy: Keys.self)
+            ageUsec = try container.decode(UInt64.self, forKey: .ageUsec)
+            remainingUsec = try container.decodeIfPresent(Int64.self, forKey: .remainingUsec)
+        }
+
+        private enum Keys: String, CodingKey { case ageUsec, remainingUsec }
+    }
+
+    func run() async throws {
+        try await runReporting("leases") {
+            try await VigilBusClient.with(busOptions) { client in
+                if watch {
+                    try await follow(client)
+                } else {
+                    let leases = try await client.leases()
+                    printListing(leases)
+                }
+            }
+        }
+    }
+
+    private func printListing(_ leases: [LeaseRow]) {
+        let now = TableFormat.nowMicros()
+        if json {
+            let text = (try? jsonText(leases.map { LeaseJSON($0, now: now) })) ?? "[]"
+            printLine(text)
+        } else {
+            printLine(Self.table(leases, now: now), terminator: "")
+        }
+    }
+
+    static func table(_ leases: [LeaseRow], now: UInt64) -> String {
+        guard !leases.isEmpty else { return "No active leases.\n" }
+        typealias C = TableFormat.Column
+        let rows = leases.sorted { $0.id < $1.id }.map { lease -> [String] in
+            [
+                String(lease.id), lease.strategy, TableFormat.cell(lease.holds), TableFormat.cell(lease.reason),
+                TableFormat.duration(micros: now > lease.acquiredAt ? now - lease.acquiredAt : 0),
+                lease.deadline == 0 ? "-" : TableFormat.relative(micros: lease.deadline, now: now),
+                String(lease.renewals), lease.state,
+            ]
+        }
+        return TableFormat.table(
+            [C("ID", .right), C("STRATEGY"), C("HOLDS"), C("REASON"), C("AGE", .right), C("DEADLINE"), C("RENEWALS", .right), C("STATE")],
+            rows)
+    }
+
+    // MARK: - Watching
+
+    /// One lease signal, as printed by `--watch --json`.
+    struct LeaseEventJSON: Codable {
+        var event: String
+        /// Microseconds since the Unix epoch when vigilctl received it.
+        var receivedAt: UInt64
+        var lease: String
+        var id: UInt64?
+        var strategy: String?
+        var holds: String?
+        var reason: String?
+        var deadline: UInt64?
+        var remainingUsec: UInt64?
+        var forced: Bool?
+    }
+
+    private func follow(_ client: VigilBusClient) async throws {
+        // Subscribe before listing, so no change falls between the two.
+        let leaseSignals = try await client.connection.signals(matching: DBusMatchRule(
+            sender: VigilBusClient.busName, path: VigilBusClient.rootPath, interface: VigilBusClient.hostInterface))
+        let ownerChanges = try await client.connection.signals(matching: DBusMatchRule(
+            sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged"))
+        let leases = try await client.leases()
+        if json {
+            for lease in leases.sorted(by: { $0.id < $1.id }) {
+                printLine((try? jsonLine(LeaseJSON(lease, now: TableFormat.nowMicros()))) ?? "{}")
+            }
+        } else {
+            printListing(leases)
+            printLine("Watching lease signals on \(client.busDescription) (Ctrl-C to stop).")
+        }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await signal in ownerChanges {
+                    guard signal.body.first == .string(VigilBusClient.busName),
+                          signal.body.count == 3, signal.body[2] == .string("") else { continue }
+                    throw VigilctlFailure("vigild left \(client.busDescription)")
+                }
+            }
+            group.addTask {
+                for await signal in leaseSignals {
+                    guard let member = signal.member, member.hasPrefix("Lease") else { continue }
+                    let event = await describe(member, signal.body, client: client)
+                    if json {
+                        printLine((try? jsonLine(event)) ?? "{}")
+                    } else {
+                        printLine(Self.line(event))
+                    }
+                }
+                throw VigilctlFailure("lost the connection to \(client.busDescription)")
+            }
+            try await group.next()
+            group.cancelAll()
+        }
+    }
+
+    /// Decodes a lease signal's arguments (as in docs/dbus-api.md).
+    private func describe(_ member: String, _ body: [DBusValue], client: VigilBusClient) async -> LeaseEventJSON {
+        func string(_ i: Int) -> String? {
+            guard i < body.count else { return nil }
+            switch body[i] {
+            case let .string(s), let .objectPath(s): return s
+            default: return nil
+            }
+        }
+        func uint64(_ i: Int) -> UInt64? { if i < body.count, case let .uint64(v) = body[i] { v } else { nil } }
+        let path = string(0) ?? ""
+        let name = member.dropFirst("Lease".count).lowercased()
+        var event = LeaseEventJSON(
+            event: name, receivedAt: TableFormat.nowMicros(), lease: path,
+            id: path.split(separator: "/").last.flatMap { UInt64($0) })
+        switch member {
+        case "LeaseAcquired":
+            event.strategy = string(1)
+            event.holds = string(2)
+            // The reason and deadline are lease properties; the object may
+            // already be gone for a very short lease.
+            if let properties = try? await client.properties(path: path, interface: VigilBusClient.leaseInterface) {
+                event.reason = properties.value("Reason", default: "")
+                let deadline: UInt64 = properties.value("Deadline", default: 0)
+                event.deadline = deadline == 0 ? nil : deadline
+            }
+        case "LeaseRenewed": event.deadline = uint64(1)
+        case "LeaseExpiring": event.remainingUsec = uint64(1)
+        case "LeaseExpired": if body.count > 1, case let .bool(forced) = body[1] { event.forced = forced }
+        case "LeaseReleased": event.reason = string(1)
+        default: break
+        }
+        return event
+    }
+
+    /// One event line: time, event, lease id, then its details.
+    static func line(_ e: LeaseEventJSON, timeZone: TimeZone = .current) -> String {
+        let time = TableFormat.timeOfDay(Date(timeIntervalSince1970: Double(e.receivedAt) / 1_000_000), timeZone: timeZone)
+        var parts = [time, e.event.padding(toLength: 8, withPad: " ", startingAt: 0), "lease \(e.id.map(String.init) ?? e.lease)"]
+        if let strategy = e.strategy { parts.append("strategy \(strategy)") }
+        if let holds = e.holds { parts.append("holds \"\(holds)\"") }
+        if let reason = e.reason, !reason.isEmpty { parts.append(e.event == "released" ? "because \"\(reason)\"" : "for \"\(reason)\"") }
+        if let deadline = e.deadline { parts.append("deadline \(TableFormat.relative(micros: deadline, now: e.receivedAt))") }
+        if let remaining = e.remainingUsec { parts.append("\(TableFormat.duration(micros: remaining)) of grace left") }
+        if e.forced == true { parts.append("force-released: its expiration handler overran") }
+        return parts.joined(separator: "  ")
+    }
+}
+
+/// Prints and flushes at once, so a pipe sees each line as it happens.
+func printLine(_ text: String, terminator: String = "\n") {
+    print(text, terminator: terminator)
+    fflush(nil)
+}

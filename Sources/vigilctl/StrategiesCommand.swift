@@ -1,0 +1,41 @@
+import ArgumentParser
+import Foundation
+
+/// `vigilctl strategies`: each configured strategy and how it is doing.
+struct StrategiesCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "strategies",
+        abstract: "Show each strategy vigild runs: kind, state, restarts and last error.",
+        discussion: """
+            States: running; backoff (its run failed and it waits to be restarted); finished \
+            (its run returned, so it is not restarted); stopped (the host stopped it). \
+            Restarts counts restarts after failures; the last error is the most recent failure.
+
+            Exit status: 0 when vigild answered, 1 when no vigild is running on the bus.
+            """
+    )
+
+    @OptionGroup var busOptions: BusOptions
+
+    @Flag(help: "Print a JSON array instead of a table.")
+    var json = false
+
+    func run() async throws {
+        try await runReporting("strategies") {
+            let strategies = try await VigilBusClient.with(busOptions) { try await $0.strategies() }
+            if json {
+                printLine(try jsonText(strategies))
+            } else {
+                printLine(Self.table(strategies), terminator: "")
+            }
+        }
+    }
+
+    static func table(_ strategies: [StrategyRow]) -> String {
+        guard !strategies.isEmpty else { return "No strategies configured.\n" }
+        typealias C = TableFormat.Column
+        return TableFormat.table(
+            [C("NAME"), C("KIND"), C("STATE"), C("RESTARTS", .right), C("LAST ERROR")],
+            strategies.map { [$0.name, $0.kind, $0.state, String($0.restarts), TableFormat.cell($0.lastError)] })
+    }
+}
