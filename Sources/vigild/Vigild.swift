@@ -2,6 +2,7 @@ import ArgumentParser
 import CExecutor
 import Dispatch
 import Foundation
+import VigilDBus
 import VigilHost
 import VigilKit
 
@@ -118,9 +119,67 @@ struct Vigild: AsyncParsableCommand {
             log.error("cannot start: \(error)")
             throw ExitCode(1)
         }
+        let notifier = makeNotifier(log: log)
+        let bus: BusService
+        do {
+            bus = try await BusService.start(selection: config.host.bus, stateDir: config.host.stateDir, log: log) { connection in
+                try await exportHostObjects(host: host, connection: connection)
+            }
+        } catch {
+            log.error("\(error)")
+            notifier?.stopping(status: "\(error)")
+            await host.shutdown(reason: .failed)
+            throw ExitCode(1)
+        }
+        notifier?.ready(status: await statusLine(host))
+        let watchdog = notifier?.startWatchdog(scheduler: scheduler, clock: clock, log: log)
+        let statusUpdates = notifier.map { startStatusUpdates($0, host: host) }
+
         let signal = await signals.next()
         log.notice("received \(signal == SIGINT ? "SIGINT" : "SIGTERM")")
+        notifier?.stopping()
+        watchdog?.cancel()
+        statusUpdates?.cancel()
         await host.shutdown(reason: .stopped)
+        await bus.stop()
+    }
+
+    /// The systemd notifier when vigild runs under a service manager
+    /// (`NOTIFY_SOCKET` set), else nil.
+    func makeNotifier(log: StrategyLogger) -> SystemdNotifier? {
+        do {
+            let notifier = try SystemdNotifier()
+            if let notifier {
+                log.debug("notifying \(notifier.socketName)" + (notifier.watchdogInterval.map { "; watchdog every \($0)" } ?? ""))
+            }
+            return notifier
+        } catch {
+            log.warning("not notifying the service manager: \(error)")
+            return nil
+        }
+    }
+
+    /// Exports the host's objects on `connection` (before the name is requested).
+    func exportHostObjects(host: HostRuntime, connection: DBusConnection) async throws -> (any Sendable)? {
+        // HostBusAPI (Sources/VigilHost/Bus/HostBusAPI.swift) is wired in here.
+        return nil
+    }
+
+    /// The one-line state sent as systemd's STATUS=.
+    func statusLine(_ host: HostRuntime) async -> String {
+        let strategies = await host.config.strategies.count
+        let leases = await host.registry.active.count
+        return "\(strategies) strateg\(strategies == 1 ? "y" : "ies"), \(leases) active lease\(leases == 1 ? "" : "s")"
+    }
+
+    /// Sends a STATUS= update whenever a lease changes (no timer: idle
+    /// hosts send nothing).
+    func startStatusUpdates(_ notifier: SystemdNotifier, host: HostRuntime) -> Task<Void, Never> {
+        Task {
+            for await _ in await host.registry.events() {
+                notifier.status(await statusLine(host))
+            }
+        }
     }
 
     func resolveConfigPath() throws -> String {

@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import VigilDBus
+import VigilKit
 
 /// Which message bus vigild serves on: the `[host] bus` key.
 public enum BusSelection: Sendable, Equatable, CustomStringConvertible {
@@ -125,6 +126,96 @@ public enum BusLocator {
         }
     }
 
+    /// The bus vigild serves on, and the private daemon it started, if any.
+    public struct HostBus: Sendable {
+        /// What to pass to `DBusConnection.connect(to:)`.
+        public var bus: DBusConnection.Bus
+        /// Where the bus came from, for messages ("the session bus
+        /// (DBUS_SESSION_BUS_ADDRESS)", "vigild's private bus", ...).
+        public var origin: String
+        /// The daemon vigild started; stop it on shutdown (nil otherwise).
+        public var privateBus: PrivateBus?
+
+        /// A `busctl` command line that reaches this bus.
+        public var busctlCommand: String {
+            switch bus {
+            case .session: return "busctl --user tree org.vigil.Vigil1"
+            case .system: return "busctl --system tree org.vigil.Vigil1"
+            case let .address(address): return "busctl --address=\(shellQuoted(address)) tree org.vigil.Vigil1"
+            }
+        }
+    }
+
+    /// Finds (or, for a missing session bus, starts) the bus vigild serves on.
+    ///
+    /// For `.session` without `DBUS_SESSION_BUS_ADDRESS` or a
+    /// `$XDG_RUNTIME_DIR/bus` socket: if the address file names a bus that
+    /// still accepts connections (a private bus another vigild started),
+    /// that bus is used, so a second vigild meets the first one's name
+    /// instead of hiding behind a bus of its own. Otherwise a stale file is
+    /// replaced: a private `dbus-daemon` is started in the address file's
+    /// directory, its address written to the file, and the `busctl` command
+    /// to reach it logged.
+    ///
+    /// - Throws: ``PrivateBus/StartError`` when a private bus is needed and
+    ///   cannot be started.
+    public static func hostBus(
+        selection: BusSelection, stateDir: String,
+        environment: [String: String] = ProcessInfo.processInfo.environment,
+        log: StrategyLogger
+    ) throws -> HostBus {
+        switch selection {
+        case .system:
+            let bus = clientBus(selection: .system, stateDir: stateDir, environment: environment) ?? .system
+            return HostBus(bus: bus, origin: "the system bus", privateBus: nil)
+        case let .address(address):
+            return HostBus(bus: .address(address), origin: "the bus at \(address) ([host] bus)", privateBus: nil)
+        case .session:
+            if let bus = existingSessionBus(environment) {
+                let origin = environment["DBUS_SESSION_BUS_ADDRESS"].map { !$0.isEmpty } == true
+                    ? "the session bus (DBUS_SESSION_BUS_ADDRESS)" : "the user bus ($XDG_RUNTIME_DIR/bus)"
+                return HostBus(bus: bus, origin: origin, privateBus: nil)
+            }
+            let file = addressFile(stateDir: stateDir, environment: environment)
+            if let address = readAddressFile(file) {
+                if acceptsConnections(address) {
+                    log.info("no session bus; using the private bus named in \(file): \(address)")
+                    return HostBus(bus: .address(address), origin: "the private bus named in \(file)", privateBus: nil)
+                }
+                log.notice("replacing \(file): its bus \(address) is gone (the vigild that started it did not stop cleanly)")
+            }
+            let directory = (file as NSString).deletingLastPathComponent
+            let started = try PrivateBus.start(socketDirectory: directory, addressFile: file, environment: environment, log: log)
+            let host = HostBus(bus: .address(started.address), origin: "vigild's private bus", privateBus: started)
+            log.notice("no session bus: started a private dbus-daemon (pid \(started.pid)); its address is in \(file)")
+            return host
+        }
+    }
+
+    /// True when some `unix:path=` or `unix:abstract=` entry of `address`
+    /// accepts a connection right now, or the address uses another
+    /// transport (left to the D-Bus connection to judge).
+    public static func acceptsConnections(_ address: String) -> Bool {
+        var sawUnix = false
+        for entry in address.split(separator: ";") {
+            guard entry.hasPrefix("unix:") else { return true }
+            var path: String?
+            var abstract: String?
+            for pair in entry.dropFirst(5).split(separator: ",") {
+                if pair.hasPrefix("path=") { path = unescapeAddressValue(pair.dropFirst(5)) }
+                if pair.hasPrefix("abstract=") { abstract = unescapeAddressValue(pair.dropFirst(9)) }
+            }
+            if let path {
+                sawUnix = true
+                if connectUnix(Array(path.utf8)) { return true }
+            } else if let abstract {
+                sawUnix = true
+                if connectUnix([0] + Array(abstract.utf8)) { return true }
+            }
+        }
+        return !sawUnix
+    }
+
     // MARK: - Shared pieces
 
     /// A session bus that exists without vigild's help:
@@ -147,10 +238,51 @@ public enum BusLocator {
         return dir
     }
 
+    /// Connects a stream socket to `sun_path` bytes; true on success.
+    private static func connectUnix(_ pathBytes: [UInt8]) -> Bool {
+        var addr = sockaddr_un()
+        addr.sun_family = sa_family_t(AF_UNIX)
+        let capacity = MemoryLayout.size(ofValue: addr.sun_path)
+        guard pathBytes.count < capacity else { return false }
+        withUnsafeMutableBytes(of: &addr.sun_path) { raw in
+            for (i, byte) in pathBytes.enumerated() { raw[i] = byte }
+        }
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        let length = socklen_t(MemoryLayout<sa_family_t>.size + pathBytes.count + (pathBytes.first == 0 ? 0 : 1))
+        let result = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, length) }
+        }
+        return result == 0
+    }
+
+    /// Undoes D-Bus address escaping (`%xx`).
+    private static func unescapeAddressValue(_ value: Substring) -> String {
+        var bytes: [UInt8] = []
+        var iterator = Array(value.utf8).makeIterator()
+        while let byte = iterator.next() {
+            if byte == UInt8(ascii: "%"), let high = iterator.next(), let low = iterator.next(),
+               let value = UInt8(String(decoding: [high, low], as: UTF8.self), radix: 16) {
+                bytes.append(value)
+            } else {
+                bytes.append(byte)
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
     /// The first line of an address file, or nil if missing or empty.
     static func readAddressFile(_ path: String) -> String? {
         guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return nil }
         let line = text.split(whereSeparator: \.isNewline).first.map(String.init)?.trimmingCharacters(in: .whitespaces) ?? ""
         return line.isEmpty ? nil : line
     }
+}
+
+/// `text` as one shell word: unchanged when it holds only safe characters,
+/// else in single quotes.
+private func shellQuoted(_ text: String) -> String {
+    let safe = text.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || "-_=:,./@%+".contains($0)) }
+    return safe ? text : "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'"
 }

@@ -1,0 +1,130 @@
+import Foundation
+import VigilDBus
+import VigilKit
+
+/// vigild's presence on its message bus: the bus found (or private bus
+/// started) by ``BusLocator``, the connection, the exported objects, and
+/// the well-known name `org.vigil.Vigil1`, requested only after the objects
+/// are exported so a client that sees the name finds them.
+///
+/// ``stop()`` undoes it in reverse: releases the name, closes the
+/// connection, and stops the private bus vigild started (removing its
+/// address file).
+public actor BusService {
+    /// The well-known name vigild owns.
+    public static let wellKnownName = "org.vigil.Vigil1"
+
+    /// The bus in use and where it came from.
+    public nonisolated let hostBus: BusLocator.HostBus
+    /// The connection the objects are exported on.
+    public nonisolated let connection: DBusConnection
+    /// Whatever `export` returned: kept alive as long as the service.
+    private let exported: (any Sendable)?
+    private let log: StrategyLogger
+    private var stopped = false
+
+    /// Why vigild could not get onto its bus.
+    public enum StartError: Error, CustomStringConvertible {
+        /// A private bus was needed and could not be started.
+        case noBus(String)
+        /// The bus did not accept a connection.
+        case unreachable(bus: String, reason: String)
+        /// Exporting the objects failed.
+        case exportFailed(String)
+        /// Another connection owns `org.vigil.Vigil1` on this bus.
+        case nameOwned(name: String, owner: String?, bus: String)
+        /// The bus refused the name for another reason (policy, ...).
+        case nameRefused(name: String, bus: String, reason: String)
+
+        public var description: String {
+            switch self {
+            case let .noBus(reason): reason
+            case let .unreachable(bus, reason): "cannot connect to \(bus): \(reason)"
+            case let .exportFailed(reason): "cannot export the D-Bus objects: \(reason)"
+            case let .nameOwned(name, owner, bus): "\(name) is already owned by \(owner ?? "another connection") on \(bus): is another vigild running?"
+            case let .nameRefused(name, bus, reason): "cannot own \(name) on \(bus): \(reason)"
+            }
+        }
+    }
+
+    private init(hostBus: BusLocator.HostBus, connection: DBusConnection, exported: (any Sendable)?, log: StrategyLogger) {
+        self.hostBus = hostBus
+        self.connection = connection
+        self.exported = exported
+        self.log = log
+    }
+
+    /// Finds or starts the bus for `selection`, connects, runs `export`
+    /// (which exports the objects on the connection and returns whatever
+    /// must stay alive with them), then requests `org.vigil.Vigil1`.
+    ///
+    /// On failure everything started so far is undone (connection closed,
+    /// private bus stopped) before the error is thrown.
+    public static func start(
+        selection: BusSelection, stateDir: String,
+        environment: [String: String] = ProcessInfo.processInfo.environment,
+        log: StrategyLogger,
+        export: @Sendable (DBusConnection) async throws -> (any Sendable)?
+    ) async throws(StartError) -> BusService {
+        let hostBus: BusLocator.HostBus
+        do {
+            hostBus = try BusLocator.hostBus(selection: selection, stateDir: stateDir, environment: environment, log: log)
+        } catch {
+            throw .noBus("\(error)")
+        }
+        let busName = describe(hostBus)
+        let connection: DBusConnection
+        do {
+            connection = try await DBusConnection.connect(to: hostBus.bus)
+        } catch {
+            await hostBus.privateBus?.stop()
+            throw .unreachable(bus: busName, reason: "\(error)")
+        }
+        let exported: (any Sendable)?
+        do {
+            exported = try await export(connection)
+        } catch {
+            await connection.close()
+            await hostBus.privateBus?.stop()
+            throw .exportFailed("\(error)")
+        }
+        do {
+            try await connection.requestName(wellKnownName)
+        } catch {
+            await connection.close()
+            await hostBus.privateBus?.stop()
+            switch error {
+            case let .alreadyOwned(name, owner): throw .nameOwned(name: name, owner: owner, bus: busName)
+            case let .queued(name): throw .nameOwned(name: name, owner: nil, bus: busName)
+            default: throw .nameRefused(name: wellKnownName, bus: busName, reason: "\(error)")
+            }
+        }
+        let uniqueName = await connection.uniqueName
+        log.notice("serving \(wellKnownName) as \(uniqueName) on \(busName); try: \(hostBus.busctlCommand)")
+        return BusService(hostBus: hostBus, connection: connection, exported: exported, log: log)
+    }
+
+    /// Releases the name, closes the connection and stops a private bus
+    /// vigild started. Idempotent.
+    public func stop() async {
+        guard !stopped else { return }
+        stopped = true
+        if await connection.isConnected {
+            do { try await connection.releaseName(Self.wellKnownName) } catch {
+                log.debug("cannot release \(Self.wellKnownName): \(error)")
+            }
+        }
+        await connection.close()
+        if let privateBus = hostBus.privateBus {
+            await privateBus.stop()
+            log.info("stopped the private dbus-daemon (pid \(privateBus.pid)) and removed \(privateBus.addressFile)")
+        }
+        _ = exported
+    }
+
+    /// "the session bus (unix:path=...)" and the like, for messages.
+    private static func describe(_ hostBus: BusLocator.HostBus) -> String {
+        let address = (try? DBusConnection.address(of: hostBus.bus)) ?? "?"
+        return hostBus.origin.contains(address) ? hostBus.origin : "\(hostBus.origin) (\(address))"
+    }
+}
