@@ -135,6 +135,17 @@ public enum BusLocator {
         public var origin: String
         /// The daemon vigild started; stop it on shutdown (nil otherwise).
         public var privateBus: PrivateBus?
+        /// The address file this bus was read from, when it is a private
+        /// bus an earlier vigild started: whoever then owns the name takes
+        /// the daemon over (see ``PrivateBus/adopt(pid:address:addressFile:log:)``).
+        public var reusedAddressFile: String?
+
+        public init(bus: DBusConnection.Bus, origin: String, privateBus: PrivateBus? = nil, reusedAddressFile: String? = nil) {
+            self.bus = bus
+            self.origin = origin
+            self.privateBus = privateBus
+            self.reusedAddressFile = reusedAddressFile
+        }
 
         /// A `busctl` command line that reaches this bus.
         public var busctlCommand: String {
@@ -180,7 +191,7 @@ public enum BusLocator {
             if let address = readAddressFile(file) {
                 if acceptsConnections(address) {
                     log.info("no session bus; using the private bus named in \(file): \(address)")
-                    return HostBus(bus: .address(address), origin: "the private bus named in \(file)", privateBus: nil)
+                    return HostBus(bus: .address(address), origin: "the private bus named in \(file)", reusedAddressFile: file)
                 }
                 log.notice("replacing \(file): its bus \(address) is gone (the vigild that started it did not stop cleanly)")
             }

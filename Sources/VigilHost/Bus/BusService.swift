@@ -20,6 +20,9 @@ public actor BusService {
     public nonisolated let connection: DBusConnection
     /// Whatever `export` returned: kept alive as long as the service.
     private let exported: (any Sendable)?
+    /// The private bus to stop on shutdown: started by this vigild, or
+    /// adopted from one that was killed.
+    private let privateBus: PrivateBus?
     private let log: StrategyLogger
     private var stopped = false
 
@@ -47,8 +50,9 @@ public actor BusService {
         }
     }
 
-    private init(hostBus: BusLocator.HostBus, connection: DBusConnection, exported: (any Sendable)?, log: StrategyLogger) {
+    private init(hostBus: BusLocator.HostBus, connection: DBusConnection, exported: (any Sendable)?, privateBus: PrivateBus?, log: StrategyLogger) {
         self.hostBus = hostBus
+        self.privateBus = privateBus
         self.connection = connection
         self.exported = exported
         self.log = log
@@ -101,7 +105,11 @@ public actor BusService {
         }
         let uniqueName = await connection.uniqueName
         log.notice("serving \(wellKnownName) as \(uniqueName) on \(busName); try: \(hostBus.busctlCommand)")
-        return BusService(hostBus: hostBus, connection: connection, exported: exported, log: log)
+        var privateBus = hostBus.privateBus
+        if let file = hostBus.reusedAddressFile, case let .address(address) = hostBus.bus {
+            privateBus = await adoptPrivateBus(connection: connection, address: address, addressFile: file, log: log)
+        }
+        return BusService(hostBus: hostBus, connection: connection, exported: exported, privateBus: privateBus, log: log)
     }
 
     /// Releases the name, closes the connection and stops a private bus
@@ -115,11 +123,30 @@ public actor BusService {
             }
         }
         await connection.close()
-        if let privateBus = hostBus.privateBus {
+        if let privateBus {
             await privateBus.stop()
             log.info("stopped the private dbus-daemon (pid \(privateBus.pid)) and removed \(privateBus.addressFile)")
         }
         _ = exported
+    }
+
+    /// Takes over a private bus whose vigild was killed: we own the name
+    /// on it now, so we stop it when we stop.
+    private static func adoptPrivateBus(connection: DBusConnection, address: String, addressFile: String, log: StrategyLogger) async -> PrivateBus? {
+        do {
+            // The bus driver reports the daemon's own pid for its own name.
+            let pid = try await connection.call(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "GetConnectionUnixProcessID", arguments: ["org.freedesktop.DBus"], returning: UInt32.self)
+            if let adopted = PrivateBus.adopt(pid: pid_t(bitPattern: pid), address: address, addressFile: addressFile, log: log) {
+                log.info("took over the private dbus-daemon (pid \(pid)) left by an earlier vigild; it stops with this one")
+                return adopted
+            }
+            log.info("the private bus in \(addressFile) is served by pid \(pid), which this vigild cannot take over; leaving it running")
+        } catch {
+            log.info("cannot ask the private bus for its pid (\(error)); leaving it running")
+        }
+        return nil
     }
 
     /// "the session bus (unix:path=...)" and the like, for messages.

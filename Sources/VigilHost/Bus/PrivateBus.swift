@@ -24,6 +24,9 @@ public final class PrivateBus: @unchecked Sendable {
     /// The file the address was written to.
     public let addressFile: String
     private let log: StrategyLogger
+    /// False for a daemon adopted from a vigild that died: not our child,
+    /// so its exit is seen through its pidfd and never reaped here.
+    private let isChild: Bool
     private var outputSource: (any DispatchSourceRead)?
     private var exitSource: (any DispatchSourceRead)?
     private var pending = [UInt8]()
@@ -36,8 +39,9 @@ public final class PrivateBus: @unchecked Sendable {
         public var description: String
     }
 
-    private init(pid: pid_t, address: String, addressFile: String, log: StrategyLogger) {
+    private init(pid: pid_t, address: String, addressFile: String, log: StrategyLogger, isChild: Bool = true) {
         self.pid = pid
+        self.isChild = isChild
         self.address = address
         self.addressFile = addressFile
         self.log = log
@@ -101,6 +105,22 @@ public final class PrivateBus: @unchecked Sendable {
         return bus
     }
 
+    /// Takes over the private bus an earlier vigild started and did not stop
+    /// (it was killed): `pid` is the daemon the bus reports for itself. The
+    /// new owner stops it and removes the address file on shutdown, so a
+    /// `kill -9` of vigild leaks the daemon only until the next vigild ends.
+    /// Returns nil when `pid` is not a `dbus-daemon` this process may watch.
+    public static func adopt(pid: pid_t, address: String, addressFile: String, log: StrategyLogger) -> PrivateBus? {
+        let comm = (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard pid > 0, comm == "dbus-daemon", kill(pid, 0) == 0 else { return nil }
+        let pidfd = vigil_pidfd_open(pid)
+        guard pidfd >= 0 else { return nil }
+        _ = fcntl(pidfd, F_SETFD, FD_CLOEXEC)
+        let bus = PrivateBus(pid: pid, address: address, addressFile: addressFile, log: log, isChild: false)
+        bus.queue.sync { bus.watchExit(pidfd) }
+        return bus
+    }
+
     /// Stops the daemon (SIGTERM, SIGKILL after `grace`), reaps it, and
     /// removes the address file if it still names this daemon. Idempotent.
     public func stop(grace: Duration = .seconds(3)) async {
@@ -155,14 +175,18 @@ public final class PrivateBus: @unchecked Sendable {
         let pidfd = vigil_pidfd_open(pid)
         if pidfd >= 0 {
             _ = fcntl(pidfd, F_SETFD, FD_CLOEXEC)
-            let exit = DispatchSource.makeReadSource(fileDescriptor: pidfd, queue: queue)
-            exit.setEventHandler { self.reap() }
-            exit.setCancelHandler { close(pidfd) }
-            exitSource = exit
-            exit.resume()
+            watchExit(pidfd)
         }
         // Without pidfd (Linux < 5.3) the exit shows as end-of-file on the
         // output pipe, which the daemon holds until it exits.
+    }
+
+    private func watchExit(_ pidfd: Int32) {
+        let exit = DispatchSource.makeReadSource(fileDescriptor: pidfd, queue: queue)
+        exit.setEventHandler { self.reap() }
+        exit.setCancelHandler { close(pidfd) }
+        exitSource = exit
+        exit.resume()
     }
 
     private func drain(_ fd: Int32) {
@@ -191,16 +215,20 @@ public final class PrivateBus: @unchecked Sendable {
     private func reap() {
         guard exitStatus == nil else { return }
         var status: Int32 = 0
-        var got: pid_t
-        repeat { got = waitpid(pid, &status, exitSource == nil ? 0 : WNOHANG) } while got < 0 && errno == EINTR
-        guard got == pid else { return }
+        if isChild {
+            var got: pid_t
+            repeat { got = waitpid(pid, &status, exitSource == nil ? 0 : WNOHANG) } while got < 0 && errno == EINTR
+            guard got == pid else { return }
+        }
+        // An adopted daemon's pidfd became readable: it exited; its status
+        // belongs to its parent.
         exitStatus = status
         exitSource?.cancel()
         exitSource = nil
         exitTimer?.cancel()
         exitTimer = nil
         if !stopping {
-            let how = vigil_wifsignaled(status) != 0 ? "was killed by signal \(vigil_wtermsig(status))" : "exited with status \(vigil_wexitstatus(status))"
+            let how = !isChild ? "exited" : vigil_wifsignaled(status) != 0 ? "was killed by signal \(vigil_wtermsig(status))" : "exited with status \(vigil_wexitstatus(status))"
             log.error("the private dbus-daemon (pid \(pid)) \(how); clients can no longer reach this host until it restarts")
         }
         let waiters = exitWaiters
