@@ -46,6 +46,9 @@ struct Vigild: AsyncParsableCommand {
     @Flag(name: .customLong("check"), help: "Validate the config, load its plugins, print a summary and exit; start nothing.")
     var checkOnly = false
 
+    @Flag(name: .customLong("print-introspection"), help: "Print the D-Bus introspection XML of the org.vigil.Vigil1 API (docs/org.vigil.Vigil1.xml) and exit.")
+    var printIntrospection = false
+
     /// Installs Vigil's global executor before any task exists, then runs
     /// the command as ArgumentParser would. See Sources/CExecutor for why.
     static func main() async {
@@ -66,6 +69,10 @@ struct Vigild: AsyncParsableCommand {
     }
 
     func run() async throws {
+        if printIntrospection {
+            print(HostBusAPI.introspectionXML(), terminator: "")
+            return
+        }
         let path = try resolveConfigPath()
         let loaded: (config: VigilConfig, plugins: PluginLoader)
         do {

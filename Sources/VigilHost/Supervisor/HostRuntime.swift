@@ -6,11 +6,21 @@ import VigilKit
 ///
 /// `start` opens the store and begins a run (classifying an unclean previous
 /// run as killed or rebooted), starts the heartbeat and the strategies;
+/// `reload` re-reads the config and applies strategy differences;
 /// `shutdown` stops strategies in reverse start order, releases every lease,
 /// and writes the final heartbeat and a clean end.
 public actor HostRuntime {
-    public nonisolated let config: VigilConfig
+    /// The config in effect: the one started with, then each applied reload.
+    public private(set) var config: VigilConfig
+    /// The config file (fixed for the life of the run).
+    public nonisolated let configPath: String
     public nonisolated let runId: String
+    /// The vigild version this run records.
+    public nonisolated let version: String
+    /// When this run started, on the runtime clock and on the wall clock
+    /// (microseconds since the Unix epoch, as recorded in the survival log).
+    public nonisolated let startedAt: VigilInstant
+    public nonisolated let startedWallMicros: Int64
     public nonisolated let registry: LeaseRegistry
     public nonisolated let scheduler: any WakeScheduling
     public nonisolated let supervisor: Supervisor
@@ -18,10 +28,17 @@ public actor HostRuntime {
     public nonisolated let clock: any VigilClock
     /// What `beginRun` found about the previous run.
     public nonisolated let began: RunBegan
-    private let logSink: any LogSink
+    /// Where the host and its strategies log.
+    public nonisolated let logSink: any LogSink
     private let readings: @Sendable () -> ClockReadings
     private var background: [Task<Void, Never>] = []
     private var stopped = false
+    /// Resolves kinds on reload: the loader that resolved the first config,
+    /// so a kind's library is never registered twice.
+    private let plugins: PluginLoader
+    private let configOverrides: @Sendable (inout VigilConfig) -> Void
+    /// The reload running now; the next one waits for it.
+    private var reloadInFlight: Task<ReloadResult, Never>?
 
     public struct Environment: Sendable {
         public var clock: any VigilClock
@@ -30,11 +47,20 @@ public actor HostRuntime {
         public var readings: @Sendable () -> ClockReadings
         public var power: any PowerBackend
         public var version: String
+        /// The loader that resolved the config's kinds (from
+        /// `ConfigLoader.loadWithPlugins`); `reload` resolves through it.
+        /// Nil: a loader on the config's plugin search path.
+        public var plugins: PluginLoader?
+        /// Command-line overrides applied to the config at start (e.g.
+        /// `--state-dir`); applied again to each reloaded config so they are
+        /// not mistaken for `[host]` changes.
+        public var configOverrides: @Sendable (inout VigilConfig) -> Void
 
         public init(
             clock: any VigilClock, scheduler: any WakeScheduling, logSink: any LogSink,
             readings: @escaping @Sendable () -> ClockReadings = { ClockReadings.now() },
-            power: any PowerBackend = NoPowerBackend(), version: String
+            power: any PowerBackend = NoPowerBackend(), version: String,
+            plugins: PluginLoader? = nil, configOverrides: @escaping @Sendable (inout VigilConfig) -> Void = { _ in }
         ) {
             self.clock = clock
             self.scheduler = scheduler
@@ -42,11 +68,19 @@ public actor HostRuntime {
             self.readings = readings
             self.power = power
             self.version = version
+            self.plugins = plugins
+            self.configOverrides = configOverrides
         }
     }
 
-    private init(config: VigilConfig, env: Environment, store: SurvivalStore, began: RunBegan, runId: String) {
+    private init(config: VigilConfig, env: Environment, store: SurvivalStore, began: RunBegan, runId: String, startedWallMicros: Int64) {
         self.config = config
+        self.configPath = config.path
+        self.version = env.version
+        self.startedAt = env.clock.now
+        self.startedWallMicros = startedWallMicros
+        self.plugins = env.plugins ?? PluginLoader(searchPath: PluginLoader.defaultSearchPath(configured: config.host.pluginPath))
+        self.configOverrides = env.configOverrides
         self.clock = env.clock
         self.scheduler = env.scheduler
         self.logSink = env.logSink
@@ -70,14 +104,15 @@ public actor HostRuntime {
         try FileManager.default.createDirectory(atPath: config.host.stateDir, withIntermediateDirectories: true)
         let store = try SurvivalStore(path: HostPaths.survivalStore(stateDir: config.host.stateDir))
         let runId = UUID().uuidString.lowercased()
+        let startReadings = env.readings()
         let began = try await store.beginRun(RunStart(
             runId: runId, pid: getpid(), bootID: (try? BootID.current()) ?? "unknown", version: env.version,
-            configPath: config.path, interval: config.host.survivalInterval, readings: env.readings()
+            configPath: config.path, interval: config.host.survivalInterval, readings: startReadings
         ))
         for run in began.closedRuns {
             log.warning("previous run \(run.runId) (pid \(run.pid)) had no clean end: \(run.endReason.rawValue); it was alive for \(run.alive.vigilDescription)")
         }
-        let host = HostRuntime(config: config, env: env, store: store, began: began, runId: runId)
+        let host = HostRuntime(config: config, env: env, store: store, began: began, runId: runId, startedWallMicros: startReadings.wallMicros)
         await host.startBackground(leaseEvents: await host.registry.events())
         await host.supervisor.start(config.strategies.map {
             SupervisedStrategy(name: $0.name, kind: $0.kind, strategy: $0.strategy)
@@ -130,6 +165,76 @@ public actor HostRuntime {
         })
     }
 
+    /// The configured strategy called `name` in the config in effect.
+    public func configuredStrategy(named name: String) -> ConfiguredStrategy? {
+        config.strategies.first { $0.name == name }
+    }
+
+    /// Re-reads the config file and applies what changed.
+    ///
+    /// Invalid (or unreadable): nothing changes; `messages` are the problems,
+    /// one `file:line:column: key: message` line each. Valid: strategies are
+    /// compared by name; removed ones stop, added ones start, changed ones
+    /// (kind or table differ) stop and start again with the new table, and
+    /// unchanged ones keep running with their leases. `[host]` differences
+    /// are reported but need a restart. Reloads run one at a time.
+    public func reload() async -> ReloadResult {
+        let previous = reloadInFlight
+        let task = Task { () async -> ReloadResult in
+            _ = await previous?.value
+            return await self.applyReload()
+        }
+        reloadInFlight = task
+        return await task.value
+    }
+
+    private func applyReload() async -> ReloadResult {
+        let log = StrategyLogger(source: "vigild", sink: logSink)
+        guard !stopped else {
+            return ReloadResult(applied: false, messages: ["vigild is shutting down; nothing was reloaded"])
+        }
+        var fresh: VigilConfig
+        switch Self.readConfig(path: configPath, resolver: plugins) {
+        case .failure(let error):
+            let lines = error.problems.map { $0.location == nil ? "\(error.path): \($0)" : $0.description }
+            log.error("reload: \(configPath) is invalid; nothing changed\n\(error)")
+            return ReloadResult(applied: false, messages: lines)
+        case .success(let config):
+            fresh = config
+        }
+        configOverrides(&fresh)
+        let diff = ConfigDiff(old: config, new: fresh)
+        // Unchanged strategies keep their running instance.
+        let running = Dictionary(config.strategies.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+        fresh.strategies = fresh.strategies.map { s in
+            guard diff.unchanged.contains(s.name), var kept = running[s.name] else { return s }
+            kept.index = s.index
+            return kept
+        }
+        let effective = VigilConfig(path: fresh.path, host: config.host, strategies: fresh.strategies, notes: fresh.notes)
+        config = effective
+        for name in diff.removed.reversed() { await supervisor.stop(name) }
+        for name in diff.changed.reversed() { await supervisor.stop(name) }
+        let toStart = Set(diff.added + diff.changed)
+        await supervisor.start(effective.strategies.filter { toStart.contains($0.name) }.map {
+            SupervisedStrategy(name: $0.name, kind: $0.kind, strategy: $0.strategy)
+        })
+        let messages = diff.messages
+        for message in messages { log.notice("reload: \(message)") }
+        return ReloadResult(applied: true, messages: messages)
+    }
+
+    /// Reads and validates a config file with `resolver`, without throwing.
+    static func readConfig(path: String, resolver: any KindResolver) -> Result<VigilConfig, ConfigError> {
+        let document: ConfigDocument
+        do {
+            document = try ConfigLoader.loadDocument(path: path)
+        } catch {
+            return .failure(error)
+        }
+        return ConfigLoader.validate(document, resolver: resolver)
+    }
+
     /// Stops strategies (reverse start order), releases every lease, writes
     /// the final heartbeat and a clean end. Idempotent.
     public func shutdown(reason: RunEndReason = .stopped) async {
@@ -169,5 +274,85 @@ struct StoreEvents: EventRecording {
         } catch {
             log.error("cannot record event \(event): \(error)")
         }
+    }
+}
+
+/// What `HostRuntime.reload` did.
+public struct ReloadResult: Sendable, Hashable {
+    /// False when the config was invalid and nothing changed.
+    public var applied: Bool
+    /// The problems (not applied) or what changed (applied), for people.
+    public var messages: [String]
+
+    public init(applied: Bool, messages: [String]) {
+        self.applied = applied
+        self.messages = messages
+    }
+}
+
+/// The differences between the running config and a reloaded one.
+struct ConfigDiff {
+    /// Strategy names, each list in the order of the config it comes from.
+    var added: [String] = []
+    var removed: [String] = []
+    /// Kind or table differ: restarted with the new table.
+    var changed: [String] = []
+    var unchanged: Set<String> = []
+    /// `[host]` keys whose values differ (need a restart).
+    var hostKeys: [String] = []
+
+    init(old: VigilConfig, new: VigilConfig) {
+        let before = Dictionary(old.strategies.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a })
+        let after = Set(new.strategies.map(\.name))
+        removed = old.strategies.map(\.name).filter { !after.contains($0) }
+        for s in new.strategies {
+            guard let previous = before[s.name] else {
+                added.append(s.name)
+                continue
+            }
+            if previous.kind != s.kind || previous.values != s.values {
+                changed.append(s.name)
+            } else {
+                unchanged.insert(s.name)
+            }
+        }
+        hostKeys = Self.differingKeys(old.host, new.host)
+    }
+
+    var messages: [String] {
+        var lines: [String] = []
+        lines += removed.map { "stopped strategy \"\($0)\": removed from the config" }
+        lines += added.map { "started strategy \"\($0)\": added to the config" }
+        lines += changed.map { "restarted strategy \"\($0)\": its configuration changed" }
+        if !hostKeys.isEmpty {
+            let keys = hostKeys.map { "[host] \($0)" }.joined(separator: ", ")
+            lines.append("\(keys) changed: restart vigild to apply")
+        }
+        if lines.isEmpty { lines.append("no changes") }
+        return lines
+    }
+
+    /// The `[host]` keys (snake_case, as written in the file) whose values
+    /// differ, found by reflection so that a new `[host]` key needs no code here.
+    static func differingKeys(_ a: HostSettings, _ b: HostSettings) -> [String] {
+        guard a != b else { return [] }
+        let left = Mirror(reflecting: a).children, right = Mirror(reflecting: b).children
+        var keys: [String] = []
+        for (l, r) in zip(left, right) where String(describing: l.value) != String(describing: r.value) {
+            keys.append(snakeCase(l.label ?? "?"))
+        }
+        return keys.isEmpty ? ["settings"] : keys
+    }
+
+    static func snakeCase(_ name: String) -> String {
+        var out = ""
+        for c in name {
+            if c.isUppercase {
+                out += "_" + c.lowercased()
+            } else {
+                out.append(c)
+            }
+        }
+        return out
     }
 }

@@ -1,0 +1,300 @@
+import VigilDBus
+import VigilKit
+
+/// The host's `org.vigil.Vigil1` objects on D-Bus (docs/dbus-api.md).
+///
+/// `export()` attaches an object server to the connection and exports the
+/// root object `/org/vigil/Vigil1` (Host + ObjectManager), one object per
+/// strategy and one per active lease. From then on it follows the runtime:
+/// lease objects and strategy objects appear and disappear
+/// (`InterfacesAdded` / `InterfacesRemoved`), the Host signals and
+/// `PropertiesChanged` are emitted as the registry and the supervisor
+/// report changes. Call `export()` before requesting the bus name, so that
+/// a client that sees the name finds the objects.
+///
+/// The objects show this actor's copy of the registry and supervisor state,
+/// updated in event order, so that what a client reads always agrees with
+/// the signals it has received.
+public actor HostBusAPI {
+    public nonisolated let runtime: HostRuntime
+    public nonisolated let connection: DBusConnection
+    /// The uid vigild runs as: besides root, the only uid allowed to call
+    /// mutating methods.
+    public nonisolated let hostUID: UInt32
+
+    /// What the strategy object shows.
+    struct StrategyEntry: Sendable {
+        var status: StrategyStatus
+        /// The strategy's TOML table when the object was exported.
+        var config: [String: ConfigValue]
+    }
+
+    /// What a lease object shows.
+    struct LeaseEntry: Sendable {
+        var snapshot: LeaseSnapshot
+        /// The kind of the lease's strategy.
+        var kind: String
+    }
+
+    private var server: DBusObjectServer?
+    private var strategyOrder: [String] = []
+    private var strategies: [String: StrategyEntry] = [:]
+    private var leases: [LeaseID: LeaseEntry] = [:]
+    private var followers: [Task<Void, Never>] = []
+    private let survival: HostBusSurvivalReader
+    private let log: StrategyLogger
+
+    public init(runtime: HostRuntime, connection: DBusConnection, hostUID: UInt32) {
+        self.runtime = runtime
+        self.connection = connection
+        self.hostUID = hostUID
+        self.survival = HostBusSurvivalReader(path: runtime.store.path)
+        self.log = StrategyLogger(source: "dbus", sink: runtime.logSink)
+    }
+
+    deinit {
+        for task in followers { task.cancel() }
+    }
+
+    // MARK: exporting
+
+    /// Exports the objects and starts following the runtime. Call once.
+    public func export() async throws {
+        guard server == nil else { throw DBusError.failed("the org.vigil.Vigil1 objects are already exported") }
+        // Subscribe before taking the snapshot: an event that happens in
+        // between is in both, and the handlers skip what is already shown.
+        let leaseEvents = await runtime.registry.events()
+        let statusChanges = await runtime.supervisor.changes()
+        let server = try await DBusObjectServer(connection: connection)
+        self.server = server
+        try await server.addObjectManager(at: HostBusNames.rootPath)
+        try await server.export(HostBusNames.rootPath, interfaces: [HostBusInterfaces.host(self)])
+        for status in await runtime.supervisor.statuses where status.state != .stopped {
+            try await addStrategy(status, on: server)
+        }
+        for lease in await runtime.registry.active {
+            try await addLease(lease, on: server)
+        }
+        followers.append(Task { [weak self] in
+            for await event in leaseEvents {
+                guard let self else { return }
+                await self.follow(event)
+            }
+        })
+        followers.append(Task { [weak self] in
+            for await status in statusChanges {
+                guard let self else { return }
+                await self.follow(status)
+            }
+        })
+    }
+
+    /// Stops following the runtime (the objects stay as they are).
+    public func stop() {
+        for task in followers { task.cancel() }
+        followers = []
+    }
+
+    /// The introspection XML of the whole API: the root object's interfaces
+    /// (with the standard ones) followed by the Strategy and Lease
+    /// interfaces, generated from the declarations the host exports. This
+    /// is `docs/org.vigil.Vigil1.xml`.
+    public static func introspectionXML() -> String {
+        let xml = DBusIntrospection.xml(
+            interfaces: [HostBusInterfaces.host(nil), HostBusInterfaces.strategy(nil, name: ""), HostBusInterfaces.lease(nil, id: LeaseID(0))],
+            isObject: true, isObjectManager: true, children: []
+        )
+        let comment = """
+        <!-- The org.vigil.Vigil1 D-Bus API of vigild (see docs/dbus-api.md).
+             Generated from the declarations vigild exports (its print-introspection
+             option); do not edit.
+             \(HostBusNames.rootPath): \(HostBusNames.hostInterface) and the standard interfaces listed here
+             \(HostBusNames.rootPath)/Strategy/<escaped name>: \(HostBusNames.strategyInterface)
+             \(HostBusNames.rootPath)/Lease/<id>: \(HostBusNames.leaseInterface) -->
+
+        """
+        // After the DOCTYPE (its two lines), before the node.
+        guard let node = xml.range(of: "<node>") else { return xml }
+        return String(xml[..<node.lowerBound]) + comment + String(xml[node.lowerBound...])
+    }
+
+    // MARK: access
+
+    /// Whether a caller running as `callerUID` may call mutating methods:
+    /// root and the uid vigild runs as.
+    public static func mayMutate(callerUID: UInt32, hostUID: UInt32) -> Bool {
+        callerUID == 0 || callerUID == hostUID
+    }
+
+    /// Throws `AccessDenied` unless ``mayMutate(callerUID:hostUID:)``.
+    static func requireMayMutate(callerUID: UInt32, hostUID: UInt32, method: String) throws(DBusError) {
+        guard mayMutate(callerUID: callerUID, hostUID: hostUID) else {
+            throw DBusError.accessDenied("\(method) is allowed only to root and to uid \(hostUID), which vigild runs as; the caller runs as uid \(callerUID)")
+        }
+    }
+
+    // MARK: reading (for the handlers)
+
+    func strategy(named name: String) -> StrategyEntry? { strategies[name] }
+
+    func lease(_ id: LeaseID) -> LeaseEntry? { leases[id] }
+
+    func strategyPaths() -> DBusValue {
+        .array(elementSignature: "o", strategyOrder.map { .objectPath(HostBusNames.strategyPath($0)) })
+    }
+
+    func leasePaths() -> DBusValue {
+        .array(elementSignature: "o", leases.keys.sorted().map { .objectPath(HostBusNames.leasePath($0)) })
+    }
+
+    func leaseRows() -> DBusValue {
+        .array(elementSignature: HostBusInterfaces.leaseRow, leases.keys.sorted().compactMap { id in
+            guard let entry = leases[id] else { return nil }
+            let lease = entry.snapshot
+            return .structure([
+                .objectPath(HostBusNames.leasePath(id)), .uint64(id.rawValue), .string(lease.strategy), .string(entry.kind),
+                .string(lease.holds), .string(lease.reason), .uint64(UInt64(clamping: lease.acquiredWallMicros)),
+                .uint64(HostBusValues.deadlineWallMicros(lease)), .uint32(UInt32(clamping: lease.renewals)),
+                .string(lease.state.rawValue),
+            ])
+        })
+    }
+
+    func strategyRows() -> DBusValue {
+        .array(elementSignature: HostBusInterfaces.strategyRow, strategyOrder.compactMap { name in
+            guard let status = strategies[name]?.status else { return nil }
+            return .structure([
+                .objectPath(HostBusNames.strategyPath(name)), .string(name), .string(status.kind), .string(status.state.rawValue),
+                .uint32(UInt32(clamping: status.restarts)), .string(status.lastError ?? ""),
+            ])
+        })
+    }
+
+    /// `Survival`: runs that started at or after `since` (0: all), newest first.
+    nonisolated func survivalRows(since: UInt64) throws -> DBusValue {
+        let runs: [RunSummary]
+        do {
+            runs = try survival.runs(startedSince: Int64(clamping: since))
+        } catch {
+            throw DBusError.failed("cannot read the survival log: \(error)")
+        }
+        return .array(elementSignature: HostBusInterfaces.runRow, runs.map { run in
+            .structure([
+                .string(run.runId), .uint64(UInt64(clamping: run.startWall)),
+                .uint64(run.endReason == .running ? 0 : UInt64(clamping: run.endWall ?? run.lastHeartbeatWall)),
+                .string(run.endReason.rawValue), .uint64(UInt64(clamping: run.aliveMicros)),
+                .uint64(UInt64(clamping: run.awakeMicros)), .uint64(UInt64(clamping: run.suspendedMicros)),
+                .uint32(UInt32(clamping: run.stalls)), .uint64(UInt64(clamping: run.longestStallMicros)),
+                .uint32(UInt32(clamping: run.heartbeats)),
+            ])
+        })
+    }
+
+    // MARK: following the runtime
+
+    /// One registry event: for a lease, the object appears before
+    /// `LeaseAcquired` and disappears after its final signal.
+    private func follow(_ event: LeaseEvent) async {
+        guard let server else { return }
+        let id = event.lease.id
+        let path = HostBusNames.leasePath(id)
+        do {
+            switch event.kind {
+            case .failed:
+                // Refused by the power backend: it never existed.
+                return
+            case .acquired:
+                guard leases[id] == nil else { return }
+                try await addLease(event.lease, on: server)
+                try await server.emitPropertiesChanged(path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, properties: ["Leases"])
+                try await emit("LeaseAcquired", [.objectPath(path), .string(event.lease.strategy), .string(event.lease.holds)])
+            case .renewed:
+                guard var entry = leases[id], event.lease.renewals > entry.snapshot.renewals else { return }
+                entry.snapshot = event.lease
+                leases[id] = entry
+                try await server.emitPropertiesChanged(path: path, interface: HostBusNames.leaseInterface, properties: ["Deadline", "Renewals"])
+                try await emit("LeaseRenewed", [.objectPath(path), .uint64(HostBusValues.deadlineWallMicros(event.lease))])
+            case .expiring:
+                guard var entry = leases[id], entry.snapshot.state == .active else { return }
+                entry.snapshot = event.lease
+                leases[id] = entry
+                try await server.emitPropertiesChanged(path: path, interface: HostBusNames.leaseInterface, properties: ["State"])
+                try await emit("LeaseExpiring", [.objectPath(path), .uint64(Self.remainingMicros(event))])
+            case .expired, .released:
+                guard var entry = leases[id] else { return }
+                entry.snapshot = event.lease
+                leases[id] = entry
+                try await server.emitPropertiesChanged(path: path, interface: HostBusNames.leaseInterface, properties: ["State"])
+                if event.kind == .expired {
+                    try await emit("LeaseExpired", [.objectPath(path), .bool(event.forced)])
+                } else {
+                    try await emit("LeaseReleased", [.objectPath(path), .string(event.detail)])
+                }
+                leases[id] = nil
+                try await server.unexport(path)
+                try await server.emitPropertiesChanged(path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, properties: ["Leases"])
+            }
+        } catch {
+            log.warning("cannot publish lease \(id) \(event.kind.rawValue) on D-Bus: \(error)")
+        }
+    }
+
+    /// How long the expiration handler of an expiring lease may still run
+    /// before the lease is force-released. The registry's events do not
+    /// carry the grace time yet, so this is 0 ("unknown").
+    static func remainingMicros(_ event: LeaseEvent) -> UInt64 { 0 }
+
+    /// One supervisor status: a strategy's object appears with its first
+    /// status and disappears after the `stopped` one.
+    private func follow(_ status: StrategyStatus) async {
+        guard let server else { return }
+        let path = HostBusNames.strategyPath(status.name)
+        do {
+            guard var entry = strategies[status.name] else {
+                guard status.state != .stopped else { return }
+                try await addStrategy(status, on: server)
+                try await server.emitPropertiesChanged(path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, properties: ["Strategies"])
+                try await emit("StrategyStateChanged", [.objectPath(path), .string(status.state.rawValue), .string(status.lastError ?? "")])
+                return
+            }
+            let old = entry.status
+            var changed: [String] = []
+            if old.state != status.state { changed.append("State") }
+            if old.restarts != status.restarts { changed.append("Restarts") }
+            if old.lastError != status.lastError { changed.append("LastError") }
+            guard !changed.isEmpty else { return }
+            entry.status = status
+            strategies[status.name] = entry
+            try await server.emitPropertiesChanged(path: path, interface: HostBusNames.strategyInterface, properties: changed)
+            if old.state != status.state || old.lastError != status.lastError {
+                try await emit("StrategyStateChanged", [.objectPath(path), .string(status.state.rawValue), .string(status.lastError ?? "")])
+            }
+            if status.state == .stopped {
+                strategies[status.name] = nil
+                strategyOrder.removeAll { $0 == status.name }
+                try await server.unexport(path)
+                try await server.emitPropertiesChanged(path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, properties: ["Strategies"])
+            }
+        } catch {
+            log.warning("cannot publish the state of strategy \(status.name) on D-Bus: \(error)")
+        }
+    }
+
+    private func addStrategy(_ status: StrategyStatus, on server: DBusObjectServer) async throws {
+        let config = await runtime.configuredStrategy(named: status.name)?.values ?? [:]
+        strategies[status.name] = StrategyEntry(status: status, config: config)
+        strategyOrder.append(status.name)
+        try await server.export(HostBusNames.strategyPath(status.name), interfaces: [HostBusInterfaces.strategy(self, name: status.name)])
+    }
+
+    private func addLease(_ lease: LeaseSnapshot, on server: DBusObjectServer) async throws {
+        var kind = strategies[lease.strategy]?.status.kind
+        if kind == nil { kind = await runtime.configuredStrategy(named: lease.strategy)?.kind }
+        leases[lease.id] = LeaseEntry(snapshot: lease, kind: kind ?? "")
+        try await server.export(HostBusNames.leasePath(lease.id), interfaces: [HostBusInterfaces.lease(self, id: lease.id)])
+    }
+
+    private func emit(_ signal: String, _ arguments: [DBusValue]) async throws {
+        try await server?.emit(path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, signal: signal, arguments: arguments)
+    }
+}

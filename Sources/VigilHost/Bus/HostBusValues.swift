@@ -1,0 +1,43 @@
+import VigilDBus
+import VigilKit
+
+/// Conversions from host values to the D-Bus values of docs/dbus-api.md.
+public enum HostBusValues {
+    /// A strategy's TOML table as `a{sv}`.
+    public static func configTable(_ table: [String: ConfigValue]) -> DBusValue {
+        .dict(keySignature: "s", valueSignature: "v", table.keys.sorted().map { key in
+            DBusDictEntry(key: .string(key), value: .variant(config(table[key] ?? .table([:]))))
+        })
+    }
+
+    /// One TOML value: strings `s`, integers `x`, floats `d`, booleans `b`,
+    /// date-times `s` (their TOML text), arrays `av` (TOML arrays may mix
+    /// types), tables `a{sv}`.
+    public static func config(_ value: ConfigValue) -> DBusValue {
+        switch value {
+        case .string(let s): .string(s)
+        case .integer(let i): .int64(i)
+        case .float(let d): .double(d)
+        case .boolean(let b): .bool(b)
+        case .datetime(let text): .string(text)
+        case .array(let items): .array(elementSignature: "v", items.map { .variant(config($0)) })
+        case .table(let table): configTable(table)
+        }
+    }
+
+    /// Microseconds of a duration, 0 for negative ones.
+    static func micros(_ duration: Duration) -> UInt64 {
+        let (seconds, attoseconds) = duration.components
+        return UInt64(clamping: max(0, seconds * 1_000_000 + attoseconds / 1_000_000_000_000))
+    }
+
+    /// The wall time (µs since the epoch) of a lease's deadline, 0 when it
+    /// has none. Derived from the wall time of acquisition, so it does not
+    /// move when the wall clock is set.
+    static func deadlineWallMicros(_ lease: LeaseSnapshot) -> UInt64 {
+        guard let deadline = lease.deadline else { return 0 }
+        let offset = deadline - lease.acquiredAt
+        let (seconds, attoseconds) = offset.components
+        return UInt64(clamping: max(0, lease.acquiredWallMicros + seconds * 1_000_000 + attoseconds / 1_000_000_000_000))
+    }
+}
