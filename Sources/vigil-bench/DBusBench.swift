@@ -4,6 +4,8 @@
 import Foundation
 import Glibc
 import VigilDBus
+import VigilHost
+import VigilKit
 
 func dbusBench(_ args: [String]) async throws {
     let calls = args.first.flatMap(Int.init) ?? 5000
@@ -126,4 +128,211 @@ private final class ManagedAtomicFlag: @unchecked Sendable {
     private var value = false
     var isSet: Bool { lock.lock(); defer { lock.unlock() }; return value }
     func set() { lock.lock(); value = true; lock.unlock() }
+}
+
+// MARK: - dbus-api
+
+// dbus-api: the host's org.vigil.Vigil1 objects (HostRuntime + HostBusAPI in
+// this process, 1,000 leases in its LeaseRegistry) under Properties.Get and
+// ListLeases, against dbus-test-tool echo (C libdbus, its own process) called
+// by the same client connection in the same run.
+func dbusAPIBench(_ args: [String]) async throws {
+    let calls = args.first.flatMap(Int.init) ?? 5000
+    let leaseCount = args.dropFirst().first.flatMap(Int.init) ?? 1000
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-dbus-api-bench-\(getpid())")
+    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: directory) }
+    let (daemon, address) = try startBenchBus(in: directory)
+    defer { kill(daemon.processIdentifier, SIGKILL) }
+
+    let echo = Process()
+    echo.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-test-tool")
+    echo.arguments = ["echo", "--name=org.vigil.BenchEcho"]
+    echo.environment = ["DBUS_SESSION_BUS_ADDRESS": address]
+    try echo.run()
+    defer { kill(echo.processIdentifier, SIGKILL) }
+
+    // The host, in process: no strategies; the leases come straight from
+    // its registry, as a strategy's would.
+    let configPath = directory.appendingPathComponent("vigil.toml").path
+    try """
+    [host]
+    state_dir = "\(directory.appendingPathComponent("state").path)"
+    bus = "\(address)"
+    log_level = "warning"
+    """.write(toFile: configPath, atomically: true, encoding: .utf8)
+    let config = try ConfigLoader.loadWithPlugins(path: configPath).config
+    let clock = SystemClock()
+    let sink = StderrLogSink(minimum: .warning)
+    let host = try await HostRuntime.start(config: config, environment: HostRuntime.Environment(
+        clock: clock, scheduler: try WakeScheduler.system(clock: clock), logSink: sink, version: VigilVersion.string))
+    let service = try await DBusConnection.connect(to: .address(address))
+    let api = HostBusAPI(runtime: host, connection: service, hostUID: getuid())
+    try await api.export()
+    try await service.requestName("org.vigil.Vigil1")
+    for i in 0..<leaseCount {
+        _ = try await host.registry.acquire(strategy: "bench", LeaseRequest(
+            holds: "bench hold \(i)", reason: "benchmark lease \(i) of \(leaseCount)", budget: .seconds(3600)))
+    }
+
+    let client = try await DBusConnection.connect(to: .address(address))
+    // Wait until the echo service has its name and the API shows every lease.
+    for _ in 0..<500 {
+        let echoUp = try await client.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                                           interface: "org.freedesktop.DBus", member: "NameHasOwner",
+                                           arguments: ["org.vigil.BenchEcho"], returning: Bool.self)
+        let shown = try await client.call(destination: "org.vigil.Vigil1", path: "/org/vigil/Vigil1",
+                                          interface: "org.freedesktop.DBus.Properties", member: "Get",
+                                          arguments: ["org.vigil.Vigil1.Host", "Leases"], returning: DBusVariant.self)
+        if echoUp, case let .array(_, paths) = shown.value, paths.count == leaseCount { break }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+
+    let getArguments: [DBusValue] = [.string("org.vigil.Vigil1.Host"), .string("Version")]
+    let vigilGet = BenchCall(destination: "org.vigil.Vigil1", path: "/org/vigil/Vigil1",
+                             interface: "org.freedesktop.DBus.Properties", member: "Get", arguments: getArguments)
+    let echoGet = BenchCall(destination: "org.vigil.BenchEcho", path: "/org/vigil/Vigil1",
+                            interface: "org.freedesktop.DBus.Properties", member: "Get", arguments: getArguments)
+    let listLeases = BenchCall(destination: "org.vigil.Vigil1", path: "/org/vigil/Vigil1",
+                               interface: "org.vigil.Vigil1.Host", member: "ListLeases", arguments: [])
+    let leaseReply = try await client.call(destination: listLeases.destination, path: listLeases.path,
+                                           interface: listLeases.interface, member: listLeases.member)
+    guard case let .array(_, rows) = leaseReply.body.first, rows.count == leaseCount else {
+        throw DBusError.failed("ListLeases returned \(leaseReply.body.first.map { "\($0.signature)" } ?? "nothing"), expected \(leaseCount) leases")
+    }
+    // The C reference for ListLeases: the same 1,000-row payload crosses
+    // the bus once, as an argument to echo (which replies empty).
+    let echoPayload = BenchCall(destination: "org.vigil.BenchEcho", path: "/", interface: "org.vigil.Anything",
+                                member: "Take", arguments: leaseReply.body)
+    let payloadBytes = estimatedSize(leaseReply.body)
+
+    print("dbus-api: org.vigil.Vigil1 served in process (HostRuntime + HostBusAPI), \(leaseCount) leases; private dbus-daemon;")
+    print("reference dbus-test-tool echo (C libdbus, own process); same client connection, same run. 2 cores shared by all.")
+    _ = try await measureCalls(client, vigilGet, calls: min(calls, 1000), inFlight: 1) // warm-up
+    _ = try await measureCalls(client, echoGet, calls: min(calls, 1000), inFlight: 1)
+    for inFlight in [1, 8, 32] {
+        let vigil = try await measureCalls(client, vigilGet, calls: calls, inFlight: inFlight)
+        let reference = try await measureCalls(client, echoGet, calls: calls, inFlight: inFlight)
+        print("Properties.Get Host.Version, \(inFlight) in flight (\(calls) calls):")
+        print("  VigilHost:  \(vigil.line)")
+        print("  echo (C):   \(reference.line)")
+        print(String(format: "  ratio VigilHost / C calls/s: %.2f", vigil.callsPerSecond / reference.callsPerSecond))
+    }
+    let listCalls = max(50, calls / 20)
+    for inFlight in [1, 4] {
+        let vigil = try await measureCalls(client, listLeases, calls: listCalls, inFlight: inFlight)
+        let reference = try await measureCalls(client, echoPayload, calls: listCalls, inFlight: inFlight)
+        print("ListLeases with \(leaseCount) leases (~\(payloadBytes / 1024) KiB reply), \(inFlight) in flight (\(listCalls) calls):")
+        print("  VigilHost:  \(vigil.line)")
+        print("  echo (C), same payload as argument:  \(reference.line)")
+        print(String(format: "  ratio VigilHost / C calls/s: %.2f", vigil.callsPerSecond / reference.callsPerSecond))
+    }
+    // Where the client's time goes: its own CPU for the sequential echo calls.
+    let usageBefore = processCPUSeconds()
+    let clientOnly = try await measureCalls(client, echoGet, calls: calls, inFlight: 1)
+    let cpu = processCPUSeconds() - usageBefore
+    print(String(format: "client cost: %.1f µs of this process's CPU per call against echo (%.0f calls/s, 1 in flight)",
+                 cpu * 1e6 / Double(calls), clientOnly.callsPerSecond))
+
+    await client.close()
+    await api.stop()
+    await service.close()
+    await host.shutdown()
+}
+
+/// One method call to repeat.
+private struct BenchCall: Sendable {
+    var destination: String
+    var path: String
+    var interface: String
+    var member: String
+    var arguments: [DBusValue]
+}
+
+private struct CallFigures {
+    var callsPerSecond: Double
+    var p50Micros: Double
+    var p99Micros: Double
+    var line: String {
+        String(format: "%8.0f calls/s   p50 %7.1f µs   p99 %7.1f µs", callsPerSecond, p50Micros, p99Micros)
+    }
+}
+
+/// Makes `calls` calls with `inFlight` concurrent callers (each waits for
+/// its reply before the next call) and measures throughput and latency.
+private func measureCalls(_ client: DBusConnection, _ call: BenchCall, calls: Int, inFlight: Int) async throws -> CallFigures {
+    let perCaller = calls / inFlight
+    let start = ContinuousClock.now
+    let latencies = try await withThrowingTaskGroup(of: [Double].self) { group in
+        for _ in 0..<inFlight {
+            group.addTask {
+                var times: [Double] = []
+                times.reserveCapacity(perCaller)
+                for _ in 0..<perCaller {
+                    let t0 = ContinuousClock.now
+                    try await client.call(destination: call.destination, path: call.path, interface: call.interface,
+                                          member: call.member, arguments: call.arguments)
+                    times.append(micros(ContinuousClock.now - t0))
+                }
+                return times
+            }
+        }
+        var all: [Double] = []
+        for try await times in group { all += times }
+        return all
+    }
+    let elapsed = micros(ContinuousClock.now - start)
+    let sorted = latencies.sorted()
+    func percentile(_ p: Double) -> Double { sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))] }
+    return CallFigures(callsPerSecond: Double(sorted.count) / elapsed * 1e6, p50Micros: percentile(0.5), p99Micros: percentile(0.99))
+}
+
+private func micros(_ d: Duration) -> Double {
+    Double(d.components.seconds) * 1e6 + Double(d.components.attoseconds) / 1e12
+}
+
+/// User + system CPU time of this process, in seconds.
+private func processCPUSeconds() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+}
+
+/// Rough wire size of a body (strings and paths with their length and NUL,
+/// fixed-size values, 8-byte struct alignment).
+private func estimatedSize(_ values: [DBusValue]) -> Int {
+    values.reduce(0) { total, value in
+        switch value {
+        case let .string(s), let .objectPath(s), let .signature(s): total + 5 + s.utf8.count
+        case .uint64, .int64, .double: total + 8
+        case let .array(_, items): total + 4 + estimatedSize(items)
+        case let .structure(fields): total + 8 + estimatedSize(fields)
+        case let .variant(inner): total + 4 + estimatedSize([inner])
+        default: total + 4
+        }
+    }
+}
+
+/// Starts a private dbus-daemon listening in `directory`; returns it and its address.
+private func startBenchBus(in directory: URL) throws -> (Process, String) {
+    let config = directory.appendingPathComponent("bus.conf")
+    try """
+    <busconfig><type>session</type><listen>unix:dir=\(directory.path)</listen><auth>EXTERNAL</auth>
+    <policy context="default"><allow send_destination="*" eavesdrop="true"/><allow eavesdrop="true"/><allow own="*"/></policy>
+    <limit name="max_replies_per_connection">100000</limit></busconfig>
+    """.write(to: config, atomically: true, encoding: .utf8)
+    let daemon = Process()
+    daemon.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
+    daemon.arguments = ["--config-file=\(config.path)", "--print-address=1", "--nofork"]
+    let out = Pipe()
+    daemon.standardOutput = out
+    daemon.standardError = FileHandle.nullDevice
+    try daemon.run()
+    var buffer = Data()
+    while !buffer.contains(UInt8(ascii: "\n")) {
+        let chunk = out.fileHandleForReading.availableData
+        if chunk.isEmpty { break }
+        buffer.append(chunk)
+    }
+    return (daemon, String(decoding: buffer, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
 }

@@ -8,6 +8,7 @@ let benchmarks: [String: (_ arguments: [String]) async throws -> Void] = [
     "idle-cost": idleCostBench,
     "idle-reference": idleReference,
     "dbus": dbusBench,
+    "dbus-api": dbusAPIBench,
 ]
 
 let arguments = Array(CommandLine.arguments.dropFirst())
