@@ -2,7 +2,6 @@ import ArgumentParser
 import CExecutor
 import Dispatch
 import Foundation
-import VigilDBus
 import VigilHost
 import VigilKit
 
@@ -119,8 +118,17 @@ struct Vigild: AsyncParsableCommand {
         }
         let host: HostRuntime
         do {
+            // Reload re-applies the command-line overrides and resolves kinds
+            // through the loader that resolved them at start.
+            let stateDirOverride = stateDir
+            let levelOverride = logLevel == nil ? nil : config.host.logLevel
             host = try await HostRuntime.start(config: config, environment: HostRuntime.Environment(
-                clock: clock, scheduler: scheduler, logSink: sink, version: VigilVersion.string
+                clock: clock, scheduler: scheduler, logSink: sink, version: VigilVersion.string,
+                plugins: loaded.plugins,
+                configOverrides: { reloaded in
+                    if let stateDirOverride { reloaded.host.stateDir = stateDirOverride }
+                    if let levelOverride { reloaded.host.logLevel = levelOverride }
+                }
             ))
         } catch {
             log.error("cannot start: \(error)")
@@ -129,9 +137,7 @@ struct Vigild: AsyncParsableCommand {
         let notifier = makeNotifier(log: log)
         let bus: BusService
         do {
-            bus = try await BusService.start(selection: config.host.bus, stateDir: config.host.stateDir, log: log) { connection in
-                try await exportHostObjects(host: host, connection: connection)
-            }
+            bus = try await BusService.start(runtime: host, log: log)
         } catch {
             log.error("\(error)")
             notifier?.stopping(status: "\(error)")
@@ -164,12 +170,6 @@ struct Vigild: AsyncParsableCommand {
             log.warning("not notifying the service manager: \(error)")
             return nil
         }
-    }
-
-    /// Exports the host's objects on `connection` (before the name is requested).
-    func exportHostObjects(host: HostRuntime, connection: DBusConnection) async throws -> (any Sendable)? {
-        // HostBusAPI (Sources/VigilHost/Bus/HostBusAPI.swift) is wired in here.
-        return nil
     }
 
     /// The one-line state sent as systemd's STATUS=.

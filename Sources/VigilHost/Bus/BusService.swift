@@ -112,11 +112,27 @@ public actor BusService {
         return BusService(hostBus: hostBus, connection: connection, exported: exported, privateBus: privateBus, log: log)
     }
 
+    /// Serves `runtime` on its bus: finds or starts the bus for the
+    /// runtime's `[host] bus`, exports ``HostBusAPI`` (mutating methods
+    /// allowed to root and to this process's uid), then owns
+    /// `org.vigil.Vigil1`.
+    public static func start(
+        runtime: HostRuntime, environment: [String: String] = ProcessInfo.processInfo.environment, log: StrategyLogger
+    ) async throws(StartError) -> BusService {
+        let settings = await runtime.config.host
+        return try await start(selection: settings.bus, stateDir: settings.stateDir, environment: environment, log: log) { connection in
+            let api = HostBusAPI(runtime: runtime, connection: connection, hostUID: getuid())
+            try await api.export()
+            return api
+        }
+    }
+
     /// Releases the name, closes the connection and stops a private bus
     /// vigild started. Idempotent.
     public func stop() async {
         guard !stopped else { return }
         stopped = true
+        if let api = exported as? HostBusAPI { await api.stop() }
         if await connection.isConnected {
             do { try await connection.releaseName(Self.wellKnownName) } catch {
                 log.debug("cannot release \(Self.wellKnownName): \(error)")
