@@ -199,6 +199,9 @@ public enum BusLocator {
             let started = try PrivateBus.start(socketDirectory: directory, addressFile: file, environment: environment, log: log)
             let host = HostBus(bus: .address(started.address), origin: "vigild's private bus", privateBus: started)
             log.notice("no session bus: started a private dbus-daemon (pid \(started.pid)); its address is in \(file)")
+            if getuid() == 0, environment["INVOCATION_ID"] != nil {
+                log.warning("running as a system service with [host] bus = \"session\": only clients that read \(file) can reach this host; set bus = \"system\" (docs/deployment.md)")
+            }
             return host
         }
     }
