@@ -1,0 +1,391 @@
+import Foundation
+import Testing
+import VigilDBus
+import VigilHost
+
+/// A private `dbus-daemon --nofork` for one test, SIGKILLed by `stop()`.
+final class PrivateBusDaemon: Sendable {
+    let address: String
+    let directory: String
+    private let process: Process
+    /// The daemon's pid (the process is not touched from several tasks).
+    let pid: Int32
+
+    init() throws {
+        var template = Array("/tmp/vigil-e2e-bus-XXXXXX".utf8CString)
+        guard let dir = mkdtemp(&template) else { throw POSIXError(.EIO) }
+        directory = String(cString: dir)
+        let config = directory + "/bus.conf"
+        try """
+        <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+         "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+        <busconfig>
+          <type>session</type>
+          <listen>unix:dir=\(directory)</listen>
+          <auth>EXTERNAL</auth>
+          <policy context="default">
+            <allow send_destination="*" eavesdrop="true"/>
+            <allow eavesdrop="true"/>
+            <allow own="*"/>
+          </policy>
+        </busconfig>
+        """.write(toFile: config, atomically: true, encoding: .utf8)
+        // --nofork keeps the daemon our child, stopped by pid; it prints its
+        // address on the pipe once it listens.
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
+        process.arguments = ["--config-file=\(config)", "--print-address=1", "--nofork"]
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        var buffer = Data()
+        while !buffer.contains(UInt8(ascii: "\n")) {
+            let chunk = out.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            buffer.append(chunk)
+        }
+        let line = String(decoding: buffer, as: UTF8.self).split(separator: "\n").first.map(String.init) ?? ""
+        guard line.hasPrefix("unix:") else {
+            kill(process.processIdentifier, SIGKILL)
+            throw DaemonError("dbus-daemon did not print an address: \(line)")
+        }
+        address = line
+        self.process = process
+        pid = process.processIdentifier
+    }
+
+    /// SIGKILL: a child spawned from a dispatch thread may have SIGTERM blocked.
+    func stop() {
+        kill(pid, SIGKILL)
+        process.waitUntilExit()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
+
+/// Every signal seen on a connection, kept in order and awaitable.
+final class SignalLog: @unchecked Sendable {
+    // Invariant: `messages` and `waiters` are only touched while holding `lock`.
+    private let lock = NSLock()
+    private var messages: [DBusMessage] = []
+    private var waiters: [(id: Int, predicate: @Sendable (DBusMessage) -> Bool, continuation: CheckedContinuation<DBusMessage?, Never>)] = []
+    private var nextID = 0
+
+    var all: [DBusMessage] { lock.withLock { messages } }
+
+    func append(_ message: DBusMessage) {
+        let ready: [CheckedContinuation<DBusMessage?, Never>] = lock.withLock {
+            messages.append(message)
+            var ready: [CheckedContinuation<DBusMessage?, Never>] = []
+            waiters.removeAll { w in
+                guard w.predicate(message) else { return false }
+                ready.append(w.continuation)
+                return true
+            }
+            return ready
+        }
+        for c in ready { c.resume(returning: message) }
+    }
+
+    /// The first signal (seen already or yet to come) that satisfies
+    /// `predicate`. `timeout` only bounds a broken run.
+    func first(timeout: Duration = .seconds(20), where predicate: @escaping @Sendable (DBusMessage) -> Bool) async throws -> DBusMessage {
+        let id: Int = lock.withLock { nextID += 1; return nextID }
+        let timer = Task { [weak self] in
+            try? await Task.sleep(for: timeout)
+            self?.cancel(id)
+        }
+        defer { timer.cancel() }
+        let found: DBusMessage? = await withCheckedContinuation { c in
+            let hit: DBusMessage? = lock.withLock {
+                if let hit = messages.first(where: predicate) { return hit }
+                waiters.append((id, predicate, c))
+                return nil
+            }
+            if let hit { c.resume(returning: hit) }
+        }
+        guard let found else {
+            throw DaemonError("no matching signal within \(timeout); seen: \(all.map { $0.member ?? "?" })")
+        }
+        return found
+    }
+
+    private func cancel(_ id: Int) {
+        let c: CheckedContinuation<DBusMessage?, Never>? = lock.withLock {
+            guard let i = waiters.firstIndex(where: { $0.id == id }) else { return nil }
+            return waiters.remove(at: i).continuation
+        }
+        c?.resume(returning: nil)
+    }
+}
+
+/// A vigild serving org.vigil.Vigil1 on its own private bus, with real
+/// periodic-wake strategies, and a watcher connection that records every
+/// Host signal and name change from before vigild started.
+final class BusHost: Sendable {
+    static let name = "org.vigil.Vigil1"
+    static let root = "/org/vigil/Vigil1"
+    static let hostInterface = "org.vigil.Vigil1.Host"
+
+    /// Two strategies: `mail-sync` holds one lease for minutes (a long
+    /// command started at once), `tick` takes and releases a lease every
+    /// 250 ms, so lease signals keep coming.
+    static let defaultStrategies = """
+        [[strategy]]
+        name = "mail-sync"
+        kind = "periodic-wake"
+        every = "1h"
+        run_at_start = true
+        run = ["/bin/sleep", "300"]
+        run_timeout = "300s"
+
+        [[strategy]]
+        name = "tick"
+        kind = "periodic-wake"
+        every = "250ms"
+        tolerance = "10ms"
+        run = ["/bin/true"]
+        """
+
+    let bus: PrivateBusDaemon
+    let dir: TempDir
+    let configPath: String
+    let daemon: Daemon
+    let watcher: DBusConnection
+    let signals: SignalLog
+    private let consumers: [Task<Void, Never>]
+
+    var address: String { bus.address }
+    var stateDir: String { dir.file("state") }
+
+    private init(bus: PrivateBusDaemon, dir: TempDir, configPath: String, daemon: Daemon, watcher: DBusConnection, signals: SignalLog, consumers: [Task<Void, Never>]) {
+        self.bus = bus
+        self.dir = dir
+        self.configPath = configPath
+        self.daemon = daemon
+        self.watcher = watcher
+        self.signals = signals
+        self.consumers = consumers
+    }
+
+    /// Starts the bus, the watcher and vigild, and waits until vigild owns
+    /// its name and (with the default strategies) `mail-sync` holds its lease.
+    static func start(strategies: String = defaultStrategies) async throws -> BusHost {
+        let bus = try PrivateBusDaemon()
+        do {
+            let dir = try TempDir()
+            let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state"), interval: "60s", extra: """
+                bus = "\(bus.address)"
+
+                \(strategies)
+                """))
+            let watcher = try await DBusConnection.connect(to: .address(bus.address))
+            let signals = SignalLog()
+            let hostSignals = try await watcher.signals(matching: DBusMatchRule(sender: name, interface: hostInterface))
+            let ownerChanges = try await watcher.signals(matching: DBusMatchRule(
+                sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged"))
+            let objectManager = try await watcher.signals(matching: DBusMatchRule(
+                sender: name, interface: "org.freedesktop.DBus.ObjectManager"))
+            let consumers = [hostSignals, ownerChanges, objectManager].map { stream in
+                Task { for await message in stream { signals.append(message) } }
+            }
+            let daemon = try Daemon(arguments: ["--config", config], environment: ["DBUS_SESSION_BUS_ADDRESS": ""])
+            let host = BusHost(bus: bus, dir: dir, configPath: config, daemon: daemon, watcher: watcher, signals: signals, consumers: consumers)
+            do {
+                _ = try await signals.first { $0.member == "NameOwnerChanged" && $0.body.first == .string(name) && $0.body.last != .string("") }
+                if strategies == defaultStrategies {
+                    _ = try await host.leasePath(strategy: "mail-sync")
+                }
+            } catch {
+                await host.stop()
+                throw DaemonError("\(error)\nvigild output:\n\(daemon.output.joined(separator: "\n"))")
+            }
+            return host
+        } catch {
+            bus.stop()
+            throw error
+        }
+    }
+
+    /// Runs `body` with a started host and stops everything afterwards.
+    static func with<T>(strategies: String = defaultStrategies, _ body: (BusHost) async throws -> T) async throws -> T {
+        let host = try await start(strategies: strategies)
+        do {
+            let result = try await body(host)
+            await host.stop()
+            return result
+        } catch {
+            await host.stop()
+            throw error
+        }
+    }
+
+    /// The first LeaseAcquired of `strategy` (past or future); returns the lease path.
+    func leaseAcquired(strategy: String, after skip: Int = 0) async throws -> String {
+        let seen = Counter()
+        let message = try await signals.first { m in
+            m.member == "LeaseAcquired" && m.body.count == 3 && m.body[1] == .string(strategy) && seen.next() > skip
+        }
+        guard case let .objectPath(path) = message.body[0] else { throw DaemonError("LeaseAcquired without a path: \(message.body)") }
+        return path
+    }
+
+    /// The path of an active lease of `strategy`: one already listed by
+    /// ListLeases (acquired before vigild was on the bus), else the next
+    /// LeaseAcquired (the watcher subscribed before vigild started, so none
+    /// is missed).
+    func leasePath(strategy: String) async throws -> String {
+        let reply = try await watcher.call(destination: Self.name, path: Self.root, interface: Self.hostInterface, member: "ListLeases")
+        if case let .array(_, rows) = reply.body.first {
+            for case let .structure(fields) in rows where fields.count == 10 && fields[2] == .string(strategy) {
+                if case let .objectPath(path) = fields[0] { return path }
+            }
+        }
+        return try await leaseAcquired(strategy: strategy)
+    }
+
+    /// Stops vigild with SIGTERM (it must exit 0), then the watcher and the bus.
+    func stop() async {
+        if daemon.process.isRunning {
+            daemon.signal(SIGTERM)
+            let status = await daemon.waitForExit()
+            #expect(status == 0, "vigild exit status; output:\n\(daemon.output.suffix(30).joined(separator: "\n"))")
+        }
+        for consumer in consumers { consumer.cancel() }
+        await watcher.close()
+        bus.stop()
+    }
+
+    /// `busctl --address=<bus> ARGS...`.
+    func busctl(_ arguments: [String]) throws -> CommandResult {
+        try runCommand("/usr/bin/busctl", ["--address=\(address)"] + arguments)
+    }
+
+    /// vigilctl with `--bus <this bus>` after the subcommand.
+    func vigilctl(_ subcommand: String, _ arguments: [String] = []) throws -> CommandResult {
+        try runCommand(Build.vigilctl, [subcommand, "--bus", address] + arguments)
+    }
+}
+
+/// A counter a `@Sendable` predicate can bump.
+final class Counter: @unchecked Sendable {
+    // Invariant: `value` is only touched while holding `lock`.
+    private let lock = NSLock()
+    private var value = 0
+    func next() -> Int { lock.withLock { value += 1; return value } }
+}
+
+/// A long-running tool (busctl monitor, dbus-monitor, vigilctl --watch)
+/// whose stdout lines can be awaited; SIGKILLed when done.
+final class StreamingTool: @unchecked Sendable {
+    // Invariant: `lines`, `partial` and `waiters` are only touched while holding `lock`.
+    private let lock = NSLock()
+    private var lines: [String] = []
+    private var partial = Data()
+    private var waiters: [(id: Int, text: String, continuation: CheckedContinuation<Bool, Never>)] = []
+    private var nextID = 0
+    private var ended = false
+    let process = Process()
+    private let errorPipe = Pipe()
+
+    init(_ program: String, _ arguments: [String]) throws {
+        process.executableURL = URL(fileURLWithPath: program)
+        process.arguments = arguments
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = errorPipe
+        out.fileHandleForReading.readabilityHandler = { [weak self] handle in
+            let data = handle.availableData
+            if data.isEmpty { handle.readabilityHandler = nil }
+            self?.received(data)
+        }
+        try process.run()
+    }
+
+    var output: [String] { lock.withLock { lines } }
+
+    private func received(_ data: Data) {
+        var ready: [CheckedContinuation<Bool, Never>] = []
+        lock.withLock {
+            if data.isEmpty { ended = true }
+            partial.append(data)
+            while let nl = partial.firstIndex(of: 0x0A) {
+                let line = String(decoding: partial[partial.startIndex..<nl], as: UTF8.self)
+                partial.removeSubrange(partial.startIndex...nl)
+                lines.append(line)
+            }
+            waiters.removeAll { w in
+                guard ended || lines.contains(where: { $0.contains(w.text) }) else { return false }
+                ready.append(w.continuation)
+                return true
+            }
+        }
+        for c in ready { c.resume(returning: true) }
+    }
+
+    /// Waits until a stdout line contains `text`; returns that line.
+    @discardableResult
+    func waitForLine(containing text: String, timeout: Duration = .seconds(20)) async throws -> String {
+        let id: Int = lock.withLock { nextID += 1; return nextID }
+        let timer = Task { [weak self] in
+            try? await Task.sleep(for: timeout)
+            self?.cancel(id)
+        }
+        defer { timer.cancel() }
+        _ = await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
+            let done: Bool = lock.withLock {
+                if ended || lines.contains(where: { $0.contains(text) }) { return true }
+                waiters.append((id, text, c))
+                return false
+            }
+            if done { c.resume(returning: true) }
+        }
+        guard let line = output.first(where: { $0.contains(text) }) else {
+            throw DaemonError("\(process.executableURL?.lastPathComponent ?? "tool") printed no line containing \"\(text)\"; output:\n\(output.joined(separator: "\n"))")
+        }
+        return line
+    }
+
+    private func cancel(_ id: Int) {
+        let c: CheckedContinuation<Bool, Never>? = lock.withLock {
+            guard let i = waiters.firstIndex(where: { $0.id == id }) else { return nil }
+            return waiters.remove(at: i).continuation
+        }
+        c?.resume(returning: false)
+    }
+
+    /// Stops the tool and returns what it printed on stderr.
+    @discardableResult
+    func stop() -> String {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+        return String(decoding: errorPipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    }
+
+    deinit {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+    }
+}
+
+/// Runs a python3 script (written to a temp file) with /usr/bin/python3,
+/// which has the Debian python3-dbus module.
+func runPythonScript(_ script: String, _ arguments: [String]) throws -> CommandResult {
+    let dir = try TempDir("vigil-e2e-py")
+    let path = try dir.write("client.py", script)
+    return try runCommand("/usr/bin/python3", [path] + arguments)
+}
+
+/// The member names docs/dbus-api.md promises, checked against what every
+/// client sees.
+enum APIContract {
+    static let hostProperties = [
+        "Version", "RunId", "StartedAt", "SurvivalSeconds", "PowerBackend", "PowerBackendReason",
+        "WakeClock", "WakeClockReason", "CanWakeSystem", "ConfigPath", "Strategies", "Leases",
+    ]
+    static let hostMethods = ["ListLeases", "ListStrategies", "Survival", "Reload"]
+    static let hostSignals = [
+        "LeaseAcquired", "LeaseRenewed", "LeaseExpiring", "LeaseExpired", "LeaseReleased", "StrategyStateChanged",
+    ]
+    static let strategyProperties = ["Name", "Kind", "State", "Restarts", "LastError", "Config"]
+    static let leaseProperties = ["Id", "Strategy", "Kind", "Holds", "Reason", "AcquiredAt", "Deadline", "Renewals", "State"]
+}
