@@ -129,9 +129,12 @@ public actor LeaseRegistry {
         return id
     }
 
-    /// Moves the deadline to now + `budget` (or the lease's own budget).
-    public func renew(_ id: LeaseID, budget: Duration? = nil) throws {
-        guard var entry = entries[id] else {
+    /// Moves the deadline to now + `budget` (or the lease's own budget),
+    /// renewing the power backend's hold first. If the backend cannot renew,
+    /// the lease expires at once: its expiration handler runs with its grace
+    /// time, and the error is thrown.
+    public func renew(_ id: LeaseID, budget: Duration? = nil) async throws {
+        guard let entry = entries[id] else {
             throw LeaseError(.ended, "lease \(id) has ended; it cannot be renewed")
         }
         guard entry.snapshot.state == .active else {
@@ -141,11 +144,25 @@ public actor LeaseRegistry {
             throw LeaseError(.invalidBudget, "lease budget must be greater than zero, got \(budget.vigilDescription)")
         }
         let newBudget = budget ?? entry.snapshot.budget
-        entry.snapshot.budget = newBudget
-        entry.snapshot.deadline = newBudget.map { clock.now + $0 }
-        entry.snapshot.renewals += 1
-        entries[id] = entry
-        publish(.renewed, entry.snapshot)
+        if let token = entry.token {
+            do {
+                try await token.renew(budget: newBudget)
+            } catch {
+                // The actor may have changed while the backend worked.
+                if let current = entries[id], current.snapshot.state == .active, let deadline = current.snapshot.deadline {
+                    await deadlinePassed(id, deadline: deadline, detail: "\(backend.name) could not renew the hold: \(error)")
+                }
+                throw LeaseError(.backendFailed, "\(backend.name) could not renew lease \(id): \(error)")
+            }
+        }
+        guard var current = entries[id], current.snapshot.state == .active else {
+            throw LeaseError(.ended, "lease \(id) ended while it was being renewed")
+        }
+        current.snapshot.budget = newBudget
+        current.snapshot.deadline = newBudget.map { clock.now + $0 }
+        current.snapshot.renewals += 1
+        entries[id] = current
+        publish(.renewed, current.snapshot)
         armWatcher(id)
     }
 
@@ -186,18 +203,19 @@ public actor LeaseRegistry {
             let clock = self.clock
             entry.watcher = Task { [weak self] in
                 do { try await clock.sleep(until: deadline) } catch { return }
-                await self?.deadlinePassed(id, deadline: deadline)
+                await self?.deadlinePassed(id, deadline: deadline, detail: "budget ran out")
             }
         }
         entries[id] = entry
     }
 
-    private func deadlinePassed(_ id: LeaseID, deadline: VigilInstant) async {
+    private func deadlinePassed(_ id: LeaseID, deadline: VigilInstant, detail: String) async {
         guard var entry = entries[id], entry.snapshot.state == .active, entry.snapshot.deadline == deadline else { return }
         entry.snapshot.state = .expiring
+        entry.watcher?.cancel()
         entry.watcher = nil
         entries[id] = entry
-        publish(.expiring, entry.snapshot, detail: "budget ran out")
+        publish(.expiring, entry.snapshot, detail: detail)
 
         guard let handler = entry.request.onExpire else {
             await end(id, as: .expired, forced: false, detail: "budget ran out; no expiration handler")

@@ -16,7 +16,14 @@ public protocol PowerBackend: Sendable {
 public protocol PowerToken: Sendable {
     /// Describes the hold for people ("logind inhibitor fd 7: sleep/block").
     var description: String { get }
+    /// Extends the hold for a new budget. Backends that replace the hold take
+    /// the new one before dropping the old, so the system is never unheld.
+    func renew(budget: Duration?) async throws
     func release() async
+}
+
+extension PowerToken {
+    public func renew(budget: Duration?) async throws {}
 }
 
 /// Tracks leases without holding anything on the system.

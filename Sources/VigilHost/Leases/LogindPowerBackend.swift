@@ -1,0 +1,117 @@
+import Foundation
+import VigilDBus
+import VigilKit
+
+/// Holds the system with logind inhibitors
+/// (`org.freedesktop.login1.Manager.Inhibit(what, who, why, mode) → h`, see
+/// the org.freedesktop.login1(5) man page). The lease is the returned fd:
+/// closing every copy releases it, so a host killed with `kill -9` cannot
+/// leak an inhibitor.
+public struct LogindPowerBackend: PowerBackend {
+    public static let busName = "org.freedesktop.login1"
+    public static let path = "/org/freedesktop/login1"
+    public static let interface = "org.freedesktop.login1.Manager"
+
+    /// A connection to the system bus.
+    public let connection: DBusConnection
+    public let reason: String
+    public var name: String { "logind" }
+
+    public init(connection: DBusConnection, reason: String = "configured") {
+        self.connection = connection
+        self.reason = reason
+    }
+
+    /// Whether logind's name has an owner on `connection`'s bus.
+    public static func isAvailable(on connection: DBusConnection) async -> Bool {
+        let reply = try? await connection.call(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+            member: "NameHasOwner", arguments: [.string(busName)]
+        )
+        return (try? reply?.argument(0, as: Bool.self)) == true
+    }
+
+    public func hold(_ hold: PowerHold, who: String, why: String, budget: Duration?) async throws -> any PowerToken {
+        let fd = try await inhibit(hold, who: who, why: why)
+        return LogindToken(backend: self, hold: hold, who: who, why: why, fd: fd)
+    }
+
+    func inhibit(_ hold: PowerHold, who: String, why: String) async throws -> DBusFileDescriptor {
+        let reply: DBusMessage
+        do {
+            reply = try await connection.call(
+                destination: Self.busName, path: Self.path, interface: Self.interface, member: "Inhibit",
+                arguments: [.string(hold.what.joined(separator: ":")), .string(who), .string(why), .string(hold.mode)]
+            )
+        } catch {
+            throw PowerBackendError("logind refused Inhibit(\(hold.what.joined(separator: ":")), \(hold.mode)): \(error)")
+        }
+        guard let first = reply.body.first, let fd = try? DBusFileDescriptor.decode(first) else {
+            throw PowerBackendError("logind's Inhibit reply carried no file descriptor (signature \(reply.body.map(\.signature).joined()))")
+        }
+        return fd
+    }
+}
+
+/// One inhibitor. Renewal takes a fresh inhibitor before closing the old one,
+/// so there is never a moment without a hold.
+actor LogindToken: PowerToken {
+    let backend: LogindPowerBackend
+    let hold: PowerHold
+    let who: String
+    let why: String
+    private var fd: DBusFileDescriptor?
+
+    init(backend: LogindPowerBackend, hold: PowerHold, who: String, why: String, fd: DBusFileDescriptor) {
+        self.backend = backend
+        self.hold = hold
+        self.who = who
+        self.why = why
+        self.fd = fd
+    }
+
+    nonisolated var description: String { "logind inhibitor \(hold.what.joined(separator: ":"))/\(hold.mode)" }
+
+    func renew(budget: Duration?) async throws {
+        guard fd != nil else { throw PowerBackendError("the inhibitor was already released") }
+        let fresh = try await backend.inhibit(hold, who: who, why: why)
+        let old = fd
+        fd = fresh
+        old?.close()  // only now that the new inhibitor exists
+    }
+
+    func release() async {
+        fd?.close()
+        fd = nil
+    }
+}
+
+extension LogindPowerBackend {
+    /// Runs `onSleep` before every system sleep, under a logind delay lock.
+    ///
+    /// A `sleep`/`delay` inhibitor is held while the system is up. When logind
+    /// announces `PrepareForSleep(true)`, `onSleep` runs and the inhibitor is
+    /// closed afterwards, which lets the sleep proceed (logind waits at most
+    /// `InhibitDelayMaxUSec`). `PrepareForSleep(false)` after resume takes a
+    /// new delay lock. Cancel the returned task to stop watching.
+    public func watchSleep(who: String, onSleep: @escaping @Sendable () async -> Void) async throws -> Task<Void, Never> {
+        let signals = try await connection.signals(matching: DBusMatchRule(
+            sender: Self.busName, path: Self.path, interface: Self.interface, member: "PrepareForSleep"))
+        let delay = PowerHold(what: ["sleep"], mode: "delay")
+        let why = "run on_sleep hooks before the system sleeps"
+        var lock: DBusFileDescriptor? = try await inhibit(delay, who: who, why: why)
+        return Task {
+            for await signal in signals {
+                guard let starting = try? signal.argument(0, as: Bool.self) else { continue }
+                if starting {
+                    await onSleep()
+                    lock?.close()
+                    lock = nil
+                } else if lock == nil {
+                    lock = try? await inhibit(delay, who: who, why: why)
+                }
+            }
+            lock?.close()
+        }
+    }
+}

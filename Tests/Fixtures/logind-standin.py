@@ -1,0 +1,143 @@
+#!/usr/bin/python3
+"""A stand-in for systemd-logind, for Vigil's tests (logind needs systemd as PID 1).
+
+Implements the documented parts of org.freedesktop.login1.Manager
+(org.freedesktop.login1(5)) that Vigil uses:
+  Inhibit(s what, s who, s why, s mode) -> h   the inhibitor lives while any copy of the fd is open
+  ListInhibitors() -> a(ssssuu)                 what, who, why, mode, uid, pid
+  signal PrepareForSleep(b start)
+and a test-only interface org.vigil.Test.LogindStandIn:
+  SimulateSleep(t max_delay_usec) -> (t waited_usec, b timed_out)
+      emits PrepareForSleep(true), waits until every sleep delay lock is closed
+      (or max_delay_usec, like InhibitDelayMaxUSec), then PrepareForSleep(false)
+  WaitForCount(u n, t timeout_usec) -> b       returns when n inhibitors exist
+  History() -> as                               "add N" / "remove N" after each change
+Usage: logind-standin.py BUS_ADDRESS   (prints "ready" once it owns the name)
+"""
+import os
+import sys
+import time
+
+import dbus
+import dbus.mainloop.glib
+import dbus.service
+from gi.repository import GLib
+
+MANAGER = "org.freedesktop.login1.Manager"
+TEST = "org.vigil.Test.LogindStandIn"
+WHATS = {"shutdown", "sleep", "idle", "handle-power-key", "handle-suspend-key",
+         "handle-hibernate-key", "handle-lid-switch"}
+
+
+class Manager(dbus.service.Object):
+    def __init__(self, bus):
+        super().__init__(bus, "/org/freedesktop/login1")
+        self.bus = bus
+        self.inhibitors = {}  # read end -> (what, who, why, mode, uid, pid)
+        self.history = []
+        self.count_waiters = []  # (n, reply, error, timeout source)
+        self.sleep = None  # (started, reply, timeout source) while a sleep is pending
+
+    def _invalid(self, message):
+        return dbus.exceptions.DBusException(message, name="org.freedesktop.DBus.Error.InvalidArgs")
+
+    @dbus.service.method(MANAGER, in_signature="ssss", out_signature="h", sender_keyword="sender")
+    def Inhibit(self, what, who, why, mode, sender=None):
+        items = what.split(":")
+        if not what or any(w not in WHATS for w in items):
+            raise self._invalid("invalid what specification %r" % what)
+        if mode not in ("block", "delay"):
+            raise self._invalid("invalid mode specification %r" % mode)
+        if mode == "delay" and any(w not in ("sleep", "shutdown") for w in items):
+            raise self._invalid("delay inhibitors only make sense for sleep and shutdown")
+        dbus_obj = self.bus.get_object("org.freedesktop.DBus", "/org/freedesktop/DBus")
+        uid = int(dbus_obj.GetConnectionUnixUser(sender, dbus_interface="org.freedesktop.DBus"))
+        pid = int(dbus_obj.GetConnectionUnixProcessID(sender, dbus_interface="org.freedesktop.DBus"))
+        r, w = os.pipe()  # logind hands out a FIFO's write end; a pipe behaves the same
+        self.inhibitors[r] = (what, who, why, mode, uid, pid)
+        GLib.io_add_watch(r, GLib.IO_HUP | GLib.IO_ERR, self._closed)
+        self._changed("add")
+        fd = dbus.types.UnixFd(w)  # dups w
+        os.close(w)
+        return fd
+
+    def _closed(self, fd, condition):
+        self.inhibitors.pop(fd, None)
+        os.close(fd)
+        self._changed("remove")
+        if self.sleep and not self._delay_locks():
+            self._finish_sleep(False)
+        return False
+
+    def _changed(self, kind):
+        n = len(self.inhibitors)
+        self.history.append("%s %d" % (kind, n))
+        for waiter in [w for w in self.count_waiters if w[0] == n]:
+            self.count_waiters.remove(waiter)
+            GLib.source_remove(waiter[3])
+            waiter[1](True)
+
+    def _delay_locks(self):
+        return [i for i in self.inhibitors.values() if i[3] == "delay" and "sleep" in i[0].split(":")]
+
+    @dbus.service.method(MANAGER, in_signature="", out_signature="a(ssssuu)")
+    def ListInhibitors(self):
+        return dbus.Array([dbus.Struct(v, signature="ssssuu") for v in self.inhibitors.values()], signature="(ssssuu)")
+
+    @dbus.service.signal(MANAGER, signature="b")
+    def PrepareForSleep(self, start):
+        pass
+
+    @dbus.service.method(TEST, in_signature="t", out_signature="tb", async_callbacks=("reply", "error"))
+    def SimulateSleep(self, max_delay_usec, reply, error):
+        self.PrepareForSleep(True)
+        started = time.monotonic()
+        source = GLib.timeout_add(max(1, int(max_delay_usec / 1000)), lambda: self._finish_sleep(True) and False)
+        self.sleep = (started, reply, source)
+        if not self._delay_locks():
+            self._finish_sleep(False)
+
+    def _finish_sleep(self, timed_out):
+        if not self.sleep:
+            return False
+        started, reply, source = self.sleep
+        self.sleep = None
+        if not timed_out:
+            GLib.source_remove(source)
+        waited = int((time.monotonic() - started) * 1e6)
+        self.PrepareForSleep(False)
+        reply(dbus.UInt64(waited), dbus.Boolean(timed_out))
+        return False
+
+    @dbus.service.method(TEST, in_signature="ut", out_signature="b", async_callbacks=("reply", "error"))
+    def WaitForCount(self, n, timeout_usec, reply, error):
+        if len(self.inhibitors) == n:
+            reply(True)
+            return
+        waiter = [n, reply, error, None]
+
+        def expire():
+            if waiter in self.count_waiters:
+                self.count_waiters.remove(waiter)
+                reply(False)
+            return False
+
+        waiter[3] = GLib.timeout_add(max(1, int(timeout_usec / 1000)), expire)
+        self.count_waiters.append(waiter)
+
+    @dbus.service.method(TEST, in_signature="", out_signature="as")
+    def History(self):
+        return dbus.Array(self.history, signature="s")
+
+
+def main():
+    dbus.mainloop.glib.DBusGMainLoop(set_as_default=True)
+    bus = dbus.bus.BusConnection(sys.argv[1])
+    name = dbus.service.BusName("org.freedesktop.login1", bus, do_not_queue=True)
+    manager = Manager(bus)
+    print("ready", flush=True)
+    GLib.MainLoop().run()
+
+
+if __name__ == "__main__":
+    main()

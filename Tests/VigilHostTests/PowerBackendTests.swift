@@ -1,0 +1,186 @@
+import Foundation
+import Testing
+import VigilDBus
+import VigilHost
+import VigilKit
+
+/// The logind stand-in (Tests/Fixtures/logind-standin.py) on a private bus.
+final class LogindStandIn: @unchecked Sendable {
+    // Invariant: all stored properties are immutable after init.
+    let bus: HostBusDaemon
+    let process: Process
+
+    init() throws {
+        bus = try HostBusDaemon()
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/logind-standin.py").path
+        process.arguments = [script, bus.address]
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        // It prints "ready" once it owns org.freedesktop.login1.
+        let line = out.fileHandleForReading.availableData
+        guard String(decoding: line, as: UTF8.self).hasPrefix("ready") else {
+            throw PowerBackendError("the logind stand-in did not start")
+        }
+    }
+
+    func call(_ connection: DBusConnection, _ member: String, _ args: [DBusValue] = [], test: Bool = false) async throws -> DBusMessage {
+        try await connection.call(
+            destination: "org.freedesktop.login1", path: "/org/freedesktop/login1",
+            interface: test ? "org.vigil.Test.LogindStandIn" : "org.freedesktop.login1.Manager",
+            member: member, arguments: args)
+    }
+
+    func inhibitors(_ connection: DBusConnection) async throws -> [DBusValue] {
+        let reply = try await call(connection, "ListInhibitors")
+        guard case .array(_, let items)? = reply.body.first else { return [] }
+        return items
+    }
+
+    /// Waits (on the stand-in's own event, bounded) until `n` inhibitors exist.
+    func waitForCount(_ connection: DBusConnection, _ n: UInt32) async throws -> Bool {
+        let reply = try await call(connection, "WaitForCount", [.uint32(n), .uint64(5_000_000)], test: true)
+        return try reply.argument(0, as: Bool.self)
+    }
+
+    func history(_ connection: DBusConnection) async throws -> [String] {
+        try await call(connection, "History", test: true).argument(0, as: [String].self)
+    }
+
+    /// SIGKILL: a child started from a dispatch worker inherits its blocked
+    /// signal mask, so SIGTERM would be ignored.
+    func stop() {
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        bus.stop()
+    }
+}
+
+@Suite(.serialized) struct PowerBackendTests {
+    // MARK: wakelock
+
+    func sysfs() throws -> String {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-power-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        for f in ["wake_lock", "wake_unlock"] { FileManager.default.createFile(atPath: "\(dir)/\(f)", contents: nil) }
+        return dir
+    }
+
+    func lines(_ path: String) -> [String] {
+        ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+    }
+
+    @Test func wakelockWritesNameAndTimeoutAndUnlocks() async throws {
+        let dir = try sysfs()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let backend = WakelockPowerBackend(directory: dir, margin: .seconds(30))
+        let registry = LeaseRegistry(clock: ManualClock(), backend: backend)
+        let id = try await registry.acquire(strategy: "s", LeaseRequest(holds: "h", reason: "r", budget: .seconds(60), power: PowerHold()))
+        let name = "vigil-\(getpid())-1"
+        #expect(lines("\(dir)/wake_lock") == ["\(name) 90000000000"])
+        #expect(await registry.lease(id)?.power == "wake lock \(name)")
+        // Renewal re-arms the same lock with the new timeout: no gap.
+        try await registry.renew(id, budget: .seconds(120))
+        #expect(lines("\(dir)/wake_lock") == ["\(name) 90000000000", "\(name) 150000000000"])
+        #expect(lines("\(dir)/wake_unlock").isEmpty)
+        await registry.release(id)
+        #expect(lines("\(dir)/wake_unlock") == [name])
+    }
+
+    @Test func wakelockWithoutBudgetStillTimesOut() async throws {
+        let dir = try sysfs()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let backend = WakelockPowerBackend(directory: dir, unbudgetedTimeout: .seconds(600))
+        let token = try await backend.hold(PowerHold(), who: "w", why: "y", budget: nil)
+        #expect(lines("\(dir)/wake_lock").first?.hasSuffix(" 600000000000") == true)
+        await token.release()
+    }
+
+    @Test func unwritableWakelockFailsTheLeaseClearly() async throws {
+        let backend = WakelockPowerBackend(directory: "/nonexistent/power")
+        let registry = LeaseRegistry(clock: ManualClock(), backend: backend)
+        do {
+            try await registry.acquire(strategy: "s", LeaseRequest(holds: "h", reason: "r", budget: .seconds(5), power: PowerHold()))
+            Issue.record("acquired a lease without a wake lock")
+        } catch let error as LeaseError {
+            #expect(error.code == .backendFailed)
+            #expect(error.message.contains("cannot open /nonexistent/power/wake_lock: No such file or directory"))
+        }
+        #expect(await registry.history.map(\.kind) == [.failed])
+        #expect(!WakelockPowerBackend.isUsable(directory: "/nonexistent/power"))
+    }
+
+    // MARK: logind
+
+    @Test func logindInhibitorLivesExactlyAsLongAsTheLease() async throws {
+        let standIn = try LogindStandIn()
+        defer { standIn.stop() }
+        let host = try await standIn.bus.connect()
+        let observer = try await standIn.bus.connect()
+        #expect(await LogindPowerBackend.isAvailable(on: host))
+        let registry = LeaseRegistry(clock: ManualClock(), backend: LogindPowerBackend(connection: host))
+        let id = try await registry.acquire(strategy: "focus", LeaseRequest(
+            holds: "focus session", reason: "25-minute focus timer", budget: .seconds(60), power: PowerHold(what: ["sleep", "idle"], mode: "block")))
+        let held = try await standIn.inhibitors(observer)
+        try #require(held.count == 1)
+        guard case .structure(let fields) = held[0] else { Issue.record("not a struct"); return }
+        #expect(fields[0] == .string("sleep:idle"))
+        #expect(fields[1] == .string("vigil: focus"))
+        #expect(fields[2] == .string("25-minute focus timer"))
+        #expect(fields[3] == .string("block"))
+        #expect(fields[4] == .uint32(getuid()))
+
+        // Renewal takes the new inhibitor before closing the old one.
+        for _ in 0..<5 { try await registry.renew(id) }
+        #expect(try await standIn.waitForCount(observer, 1))
+        await registry.release(id)
+        #expect(try await standIn.waitForCount(observer, 0))
+        let history = try await standIn.history(observer)
+        // One inhibitor at first; each renewal goes 1 -> 2 -> 1; zero only at the end.
+        #expect(history.first == "add 1")
+        #expect(history.last == "remove 0")
+        #expect(!history.dropLast().contains("remove 0"), "a moment without an inhibitor: \(history)")
+        #expect(history.filter { $0 == "add 2" }.count == 5)
+    }
+
+    @Test func badInhibitRequestsAreRefusedClearly() async throws {
+        let standIn = try LogindStandIn()
+        defer { standIn.stop() }
+        let host = try await standIn.bus.connect()
+        let registry = LeaseRegistry(clock: ManualClock(), backend: LogindPowerBackend(connection: host))
+        do {
+            try await registry.acquire(strategy: "s", LeaseRequest(holds: "h", reason: "r", power: PowerHold(what: ["naptime"], mode: "block")))
+            Issue.record("logind accepted an unknown what")
+        } catch let error as LeaseError {
+            #expect(error.code == .backendFailed)
+            #expect(error.message.contains("logind refused Inhibit(naptime, block)"), "\(error.message)")
+        }
+    }
+
+    @Test func delayLockHoldsSleepUntilOnSleepFinishes() async throws {
+        let standIn = try LogindStandIn()
+        defer { standIn.stop() }
+        let host = try await standIn.bus.connect()
+        let observer = try await standIn.bus.connect()
+        let backend = LogindPowerBackend(connection: host)
+        let ran = Counter()
+        let watch = try await backend.watchSleep(who: "vigil") {
+            // An on_sleep hook that takes a while: sleep must wait for it.
+            try? await Task.sleep(for: .milliseconds(300))
+            await ran.increment()
+        }
+        defer { watch.cancel() }
+        #expect(try await standIn.waitForCount(observer, 1))
+        let reply = try await standIn.call(observer, "SimulateSleep", [.uint64(5_000_000)], test: true)
+        let waited = try reply.argument(0, as: UInt64.self)
+        let timedOut = try reply.argument(1, as: Bool.self)
+        #expect(!timedOut)
+        #expect(await ran.value == 1, "on_sleep finished before the system was let to sleep")
+        #expect(waited >= 300_000, "sleep waited \(waited) µs for a 300 ms hook")
+        // After resume the delay lock is taken again for the next sleep.
+        #expect(try await standIn.waitForCount(observer, 1))
+    }
+}
