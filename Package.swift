@@ -15,6 +15,7 @@ let package = Package(
         // libvigil-<kind>.so so the host finds a kind's plugin by file name
         // without loading anything else.
         .library(name: "vigil-periodic-wake", type: .dynamic, targets: ["PeriodicWake"]),
+        .library(name: "vigil-background-task", type: .dynamic, targets: ["BackgroundTask"]),
     ],
     dependencies: [
         .package(path: "Plugins/VigilKit"),
@@ -62,6 +63,12 @@ let package = Package(
         .executableTarget(
             name: "vigil-bench",
             dependencies: ["VigilHost", "VigilDBus", .product(name: "VigilKit", package: "VigilKit")],
+            swiftSettings: strict
+        ),
+        .target(
+            name: "BackgroundTask",
+            dependencies: [.product(name: "VigilKit", package: "VigilKit")],
+            path: "Plugins/BackgroundTask",
             swiftSettings: strict
         ),
         .target(
