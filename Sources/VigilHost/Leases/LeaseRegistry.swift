@@ -212,7 +212,8 @@ public actor LeaseRegistry {
     private func deadlinePassed(_ id: LeaseID, deadline: VigilInstant, detail: String) async {
         guard var entry = entries[id], entry.snapshot.state == .active, entry.snapshot.deadline == deadline else { return }
         entry.snapshot.state = .expiring
-        entry.watcher?.cancel()
+        // Not cancelled: this usually runs on the watcher task itself, and the
+        // handler below runs on it. A later firing finds the state changed.
         entry.watcher = nil
         entries[id] = entry
         publish(.expiring, entry.snapshot, detail: detail)
