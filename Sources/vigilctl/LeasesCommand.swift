@@ -39,9 +39,12 @@ struct LeasesCommand: AsyncParsableCommand {
         var ageUsec: UInt64
         /// Microseconds to the deadline (negative: overdue); nil without a budget.
         var remainingUsec: Int64?
+        /// "listed" for the leases `--watch --json` prints before the events.
+        var event: String?
 
-        init(_ lease: LeaseRow, now: UInt64) {
+        init(_ lease: LeaseRow, now: UInt64, event: String? = nil) {
             self.lease = lease
+            self.event = event
             ageUsec = now > lease.acquiredAt ? now - lease.acquiredAt : 0
             remainingUsec = lease.deadline == 0 ? nil : Int64(clamping: lease.deadline) - Int64(clamping: now)
         }
@@ -51,6 +54,7 @@ struct LeasesCommand: AsyncParsableCommand {
             var container = encoder.container(keyedBy: Keys.self)
             try container.encode(ageUsec, forKey: .ageUsec)
             try container.encode(remainingUsec, forKey: .remainingUsec)
+            try container.encodeIfPresent(event, forKey: .event)
         }
 
         init(from decoder: any Decoder) throws {
@@ -58,9 +62,10 @@ struct LeasesCommand: AsyncParsableCommand {
             let container = try decoder.container(keyedBy: Keys.self)
             ageUsec = try container.decode(UInt64.self, forKey: .ageUsec)
             remainingUsec = try container.decodeIfPresent(Int64.self, forKey: .remainingUsec)
+            event = try container.decodeIfPresent(String.self, forKey: .event)
         }
 
-        private enum Keys: String, CodingKey { case ageUsec, remainingUsec }
+        private enum Keys: String, CodingKey { case ageUsec, remainingUsec, event }
     }
 
     func run() async throws {
@@ -128,7 +133,7 @@ struct LeasesCommand: AsyncParsableCommand {
         let leases = try await client.leases()
         if json {
             for lease in leases.sorted(by: { $0.id < $1.id }) {
-                printLine((try? jsonLine(LeaseJSON(lease, now: TableFormat.nowMicros()))) ?? "{}")
+                printLine((try? jsonLine(LeaseJSON(lease, now: TableFormat.nowMicros(), event: "listed"))) ?? "{}")
             }
         } else {
             printListing(leases)

@@ -129,7 +129,7 @@ extension EndToEnd {
                 let watchJSON = try StreamingTool(Build.vigilctl, ["leases", "--watch", "--json", "--bus", host.address])
                 defer { watchJSON.stop() }
                 let first = try await watchJSON.waitForLine(containing: "\"strategy\":\"mail-sync\"")
-                #expect(first.contains("\"state\":\"active\""), "\(first)")
+                #expect(first.contains("\"state\":\"active\"") && first.contains("\"event\":\"listed\""), "\(first)")
                 let acquired = try await watchJSON.waitForLine(containing: "\"event\":\"acquired\"")
                 let event = try #require(try Self.json(acquired) as? [String: Any], "\(acquired)")
                 #expect(event["strategy"] as? String == "tick")
