@@ -1,0 +1,464 @@
+import Foundation
+import Testing
+import VigilDBus
+@testable import VigilHost
+import VigilKit
+
+/// A private `dbus-daemon --nofork` for one test, killed by `stop()`.
+final class HostBusDaemon: @unchecked Sendable {
+    // Invariant: all stored properties are immutable after init.
+    let address: String
+    let directory: String
+    private let process: Process
+
+    init() throws {
+        var template = Array("/tmp/vigil-hostbus-XXXXXX".utf8CString)
+        guard let dir = mkdtemp(&template) else { throw POSIXError(.EIO) }
+        directory = String(cString: dir)
+        // Others may connect (the access test calls as another uid).
+        chmod(directory, 0o755)
+        let config = directory + "/bus.conf"
+        try """
+        <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+         "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+        <busconfig>
+          <type>session</type>
+          <listen>unix:dir=\(directory)</listen>
+          <auth>EXTERNAL</auth>
+          <policy context="default">
+            <allow user="*"/>
+            <allow send_destination="*" eavesdrop="true"/>
+            <allow eavesdrop="true"/>
+            <allow own="*"/>
+          </policy>
+        </busconfig>
+        """.write(toFile: config, atomically: true, encoding: .utf8)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
+        process.arguments = ["--config-file=\(config)", "--print-address=1", "--nofork"]
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        var buffer = Data()
+        while !buffer.contains(UInt8(ascii: "\n")) {
+            let chunk = out.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            buffer.append(chunk)
+        }
+        let line = String(decoding: buffer, as: UTF8.self).split(separator: "\n").first.map(String.init) ?? ""
+        guard line.hasPrefix("unix:") else {
+            process.terminate()
+            throw DBusError.failed("dbus-daemon did not print an address: \(line)")
+        }
+        address = line
+        self.process = process
+    }
+
+    func connect() async throws -> DBusConnection {
+        try await DBusConnection.connect(to: .address(address))
+    }
+
+    func stop() {
+        // SIGKILL: a child spawned from a dispatch thread may have SIGTERM blocked.
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
+
+/// Test kinds: each waits for one second of the manual clock first, so a
+/// test can subscribe to signals before the strategy does anything.
+enum HostBusKinds {
+    static let all: [any StrategyKind] = [Script(), Idle(), Fail()]
+
+    /// Acquires leases a (10 s budget), b (5 s budget, with an expiration
+    /// handler) and c (no budget); renews a after 2 s; b expires at 5 s;
+    /// releases c at 8 s; then holds a.
+    struct Script: StrategyKind {
+        var name: String { "test-script" }
+        var summary: String { "leases for the D-Bus tests" }
+        func makeStrategy(_ config: ConfigReader) throws -> any KeepAliveStrategy { Run() }
+
+        struct Run: KeepAliveStrategy {
+            func run(in context: StrategyContext) async throws {
+                let clock = context.clock
+                try await clock.sleep(for: .seconds(1))
+                let a = try await context.leases.acquire(LeaseRequest(holds: "a", reason: "script a", budget: .seconds(10)))
+                _ = try await context.leases.acquire(LeaseRequest(
+                    holds: "b", reason: "script b", budget: .seconds(5), grace: .seconds(2), onExpire: { _ in }))
+                let c = try await context.leases.acquire(LeaseRequest(holds: "c", reason: "script c"))
+                try await clock.sleep(for: .seconds(2))
+                try await a.renew(budget: .seconds(10))
+                try await clock.sleep(for: .seconds(6))
+                await c.release()
+                try await clock.sleep(for: .seconds(1_000_000))
+            }
+        }
+    }
+
+    /// Holds one lease (`holds`, default "idle") without a budget.
+    struct Idle: StrategyKind {
+        var name: String { "test-idle" }
+        var summary: String { "one lease, forever" }
+        func makeStrategy(_ config: ConfigReader) throws -> any KeepAliveStrategy {
+            Run(holds: config.string("holds", default: "idle"))
+        }
+
+        struct Run: KeepAliveStrategy {
+            let holds: String
+            func run(in context: StrategyContext) async throws {
+                try await context.clock.sleep(for: .seconds(1))
+                _ = try await context.leases.acquire(LeaseRequest(holds: holds, reason: "idle \(context.name)"))
+                try await context.clock.sleep(for: .seconds(1_000_000))
+            }
+        }
+    }
+
+    /// Throws "boom" after the first second.
+    struct Fail: StrategyKind {
+        var name: String { "test-fail" }
+        var summary: String { "fails" }
+        func makeStrategy(_ config: ConfigReader) throws -> any KeepAliveStrategy { Run() }
+
+        struct Run: KeepAliveStrategy {
+            func run(in context: StrategyContext) async throws {
+                try await context.clock.sleep(for: .seconds(1))
+                throw DescribedError("boom")
+            }
+        }
+    }
+}
+
+/// A host runtime on a manual clock with a config file in a temp dir, its
+/// API exported on a private bus, and a client connection.
+final class HostBusFixture: @unchecked Sendable {
+    // Invariant: all stored properties are immutable after init.
+    let clock: ManualClock
+    let logs: MemoryLogSink
+    let directory: String
+    let configPath: String
+    let bus: HostBusDaemon
+    let runtime: HostRuntime
+    let api: HostBusAPI
+    let host: DBusConnection
+    let client: DBusConnection
+    let hostName: String
+
+    private init(clock: ManualClock, logs: MemoryLogSink, directory: String, configPath: String, bus: HostBusDaemon,
+                 runtime: HostRuntime, api: HostBusAPI, host: DBusConnection, client: DBusConnection, hostName: String) {
+        self.clock = clock
+        self.logs = logs
+        self.directory = directory
+        self.configPath = configPath
+        self.bus = bus
+        self.runtime = runtime
+        self.api = api
+        self.host = host
+        self.client = client
+        self.hostName = hostName
+    }
+
+    /// Runs `body` with a fixture and always stops it afterwards (the bus,
+    /// the runtime and the temp dir), also when `body` throws.
+    static func with(strategies: String, hostUID: UInt32 = getuid(), _ body: (HostBusFixture) async throws -> Void) async throws {
+        let fixture = try await make(strategies: strategies, hostUID: hostUID)
+        do {
+            try await body(fixture)
+        } catch {
+            await fixture.stop()
+            throw error
+        }
+        await fixture.stop()
+    }
+
+    /// `strategies` is the `[[strategy]]` part of the config.
+    static func make(strategies: String, hostUID: UInt32 = getuid()) async throws -> HostBusFixture {
+        var template = Array("/tmp/vigil-hostbus-state-XXXXXX".utf8CString)
+        guard let dir = mkdtemp(&template) else { throw POSIXError(.EIO) }
+        let directory = String(cString: dir)
+        let configPath = directory + "/vigil.toml"
+        try config(directory: directory, strategies).write(toFile: configPath, atomically: true, encoding: .utf8)
+        let plugins = PluginLoader(searchPath: [])
+        try plugins.register(HostBusKinds.all, from: "HostBusKinds")
+        let loaded = try ConfigLoader.load(path: configPath, resolver: plugins)
+        let clock = ManualClock()
+        let logs = MemoryLogSink()
+        let runtime = try await HostRuntime.start(config: loaded, environment: HostRuntime.Environment(
+            clock: clock, scheduler: WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock)),
+            logSink: logs, version: "9.9.9-test", plugins: plugins
+        ))
+        let bus = try await offPool { try HostBusDaemon() }
+        let started = ContinuousClock.now
+        let host: DBusConnection
+        do { host = try await bus.connect() } catch {
+            FileHandle.standardError.write(Data("HostBusFixture: the host connection failed after \(ContinuousClock.now - started): \(error)\n".utf8))
+            throw error
+        }
+        let api = HostBusAPI(runtime: runtime, connection: host, hostUID: hostUID)
+        try await api.export()
+        let client: DBusConnection
+        do { client = try await bus.connect() } catch {
+            FileHandle.standardError.write(Data("HostBusFixture: the client connection failed after \(ContinuousClock.now - started): \(error)\n".utf8))
+            throw error
+        }
+        return HostBusFixture(clock: clock, logs: logs, directory: directory, configPath: configPath, bus: bus,
+                              runtime: runtime, api: api, host: host, client: client, hostName: await host.uniqueName)
+    }
+
+    static func config(directory: String, _ strategies: String, host: String = "") -> String {
+        """
+        [host]
+        state_dir = "\(directory)/state"
+        \(host)
+
+        \(strategies)
+        """
+    }
+
+    /// Rewrites the config file.
+    func writeConfig(_ strategies: String, host: String = "") throws {
+        try Self.config(directory: directory, strategies, host: host).write(toFile: configPath, atomically: true, encoding: .utf8)
+    }
+
+    /// Every signal the host connection sends from now on.
+    func record() async throws -> SignalRecorder {
+        SignalRecorder(try await client.signals(matching: DBusMatchRule(sender: hostName)))
+    }
+
+    /// Calls a method of org.vigil.Vigil1.Host on the root object.
+    @discardableResult
+    func hostCall(_ member: String, _ arguments: [any DBusEncodable] = []) async throws -> DBusMessage {
+        try await call(HostBusNames.rootPath, HostBusNames.hostInterface, member, arguments)
+    }
+
+    @discardableResult
+    func call(_ path: String, _ interface: String, _ member: String,
+              _ arguments: [any DBusEncodable] = []) async throws -> DBusMessage {
+        try await client.call(destination: hostName, path: path, interface: interface, member: member,
+                              arguments: arguments.map(\.dbusValue), timeout: .seconds(10))
+    }
+
+    func getAll(_ path: String, _ interface: String) async throws -> [String: DBusValue] {
+        let reply = try await call(path, HostBusNames.propertiesInterface, "GetAll", [interface])
+        return try reply.argument(0, as: [String: DBusVariant].self).mapValues(\.value)
+    }
+
+    func get(_ path: String, _ interface: String, _ name: String) async throws -> DBusValue {
+        let reply = try await call(path, HostBusNames.propertiesInterface, "Get", [interface, name])
+        guard case .variant(let value) = reply.body.first else { throw DBusError.failed("no variant") }
+        return value
+    }
+
+    /// Waits (up to 10 s) until some task sleeps on the manual clock with a
+    /// deadline within `seconds` from now: a strategy that just failed has
+    /// to record the failure before it sleeps through its backoff.
+    func waitForSleeper(within seconds: Int64) async {
+        for _ in 0..<10_000 {
+            if let next = clock.nextDeadline, next <= clock.now + .seconds(seconds) { return }
+            try? await Task.sleep(for: .milliseconds(1))
+        }
+    }
+
+    /// Moves the manual clock and lets woken tasks run.
+    func advance(_ seconds: Int64) async {
+        await clock.advance(by: .seconds(seconds))
+    }
+
+    func stop() async {
+        await api.stop()
+        await runtime.shutdown()
+        await client.close()
+        await host.close()
+        let bus = self.bus
+        await offPool { bus.stop() }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
+
+/// One received signal, reduced to what the tests compare.
+struct SeenSignal: CustomStringConvertible, Equatable {
+    var path: String
+    var interface: String
+    var member: String
+    var body: [DBusValue]
+
+    /// `Member path [args]` with PropertiesChanged and ObjectManager
+    /// signals shortened to what matters: property names, interface names.
+    var description: String {
+        switch member {
+        case "PropertiesChanged":
+            guard body.count == 3, case .dict(_, _, let entries) = body[1] else { return "PropertiesChanged \(path) ?" }
+            let names = entries.compactMap { entry -> String? in
+                if case .string(let name) = entry.key { return name }
+                return nil
+            }
+            var invalidated: [String] = []
+            if case .array(_, let items) = body[2] {
+                invalidated = items.compactMap { if case .string(let s) = $0 { return s } else { return nil } }
+            }
+            return "PropertiesChanged \(path) \(names.joined(separator: ","))" + (invalidated.isEmpty ? "" : " -\(invalidated.joined(separator: ","))")
+        case "InterfacesAdded", "InterfacesRemoved":
+            guard body.count == 2, case .objectPath(let object) = body[0] else { return "\(member) ?" }
+            return "\(member) \(object)"
+        default:
+            return "\(member) " + body.map(Self.short).joined(separator: " ")
+        }
+    }
+
+    static func short(_ value: DBusValue) -> String {
+        switch value {
+        case .string(let s): "\"\(s)\""
+        case .objectPath(let p): p
+        case .bool(let b): "\(b)"
+        case .uint64(let t): "\(t)"
+        case .uint32(let u): "\(u)"
+        default: value.description
+        }
+    }
+
+    /// The changed properties of a PropertiesChanged signal.
+    var changedProperties: [String: DBusValue] {
+        guard member == "PropertiesChanged", body.count == 3, case .dict(_, _, let entries) = body[1] else { return [:] }
+        var out: [String: DBusValue] = [:]
+        for entry in entries {
+            if case .string(let name) = entry.key, case .variant(let value) = entry.value { out[name] = value }
+        }
+        return out
+    }
+}
+
+/// Collects signals from a stream; tests await a condition with a timeout.
+final class SignalRecorder: @unchecked Sendable {
+    typealias Condition = @Sendable ([SeenSignal]) -> Bool
+    // Invariant: `seen` and `waiters` are only touched while holding `lock`.
+    private let lock = NSLock()
+    private var seen: [SeenSignal] = []
+    private var waiters: [(id: Int, condition: Condition, continuation: CheckedContinuation<Void, Never>)] = []
+    private var nextWaiter = 0
+    private var task: Task<Void, Never>?
+
+    init(_ stream: AsyncStream<DBusMessage>) {
+        task = Task { [weak self] in
+            for await message in stream {
+                self?.add(SeenSignal(path: message.path ?? "", interface: message.interface ?? "", member: message.member ?? "", body: message.body))
+            }
+        }
+    }
+
+    deinit { task?.cancel() }
+
+    private func add(_ signal: SeenSignal) {
+        let ready: [CheckedContinuation<Void, Never>] = lock.withLock {
+            seen.append(signal)
+            let all = seen
+            let done = waiters.filter { $0.condition(all) }
+            waiters.removeAll { w in done.contains { $0.id == w.id } }
+            return done.map(\.continuation)
+        }
+        for c in ready { c.resume() }
+    }
+
+    var all: [SeenSignal] { lock.withLock { seen } }
+
+    /// Waits until at least `count` signals arrived (or the timeout passed)
+    /// and returns everything received so far.
+    @discardableResult
+    func wait(for count: Int, timeout: Duration = .seconds(10)) async -> [SeenSignal] {
+        await wait(timeout: timeout) { $0.count >= count }
+    }
+
+    /// Waits until `condition` holds for the signals received so far (or
+    /// the timeout passed) and returns them.
+    @discardableResult
+    func wait(timeout: Duration = .seconds(10), until condition: @escaping Condition) async -> [SeenSignal] {
+        let id = lock.withLock { () -> Int in
+            nextWaiter += 1
+            return nextWaiter
+        }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                    let now = self.lock.withLock {
+                        if condition(self.seen) { return true }
+                        self.waiters.append((id, condition, c))
+                        return false
+                    }
+                    if now { c.resume() }
+                }
+            }
+            group.addTask {
+                try? await Task.sleep(for: timeout)
+                if !Task.isCancelled { FileHandle.standardError.write(Data("SignalRecorder: wait timed out with \(self.all.count) signals\n".utf8)) }
+            }
+            await group.next()
+            group.cancelAll()
+            // On timeout, release this waiter.
+            let left = self.lock.withLock { () -> CheckedContinuation<Void, Never>? in
+                guard let index = self.waiters.firstIndex(where: { $0.id == id }) else { return nil }
+                return self.waiters.remove(at: index).continuation
+            }
+            left?.resume()
+        }
+        return all
+    }
+
+    /// Descriptions of the signals received so far, from `start`.
+    func descriptions(from start: Int = 0) -> [String] {
+        Array(all.dropFirst(start).map(\.description))
+    }
+}
+
+/// Runs blocking work (starting or reaping a process) on its own thread,
+/// so that it never holds one of the few cooperative threads the host
+/// under test needs.
+func offPool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread { continuation.resume(with: Result { try work() }) }.start()
+    }
+}
+
+func offPool(_ work: @escaping @Sendable () -> Void) async {
+    await withCheckedContinuation { continuation in
+        Thread {
+            work()
+            continuation.resume()
+        }.start()
+    }
+}
+
+/// Runs a program to completion off the cooperative pool (it may call back
+/// into the host under test, whose handlers need the pool).
+func runProgram(_ path: String, _ arguments: [String]) async throws -> (status: Int32, stdout: String, stderr: String) {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread {
+            continuation.resume(with: Result {
+                let process = Process()
+                process.executableURL = URL(fileURLWithPath: path)
+                process.arguments = arguments
+                let out = Pipe(), err = Pipe()
+                process.standardOutput = out
+                process.standardError = err
+                try process.run()
+                let errData = LockedBox(Data())
+                let reader = Thread { errData.value = err.fileHandleForReading.readDataToEndOfFile() }
+                reader.start()
+                let outData = out.fileHandleForReading.readDataToEndOfFile()
+                process.waitUntilExit()
+                while !reader.isFinished { usleep(1_000) }
+                return (process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData.value, as: UTF8.self))
+            })
+        }.start()
+    }
+}
+
+final class LockedBox<T>: @unchecked Sendable {
+    // Invariant: `stored` is only touched while holding `lock`.
+    private let lock = NSLock()
+    private var stored: T
+    init(_ value: T) { stored = value }
+    var value: T {
+        get { lock.withLock { stored } }
+        set { lock.withLock { stored = newValue } }
+    }
+}

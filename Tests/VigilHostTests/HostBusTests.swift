@@ -1,0 +1,455 @@
+import Foundation
+import Testing
+import VigilDBus
+@testable import VigilHost
+import VigilKit
+
+private let root = HostBusNames.rootPath
+private func lease(_ id: UInt64) -> String { HostBusNames.leasePath(LeaseID(id)) }
+private func strategy(_ name: String) -> String { HostBusNames.strategyPath(name) }
+
+private func paths(_ value: DBusValue?) -> [String] {
+    guard case .array("o", let items)? = value else { return ["not an ao: \(String(describing: value))"] }
+    return items.compactMap { if case .objectPath(let p) = $0 { p } else { nil } }
+}
+
+@Suite struct HostBusUnitTests {
+    @Test func strategyNamesAreEscapedLikeSystemdUnitPaths() throws {
+        #expect(HostBusNames.escapePathElement("mail-sync") == "mail_2dsync")
+        #expect(HostBusNames.escapePathElement("") == "_")
+        #expect(HostBusNames.escapePathElement("Sync2") == "Sync2")
+        #expect(HostBusNames.escapePathElement("a_b") == "a_5fb")
+        #expect(HostBusNames.escapePathElement("a b/c.d") == "a_20b_2fc_2ed")
+        #expect(HostBusNames.escapePathElement("ä") == "_c3_a4")
+        #expect(HostBusNames.strategyPath("mail-sync") == "/org/vigil/Vigil1/Strategy/mail_2dsync")
+        #expect(HostBusNames.leasePath(LeaseID(42)) == "/org/vigil/Vigil1/Lease/42")
+        for name in ["mail-sync", "", "_", "a_5fb", "ä ö", "x/y", "..", "\u{1F600}"] {
+            let element = HostBusNames.escapePathElement(name)
+            #expect(DBusObjectPath.isValid(HostBusNames.strategyPath(name)), "\(name)")
+            #expect(HostBusNames.unescapePathElement(element) == name, "\(name) -> \(element)")
+        }
+        #expect(HostBusNames.unescapePathElement("a_2") == nil)
+        #expect(HostBusNames.unescapePathElement("a_zz") == nil)
+        #expect(HostBusNames.unescapePathElement("a-b") == nil)
+    }
+
+    @Test func mutatingMethodsAreForRootAndTheHostUser() {
+        #expect(HostBusAPI.mayMutate(callerUID: 0, hostUID: 1000))
+        #expect(HostBusAPI.mayMutate(callerUID: 1000, hostUID: 1000))
+        #expect(!HostBusAPI.mayMutate(callerUID: 1001, hostUID: 1000))
+        #expect(!HostBusAPI.mayMutate(callerUID: 65534, hostUID: 0))
+        do {
+            try HostBusAPI.requireMayMutate(callerUID: 1001, hostUID: 1000, method: "org.vigil.Vigil1.Host.Reload")
+            Issue.record("uid 1001 must be refused")
+        } catch {
+            #expect(error.name == DBusError.Name.accessDenied)
+            #expect(error.message.contains("uid 1000") && error.message.contains("uid 1001") && error.message.contains("Reload"))
+        }
+    }
+
+    @Test func configTablesBecomeVariants() {
+        let value = HostBusValues.configTable([
+            "name": .string("x"), "count": .integer(-3), "ratio": .float(0.5), "on": .boolean(true),
+            "at": .datetime("1979-05-27T07:32:00Z"), "mixed": .array([.integer(1), .string("two")]),
+            "nested": .table(["every": .string("10m")]),
+        ])
+        #expect(value.signature == "a{sv}")
+        #expect(throws: Never.self) { try value.validate() }
+        guard case .dict(_, _, let entries) = value else { Issue.record("not a dict"); return }
+        var map: [String: DBusValue] = [:]
+        for e in entries { if case .string(let k) = e.key, case .variant(let v) = e.value { map[k] = v } }
+        #expect(map["name"] == .string("x"))
+        #expect(map["count"] == .int64(-3))
+        #expect(map["ratio"] == .double(0.5))
+        #expect(map["on"] == .bool(true))
+        #expect(map["at"] == .string("1979-05-27T07:32:00Z"))
+        #expect(map["mixed"] == .array(elementSignature: "v", [.variant(.int64(1)), .variant(.string("two"))]))
+        #expect(map["nested"] == .dict(keySignature: "s", valueSignature: "v", [DBusDictEntry(key: .string("every"), value: .variant(.string("10m")))]))
+    }
+
+    @Test func introspectionDocumentIsWellFormedAndMatchesTheDocs() async throws {
+        let xml = HostBusAPI.introspectionXML()
+        #expect(xml.hasPrefix("<!DOCTYPE node PUBLIC \"-//freedesktop//DTD D-BUS Object Introspection 1.0//EN\"\n \"http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd\">\n"))
+        let file = NSTemporaryDirectory() + "vigil-introspection-\(UUID().uuidString).xml"
+        try xml.write(toFile: file, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let parsed = try await runProgram("/usr/bin/python3", ["-c", """
+            import sys, xml.etree.ElementTree as ET
+            root = ET.parse(sys.argv[1]).getroot()
+            assert root.tag == 'node', root.tag
+            for i in root.findall('interface'):
+                print(i.get('name'), len(i.findall('method')), len(i.findall('signal')), len(i.findall('property')))
+            """, file])
+        #expect(parsed.status == 0, "\(parsed.stderr)")
+        #expect(parsed.stdout.contains("org.vigil.Vigil1.Host 4 6 12\n"))
+        #expect(parsed.stdout.contains("org.vigil.Vigil1.Strategy 0 0 6\n"))
+        #expect(parsed.stdout.contains("org.vigil.Vigil1.Lease 0 0 9\n"))
+        #expect(parsed.stdout.contains("org.freedesktop.DBus.ObjectManager 1 2 0\n"))
+        let docs = try String(contentsOfFile: Build.packageRoot + "/docs/org.vigil.Vigil1.xml", encoding: .utf8)
+        #expect(docs == xml, "docs/org.vigil.Vigil1.xml is stale: regenerate it with `vigild --print-introspection > docs/org.vigil.Vigil1.xml`")
+    }
+}
+
+private enum Build {
+    static let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+}
+
+@Suite(.serialized) struct HostBusTests {
+    static let script = """
+        [[strategy]]
+        name = "lease-script"
+        kind = "test-script"
+        """
+
+    @Test func leaseSignalsArriveInTheDocumentedOrder() async throws {
+        try await HostBusFixture.with(strategies: Self.script) { f in
+            let signals = try await f.record()
+            let wall0 = f.clock.wallMicroseconds
+            // Before the strategy acts: only its object (and the root).
+            let managed = try await f.call(root, HostBusNames.objectManagerInterface, "GetManagedObjects")
+            let objects = try managed.argument(0, as: [DBusObjectPath: [String: [String: DBusVariant]]].self)
+            #expect(objects.keys.map(\.rawValue) == [strategy("lease-script")])
+
+            await f.advance(1)
+            var seen = await signals.wait(for: 9)
+            #expect(signals.descriptions() == [
+                "InterfacesAdded \(lease(1))", "PropertiesChanged \(root) Leases", "LeaseAcquired \(lease(1)) \"lease-script\" \"a\"",
+                "InterfacesAdded \(lease(2))", "PropertiesChanged \(root) Leases", "LeaseAcquired \(lease(2)) \"lease-script\" \"b\"",
+                "InterfacesAdded \(lease(3))", "PropertiesChanged \(root) Leases", "LeaseAcquired \(lease(3)) \"lease-script\" \"c\"",
+            ])
+            #expect(paths(seen[safe: 7]?.changedProperties["Leases"]) == [lease(1), lease(2), lease(3)])
+            // InterfacesAdded carries the lease's properties.
+            if case .dict(_, _, let interfaces)? = seen.first?.body.last,
+               case .dict(_, _, let properties)? = interfaces.first?.value {
+                let names = properties.compactMap { if case .string(let n) = $0.key { n } else { nil } }
+                #expect(names == ["Id", "Strategy", "Kind", "Holds", "Reason", "AcquiredAt", "Deadline", "Renewals", "State"])
+            } else {
+                Issue.record("InterfacesAdded without properties: \(String(describing: seen.first))")
+            }
+
+            await f.advance(2)  // renews a
+            seen = await signals.wait(for: 11)
+            #expect(signals.descriptions(from: 9) == [
+                "PropertiesChanged \(lease(1)) Deadline,Renewals",
+                "LeaseRenewed \(lease(1)) \(UInt64(wall0 + 13_000_000))",
+            ])
+            #expect(seen[safe: 9]?.changedProperties["Renewals"] == .uint32(1))
+
+            await f.advance(3)  // b's 5 s budget runs out; its handler returns at once
+            seen = await signals.wait(for: 17)
+            #expect(signals.descriptions(from: 11) == [
+                "PropertiesChanged \(lease(2)) State", "LeaseExpiring \(lease(2)) 0",
+                "PropertiesChanged \(lease(2)) State", "LeaseExpired \(lease(2)) false",
+                "InterfacesRemoved \(lease(2))", "PropertiesChanged \(root) Leases",
+            ])
+            #expect(seen[safe: 11]?.changedProperties["State"] == .string("expiring"))
+            #expect(seen[safe: 13]?.changedProperties["State"] == .string("expired"))
+            #expect(paths(seen[safe: 16]?.changedProperties["Leases"]) == [lease(1), lease(3)])
+
+            await f.advance(3)  // c is released
+            seen = await signals.wait(for: 21)
+            #expect(signals.descriptions(from: 17) == [
+                "PropertiesChanged \(lease(3)) State", "LeaseReleased \(lease(3)) \"released by holder\"",
+                "InterfacesRemoved \(lease(3))", "PropertiesChanged \(root) Leases",
+            ])
+            #expect(seen[safe: 17]?.changedProperties["State"] == .string("released"))
+            #expect(paths(seen[safe: 20]?.changedProperties["Leases"]) == [lease(1)])
+            // Every signal came from the objects the contract names.
+            #expect(seen.allSatisfy { $0.path == root || $0.path.hasPrefix(root + "/Lease/") })
+            #expect(paths(try await f.get(root, HostBusNames.hostInterface, "Leases")) == [lease(1)])
+        }
+    }
+
+    @Test func everyPropertyAndMethodAnswers() async throws {
+        try await HostBusFixture.with(strategies: Self.script) { f in
+            let signals = try await f.record()
+            let wall0 = UInt64(f.clock.wallMicroseconds)
+            await f.advance(1)
+            await signals.wait(for: 9)
+
+            let host = try await f.getAll(root, HostBusNames.hostInterface)
+            #expect(host.keys.sorted() == ["CanWakeSystem", "ConfigPath", "Leases", "PowerBackend", "PowerBackendReason", "RunId",
+                                          "StartedAt", "Strategies", "SurvivalSeconds", "Version", "WakeClock", "WakeClockReason"])
+            #expect(host["Version"] == .string("9.9.9-test"))
+            #expect(host["RunId"] == .string(f.runtime.runId))
+            #expect(host["StartedAt"] == .uint64(UInt64(f.runtime.startedWallMicros)))
+            #expect(host["SurvivalSeconds"] == .uint64(1))
+            #expect(host["PowerBackend"] == .string("none"))
+            #expect(host["PowerBackendReason"] == .string(f.runtime.registry.backend.reason))
+            #expect(host["WakeClock"] == .string(f.runtime.scheduler.clockInfo.clock))
+            #expect(host["WakeClockReason"] == .string(f.runtime.scheduler.clockInfo.reason))
+            #expect(host["CanWakeSystem"] == .bool(false))
+            #expect(host["ConfigPath"] == .string(f.configPath))
+            #expect(paths(host["Strategies"]) == [strategy("lease-script")])
+            #expect(paths(host["Leases"]) == [lease(1), lease(2), lease(3)])
+
+            let s = try await f.getAll(strategy("lease-script"), HostBusNames.strategyInterface)
+            #expect(s.count == 6)
+            #expect(s["Name"] == .string("lease-script"))
+            #expect(s["Kind"] == .string("test-script"))
+            #expect(s["State"] == .string("running"))
+            #expect(s["Restarts"] == .uint32(0))
+            #expect(s["LastError"] == .string(""))
+            #expect(s["Config"] == HostBusValues.configTable(["name": .string("lease-script"), "kind": .string("test-script")]))
+
+            let a = try await f.getAll(lease(1), HostBusNames.leaseInterface)
+            #expect(a == [
+                "Id": .uint64(1), "Strategy": .string("lease-script"), "Kind": .string("test-script"), "Holds": .string("a"),
+                "Reason": .string("script a"), "AcquiredAt": .uint64(wall0 + 1_000_000), "Deadline": .uint64(wall0 + 11_000_000),
+                "Renewals": .uint32(0), "State": .string("active"),
+            ])
+            #expect(try await f.get(lease(3), HostBusNames.leaseInterface, "Deadline") == .uint64(0))
+
+            let list = try await f.hostCall("ListLeases")
+            #expect(list.signature == "a(otssssttus)")
+            #expect(list.body.first.map(rows) == [
+                [.objectPath(lease(1)), .uint64(1), .string("lease-script"), .string("test-script"), .string("a"), .string("script a"),
+                 .uint64(wall0 + 1_000_000), .uint64(wall0 + 11_000_000), .uint32(0), .string("active")],
+                [.objectPath(lease(2)), .uint64(2), .string("lease-script"), .string("test-script"), .string("b"), .string("script b"),
+                 .uint64(wall0 + 1_000_000), .uint64(wall0 + 6_000_000), .uint32(0), .string("active")],
+                [.objectPath(lease(3)), .uint64(3), .string("lease-script"), .string("test-script"), .string("c"), .string("script c"),
+                 .uint64(wall0 + 1_000_000), .uint64(0), .uint32(0), .string("active")],
+            ])
+            let strategies = try await f.hostCall("ListStrategies")
+            #expect(strategies.signature == "a(osssus)")
+            #expect(strategies.body.first.map(rows) == [
+                [.objectPath(strategy("lease-script")), .string("lease-script"), .string("test-script"), .string("running"), .uint32(0), .string("")],
+            ])
+
+            let survival = try await f.hostCall("Survival", [UInt64(0)])
+            #expect(survival.signature == "a(sttstttutu)")
+            let runs = survival.body.first.map(rows) ?? []
+            #expect(runs.count == 1)
+            #expect(runs.first?[0] == .string(f.runtime.runId))
+            #expect(runs.first?[1] == .uint64(UInt64(f.runtime.startedWallMicros)))
+            #expect(runs.first?[2] == .uint64(0), "a running run has no end")
+            #expect(runs.first?[3] == .string("running"))
+            #expect(runs.first?[9] == .uint32(1), "the start counts as the first heartbeat")
+            let since = UInt64(f.runtime.startedWallMicros)
+            #expect(try await f.hostCall("Survival", [since]).body.first.map(rows)?.count == 1)
+            #expect(try await f.hostCall("Survival", [since + 1]).body.first.map(rows)?.count == 0)
+
+            let reload = try await f.hostCall("Reload")
+            #expect(reload.body == [.bool(true), .array(elementSignature: "s", [.string("no changes")])])
+
+            // Computed on read, no signal.
+            await f.advance(59)
+            #expect(try await f.get(root, HostBusNames.hostInterface, "SurvivalSeconds") == .uint64(60))
+            // Bad calls get the standard errors.
+            await #expect(throws: DBusError.self) { try await f.hostCall("Survival", ["not a time"]) }
+            do {
+                try await f.call(root, HostBusNames.propertiesInterface, "Set", ["org.vigil.Vigil1.Host", "Version", DBusVariant(.string("x"))])
+                Issue.record("Set on a read-only property must fail")
+            } catch let error as DBusError {
+                #expect(error.name == DBusError.Name.propertyReadOnly)
+            }
+            do {
+                try await f.call(lease(99), HostBusNames.propertiesInterface, "GetAll", [HostBusNames.leaseInterface])
+                Issue.record("an unknown lease must fail")
+            } catch let error as DBusError {
+                #expect(error.name == DBusError.Name.unknownObject)
+            }
+        }
+    }
+
+    @Test func reloadFromAnotherUserIsDenied() async throws {
+        // vigild "runs as" uid 4242 here: root (the test) may reload, nobody may not.
+        try await HostBusFixture.with(strategies: Self.script, hostUID: 4242) { f in
+            #expect(try await f.hostCall("Reload").body.first == .bool(true))
+            // dbus-send prints the error's name and message (busctl only the errno text).
+            let denied = try await runProgram("/usr/bin/setpriv", [
+                "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/dbus-send", "--bus=\(f.bus.address)",
+                "--print-reply", "--dest=\(f.hostName)", root, "\(HostBusNames.hostInterface).Reload",
+            ])
+            #expect(denied.status != 0)
+            #expect(denied.stderr.contains("org.freedesktop.DBus.Error.AccessDenied"), "\(denied.stderr)")
+            #expect(denied.stderr.contains("allowed only to root and to uid 4242") && denied.stderr.contains("uid 65534"), "\(denied.stderr)")
+            // Reading stays open to everyone.
+            let read = try await runProgram("/usr/bin/setpriv", [
+                "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/busctl", "--address=\(f.bus.address)",
+                "get-property", f.hostName, root, HostBusNames.hostInterface, "Version",
+            ])
+            #expect(read.status == 0, "\(read.stderr)")
+            #expect(read.stdout == "s \"9.9.9-test\"\n")
+        }
+    }
+
+    @Test func invalidReloadChangesNothing() async throws {
+        try await HostBusFixture.with(strategies: Self.script) { f in
+            let signals = try await f.record()
+            await f.advance(1)
+            await signals.wait(for: 9)
+            try f.writeConfig("""
+                [[strategy]]
+                name = "lease-script"
+                kind = "test-script"
+                bogus = 1
+
+                [[strategy]]
+                name = "other"
+                kind = "no-such-kind"
+                """)
+            let reply = try await f.hostCall("Reload")
+            #expect(reply.body.first == .bool(false))
+            let messages = try reply.argument(1, as: [String].self)
+            #expect(messages.count == 2, "\(messages)")
+            #expect(messages.first?.hasPrefix("\(f.configPath):8:1: strategy[0].bogus: unknown key \"bogus\"") == true, "\(messages)")
+            #expect(messages.last?.hasPrefix("\(f.configPath):12:1: strategy[1].kind: unknown kind \"no-such-kind\"") == true, "\(messages)")
+            // Nothing changed: same strategies, same leases, no signal.
+            #expect(await f.runtime.config.strategies.map(\.name) == ["lease-script"])
+            #expect(paths(try await f.get(root, HostBusNames.hostInterface, "Leases")) == [lease(1), lease(2), lease(3)])
+            #expect(await f.runtime.registry.active.map(\.id.rawValue) == [1, 2, 3])
+            #expect(signals.all.count == 9)
+            // A missing file is reported the same way.
+            try FileManager.default.removeItem(atPath: f.configPath)
+            let missing = try await f.hostCall("Reload")
+            #expect(missing.body.first == .bool(false))
+            #expect(try missing.argument(1, as: [String].self).first?.contains("cannot open config file") == true)
+        }
+    }
+
+    @Test func reloadAppliesOnlyTheDifferences() async throws {
+        try await HostBusFixture.with(strategies: """
+            [[strategy]]
+            name = "keep"
+            kind = "test-idle"
+
+            [[strategy]]
+            name = "change"
+            kind = "test-idle"
+            holds = "x"
+
+            [[strategy]]
+            name = "drop"
+            kind = "test-idle"
+            """) { f in
+            let signals = try await f.record()
+            await f.advance(1)
+            await signals.wait(for: 9)
+            let before = await f.runtime.registry.active
+            let keepLease = try #require(before.first { $0.strategy == "keep" })
+            let changeLease = try #require(before.first { $0.strategy == "change" })
+            let dropLease = try #require(before.first { $0.strategy == "drop" })
+            let start = signals.all.count
+
+            try f.writeConfig("""
+                [[strategy]]
+                name = "keep"
+                kind = "test-idle"
+
+                [[strategy]]
+                name = "change"
+                kind = "test-idle"
+                holds = "y"
+
+                [[strategy]]
+                name = "new-one"
+                kind = "test-idle"
+                """, host: "survival_interval = \"30s\"")
+            let reply = try await f.hostCall("Reload")
+            #expect(reply.body.first == .bool(true))
+            #expect(try reply.argument(1, as: [String].self) == [
+                "stopped strategy \"drop\": removed from the config",
+                "started strategy \"new-one\": added to the config",
+                "restarted strategy \"change\": its configuration changed",
+                "[host] survival_interval changed: restart vigild to apply",
+            ])
+            await f.advance(1)  // the new instances take their leases
+            // Lease and strategy changes are followed independently: wait for both.
+            let seen = await signals.wait { all in
+                let texts = all.map(\.description)
+                return texts.contains("LeaseAcquired \(lease(4)) \"change\" \"y\"")
+                    && texts.contains("LeaseAcquired \(lease(5)) \"new-one\" \"idle\"")
+                    && texts.contains("StrategyStateChanged \(strategy("new-one")) \"running\" \"\"")
+                    && texts.contains("StrategyStateChanged \(strategy("change")) \"running\" \"\"")
+            }
+            let after = Array(seen.dropFirst(start)).map(\.description)
+            // keep: untouched, same lease.
+            #expect(!after.contains { $0.contains(lease(keepLease.id.rawValue)) }, "\(after)")
+            #expect(!after.contains { $0.contains(strategy("keep")) }, "\(after)")
+            #expect(await f.runtime.registry.lease(keepLease.id)?.state == .active)
+            // drop: stopped, its lease released, its object gone.
+            #expect(after.contains("LeaseReleased \(lease(dropLease.id.rawValue)) \"strategy stopped\""))
+            #expect(after.contains("StrategyStateChanged \(strategy("drop")) \"stopped\" \"\""))
+            #expect(after.contains("InterfacesRemoved \(strategy("drop"))"))
+            // change: stopped and started again with the new table.
+            #expect(after.contains("LeaseReleased \(lease(changeLease.id.rawValue)) \"strategy stopped\""))
+            let removed = after.firstIndex(of: "InterfacesRemoved \(strategy("change"))")
+            let added = after.firstIndex(of: "InterfacesAdded \(strategy("change"))")
+            #expect(removed != nil && added != nil && removed! < added!, "\(after)")
+            // new-one: appears, running.
+            #expect(after.contains("InterfacesAdded \(strategy("new-one"))"))
+            #expect(after.contains("StrategyStateChanged \(strategy("new-one")) \"running\" \"\""))
+
+            #expect(paths(try await f.get(root, HostBusNames.hostInterface, "Strategies")) == [strategy("keep"), strategy("change"), strategy("new-one")])
+            let config = try await f.get(strategy("change"), HostBusNames.strategyInterface, "Config")
+            #expect(config == HostBusValues.configTable(["name": .string("change"), "kind": .string("test-idle"), "holds": .string("y")]))
+            await #expect(throws: DBusError.self) { try await f.getAll(strategy("drop"), HostBusNames.strategyInterface) }
+            #expect(await f.runtime.config.strategies.map(\.name) == ["keep", "change", "new-one"])
+            #expect(await f.runtime.config.host.survivalInterval == .seconds(60), "[host] changes are not applied")
+            let holds = await f.runtime.registry.active.map { "\($0.strategy)=\($0.holds)" }
+            #expect(Set(holds) == ["keep=idle", "change=y", "new-one=idle"])
+        }
+    }
+
+    @Test func strategyFailuresAreSignalled() async throws {
+        try await HostBusFixture.with(strategies: """
+            [[strategy]]
+            name = "flaky"
+            kind = "test-fail"
+            """) { f in
+            let signals = try await f.record()
+            await f.advance(1)
+            var seen = await signals.wait(for: 2)
+            #expect(signals.descriptions() == [
+                "PropertiesChanged \(strategy("flaky")) State,Restarts,LastError",
+                "StrategyStateChanged \(strategy("flaky")) \"backoff\" \"boom\"",
+            ])
+            #expect(seen.first?.changedProperties == ["State": .string("backoff"), "Restarts": .uint32(1), "LastError": .string("boom")])
+            await f.waitForSleeper(within: 1)
+            await f.advance(1)  // the first backoff is at most 1 s
+            seen = await signals.wait(for: 4)
+            #expect(Array(signals.descriptions().dropFirst(2).prefix(2)) == [
+                "PropertiesChanged \(strategy("flaky")) State",
+                "StrategyStateChanged \(strategy("flaky")) \"running\" \"boom\"",
+            ])
+            let rows = try await f.hostCall("ListStrategies").body.first.map(rows)
+            #expect(rows?.first?[3] == .string("running") && rows?.first?[4] == .uint32(1) && rows?.first?[5] == .string("boom"))
+        }
+    }
+
+    @Test func liveIntrospectionMatchesTheGeneratedDocument() async throws {
+        try await HostBusFixture.with(strategies: Self.script) { f in
+            let signals = try await f.record()
+            await f.advance(1)
+            await signals.wait(for: 9)
+            let document = HostBusAPI.introspectionXML()
+            for (path, interface) in [(root, HostBusNames.hostInterface), (strategy("lease-script"), HostBusNames.strategyInterface),
+                                      (lease(1), HostBusNames.leaseInterface)] {
+                let xml = try await f.call(path, "org.freedesktop.DBus.Introspectable", "Introspect").argument(0, as: String.self)
+                let live = interfaceBlock(interface, in: xml)
+                #expect(live != nil && live == interfaceBlock(interface, in: document), "\(path)")
+            }
+            let rootXML = try await f.call(root, "org.freedesktop.DBus.Introspectable", "Introspect").argument(0, as: String.self)
+            #expect(rootXML.contains("<node name=\"Lease\"/>") && rootXML.contains("<node name=\"Strategy\"/>"))
+            #expect(rootXML.contains("org.freedesktop.DBus.ObjectManager"))
+        }
+    }
+}
+
+/// The `<interface name="...">...</interface>` element of `name` in `xml`.
+private func interfaceBlock(_ name: String, in xml: String) -> String? {
+    guard let start = xml.range(of: "<interface name=\"\(name)\">") else { return nil }
+    guard let end = xml.range(of: "</interface>", range: start.upperBound..<xml.endIndex) else { return nil }
+    return String(xml[start.lowerBound..<end.upperBound])
+}
+
+/// The rows of an array of structs, as field lists.
+private func rows(_ value: DBusValue) -> [[DBusValue]] {
+    guard case .array(_, let items) = value else { return [] }
+    return items.map { if case .structure(let fields) = $0 { fields } else { [] } }
+}
+
+private extension Array {
+    subscript(safe index: Int) -> Element? { indices.contains(index) ? self[index] : nil }
+}
