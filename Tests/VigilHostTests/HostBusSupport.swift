@@ -188,22 +188,38 @@ final class HostBusFixture: @unchecked Sendable {
             clock: clock, scheduler: WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock)),
             logSink: logs, version: "9.9.9-test", plugins: plugins
         ))
-        let bus = try await offPool { try HostBusDaemon() }
-        let started = ContinuousClock.now
-        let host: DBusConnection
-        do { host = try await bus.connect() } catch {
-            FileHandle.standardError.write(Data("HostBusFixture: the host connection failed after \(ContinuousClock.now - started): \(error)\n".utf8))
+        let bus: HostBusDaemon
+        do { bus = try await offPool { try HostBusDaemon() } } catch {
+            await runtime.shutdown()
             throw error
         }
-        let api = HostBusAPI(runtime: runtime, connection: host, hostUID: hostUID)
-        try await api.export()
-        let client: DBusConnection
-        do { client = try await bus.connect() } catch {
-            FileHandle.standardError.write(Data("HostBusFixture: the client connection failed after \(ContinuousClock.now - started): \(error)\n".utf8))
+        // Anything failing from here on must not leave the bus or the runtime behind.
+        var host: DBusConnection?
+        var client: DBusConnection?
+        do {
+            let started = ContinuousClock.now
+            do { host = try await bus.connect() } catch {
+                FileHandle.standardError.write(Data("HostBusFixture: the host connection failed after \(ContinuousClock.now - started): \(error)\n".utf8))
+                throw error
+            }
+            let hostConnection = try #require(host)
+            let api = HostBusAPI(runtime: runtime, connection: hostConnection, hostUID: hostUID)
+            try await api.export()
+            do { client = try await bus.connect() } catch {
+                FileHandle.standardError.write(Data("HostBusFixture: the client connection failed after \(ContinuousClock.now - started): \(error)\n".utf8))
+                throw error
+            }
+            return HostBusFixture(clock: clock, logs: logs, directory: directory, configPath: configPath, bus: bus,
+                                  runtime: runtime, api: api, host: hostConnection, client: try #require(client),
+                                  hostName: await hostConnection.uniqueName)
+        } catch {
+            await runtime.shutdown()
+            await client?.close()
+            await host?.close()
+            await offPool { bus.stop() }
+            try? FileManager.default.removeItem(atPath: directory)
             throw error
         }
-        return HostBusFixture(clock: clock, logs: logs, directory: directory, configPath: configPath, bus: bus,
-                              runtime: runtime, api: api, host: host, client: client, hostName: await host.uniqueName)
     }
 
     static func config(directory: String, _ strategies: String, host: String = "") -> String {
