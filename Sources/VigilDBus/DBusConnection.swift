@@ -531,11 +531,20 @@ private final class WeakConnection {
 
 /// One libdbus watch (a socket to wait on) and the DispatchSources that wait.
 /// Only used on the connection's queue.
+///
+/// Each source is created once and then suspended and resumed as libdbus
+/// toggles the watch. Cancelling and re-creating sources on the same fd (as
+/// libdbus flips the writable watch around every send) hits a use-after-free
+/// in libdispatch's epoll code (swift-corelibs-libdispatch #833, #949): vigild
+/// crashed at start-up in a few percent of runs.
 private final class WatchBox {
     let watch: OpaquePointer
     weak var connection: DBusConnection?
     var readSource: (any DispatchSourceRead)?
     var writeSource: (any DispatchSourceWrite)?
+    /// Whether each source is resumed (delivering events).
+    var readActive = false
+    var writeActive = false
     var removed = false
 
     init(watch: OpaquePointer, connection: DBusConnection?) {
@@ -550,32 +559,42 @@ private final class WatchBox {
         let fd = dbus_watch_get_unix_fd(watch)
         let wantRead = enabled && flags & DBUS_WATCH_READABLE.rawValue != 0
         let wantWrite = enabled && flags & DBUS_WATCH_WRITABLE.rawValue != 0
-        if wantRead, readSource == nil {
-            let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: connection.queue)
-            source.setEventHandler { [weak self] in self?.handle(DBUS_WATCH_READABLE.rawValue) }
-            source.resume()
-            readSource = source
-        } else if !wantRead, let source = readSource {
-            source.cancel()
-            readSource = nil
+        if wantRead != readActive {
+            if readSource == nil {
+                let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: connection.queue)
+                source.setEventHandler { [weak self] in self?.handle(DBUS_WATCH_READABLE.rawValue) }
+                readSource = source
+            }
+            if wantRead { readSource?.resume() } else { readSource?.suspend() }
+            readActive = wantRead
         }
-        if wantWrite, writeSource == nil {
-            let source = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: connection.queue)
-            source.setEventHandler { [weak self] in self?.handle(DBUS_WATCH_WRITABLE.rawValue) }
-            source.resume()
-            writeSource = source
-        } else if !wantWrite, let source = writeSource {
-            source.cancel()
-            writeSource = nil
+        if wantWrite != writeActive {
+            if writeSource == nil {
+                let source = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: connection.queue)
+                source.setEventHandler { [weak self] in self?.handle(DBUS_WATCH_WRITABLE.rawValue) }
+                writeSource = source
+            }
+            if wantWrite { writeSource?.resume() } else { writeSource?.suspend() }
+            writeActive = wantWrite
         }
     }
 
     func remove() {
         removed = true
-        readSource?.cancel()
+        // A suspended or never-activated source must be resumed before it is
+        // cancelled and released, or libdispatch traps.
+        if let source = readSource {
+            if !readActive { source.resume() }
+            source.cancel()
+        }
+        if let source = writeSource {
+            if !writeActive { source.resume() }
+            source.cancel()
+        }
         readSource = nil
-        writeSource?.cancel()
         writeSource = nil
+        readActive = false
+        writeActive = false
     }
 
     private func handle(_ flags: UInt32) {

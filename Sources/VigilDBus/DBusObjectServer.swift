@@ -200,8 +200,9 @@ public final class DBusObjectServer: @unchecked Sendable {
         let member = message.member ?? ""
         let interfaces = objects[path]
         let isManager = managers.contains(path)
-        let children = childNames(of: path)
-        let nodeExists = interfaces != nil || isManager || !children.isEmpty || path == "/"
+        // Scanning for children costs a pass over every exported object: do it
+        // only for Introspect, or for a path that is not an object itself.
+        let nodeExists = interfaces != nil || isManager || path == "/" || !childNames(of: path).isEmpty
         let call = DBusMethodCall(message: message, connection: connection, path: path,
                                   interface: message.interface ?? "", member: member)
         func expect(_ signature: String) -> DBusError? {
@@ -216,7 +217,7 @@ public final class DBusObjectServer: @unchecked Sendable {
             guard member == "Introspect" else { return .reply(.failure(.unknownMethod("\(DBusStandardInterfaces.introspectable) has no method \(member)"))) }
             if let error = expect("") { return .reply(.failure(error)) }
             let xml = DBusIntrospection.xml(interfaces: interfaces ?? [], isObject: interfaces != nil,
-                                            isObjectManager: isManager, children: children)
+                                            isObjectManager: isManager, children: childNames(of: path))
             return .reply(.success([.string(xml)]))
         }
         if interface == DBusStandardInterfaces.objectManager {

@@ -52,7 +52,10 @@ struct Vigild: AsyncParsableCommand {
     /// the command as ArgumentParser would. See Sources/CExecutor for why.
     static func main() async {
         let workers = Int32(max(2, min(8, ProcessInfo.processInfo.activeProcessorCount)))
-        if vigil_executor_install(workers) != 0 {
+        // VIGIL_DEFAULT_EXECUTOR=1 keeps Swift's default executor (diagnosis).
+        if ProcessInfo.processInfo.environment["VIGIL_DEFAULT_EXECUTOR"] == "1" {
+            // keep the default executor
+        } else if vigil_executor_install(workers) != 0 {
             FileHandle.standardError.write(Data("vigild: warning: cannot install Vigil's executor (\(String(cString: strerror(errno)))); using the default one, which wakes every second\n".utf8))
         }
         do {

@@ -1,11 +1,16 @@
 import CTimer
-import Dispatch
 import Foundation
 import Glibc
 import VigilKit
 
 /// One running hook: watches its exit, drains its output, feeds its stdin and
-/// enforces its timeout, all from one serial queue, without polling.
+/// enforces its timeout, from one monitor thread blocked in `poll(2)`.
+///
+/// Why a thread and not dispatch sources: creating and cancelling read sources
+/// on short-lived pipes and pidfds for every hook run crashed vigild now and
+/// then inside libdispatch's epoll loop (`_dispatch_event_loop_drain`, a
+/// freed event note); hooks are occasional, a thread each is cheap, and
+/// `poll` with the next deadline as its timeout wakes only for events.
 ///
 /// Lifecycle: the process is done when its leader has been reaped AND its
 /// output pipe reached end-of-file (every process in the group that holds
@@ -15,33 +20,16 @@ import VigilKit
 /// time only: a process that left the group (setsid) while keeping the pipe
 /// open cannot hold the hook forever.
 final class HookProcess: @unchecked Sendable {
-    // Invariant: every `var` below is read and written only on `queue`; the
-    // `let`s are set in init and never change. That is what makes the
-    // unchecked Sendable conformance sound.
-    private let queue: DispatchQueue
-    let pid: pid_t
-    private let outputCap: Int
-    private let timeout: Duration
-    private let killGrace: Duration
-    private let drainAfterKill: Duration
-    private let started: ContinuousClock.Instant
-
-    private var exitSource: (any DispatchSourceRead)?
-    private var outputSource: (any DispatchSourceRead)?
-    private var stdinSource: (any DispatchSourceWrite)?
-    private var timers: [any DispatchSourceTimer] = []
-
-    private var waitStatus: HookExit?
-    private var outputDone = false
-    private var output: [UInt8] = []
-    private var outputTotal = 0
-    private var readBuffer = [UInt8](repeating: 0, count: 64 * 1024)
-    private var pendingStdin: [UInt8]
-    private var stdinOffset = 0
-    private var timedOut = false
-    private var finalKillSent = false
+    // Invariant: the monitor state (`Monitor`) is touched only by the monitor
+    // thread; `lock` guards `finished`, `waiter` and `killRequested`, the only
+    // state shared with callers. The `let`s never change after init.
+    private let lock = NSLock()
     private var finished: HookResult?
     private var waiter: CheckedContinuation<HookResult, Never>?
+    private var killRequested = false
+    /// Written to wake the monitor thread (cancellation).
+    private let wakeWrite: Int32
+    let pid: pid_t
 
     /// Takes ownership of `outputFD` (read end of the output pipe) and
     /// `stdinFD` (write end of the stdin pipe, or -1 when stdin is /dev/null).
@@ -50,15 +38,24 @@ final class HookProcess: @unchecked Sendable {
         outputCap: Int, timeout: Duration, killGrace: Duration,
         drainAfterKill: Duration = .milliseconds(500), started: ContinuousClock.Instant
     ) {
-        self.queue = DispatchQueue(label: "vigil.hook.\(pid)")
         self.pid = pid
-        self.outputCap = max(0, outputCap)
-        self.timeout = timeout
-        self.killGrace = killGrace
-        self.drainAfterKill = drainAfterKill
-        self.started = started
-        self.pendingStdin = stdin
-        queue.async { self.start(outputFD: outputFD, stdinFD: stdinFD) }
+        var wake: [Int32] = [-1, -1]
+        if vigil_pipe_cloexec(&wake) != 0 { wake = [-1, -1] }
+        self.wakeWrite = wake[1]
+        let monitor = Monitor(
+            pid: pid, outputFD: outputFD, stdinFD: stdinFD, stdin: stdin, wakeRead: wake[0],
+            outputCap: max(0, outputCap), timeout: timeout, killGrace: killGrace,
+            drainAfterKill: drainAfterKill, started: started)
+        let thread = Thread { [self] in
+            let result = monitor.run { [self] in lock.withLock { killRequested } }
+            finish(result)
+        }
+        thread.name = "vigil.hook.\(pid)"
+        thread.start()
+    }
+
+    deinit {
+        if wakeWrite >= 0 { close(wakeWrite) }
     }
 
     /// Waits until the process is done; cancellation of the caller kills
@@ -66,184 +63,204 @@ final class HookProcess: @unchecked Sendable {
     func result() async -> HookResult {
         await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
-                queue.async {
-                    if let finished = self.finished {
-                        continuation.resume(returning: finished)
-                    } else {
-                        self.waiter = continuation
-                    }
+                let done: HookResult? = lock.withLock {
+                    if let finished { return finished }
+                    waiter = continuation
+                    return nil
                 }
+                if let done { continuation.resume(returning: done) }
             }
         } onCancel: {
-            queue.async { self.sendFinalKill() }
-        }
-    }
-
-    // MARK: - Set-up (on queue)
-
-    // Event handlers capture `self` strongly: the process stays alive while
-    // any source can fire, and every source is cancelled (releasing its
-    // handler) by the time the result is delivered.
-    private func start(outputFD: Int32, stdinFD: Int32) {
-        watchExit()
-        watchOutput(outputFD)
-        if stdinFD >= 0 { feedStdin(stdinFD) }
-        if timeout > .zero {
-            after(timeout) { $0.overran() }
-        }
-    }
-
-    private func watchExit() {
-        let pidfd = vigil_pidfd_open(pid)
-        if pidfd >= 0 {
-            _ = fcntl(pidfd, F_SETFD, FD_CLOEXEC)
-            let source = DispatchSource.makeReadSource(fileDescriptor: pidfd, queue: queue)
-            source.setEventHandler { self.reap() }
-            source.setCancelHandler { close(pidfd) }
-            exitSource = source
-            source.resume()
-        } else {
-            // Kernels before 5.3 have no pidfd: a thread blocks in waitpid for
-            // this one pid (never -1, so other children are left alone).
-            let pid = self.pid
-            let thread = Thread { [self] in
-                let exit = HookProcess.waitBlocking(pid)
-                self.queue.async { self.recordExit(exit) }
+            lock.withLock { killRequested = true }
+            if wakeWrite >= 0 {
+                var byte: UInt8 = 1
+                _ = write(wakeWrite, &byte, 1)
             }
-            thread.name = "vigil.hook.wait.\(pid)"
-            thread.start()
         }
     }
 
-    private func watchOutput(_ fd: Int32) {
-        let flags = fcntl(fd, F_GETFL)
-        _ = fcntl(fd, F_SETFL, flags | O_NONBLOCK)
-        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        source.setEventHandler { self.drainOutput(fd) }
-        source.setCancelHandler { close(fd) }
-        outputSource = source
-        source.resume()
-    }
-
-    private func feedStdin(_ fd: Int32) {
-        if pendingStdin.isEmpty {
-            close(fd)
-            return
+    private func finish(_ result: HookResult) {
+        let w: CheckedContinuation<HookResult, Never>? = lock.withLock {
+            finished = result
+            defer { waiter = nil }
+            return waiter
         }
-        let flags = fcntl(fd, F_GETFL)
-        _ = fcntl(fd, F_SETFL, flags | O_NONBLOCK)
-        let source = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
-        source.setEventHandler { self.writeStdin(fd) }
-        source.setCancelHandler { close(fd) }
-        stdinSource = source
-        source.resume()
+        w?.resume(returning: result)
     }
 
-    private func after(_ delay: Duration, _ action: @escaping (HookProcess) -> Void) {
-        let timer = DispatchSource.makeTimerSource(queue: queue)
-        timer.schedule(deadline: .now() + .nanoseconds(delay.clampedNanoseconds))
-        timer.setEventHandler { action(self) }
-        timers.append(timer)
-        timer.resume()
-    }
+    /// The monitor thread's state and loop.
+    // Invariant: created in init and handed to the monitor thread, which is
+    // then the only thread that touches it.
+    private final class Monitor: @unchecked Sendable {
+        let pid: pid_t
+        var pidfd: Int32
+        var outputFD: Int32
+        var stdinFD: Int32
+        let wakeRead: Int32
+        let outputCap: Int
+        let timeout: Duration
+        let killGrace: Duration
+        let drainAfterKill: Duration
+        let started: ContinuousClock.Instant
 
-    // MARK: - Events (on queue)
+        var waitStatus: HookExit?
+        var output: [UInt8] = []
+        var outputTotal = 0
+        var readBuffer = [UInt8](repeating: 0, count: 64 * 1024)
+        var pendingStdin: [UInt8]
+        var stdinOffset = 0
+        var timedOut = false
+        var termSentAt: ContinuousClock.Instant?
+        var killSentAt: ContinuousClock.Instant?
 
-    private func reap() {
-        var status: Int32 = 0
-        var got: pid_t
-        repeat { got = waitpid(pid, &status, WNOHANG) } while got < 0 && errno == EINTR
-        if got == 0 { return }  // spurious wake-up: not exited yet
-        exitSource?.cancel()
-        exitSource = nil
-        recordExit(got < 0 ? .exited(-1) : HookProcess.exit(fromWaitStatus: status))
-    }
-
-    private func recordExit(_ exit: HookExit) {
-        waitStatus = exit
-        finishIfDone()
-    }
-
-    private func drainOutput(_ fd: Int32) {
-        guard !outputDone else { return }
-        while true {
-            let count = readBuffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count > 0 {
-                let room = outputCap - output.count
-                if room > 0 { output.append(contentsOf: readBuffer[0..<min(room, count)]) }
-                outputTotal += count
-                continue
+        init(pid: pid_t, outputFD: Int32, stdinFD: Int32, stdin: [UInt8], wakeRead: Int32,
+             outputCap: Int, timeout: Duration, killGrace: Duration, drainAfterKill: Duration,
+             started: ContinuousClock.Instant) {
+            self.pid = pid
+            self.outputFD = outputFD
+            self.stdinFD = stdinFD
+            self.pendingStdin = stdin
+            self.wakeRead = wakeRead
+            self.outputCap = outputCap
+            self.timeout = timeout
+            self.killGrace = killGrace
+            self.drainAfterKill = drainAfterKill
+            self.started = started
+            self.pidfd = vigil_pidfd_open(pid)
+            for fd in [outputFD, stdinFD] where fd >= 0 {
+                _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
             }
-            if count < 0 && errno == EINTR { continue }
-            if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return }
-            break  // 0: end of file; any other error ends the output too
+            if stdinFD >= 0 && stdin.isEmpty { closeStdin() }
         }
-        endOutput()
-    }
 
-    private func endOutput() {
-        outputDone = true
-        outputSource?.cancel()
-        outputSource = nil
-        finishIfDone()
-    }
-
-    private func writeStdin(_ fd: Int32) {
-        while stdinOffset < pendingStdin.count {
-            let count = pendingStdin.withUnsafeBytes {
-                write(fd, $0.baseAddress! + stdinOffset, $0.count - stdinOffset)
+        func run(killRequested: () -> Bool) -> HookResult {
+            while waitStatus == nil || outputFD >= 0 {
+                var fds: [pollfd] = []
+                if pidfd >= 0 { fds.append(pollfd(fd: pidfd, events: Int16(POLLIN), revents: 0)) }
+                if outputFD >= 0 { fds.append(pollfd(fd: outputFD, events: Int16(POLLIN), revents: 0)) }
+                if stdinFD >= 0 { fds.append(pollfd(fd: stdinFD, events: Int16(POLLOUT), revents: 0)) }
+                if wakeRead >= 0 { fds.append(pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)) }
+                let ready = poll(&fds, nfds_t(fds.count), pollTimeoutMilliseconds())
+                if ready < 0 && errno != EINTR { break }
+                for entry in fds where entry.revents != 0 {
+                    switch entry.fd {
+                    case pidfd: reap()
+                    case outputFD: drainOutput()
+                    case stdinFD: writeStdin()
+                    case wakeRead:
+                        var sink = [UInt8](repeating: 0, count: 16)
+                        _ = read(wakeRead, &sink, sink.count)
+                    default: break
+                    }
+                }
+                if pidfd < 0 && waitStatus == nil { reap() }  // no pidfd (kernel < 5.3): check each turn
+                if killRequested() { sendFinalKill() }
+                checkDeadlines()
             }
-            if count > 0 { stdinOffset += count; continue }
-            if count < 0 && errno == EINTR { continue }
-            if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return }
-            break  // EPIPE (SIGPIPE is ignored by the runner): the child stopped reading
+            return finish()
         }
-        closeStdin()
-    }
 
-    private func closeStdin() {
-        stdinSource?.cancel()
-        stdinSource = nil
-        pendingStdin = []
-    }
-
-    private func overran() {
-        guard finished == nil, !timedOut else { return }
-        timedOut = true
-        _ = kill(-pid, SIGTERM)
-        let grace = min(killGrace, timeout / 2)
-        after(grace) { $0.sendFinalKill() }
-    }
-
-    private func sendFinalKill() {
-        guard finished == nil, !finalKillSent else { return }
-        finalKillSent = true
-        _ = kill(-pid, SIGKILL)
-        after(drainAfterKill) { process in
-            if !process.outputDone { process.endOutput() }
+        /// Milliseconds until the next deadline (timeout, kill grace, drain), or -1.
+        func pollTimeoutMilliseconds() -> Int32 {
+            var next: ContinuousClock.Instant?
+            if let killSentAt {
+                next = killSentAt + drainAfterKill
+            } else if let termSentAt {
+                next = termSentAt + min(killGrace, timeout / 2)
+            } else if timeout > .zero {
+                next = started + timeout
+            }
+            if pidfd < 0 && waitStatus == nil {
+                // Without a pidfd the exit is noticed on a timed re-check.
+                let recheck = ContinuousClock.now + .milliseconds(50)
+                next = next.map { min($0, recheck) } ?? recheck
+            }
+            guard let next else { return -1 }
+            let ms = (next - ContinuousClock.now).clampedNanoseconds / 1_000_000 + 1
+            return Int32(clamping: ms)
         }
-    }
 
-    private func finishIfDone() {
-        guard finished == nil, let waitStatus, outputDone else { return }
-        closeStdin()
-        for timer in timers { timer.cancel() }
-        timers = []
-        var text = String(decoding: output, as: UTF8.self)
-        if outputTotal > output.count {
-            if !text.isEmpty && !text.hasSuffix("\n") { text += "\n" }
-            text += "[output truncated after \(outputCap) bytes]"
+        func checkDeadlines() {
+            let now = ContinuousClock.now
+            if let killSentAt {
+                if now >= killSentAt + drainAfterKill, outputFD >= 0 { closeOutput() }
+            } else if let termSentAt {
+                if now >= termSentAt + min(killGrace, timeout / 2) { sendFinalKill() }
+            } else if timeout > .zero, now >= started + timeout, !(waitStatus != nil && outputFD < 0) {
+                timedOut = true
+                termSentAt = now
+                _ = kill(-pid, SIGTERM)
+            }
         }
-        output = []
-        readBuffer = []
-        let result = HookResult(
-            exit: timedOut ? .timedOut : waitStatus,
-            output: text,
-            duration: ContinuousClock.now - started
-        )
-        finished = result
-        waiter?.resume(returning: result)
-        waiter = nil
+
+        func sendFinalKill() {
+            guard killSentAt == nil else { return }
+            killSentAt = ContinuousClock.now
+            _ = kill(-pid, SIGKILL)
+        }
+
+        func reap() {
+            var status: Int32 = 0
+            var got: pid_t
+            repeat { got = waitpid(pid, &status, WNOHANG) } while got < 0 && errno == EINTR
+            if got == 0 { return }  // not exited yet
+            if pidfd >= 0 { close(pidfd); pidfd = -1 }
+            waitStatus = got < 0 ? .exited(-1) : HookProcess.exit(fromWaitStatus: status)
+        }
+
+        func drainOutput() {
+            while outputFD >= 0 {
+                let count = readBuffer.withUnsafeMutableBytes { read(outputFD, $0.baseAddress, $0.count) }
+                if count > 0 {
+                    let room = outputCap - output.count
+                    if room > 0 { output.append(contentsOf: readBuffer[0..<min(room, count)]) }
+                    outputTotal += count
+                    continue
+                }
+                if count < 0 && errno == EINTR { continue }
+                if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return }
+                closeOutput()  // 0: end of file; any other error ends the output too
+            }
+        }
+
+        func closeOutput() {
+            if outputFD >= 0 { close(outputFD); outputFD = -1 }
+        }
+
+        func writeStdin() {
+            while stdinFD >= 0, stdinOffset < pendingStdin.count {
+                let count = pendingStdin.withUnsafeBytes { buffer -> Int in
+                    guard let base = buffer.baseAddress else { return 0 }
+                    return write(stdinFD, base + stdinOffset, buffer.count - stdinOffset)
+                }
+                if count > 0 { stdinOffset += count; continue }
+                if count < 0 && errno == EINTR { continue }
+                if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return }
+                break  // EPIPE (SIGPIPE is ignored by the runner): the child stopped reading
+            }
+            closeStdin()
+        }
+
+        func closeStdin() {
+            if stdinFD >= 0 { close(stdinFD); stdinFD = -1 }
+            pendingStdin = []
+        }
+
+        func finish() -> HookResult {
+            closeStdin()
+            closeOutput()
+            if pidfd >= 0 { close(pidfd); pidfd = -1 }
+            if wakeRead >= 0 { close(wakeRead) }
+            var text = String(decoding: output, as: UTF8.self)
+            if outputTotal > output.count {
+                if !text.isEmpty && !text.hasSuffix("\n") { text += "\n" }
+                text += "[output truncated after \(outputCap) bytes]"
+            }
+            return HookResult(
+                exit: timedOut ? .timedOut : (waitStatus ?? .exited(-1)),
+                output: text,
+                duration: ContinuousClock.now - started)
+        }
     }
 
     // MARK: - Wait status
@@ -254,12 +271,6 @@ final class HookProcess: @unchecked Sendable {
         return .exited(-1)
     }
 
-    private static func waitBlocking(_ pid: pid_t) -> HookExit {
-        var status: Int32 = 0
-        var got: pid_t
-        repeat { got = waitpid(pid, &status, 0) } while got < 0 && errno == EINTR
-        return got < 0 ? .exited(-1) : exit(fromWaitStatus: status)
-    }
 }
 
 extension Duration {
