@@ -138,7 +138,7 @@ private enum Build {
             await f.advance(3)  // b's 5 s budget runs out; its handler returns at once
             seen = await signals.wait(for: 17)
             #expect(signals.descriptions(from: 11) == [
-                "PropertiesChanged \(lease(2)) State", "LeaseExpiring \(lease(2)) 0",
+                "PropertiesChanged \(lease(2)) State", "LeaseExpiring \(lease(2)) 2000000",
                 "PropertiesChanged \(lease(2)) State", "LeaseExpired \(lease(2)) false",
                 "InterfacesRemoved \(lease(2))", "PropertiesChanged \(root) Leases",
             ])

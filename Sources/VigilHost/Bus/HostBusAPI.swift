@@ -240,9 +240,9 @@ public actor HostBusAPI {
     }
 
     /// How long the expiration handler of an expiring lease may still run
-    /// before the lease is force-released. The registry's events do not
-    /// carry the grace time yet, so this is 0 ("unknown").
-    static func remainingMicros(_ event: LeaseEvent) -> UInt64 { 0 }
+    /// before the lease is force-released: its grace time (the event is
+    /// published as the budget runs out).
+    static func remainingMicros(_ event: LeaseEvent) -> UInt64 { UInt64(max(0, event.lease.grace.microseconds)) }
 
     /// One supervisor status: a strategy's object appears with its first
     /// status and disappears after the `stopped` one.

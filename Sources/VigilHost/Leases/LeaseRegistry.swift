@@ -16,6 +16,8 @@ public struct LeaseSnapshot: Sendable, Hashable {
     public var state: LeaseState
     /// What the power backend holds for it ("tracked only", "logind inhibitor ...").
     public var power: String
+    /// How long the expiration handler may run once the budget is out.
+    public var grace: Duration = .zero
 }
 
 /// One change in the registry. The D-Bus API, the survival log and tests all
@@ -110,7 +112,8 @@ public actor LeaseRegistry {
         var snapshot = LeaseSnapshot(
             id: id, strategy: strategy, holds: request.holds, reason: request.reason,
             acquiredAt: now, acquiredWallMicros: clock.wallMicroseconds, budget: request.budget,
-            deadline: request.budget.map { now + $0 }, renewals: 0, state: .active, power: "tracked only"
+            deadline: request.budget.map { now + $0 }, renewals: 0, state: .active, power: "tracked only",
+            grace: request.grace
         )
         var token: (any PowerToken)?
         if let hold = request.power {
