@@ -52,7 +52,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "vigild",
-            dependencies: ["VigilHost", "CExecutor", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["VigilHost", "VigilDBus", "CExecutor", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strict
         ),
         .executableTarget(

@@ -2,6 +2,7 @@ import ArgumentParser
 import CExecutor
 import Dispatch
 import Foundation
+import VigilDBus
 import VigilHost
 import VigilKit
 
@@ -119,6 +120,17 @@ struct Vigild: AsyncParsableCommand {
             log.error("cannot create the wake timer: \(error)")
             throw ExitCode(1)
         }
+        // What leases hold on the system; an explicit choice that cannot
+        // work stops the host, `auto` falls back to tracking only.
+        let power: any PowerBackend
+        do {
+            power = try await config.host.power.select(wakelockDir: config.host.wakelockDir) {
+                try await DBusConnection.connect(to: .system)
+            }
+        } catch {
+            log.error("\(error)")
+            throw ExitCode(1)
+        }
         let host: HostRuntime
         do {
             // Reload re-applies the command-line overrides and resolves kinds
@@ -126,7 +138,7 @@ struct Vigild: AsyncParsableCommand {
             let stateDirOverride = stateDir
             let levelOverride = logLevel == nil ? nil : config.host.logLevel
             host = try await HostRuntime.start(config: config, environment: HostRuntime.Environment(
-                clock: clock, scheduler: scheduler, logSink: sink, version: VigilVersion.string,
+                clock: clock, scheduler: scheduler, logSink: sink, power: power, version: VigilVersion.string,
                 plugins: loaded.plugins,
                 configOverrides: { reloaded in
                     if let stateDirOverride { reloaded.host.stateDir = stateDirOverride }

@@ -381,7 +381,7 @@ struct ConfigTests {
         ("log_level = \"warnig\"", "host.log_level", "expected one of \"debug\", \"info\", \"notice\", \"warning\", \"error\", found \"warnig\" (did you mean \"warning\"?)"),
         ("survival_interval = -5", "host.survival_interval", "expected a non-negative duration, found -5"),
         ("survival_interval = \"0s\"", "host.survival_interval", "expected a duration of at least 1s, found \"0s\""),
-        ("colour = \"red\"", "host.colour", "unknown key \"colour\"; known keys: bus, log_level, plugin_path, state_dir, survival_interval"),
+        ("colour = \"red\"", "host.colour", "unknown key \"colour\"; known keys: bus, log_level, plugin_path, power, state_dir, survival_interval, wakelock_dir"),
     ])
     func hostProblems(_ line: String, _ keyPath: String, _ message: String) throws {
         let temp = try TempConfig("[host]\n\(line)\n")

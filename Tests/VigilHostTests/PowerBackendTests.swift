@@ -184,3 +184,52 @@ final class LogindStandIn: @unchecked Sendable {
         #expect(try await standIn.waitForCount(observer, 1))
     }
 }
+
+@Suite(.serialized) struct PowerChoiceTests {
+    struct NoBus: Error {}
+
+    func sysfs() throws -> String {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-power-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        for f in ["wake_lock", "wake_unlock"] { FileManager.default.createFile(atPath: "\(dir)/\(f)", contents: nil) }
+        return dir
+    }
+
+    @Test func autoPrefersLogindThenWakelockThenNone() async throws {
+        let standIn = try LogindStandIn()
+        defer { standIn.stop() }
+        let dir = try sysfs()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let logind = try await PowerChoice.auto.select(wakelockDir: dir) { try await standIn.bus.connect() }
+        #expect(logind.name == "logind")
+        #expect(logind.reason.contains("org.freedesktop.login1 owns its name"))
+        let wakelock = try await PowerChoice.auto.select(wakelockDir: dir) { throw NoBus() }
+        #expect(wakelock.name == "wakelock")
+        #expect(wakelock.reason == "auto: no system bus; \(dir)/wake_lock is writable")
+        let none = try await PowerChoice.auto.select(wakelockDir: "/nonexistent") { throw NoBus() }
+        #expect(none.name == "none")
+        #expect(none.reason == "auto: no system bus, /nonexistent/wake_lock is not writable; leases are tracked only")
+    }
+
+    @Test func autoSkipsABusWithoutLogind() async throws {
+        let bus = try HostBusDaemon()
+        defer { bus.stop() }
+        let chosen = try await PowerChoice.auto.select(wakelockDir: "/nonexistent") { try await bus.connect() }
+        #expect(chosen.name == "none")
+        #expect(chosen.reason.hasPrefix("auto: logind is not on the system bus"))
+    }
+
+    @Test func explicitChoicesThatCannotWorkAreErrors() async throws {
+        await #expect(throws: PowerBackendError.self) {
+            try await PowerChoice.wakelock.select(wakelockDir: "/nonexistent") { throw NoBus() }
+        }
+        do {
+            _ = try await PowerChoice.logind.select(wakelockDir: "/sys/power") { throw NoBus() }
+            Issue.record("logind chosen without a system bus")
+        } catch let error as PowerBackendError {
+            #expect(error.description.hasPrefix("power = \"logind\", but the system bus is unreachable"))
+        }
+        let none = try await PowerChoice.none.select(wakelockDir: "/nonexistent") { throw NoBus() }
+        #expect(none.name == "none")
+    }
+}

@@ -18,6 +18,10 @@ public struct HostSettings: Sendable, Equatable {
     public var logLevel: LogLevel = .info
     /// The message bus vigild serves `org.vigil.Vigil1` on (`bus`).
     public var bus: BusSelection = .session
+    /// What leases hold on the system (`power`): see ``PowerChoice``.
+    public var power: PowerChoice = .auto
+    /// Where the kernel's wake lock files are (`wakelock_dir`).
+    public var wakelockDir: String = "/sys/power"
 
     /// The defaults used for keys the config leaves out.
     public init(stateDir: String = HostPaths.defaultStateDir()) {
@@ -32,6 +36,8 @@ public struct HostSettings: Sendable, Equatable {
             .pathList("plugin_path", \.pluginPath),
             .choice("log_level", \.logLevel, LogLevel.allCases, spelled: \.name),
             .busSelection("bus", \.bus),
+            .choice("power", \.power, PowerChoice.allCases, spelled: \.rawValue),
+            .path("wakelock_dir", \.wakelockDir),
         ]
     }
 
