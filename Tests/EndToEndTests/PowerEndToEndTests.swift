@@ -1,0 +1,53 @@
+import Foundation
+import Testing
+
+extension EndToEnd {
+    /// vigild with `power = "logind"` against the logind stand-in on a
+    /// private bus used as the system bus (logind needs systemd as PID 1).
+    @Suite(.serialized) struct PowerEndToEndTests {
+        @Test func inhibitorEndsWhenTheHostIsKilled() async throws {
+            let bus = try BusTestDaemon()
+            defer { bus.stop() }
+            let standIn = Process()
+            standIn.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+            standIn.arguments = [Build.packageRoot.appendingPathComponent("Tests/Fixtures/logind-standin.py").path, bus.address]
+            let out = Pipe()
+            standIn.standardOutput = out
+            try standIn.run()
+            defer { kill(standIn.processIdentifier, SIGKILL); standIn.waitUntilExit() }
+            #expect(String(decoding: out.fileHandleForReading.availableData, as: UTF8.self).hasPrefix("ready"))
+
+            let dir = try TempDir()
+            let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state"), extra: """
+                bus = "\(bus.address)"
+                power = "logind"
+
+                [[strategy]]
+                name = "focus"
+                kind = "background-task"
+                what = ["sleep", "idle"]
+                budget = "3m"
+                reason = "focus session"
+                """))
+            let daemon = try Daemon(arguments: ["--config", config], environment: ["DBUS_SYSTEM_BUS_ADDRESS": bus.address])
+            let started = try await daemon.waitForLine(containing: "power backend logind")
+            #expect(started.contains("power = \"logind\" in [host]"))
+
+            func standInCall(_ interface: String, _ member: String, _ args: [String] = []) throws -> CommandResult {
+                try runCommand("/usr/bin/busctl", ["--address=\(bus.address)", "call", "org.freedesktop.login1",
+                                                   "/org/freedesktop/login1", interface, member] + args)
+            }
+            let test = "org.vigil.Test.LogindStandIn", manager = "org.freedesktop.login1.Manager"
+            let waitOne = try standInCall(test, "WaitForCount", ["ut", "1", "5000000"])
+            #expect(waitOne.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "b true", "\(waitOne.stdout)\(waitOne.stderr)")
+            let list = try standInCall(manager, "ListInhibitors")
+            #expect(list.stdout.contains("\"sleep:idle\" \"vigil: focus\" \"focus session\" \"block\""), "\(list.stdout)")
+
+            // kill -9: the kernel closes the host's fd, and logind drops the inhibitor.
+            daemon.signal(SIGKILL)
+            _ = await daemon.waitForExit()
+            let waitZero = try standInCall(test, "WaitForCount", ["ut", "0", "5000000"])
+            #expect(waitZero.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "b true", "\(waitZero.stdout)\(waitZero.stderr)")
+        }
+    }
+}
