@@ -88,6 +88,8 @@ final class Daemon: @unchecked Sendable {
         process.executableURL = URL(fileURLWithPath: Build.vigild)
         process.arguments = arguments
         var env = ProcessInfo.processInfo.environment
+        // The system bus is only what a test passes explicitly.
+        env["DBUS_SYSTEM_BUS_ADDRESS"] = nil
         env.merge(environment) { $1 }
         process.environment = env
         let err = Pipe()

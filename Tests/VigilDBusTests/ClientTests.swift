@@ -172,6 +172,8 @@ struct ClientTests {
         let bus = try TestBus()
         defer { bus.stop() }
         setenv("DBUS_SYSTEM_BUS_ADDRESS", bus.address, 1)
+        // Processes the suite starts later must not inherit a stopped test bus.
+        defer { unsetenv("DBUS_SYSTEM_BUS_ADDRESS") }
         #expect(try DBusConnection.address(of: .system) == bus.address)
         let connection = try await DBusConnection.connect(to: .system)
         #expect(await connection.uniqueName.hasPrefix(":"))

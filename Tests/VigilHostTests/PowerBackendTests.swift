@@ -205,10 +205,10 @@ final class LogindStandIn: @unchecked Sendable {
         #expect(logind.reason.contains("org.freedesktop.login1 owns its name"))
         let wakelock = try await PowerChoice.auto.select(wakelockDir: dir) { throw NoBus() }
         #expect(wakelock.name == "wakelock")
-        #expect(wakelock.reason == "auto: no system bus; \(dir)/wake_lock is writable")
+        #expect(wakelock.reason == "auto: no system bus (none, or no answer within 3s); \(dir)/wake_lock is writable")
         let none = try await PowerChoice.auto.select(wakelockDir: "/nonexistent") { throw NoBus() }
         #expect(none.name == "none")
-        #expect(none.reason == "auto: no system bus, /nonexistent/wake_lock is not writable; leases are tracked only")
+        #expect(none.reason == "auto: no system bus (none, or no answer within 3s), /nonexistent/wake_lock is not writable; leases are tracked only")
     }
 
     @Test func autoSkipsABusWithoutLogind() async throws {
@@ -217,6 +217,17 @@ final class LogindStandIn: @unchecked Sendable {
         let chosen = try await PowerChoice.auto.select(wakelockDir: "/nonexistent") { try await bus.connect() }
         #expect(chosen.name == "none")
         #expect(chosen.reason.hasPrefix("auto: logind is not on the system bus"))
+    }
+
+    @Test func autoDoesNotWaitForASystemBusThatNeverAnswers() async throws {
+        let started = ContinuousClock.now
+        let chosen = try await PowerChoice.auto.select(wakelockDir: "/nonexistent", probeTimeout: .milliseconds(200)) {
+            try await Task.sleep(for: .seconds(30))
+            throw NoBus()
+        }
+        #expect(chosen.name == "none")
+        #expect(chosen.reason.hasPrefix("auto: no system bus (none, or no answer within 200ms)"))
+        #expect(ContinuousClock.now - started < .seconds(10), "start-up waited for a silent bus")
     }
 
     @Test func explicitChoicesThatCannotWorkAreErrors() async throws {

@@ -16,7 +16,8 @@ extension PowerChoice {
     /// (`DBUS_SYSTEM_BUS_ADDRESS` is honoured, so tests can stand one in).
     /// An explicit choice that cannot work is an error; `auto` falls through.
     public func select(
-        wakelockDir: String, systemBus: () async throws -> DBusConnection
+        wakelockDir: String, probeTimeout: Duration = .seconds(3),
+        systemBus: @escaping @Sendable () async throws -> DBusConnection
     ) async throws -> any PowerBackend {
         switch self {
         case .none:
@@ -37,19 +38,38 @@ extension PowerChoice {
             return LogindPowerBackend(connection: bus, reason: "power = \"logind\" in [host]")
         case .auto:
             var why: [String] = []
-            if let bus = try? await systemBus() {
+            if let bus = await Self.answering(within: probeTimeout, systemBus) {
                 if await LogindPowerBackend.isAvailable(on: bus) {
                     return LogindPowerBackend(connection: bus, reason: "auto: org.freedesktop.login1 owns its name on the system bus")
                 }
                 why.append("logind is not on the system bus")
             } else {
-                why.append("no system bus")
+                why.append("no system bus (none, or no answer within \(probeTimeout.vigilDescription))")
             }
             if WakelockPowerBackend.isUsable(directory: wakelockDir) {
                 return WakelockPowerBackend(directory: wakelockDir, reason: "auto: \(why.joined(separator: ", ")); \(wakelockDir)/wake_lock is writable")
             }
             why.append("\(wakelockDir)/wake_lock is not writable")
             return NoPowerBackend(reason: "auto: \(why.joined(separator: ", ")); leases are tracked only")
+        }
+    }
+}
+
+extension PowerChoice {
+    /// The system bus if it connects within `timeout`: `auto` must not hold
+    /// up start-up on a bus that does not answer.
+    static func answering(
+        within timeout: Duration, _ systemBus: @escaping @Sendable () async throws -> DBusConnection
+    ) async -> DBusConnection? {
+        await withTaskGroup(of: DBusConnection?.self) { group in
+            group.addTask { try? await systemBus() }
+            group.addTask {
+                try? await SystemClock().sleep(for: timeout)
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
         }
     }
 }
