@@ -113,7 +113,14 @@ public final class ManualClock: VigilClock, @unchecked Sendable {
 
     /// Lets runnable tasks run: yields repeatedly so work triggered by a wake
     /// (actor hops, new sleeps) completes before the test looks at state.
+    ///
+    /// `Task.yield` only reschedules this task; woken tasks may be runnable on
+    /// other threads that a busy machine has not given a core yet, so every
+    /// few yields this thread also gives up its core (`sched_yield`).
     public func settle() async {
-        for _ in 0..<200 { await Task.yield() }
+        for i in 0..<400 {
+            await Task.yield()
+            if i % 8 == 7 { sched_yield() }
+        }
     }
 }
