@@ -74,7 +74,30 @@ public final class DBusConnection: @unchecked Sendable {
 
     /// Opens a private connection to `bus` and registers with it (`Hello`)
     /// without blocking a thread on the reply.
+    ///
+    /// Known issue, bounded here: now and then (a few in a hundred under
+    /// load) the reply to `Hello` never reaches us, although the bus sent it;
+    /// the cause is not found yet. `Hello` therefore gets `helloTimeout`, and
+    /// a connection whose `Hello` timed out is replaced by a fresh one, up to
+    /// `attempts` times.
     public static func connect(to bus: Bus) async throws -> DBusConnection {
+        try await connect(to: bus, helloTimeout: .seconds(5), attempts: 3)
+    }
+
+    /// `connect(to:)` with its `Hello` timeout and number of attempts chosen.
+    public static func connect(to bus: Bus, helloTimeout: Duration, attempts: Int) async throws -> DBusConnection {
+        var lastError: (any Error)?
+        for _ in 0..<max(1, attempts) {
+            do {
+                return try await connectOnce(to: bus, helloTimeout: helloTimeout)
+            } catch let error as DBusError where error.name == DBusError.Name.noReply {
+                lastError = error
+            }
+        }
+        throw lastError ?? DBusError.failed("cannot connect")
+    }
+
+    private static func connectOnce(to bus: Bus, helloTimeout: Duration) async throws -> DBusConnection {
         let address = try address(of: bus)
         guard !address.utf8.contains(0) else { throw DBusError.failed("invalid bus address") }
         _ = threadsInitialized
@@ -99,7 +122,7 @@ public final class DBusConnection: @unchecked Sendable {
         do {
             let reply = try await connection.call(
                 destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                interface: "org.freedesktop.DBus", member: "Hello")
+                interface: "org.freedesktop.DBus", member: "Hello", timeout: helloTimeout)
             let name = try reply.argument(0, as: String.self)
             await connection.onQueue { connection in
                 connection.uniqueNameValue = name
