@@ -77,19 +77,26 @@ let package = Package(
             path: "Plugins/PeriodicWake",
             swiftSettings: strict
         ),
+        // Shared test helpers (a private dbus-daemon), used by the test targets.
+        .target(
+            name: "VigilTestSupport",
+            dependencies: ["VigilDBus"],
+            path: "Tests/TestSupport",
+            swiftSettings: strict
+        ),
         .testTarget(
             name: "VigilHostTests",
-            dependencies: ["VigilHost", "VigilDBus", .product(name: "VigilKit", package: "VigilKit")],
+            dependencies: ["VigilHost", "VigilDBus", "VigilTestSupport", .product(name: "VigilKit", package: "VigilKit")],
             swiftSettings: strict
         ),
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["VigilHost", "VigilDBus"],
+            dependencies: ["VigilHost", "VigilDBus", "VigilTestSupport"],
             swiftSettings: strict
         ),
         .testTarget(
             name: "VigilDBusTests",
-            dependencies: ["VigilDBus"],
+            dependencies: ["VigilDBus", "VigilTestSupport"],
             swiftSettings: strict
         ),
     ],

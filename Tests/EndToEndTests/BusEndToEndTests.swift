@@ -1,4 +1,5 @@
 import Foundation
+import VigilTestSupport
 import Glibc
 import Testing
 @testable import VigilHost
@@ -165,57 +166,5 @@ func isZombie(_ pid: pid_t) -> Bool {
     return stat[stat.index(close, offsetBy: 2)...].hasPrefix("Z")
 }
 
-/// A private dbus-daemon started by a test (not by vigild), stopped by pid.
-final class BusTestDaemon: @unchecked Sendable {
-    // Invariant: every stored property is set in init and never changes;
-    // `process` is only used to wait for the exit in stop().
-    let address: String
-    let pid: pid_t
-    private let directory: TempDir
-    private let process: Process
-
-    init() throws {
-        directory = try TempDir("vigil-testbus")
-        let config = try directory.write("bus.conf", """
-            <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
-             "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-            <busconfig>
-              <type>session</type>
-              <listen>unix:dir=\(directory.path)</listen>
-              <auth>EXTERNAL</auth>
-              <policy context="default">
-                <allow send_destination="*" eavesdrop="true"/>
-                <allow eavesdrop="true"/>
-                <allow own="*"/>
-              </policy>
-            </busconfig>
-            """)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
-        process.arguments = ["--config-file=\(config)", "--print-address=1", "--nofork"]
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        var buffer = Data()
-        while !buffer.contains(UInt8(ascii: "\n")) {
-            let chunk = out.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            buffer.append(chunk)
-        }
-        let line = String(decoding: buffer, as: UTF8.self).split(separator: "\n").first.map(String.init) ?? ""
-        guard line.hasPrefix("unix:") else {
-            kill(process.processIdentifier, SIGKILL)
-            throw DaemonError("dbus-daemon did not print an address: \(line)")
-        }
-        address = line
-        pid = process.processIdentifier
-        self.process = process
-    }
-
-    /// SIGKILL: a child spawned from a dispatch thread may have SIGTERM blocked.
-    func stop() {
-        kill(pid, SIGKILL)
-        process.waitUntilExit()
-    }
-}
+/// A private dbus-daemon for one test (Tests/TestSupport).
+typealias BusTestDaemon = TestDBusDaemon

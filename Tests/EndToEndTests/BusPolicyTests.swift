@@ -1,4 +1,5 @@
 import Foundation
+import VigilTestSupport
 import Glibc
 import Testing
 import VigilHost
@@ -65,65 +66,36 @@ func asNobody(_ program: String, _ arguments: [String]) throws -> CommandResult 
 /// A dbus-daemon with the system bus's default policy, optionally with
 /// Configs/dbus/org.vigil.Vigil1.conf included; its socket is reachable by
 /// every user.
-final class SystemLikeBus: @unchecked Sendable {
-    // Invariant: every stored property is set in init and never changes.
-    let address: String
-    private let directory: TempDir
-    private let process: Process
+final class SystemLikeBus: Sendable {
+    let daemon: TestDBusDaemon
+    var address: String { daemon.address }
 
     init(includingPolicy: Bool) throws {
-        directory = try TempDir("vigil-sysbus")
-        chmod(directory.path, 0o755)
         let policy = Build.packageRoot.appendingPathComponent("Configs/dbus/org.vigil.Vigil1.conf").path
-        let config = try directory.write("system.conf", """
-            <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
-             "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-            <busconfig>
-              <type>system</type>
-              <listen>unix:path=\(directory.path)/system_bus_socket</listen>
-              <auth>EXTERNAL</auth>
-              <policy context="default">
-                <allow user="*"/>
-                <deny own="*"/>
-                <deny send_type="method_call"/>
-                <allow send_type="signal"/>
-                <allow send_requested_reply="true" send_type="method_return"/>
-                <allow send_requested_reply="true" send_type="error"/>
-                <allow receive_type="method_call"/>
-                <allow receive_type="method_return"/>
-                <allow receive_type="error"/>
-                <allow receive_type="signal"/>
-                <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
-                <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Introspectable"/>
-                <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/>
-              </policy>
-              \(includingPolicy ? "<include>\(policy)</include>" : "")
-            </busconfig>
-            """)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
-        process.arguments = ["--config-file=\(config)", "--print-address=1", "--nofork"]
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        var buffer = Data()
-        while !buffer.contains(UInt8(ascii: "\n")) {
-            let chunk = out.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            buffer.append(chunk)
+        daemon = try TestDBusDaemon(prefix: "vigil-sysbus") { directory in
+            """
+            <type>system</type>
+            <listen>unix:path=\(directory)/system_bus_socket</listen>
+            <auth>EXTERNAL</auth>
+            <policy context="default">
+              <allow user="*"/>
+              <deny own="*"/>
+              <deny send_type="method_call"/>
+              <allow send_type="signal"/>
+              <allow send_requested_reply="true" send_type="method_return"/>
+              <allow send_requested_reply="true" send_type="error"/>
+              <allow receive_type="method_call"/>
+              <allow receive_type="method_return"/>
+              <allow receive_type="error"/>
+              <allow receive_type="signal"/>
+              <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
+              <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Introspectable"/>
+              <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/>
+            </policy>
+            \(includingPolicy ? "<include>\(policy)</include>" : "")
+            """
         }
-        let line = String(decoding: buffer, as: UTF8.self).split(separator: "\n").first.map(String.init) ?? ""
-        guard line.hasPrefix("unix:") else {
-            kill(process.processIdentifier, SIGKILL)
-            throw DaemonError("dbus-daemon (system policy) did not start: \(line)")
-        }
-        address = line
-        self.process = process
     }
 
-    func stop() {
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
-    }
+    func stop() { daemon.stop() }
 }

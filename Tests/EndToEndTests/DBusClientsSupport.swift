@@ -1,67 +1,11 @@
 import Foundation
+import VigilTestSupport
 import Testing
 import VigilDBus
 import VigilHost
 
-/// A private `dbus-daemon --nofork` for one test, SIGKILLed by `stop()`.
-final class PrivateBusDaemon: Sendable {
-    let address: String
-    let directory: String
-    private let process: Process
-    /// The daemon's pid (the process is not touched from several tasks).
-    let pid: Int32
-
-    init() throws {
-        var template = Array("/tmp/vigil-e2e-bus-XXXXXX".utf8CString)
-        guard let dir = mkdtemp(&template) else { throw POSIXError(.EIO) }
-        directory = String(cString: dir)
-        let config = directory + "/bus.conf"
-        try """
-        <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
-         "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-        <busconfig>
-          <type>session</type>
-          <listen>unix:dir=\(directory)</listen>
-          <auth>EXTERNAL</auth>
-          <policy context="default">
-            <allow send_destination="*" eavesdrop="true"/>
-            <allow eavesdrop="true"/>
-            <allow own="*"/>
-          </policy>
-        </busconfig>
-        """.write(toFile: config, atomically: true, encoding: .utf8)
-        // --nofork keeps the daemon our child, stopped by pid; it prints its
-        // address on the pipe once it listens.
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
-        process.arguments = ["--config-file=\(config)", "--print-address=1", "--nofork"]
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        var buffer = Data()
-        while !buffer.contains(UInt8(ascii: "\n")) {
-            let chunk = out.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            buffer.append(chunk)
-        }
-        let line = String(decoding: buffer, as: UTF8.self).split(separator: "\n").first.map(String.init) ?? ""
-        guard line.hasPrefix("unix:") else {
-            kill(process.processIdentifier, SIGKILL)
-            throw DaemonError("dbus-daemon did not print an address: \(line)")
-        }
-        address = line
-        self.process = process
-        pid = process.processIdentifier
-    }
-
-    /// SIGKILL: a child spawned from a dispatch thread may have SIGTERM blocked.
-    func stop() {
-        kill(pid, SIGKILL)
-        process.waitUntilExit()
-        try? FileManager.default.removeItem(atPath: directory)
-    }
-}
+/// A private dbus-daemon for one test (Tests/TestSupport).
+typealias PrivateBusDaemon = TestDBusDaemon
 
 /// Every signal seen on a connection, kept in order and awaitable.
 final class SignalLog: @unchecked Sendable {

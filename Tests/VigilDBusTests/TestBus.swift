@@ -2,71 +2,10 @@ import Foundation
 import Glibc
 import Testing
 @testable import VigilDBus
+import VigilTestSupport
 
-/// A private dbus-daemon started for one test, stopped by `stop()`.
-final class TestBus: @unchecked Sendable {
-    // Invariant: all stored properties are immutable after init.
-    let address: String
-    let pid: pid_t
-    let directory: URL
-
-    init() throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-dbus-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let config = directory.appendingPathComponent("bus.conf")
-        try """
-        <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
-         "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-        <busconfig>
-          <type>session</type>
-          <listen>unix:dir=\(directory.path)</listen>
-          <auth>EXTERNAL</auth>
-          <policy context="default">
-            <allow send_destination="*" eavesdrop="true"/>
-            <allow eavesdrop="true"/>
-            <allow own="*"/>
-          </policy>
-        </busconfig>
-        """.write(to: config, atomically: true, encoding: .utf8)
-        // --nofork: a forked daemon would keep our pipe open; we read the
-        // address line and keep the daemon as our child, stopped by pid.
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
-        process.arguments = ["--config-file=\(config.path)", "--print-address=1", "--nofork"]
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        var buffer = Data()
-        while !buffer.contains(UInt8(ascii: "\n")) {
-            let chunk = out.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            buffer.append(chunk)
-        }
-        let line = String(decoding: buffer, as: UTF8.self).split(separator: "\n").first.map(String.init) ?? ""
-        guard line.hasPrefix("unix:") else {
-            process.terminate()
-            throw DBusError.failed("dbus-daemon did not print an address: \(line)")
-        }
-        address = line
-        pid = process.processIdentifier
-        self.process = process
-    }
-
-    private let process: Process
-
-    func stop() {
-        // SIGKILL: a child spawned from a dispatch thread inherits a signal
-        // mask that blocks SIGTERM.
-        kill(pid, SIGKILL)
-        process.waitUntilExit()
-        try? FileManager.default.removeItem(at: directory)
-    }
-
-    func connect() async throws -> DBusConnection {
-        try await DBusConnection.connect(to: .address(address))
-    }
-}
+/// A private dbus-daemon for one test (Tests/TestSupport).
+typealias TestBus = TestDBusDaemon
 
 struct ToolOutput {
     var status: Int32

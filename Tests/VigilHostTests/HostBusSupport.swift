@@ -1,71 +1,12 @@
 import Foundation
 import Testing
 import VigilDBus
+import VigilTestSupport
 @testable import VigilHost
 import VigilKit
 
-/// A private `dbus-daemon --nofork` for one test, killed by `stop()`.
-final class HostBusDaemon: @unchecked Sendable {
-    // Invariant: all stored properties are immutable after init.
-    let address: String
-    let directory: String
-    private let process: Process
-
-    init() throws {
-        var template = Array("/tmp/vigil-hostbus-XXXXXX".utf8CString)
-        guard let dir = mkdtemp(&template) else { throw POSIXError(.EIO) }
-        directory = String(cString: dir)
-        // Others may connect (the access test calls as another uid).
-        chmod(directory, 0o755)
-        let config = directory + "/bus.conf"
-        try """
-        <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
-         "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-        <busconfig>
-          <type>session</type>
-          <listen>unix:dir=\(directory)</listen>
-          <auth>EXTERNAL</auth>
-          <policy context="default">
-            <allow user="*"/>
-            <allow send_destination="*" eavesdrop="true"/>
-            <allow eavesdrop="true"/>
-            <allow own="*"/>
-          </policy>
-        </busconfig>
-        """.write(toFile: config, atomically: true, encoding: .utf8)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
-        process.arguments = ["--config-file=\(config)", "--print-address=1", "--nofork"]
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        var buffer = Data()
-        while !buffer.contains(UInt8(ascii: "\n")) {
-            let chunk = out.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            buffer.append(chunk)
-        }
-        let line = String(decoding: buffer, as: UTF8.self).split(separator: "\n").first.map(String.init) ?? ""
-        guard line.hasPrefix("unix:") else {
-            process.terminate()
-            throw DBusError.failed("dbus-daemon did not print an address: \(line)")
-        }
-        address = line
-        self.process = process
-    }
-
-    func connect() async throws -> DBusConnection {
-        try await DBusConnection.connect(to: .address(address))
-    }
-
-    func stop() {
-        // SIGKILL: a child spawned from a dispatch thread may have SIGTERM blocked.
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
-        try? FileManager.default.removeItem(atPath: directory)
-    }
-}
+/// A private dbus-daemon for one test (Tests/TestSupport).
+typealias HostBusDaemon = TestDBusDaemon
 
 /// Test kinds: each waits for one second of the manual clock first, so a
 /// test can subscribe to signals before the strategy does anything.
