@@ -62,7 +62,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "vigil-bench",
-            dependencies: ["VigilHost", "VigilDBus", .product(name: "VigilKit", package: "VigilKit")],
+            dependencies: ["VigilHost", "VigilDBus", "VigilTestSupport", .product(name: "VigilKit", package: "VigilKit")],
             swiftSettings: strict
         ),
         .target(

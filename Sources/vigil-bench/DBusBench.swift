@@ -6,35 +6,16 @@ import Glibc
 import VigilDBus
 import VigilHost
 import VigilKit
+import VigilTestSupport
 
 func dbusBench(_ args: [String]) async throws {
     let calls = args.first.flatMap(Int.init) ?? 5000
     let idleSeconds = 3.0
 
     // A private bus.
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-dbus-bench-\(getpid())")
-    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(at: directory) }
-    let config = directory.appendingPathComponent("bus.conf")
-    try """
-    <busconfig><type>session</type><listen>unix:dir=\(directory.path)</listen><auth>EXTERNAL</auth>
-    <policy context="default"><allow send_destination="*" eavesdrop="true"/><allow eavesdrop="true"/><allow own="*"/></policy></busconfig>
-    """.write(to: config, atomically: true, encoding: .utf8)
-    let daemon = Process()
-    daemon.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
-    daemon.arguments = ["--config-file=\(config.path)", "--print-address=1", "--nofork"]
-    let out = Pipe()
-    daemon.standardOutput = out
-    daemon.standardError = FileHandle.nullDevice
-    try daemon.run()
-    defer { kill(daemon.processIdentifier, SIGKILL) }
-    var buffer = Data()
-    while !buffer.contains(UInt8(ascii: "\n")) {
-        let chunk = out.fileHandleForReading.availableData
-        if chunk.isEmpty { break }
-        buffer.append(chunk)
-    }
-    let address = String(decoding: buffer, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    let bus = try TestDBusDaemon()
+    defer { bus.stop() }
+    let address = bus.address
 
     // The reference: libdbus's own echo service, in C.
     let echo = Process()
@@ -142,8 +123,9 @@ func dbusAPIBench(_ args: [String]) async throws {
     let directory = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-dbus-api-bench-\(getpid())")
     try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: directory) }
-    let (daemon, address) = try startBenchBus(in: directory)
-    defer { kill(daemon.processIdentifier, SIGKILL) }
+    let bus = try startBenchBus()
+    defer { bus.stop() }
+    let address = bus.address
 
     let echo = Process()
     echo.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-test-tool")
@@ -313,26 +295,13 @@ private func estimatedSize(_ values: [DBusValue]) -> Int {
     }
 }
 
-/// Starts a private dbus-daemon listening in `directory`; returns it and its address.
-private func startBenchBus(in directory: URL) throws -> (Process, String) {
-    let config = directory.appendingPathComponent("bus.conf")
-    try """
-    <busconfig><type>session</type><listen>unix:dir=\(directory.path)</listen><auth>EXTERNAL</auth>
-    <policy context="default"><allow send_destination="*" eavesdrop="true"/><allow eavesdrop="true"/><allow own="*"/></policy>
-    <limit name="max_replies_per_connection">100000</limit></busconfig>
-    """.write(to: config, atomically: true, encoding: .utf8)
-    let daemon = Process()
-    daemon.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
-    daemon.arguments = ["--config-file=\(config.path)", "--print-address=1", "--nofork"]
-    let out = Pipe()
-    daemon.standardOutput = out
-    daemon.standardError = FileHandle.nullDevice
-    try daemon.run()
-    var buffer = Data()
-    while !buffer.contains(UInt8(ascii: "\n")) {
-        let chunk = out.fileHandleForReading.availableData
-        if chunk.isEmpty { break }
-        buffer.append(chunk)
+/// A private dbus-daemon that lets one connection keep many calls in flight.
+private func startBenchBus() throws -> TestDBusDaemon {
+    try TestDBusDaemon(prefix: "vigil-dbus-api-bench") { directory in
+        """
+        <type>session</type><listen>unix:dir=\(directory)</listen><auth>EXTERNAL</auth>
+        <policy context="default"><allow send_destination="*" eavesdrop="true"/><allow eavesdrop="true"/><allow own="*"/></policy>
+        <limit name="max_replies_per_connection">100000</limit>
+        """
     }
-    return (daemon, String(decoding: buffer, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
 }
