@@ -163,9 +163,37 @@ struct VigilBusClient {
         return try decoding("GetAll(\(interface))") { try reply.argument(0, as: [String: DBusVariant].self) }
     }
 
+    /// The active leases, each with its `Status` property (a lease that
+    /// ends between the list and the read keeps an empty status).
     func leases() async throws -> [LeaseRow] {
         let reply = try await call("ListLeases")
-        return try decoding("ListLeases") { try reply.argument(0, as: [LeaseRow].self) }
+        var rows = try decoding("ListLeases") { try reply.argument(0, as: [LeaseRow].self) }
+        for index in rows.indices {
+            let answer = try? await connection.call(
+                destination: Self.busName, path: rows[index].path, interface: Self.propertiesInterface, member: "Get",
+                arguments: [.string(Self.leaseInterface), .string("Status")], timeout: .seconds(10))
+            if let answer, let status = try? answer.argument(0, as: DBusVariant.self).decode([String: DBusVariant].self),
+               !status.isEmpty {
+                rows[index].status = status.mapValues { Self.plainText($0.value) }
+            }
+        }
+        return rows
+    }
+
+    /// A status value as a person reads it: strings without quotes,
+    /// numbers without their D-Bus type.
+    static func plainText(_ value: DBusValue) -> String {
+        switch value {
+        case let .string(v): v
+        case let .int64(v): String(v)
+        case let .uint64(v): String(v)
+        case let .int32(v): String(v)
+        case let .uint32(v): String(v)
+        case let .double(v): String(v)
+        case let .bool(v): String(v)
+        case let .variant(v): plainText(v)
+        default: value.description
+        }
     }
 
     func strategies() async throws -> [StrategyRow] {
@@ -212,6 +240,8 @@ struct LeaseRow: DBusDecodable, Codable, Equatable {
     var deadline: UInt64
     var renewals: UInt32
     var state: String
+    /// The lease's `Status` property, values as text; nil when empty.
+    var status: [String: String]?
 
     init(dbusValue: DBusValue) throws(DBusError) {
         guard case let .structure(f) = dbusValue, f.count == 10,

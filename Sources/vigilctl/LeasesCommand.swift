@@ -12,7 +12,9 @@ struct LeasesCommand: AsyncParsableCommand {
             stream, a connection). The table shows, per active lease: its id, strategy, what \
             it holds, why, how long it has been held, its deadline (a lease with a budget must \
             be renewed before it, or it expires), how often it was renewed, and its state \
-            (active, or expiring while its expiration handler runs).
+            (active, or expiring while its expiration handler runs). Below the table, \
+            the live status each strategy reports for its lease (an audio stream's sink and \
+            state, a socket's peer and round-trip time) as KEY=VALUE pairs.
 
             --watch prints the table, then one line per lease signal (LeaseAcquired, \
             LeaseRenewed, LeaseExpiring, LeaseExpired, LeaseReleased) as vigild emits it; it \
@@ -102,9 +104,15 @@ struct LeasesCommand: AsyncParsableCommand {
                 String(lease.renewals), lease.state,
             ]
         }
-        return TableFormat.table(
+        let table = TableFormat.table(
             [C("ID", .right), C("STRATEGY"), C("HOLDS"), C("REASON"), C("AGE", .right), C("DEADLINE"), C("RENEWALS", .right), C("STATE")],
             rows)
+        // Each lease's live status (what its strategy reports), one line per lease.
+        let statuses = leases.sorted { $0.id < $1.id }.compactMap { lease -> String? in
+            guard let status = lease.status, !status.isEmpty else { return nil }
+            return "  \(lease.id): " + status.keys.sorted().map { "\($0)=\(TableFormat.cell(status[$0] ?? ""))" }.joined(separator: " ")
+        }
+        return statuses.isEmpty ? table : table + "\nStatus:\n" + statuses.joined(separator: "\n") + "\n"
     }
 
     // MARK: - Watching

@@ -11,7 +11,29 @@ typealias HostBusDaemon = TestDBusDaemon
 /// Test kinds: each waits for one second of the manual clock first, so a
 /// test can subscribe to signals before the strategy does anything.
 enum HostBusKinds {
-    static let all: [any StrategyKind] = [Script(), Idle(), Fail()]
+    static let all: [any StrategyKind] = [Script(), Idle(), Fail(), Status()]
+
+    /// Acquires one lease and sets its status three times at once (count 1,
+    /// 2, 3), then once more two seconds later (count 4).
+    struct Status: StrategyKind {
+        var name: String { "test-status" }
+        var summary: String { "a lease with a live status" }
+        func makeStrategy(_ config: ConfigReader) throws -> any KeepAliveStrategy { Run() }
+
+        struct Run: KeepAliveStrategy {
+            func run(in context: StrategyContext) async throws {
+                try await context.clock.sleep(for: .seconds(1))
+                let lease = try await context.leases.acquire(LeaseRequest(holds: "stream", reason: "status test"))
+                for count in 1...3 {
+                    await lease.setStatus(["State": .string("up"), "Count": .uint(UInt64(count)), "Level": .double(-0.5),
+                                           "Delta": .int(-2), "Ok": .bool(true)])
+                }
+                try await context.clock.sleep(for: .seconds(2))
+                await lease.setStatus(["State": .string("down"), "Count": .uint(4)])
+                try await context.clock.sleep(for: .seconds(1_000_000))
+            }
+        }
+    }
 
     /// Acquires leases a (10 s budget), b (5 s budget, with an expiration
     /// handler) and c (no budget); renews a after 2 s; b expires at 5 s;

@@ -83,7 +83,7 @@ private func paths(_ value: DBusValue?) -> [String] {
         #expect(parsed.status == 0, "\(parsed.stderr)")
         #expect(parsed.stdout.contains("org.vigil.Vigil1.Host 4 6 12\n"))
         #expect(parsed.stdout.contains("org.vigil.Vigil1.Strategy 0 0 6\n"))
-        #expect(parsed.stdout.contains("org.vigil.Vigil1.Lease 0 0 9\n"))
+        #expect(parsed.stdout.contains("org.vigil.Vigil1.Lease 0 0 10\n"))
         #expect(parsed.stdout.contains("org.freedesktop.DBus.ObjectManager 1 2 0\n"))
         let docs = try String(contentsOfFile: Build.packageRoot + "/docs/org.vigil.Vigil1.xml", encoding: .utf8)
         #expect(docs == xml, "docs/org.vigil.Vigil1.xml is stale: regenerate it with `vigild --print-introspection > docs/org.vigil.Vigil1.xml`")
@@ -122,7 +122,7 @@ private enum Build {
             if case .dict(_, _, let interfaces)? = seen.first?.body.last,
                case .dict(_, _, let properties)? = interfaces.first?.value {
                 let names = properties.compactMap { if case .string(let n) = $0.key { n } else { nil } }
-                #expect(names == ["Id", "Strategy", "Kind", "Holds", "Reason", "AcquiredAt", "Deadline", "Renewals", "State"])
+                #expect(names == ["Id", "Strategy", "Kind", "Holds", "Reason", "AcquiredAt", "Deadline", "Renewals", "State", "Status"])
             } else {
                 Issue.record("InterfacesAdded without properties: \(String(describing: seen.first))")
             }
@@ -157,6 +157,44 @@ private enum Build {
             // Every signal came from the objects the contract names.
             #expect(seen.allSatisfy { $0.path == root || $0.path.hasPrefix(root + "/Lease/") })
             #expect(paths(try await f.get(root, HostBusNames.hostInterface, "Leases")) == [lease(1)])
+        }
+    }
+
+    /// A lease's status is readable at once and announced at most once a
+    /// second: three changes at one instant give one PropertiesChanged now
+    /// and one at the end of the second, carrying the last of them.
+    @Test func leaseStatusIsShownAndAnnouncedAtABoundedRate() async throws {
+        let config = """
+            [[strategy]]
+            name = "status"
+            kind = "test-status"
+            """
+        try await HostBusFixture.with(strategies: config) { f in
+            let signals = try await f.record()
+            await f.advance(1)
+            var seen = await signals.wait(for: 4)
+            #expect(signals.descriptions() == [
+                "InterfacesAdded \(lease(1))", "PropertiesChanged \(root) Leases", "LeaseAcquired \(lease(1)) \"status\" \"stream\"",
+                "PropertiesChanged \(lease(1)) Status",
+            ])
+            let first = seen[safe: 3]?.changedProperties["Status"]
+            #expect(first == HostBusValues.status(["State": .string("up"), "Count": .uint(1), "Level": .double(-0.5),
+                                                   "Delta": .int(-2), "Ok": .bool(true)]))
+            // Reads see the newest status before it is announced.
+            let latest = HostBusValues.status(["State": .string("up"), "Count": .uint(3), "Level": .double(-0.5),
+                                               "Delta": .int(-2), "Ok": .bool(true)])
+            #expect(try await f.get(lease(1), HostBusNames.leaseInterface, "Status") == latest)
+            #expect(latest.signature == "a{sv}")
+
+            await f.advance(1)
+            seen = await signals.wait(for: 5)
+            #expect(signals.descriptions(from: 4) == ["PropertiesChanged \(lease(1)) Status"])
+            #expect(seen[safe: 4]?.changedProperties["Status"] == latest)
+
+            await f.advance(1)
+            seen = await signals.wait(for: 6)
+            #expect(seen[safe: 5]?.changedProperties["Status"] == HostBusValues.status(["State": .string("down"), "Count": .uint(4)]))
+            #expect(signals.descriptions().count == 6)
         }
     }
 
@@ -196,7 +234,7 @@ private enum Build {
             #expect(a == [
                 "Id": .uint64(1), "Strategy": .string("lease-script"), "Kind": .string("test-script"), "Holds": .string("a"),
                 "Reason": .string("script a"), "AcquiredAt": .uint64(wall0 + 1_000_000), "Deadline": .uint64(wall0 + 11_000_000),
-                "Renewals": .uint32(0), "State": .string("active"),
+                "Renewals": .uint32(0), "State": .string("active"), "Status": HostBusValues.status([:]),
             ])
             #expect(try await f.get(lease(3), HostBusNames.leaseInterface, "Deadline") == .uint64(0))
 

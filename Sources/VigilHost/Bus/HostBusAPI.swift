@@ -34,13 +34,24 @@ public actor HostBusAPI {
         var snapshot: LeaseSnapshot
         /// The kind of the lease's strategy.
         var kind: String
+        /// When `Status` was last announced with PropertiesChanged.
+        var statusAnnouncedAt: VigilInstant?
+        /// A later announcement is scheduled (the rate limit held one back).
+        var statusAnnouncementPending = false
     }
+
+    /// At most one PropertiesChanged for a lease's `Status` per interval; a
+    /// change inside the interval is announced at its end, with the status
+    /// of that moment. Reads always see the newest status.
+    static let statusAnnouncementInterval: Duration = .seconds(1)
 
     private var server: DBusObjectServer?
     private var strategyOrder: [String] = []
     private var strategies: [String: StrategyEntry] = [:]
     private var leases: [LeaseID: LeaseEntry] = [:]
     private var followers: [Task<Void, Never>] = []
+    /// Scheduled `Status` announcements, by lease.
+    private var statusFlushes: [LeaseID: Task<Void, Never>] = [:]
     private let survival: HostBusSurvivalReader
     private let log: StrategyLogger
 
@@ -54,6 +65,7 @@ public actor HostBusAPI {
 
     deinit {
         for task in followers { task.cancel() }
+        for task in statusFlushes.values { task.cancel() }
     }
 
     // MARK: exporting
@@ -93,6 +105,8 @@ public actor HostBusAPI {
     public func stop() {
         for task in followers { task.cancel() }
         followers = []
+        for task in statusFlushes.values { task.cancel() }
+        statusFlushes = [:]
     }
 
     /// The introspection XML of the whole API: the root object's interfaces
@@ -214,6 +228,11 @@ public actor HostBusAPI {
                 leases[id] = entry
                 try await server.emitPropertiesChanged(path: path, interface: HostBusNames.leaseInterface, properties: ["Deadline", "Renewals"])
                 try await emit("LeaseRenewed", [.objectPath(path), .uint64(HostBusValues.deadlineWallMicros(event.lease))])
+            case .status:
+                guard var entry = leases[id] else { return }
+                entry.snapshot.status = event.lease.status
+                leases[id] = entry
+                try await announceStatus(id, at: event.at)
             case .expiring:
                 guard var entry = leases[id], entry.snapshot.state == .active else { return }
                 entry.snapshot = event.lease
@@ -231,11 +250,44 @@ public actor HostBusAPI {
                     try await emit("LeaseReleased", [.objectPath(path), .string(event.detail)])
                 }
                 leases[id] = nil
+                statusFlushes.removeValue(forKey: id)?.cancel()
                 try await server.unexport(path)
                 try await server.emitPropertiesChanged(path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, properties: ["Leases"])
             }
         } catch {
             log.warning("cannot publish lease \(id) \(event.kind.rawValue) on D-Bus: \(error)")
+        }
+    }
+
+    /// Sends PropertiesChanged for a lease's `Status`, or schedules it for
+    /// the end of the rate-limit interval.
+    private func announceStatus(_ id: LeaseID, at now: VigilInstant) async throws {
+        guard let server, var entry = leases[id], !entry.statusAnnouncementPending else { return }
+        if let last = entry.statusAnnouncedAt, now - last < Self.statusAnnouncementInterval {
+            entry.statusAnnouncementPending = true
+            leases[id] = entry
+            let due = last + Self.statusAnnouncementInterval
+            let clock = runtime.clock
+            statusFlushes[id] = Task { [weak self] in
+                do { try await clock.sleep(until: due) } catch { return }
+                await self?.flushStatus(id)
+            }
+            return
+        }
+        entry.statusAnnouncedAt = now
+        leases[id] = entry
+        try await server.emitPropertiesChanged(path: HostBusNames.leasePath(id), interface: HostBusNames.leaseInterface, properties: ["Status"])
+    }
+
+    private func flushStatus(_ id: LeaseID) async {
+        statusFlushes[id] = nil
+        guard var entry = leases[id], entry.statusAnnouncementPending else { return }
+        entry.statusAnnouncementPending = false
+        leases[id] = entry
+        do {
+            try await announceStatus(id, at: runtime.clock.now)
+        } catch {
+            log.warning("cannot publish lease \(id) status on D-Bus: \(error)")
         }
     }
 

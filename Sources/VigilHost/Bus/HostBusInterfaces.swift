@@ -134,6 +134,7 @@ enum HostBusInterfaces {
                 read("Deadline", "t", .true) { .uint64(HostBusValues.deadlineWallMicros($0.snapshot)) },
                 read("Renewals", "u", .true) { .uint32(UInt32(clamping: $0.snapshot.renewals)) },
                 read("State", "s", .true) { .string($0.snapshot.state.rawValue) },
+                read("Status", "a{sv}", .true) { HostBusValues.status($0.snapshot.status) },
             ]
         )
     }

@@ -25,6 +25,20 @@ public enum HostBusValues {
         }
     }
 
+    /// A lease's live status as `a{sv}`, keys sorted.
+    public static func status(_ status: [String: StatusValue]) -> DBusValue {
+        .dict(keySignature: "s", valueSignature: "v", status.keys.sorted().map { key in
+            let value: DBusValue = switch status[key] ?? .string("") {
+            case .string(let v): .string(v)
+            case .int(let v): .int64(v)
+            case .uint(let v): .uint64(v)
+            case .double(let v): .double(v)
+            case .bool(let v): .bool(v)
+            }
+            return DBusDictEntry(key: .string(key), value: .variant(value))
+        })
+    }
+
     /// Microseconds of a duration, 0 for negative ones.
     static func micros(_ duration: Duration) -> UInt64 {
         let (seconds, attoseconds) = duration.components

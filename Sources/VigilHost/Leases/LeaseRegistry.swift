@@ -18,6 +18,8 @@ public struct LeaseSnapshot: Sendable, Hashable {
     public var power: String
     /// How long the expiration handler may run once the budget is out.
     public var grace: Duration = .zero
+    /// The holder's live status (``LeaseHandle/setStatus(_:)``).
+    public var status: [String: StatusValue] = [:]
 }
 
 /// One change in the registry. The D-Bus API, the survival log and tests all
@@ -25,6 +27,10 @@ public struct LeaseSnapshot: Sendable, Hashable {
 public struct LeaseEvent: Sendable, Hashable {
     public enum Kind: String, Sendable, Hashable {
         case acquired, renewed, expiring, expired, released, failed
+        /// The holder replaced the lease's status. Sent to subscribers but
+        /// kept out of `history`, so frequent updates (a download's progress)
+        /// cannot push life-cycle events out of it.
+        case status
     }
     public var kind: Kind
     public var lease: LeaseSnapshot
@@ -169,6 +175,15 @@ public actor LeaseRegistry {
         armWatcher(id)
     }
 
+    /// Replaces a lease's live status. Does nothing for an ended or unknown
+    /// lease, or when the status did not change.
+    public func setStatus(_ id: LeaseID, _ status: [String: StatusValue]) {
+        guard var entry = entries[id], entry.snapshot.status != status else { return }
+        entry.snapshot.status = status
+        entries[id] = entry
+        publish(.status, entry.snapshot)
+    }
+
     /// Ends a lease. Releasing an ended or unknown lease does nothing.
     public func release(_ id: LeaseID, detail: String = "released by holder") async {
         await end(id, as: .released, forced: false, detail: detail)
@@ -251,7 +266,7 @@ public actor LeaseRegistry {
 
     private func publish(_ kind: LeaseEvent.Kind, _ snapshot: LeaseSnapshot, forced: Bool = false, detail: String = "") {
         let event = LeaseEvent(kind: kind, lease: snapshot, at: clock.now, forced: forced, detail: detail)
-        history.append(event)
+        if kind != .status { history.append(event) }
         if history.count > historyLimit { history.removeFirst(history.count - historyLimit) }
         for continuation in subscribers.values { continuation.yield(event) }
     }
@@ -284,6 +299,10 @@ public struct RegistryLease: LeaseHandle {
 
     public func release() async {
         await registry.release(id)
+    }
+
+    public func setStatus(_ status: [String: StatusValue]) async {
+        await registry.setStatus(id, status)
     }
 
     public var state: LeaseState {

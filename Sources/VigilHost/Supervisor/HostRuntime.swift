@@ -156,7 +156,7 @@ public actor HostRuntime {
         })
         // Lease changes go to the survival log's event table.
         background.append(Task {
-            for await event in leaseEvents {
+            for await event in leaseEvents where event.kind != .status {
                 var fields = ["lease": String(event.lease.id.rawValue), "holds": event.lease.holds]
                 if !event.detail.isEmpty { fields["detail"] = event.detail }
                 if event.forced { fields["forced"] = "true" }

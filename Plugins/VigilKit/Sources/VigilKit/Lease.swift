@@ -77,10 +77,38 @@ public struct LeaseRequest: Sendable {
     }
 }
 
+/// One value of a lease's live status (see ``LeaseHandle/setStatus(_:)``).
+/// On D-Bus it is a variant of type `s`, `x`, `t`, `d` or `b`.
+public enum StatusValue: Sendable, Hashable, CustomStringConvertible {
+    case string(String)
+    case int(Int64)
+    case uint(UInt64)
+    case double(Double)
+    case bool(Bool)
+
+    public var description: String {
+        switch self {
+        case .string(let v): v
+        case .int(let v): String(v)
+        case .uint(let v): String(v)
+        case .double(let v): String(v)
+        case .bool(let v): String(v)
+        }
+    }
+}
+
 /// A held lease. Release it when done; the host releases every lease of a
 /// strategy whose `run` ended.
 public protocol LeaseHandle: Sendable {
     var id: LeaseID { get }
+    /// Publishes what the strategy knows about the held thing now: an audio
+    /// stream's sink, signal, state and underruns; a socket's addresses,
+    /// state and last round-trip time. Replaces the previous status. The host
+    /// shows it as the lease object's `Status` property (`a{sv}`) on D-Bus,
+    /// announced with PropertiesChanged at a bounded rate, and in
+    /// `vigilctl status`. Keys are CamelCase like D-Bus property names.
+    /// Setting the status of an ended lease does nothing.
+    func setStatus(_ status: [String: StatusValue]) async
     /// Extends the deadline to now + `budget` (or the original budget when
     /// nil). Throws ``LeaseError`` if the lease already ended.
     func renew(budget: Duration?) async throws
