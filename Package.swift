@@ -16,6 +16,7 @@ let package = Package(
         // without loading anything else.
         .library(name: "vigil-periodic-wake", type: .dynamic, targets: ["PeriodicWake"]),
         .library(name: "vigil-background-task", type: .dynamic, targets: ["BackgroundTask"]),
+        .library(name: "vigil-download-session", type: .dynamic, targets: ["DownloadSession"]),
     ],
     dependencies: [
         .package(path: "Plugins/VigilKit"),
@@ -75,6 +76,20 @@ let package = Package(
             name: "PeriodicWake",
             dependencies: [.product(name: "VigilKit", package: "VigilKit")],
             path: "Plugins/PeriodicWake",
+            swiftSettings: strict
+        ),
+        // libcurl, for the download-session strategy (docs/download-session.md).
+        .systemLibrary(
+            name: "CCurl",
+            path: "Sources/CCurl",
+            pkgConfig: "libcurl",
+            providers: [.apt(["libcurl4-openssl-dev"])]
+        ),
+        .target(name: "CCurlShim", dependencies: ["CCurl"], path: "Sources/CCurlShim"),
+        .target(
+            name: "DownloadSession",
+            dependencies: [.product(name: "VigilKit", package: "VigilKit"), "CCurl", "CCurlShim"],
+            path: "Plugins/DownloadSession",
             swiftSettings: strict
         ),
         // Shared test helpers (a private dbus-daemon), used by the test targets.

@@ -15,9 +15,9 @@ import CDBusShim
 public final class DBusObjectServer: @unchecked Sendable {
     public let connection: DBusConnection
     /// Exported objects: path → interfaces, in declaration order.
-    private var objects: [String: [DBusInterface]] = [:]
+    var objects: [String: [DBusInterface]] = [:]
     /// Paths where an ObjectManager lives.
-    private var managers: Set<String> = []
+    var managers: Set<String> = []
 
     /// Attaches an object server to `connection` (one per connection).
     public init(connection: DBusConnection) async throws {
@@ -373,7 +373,7 @@ public final class DBusObjectServer: @unchecked Sendable {
 
     /// `a{sa{sv}}` for ObjectManager: each interface with its readable
     /// properties (a property whose getter fails is left out).
-    private static func interfacesAndProperties(_ interfaces: [DBusInterface]) async -> DBusValue {
+    static func interfacesAndProperties(_ interfaces: [DBusInterface]) async -> DBusValue {
         var entries: [DBusDictEntry] = []
         for interface in interfaces {
             var properties: [DBusDictEntry] = []

@@ -58,7 +58,7 @@ extension EndToEnd {
                 """))
             let check = try runCommand(Build.vigilctl, ["check-config", config])
             #expect(check.status == 1)
-            #expect(check.stderr.contains("libvigil-mismatch.so was built against VigilKit SDK version 999, but this host uses version 1"), "\(check.stderr)")
+            #expect(check.stderr.contains("libvigil-mismatch.so was built against VigilKit SDK version 999, but this host uses version 2"), "\(check.stderr)")
             #expect(check.stderr.hasPrefix("\(config):9:1: strategy[0].kind: cannot load kind \"mismatch\""), "\(check.stderr)")
             let run = try runCommand(Build.vigild, ["--config", config])
             #expect(run.status == 78)

@@ -80,6 +80,7 @@ public actor HostBusAPI {
         let server = try await DBusObjectServer(connection: connection)
         self.server = server
         try await server.addObjectManager(at: HostBusNames.rootPath)
+        await runtime.strategyBus.attach(server: server, hostUID: hostUID)
         try await server.export(HostBusNames.rootPath, interfaces: [HostBusInterfaces.host(self)])
         for status in await runtime.supervisor.statuses where status.state != .stopped {
             try await addStrategy(status, on: server)
@@ -325,6 +326,7 @@ public actor HostBusAPI {
                 strategies[status.name] = nil
                 strategyOrder.removeAll { $0 == status.name }
                 try await server.unexport(path)
+                await runtime.strategyBus.strategyUnexported(status.name)
                 try await server.emitPropertiesChanged(path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, properties: ["Strategies"])
             }
         } catch {
@@ -337,6 +339,7 @@ public actor HostBusAPI {
         strategies[status.name] = StrategyEntry(status: status, config: config)
         strategyOrder.append(status.name)
         try await server.export(HostBusNames.strategyPath(status.name), interfaces: [HostBusInterfaces.strategy(self, name: status.name)])
+        await runtime.strategyBus.strategyExported(status.name)
     }
 
     private func addLease(_ lease: LeaseSnapshot, on server: DBusObjectServer) async throws {

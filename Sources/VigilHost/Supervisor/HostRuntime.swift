@@ -24,6 +24,8 @@ public actor HostRuntime {
     public nonisolated let registry: LeaseRegistry
     public nonisolated let scheduler: any WakeScheduling
     public nonisolated let supervisor: Supervisor
+    /// What strategies put on D-Bus (StrategyContext.bus).
+    public nonisolated let strategyBus: StrategyBusBridge
     public nonisolated let store: SurvivalStore
     public nonisolated let clock: any VigilClock
     /// What `beginRun` found about the previous run.
@@ -91,11 +93,17 @@ public actor HostRuntime {
         let registry = LeaseRegistry(clock: env.clock, backend: env.power)
         self.registry = registry
         let logSink = env.logSink
-        self.supervisor = Supervisor(services: StrategyServices(
+        let strategyBus = StrategyBusBridge(clock: env.clock, logSink: env.logSink)
+        self.strategyBus = strategyBus
+        var services = StrategyServices(
             registry: registry, scheduler: env.scheduler, clock: env.clock, logSink: env.logSink,
             hooks: { name, log in HookRunner(strategy: name, log: log) },
             events: { name in StoreEvents(store: store, strategy: name, readings: env.readings, log: StrategyLogger(source: name, sink: logSink)) }
-        ))
+        )
+        services.store = { name in HostStrategyStore(store: store, strategy: name) }
+        services.bus = { name in strategyBus.bus(for: name) }
+        services.runEnded = { name in await strategyBus.runEnded(name) }
+        self.supervisor = Supervisor(services: services)
     }
 
     /// Opens the survival store, begins a run and starts everything.

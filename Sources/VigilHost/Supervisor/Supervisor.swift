@@ -44,6 +44,12 @@ public struct StrategyServices: Sendable {
     public var hooks: @Sendable (_ strategy: String, _ log: StrategyLogger) -> any HookRunning
     /// Builds the event recorder for a strategy.
     public var events: @Sendable (_ strategy: String) -> any EventRecording
+    /// Builds the persistent record store for a strategy.
+    public var store: @Sendable (_ strategy: String) -> any StrategyStore = { _ in MemoryStrategyStore() }
+    /// Builds the D-Bus face of a strategy.
+    public var bus: @Sendable (_ strategy: String) -> any StrategyBus = { name in DetachedStrategyBus(objectPath: HostBusNames.strategyPath(name)) }
+    /// Called each time a run of a strategy ends (to take down what it exported).
+    public var runEnded: @Sendable (_ strategy: String) async -> Void = { _ in }
 
     public init(
         registry: LeaseRegistry, scheduler: any WakeScheduling, clock: any VigilClock, logSink: any LogSink,
@@ -142,7 +148,8 @@ public actor Supervisor {
             name: s.name, kind: s.kind, log: log,
             leases: StrategyLeases(registry: services.registry, strategy: s.name),
             scheduler: services.scheduler, hooks: services.hooks(s.name, log),
-            clock: services.clock, events: services.events(s.name)
+            clock: services.clock, events: services.events(s.name),
+            store: services.store(s.name), bus: services.bus(s.name)
         )
         var attempt = 0
         while !Task.isCancelled {
@@ -150,11 +157,13 @@ public actor Supervisor {
             setState(s.name, .running)
             do {
                 try await s.strategy.run(in: context)
+                await services.runEnded(s.name)
                 await services.registry.releaseAll(strategy: s.name, detail: "strategy finished")
                 log.info("finished")
                 setState(s.name, .finished)
                 return
             } catch {
+                await services.runEnded(s.name)
                 await services.registry.releaseAll(strategy: s.name, detail: "strategy \(Task.isCancelled ? "stopped" : "failed")")
                 if Task.isCancelled { return }
                 // A run that lasted longer than the longest backoff counts as

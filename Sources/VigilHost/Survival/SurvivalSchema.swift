@@ -106,6 +106,7 @@ enum SurvivalSchema {
                 """)
             try db.execute(sql: "CREATE INDEX event_on_runId ON event(runId)")
         }
+        StrategyRecordSchema.register(in: &migrator)
         return migrator
     }
 

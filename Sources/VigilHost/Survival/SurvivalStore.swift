@@ -94,7 +94,8 @@ public struct HeartbeatSample: Sendable, Hashable {
 public actor SurvivalStore {
     /// The store file.
     public nonisolated let path: String
-    private let database: DatabaseQueue
+    /// Internal (not private) for the strategy records (StrategyRecords.swift).
+    let database: DatabaseQueue
     private var active: ActiveRun?
 
     /// The run being written, mirrored in memory so a heartbeat needs no reads.

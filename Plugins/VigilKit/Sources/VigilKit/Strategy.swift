@@ -52,11 +52,16 @@ public struct StrategyContext: Sendable {
     /// Record notable events in the survival log (a wake's lateness, a
     /// command's exit status, a reconnect).
     public let events: any EventRecording
+    /// The strategy's own persistent records (the host's SQLite store).
+    public let store: any StrategyStore
+    /// Methods and objects the strategy offers on D-Bus.
+    public let bus: any StrategyBus
 
     public init(
         name: String, kind: String, log: StrategyLogger, leases: any LeaseProvider,
         scheduler: any WakeScheduling, hooks: any HookRunning, clock: any VigilClock,
-        events: any EventRecording
+        events: any EventRecording, store: any StrategyStore = MemoryStrategyStore(),
+        bus: any StrategyBus = DetachedStrategyBus()
     ) {
         self.name = name
         self.kind = kind
@@ -66,6 +71,8 @@ public struct StrategyContext: Sendable {
         self.hooks = hooks
         self.clock = clock
         self.events = events
+        self.store = store
+        self.bus = bus
     }
 }
 

@@ -1,0 +1,186 @@
+/// A D-Bus value as a strategy sees it: the basic types, arrays, and
+/// `a{sv}` dictionaries. The host converts it to and from the wire format.
+public indirect enum BusValue: Sendable, Hashable, CustomStringConvertible {
+    case string(String)
+    case int64(Int64)
+    case uint64(UInt64)
+    case int32(Int32)
+    case uint32(UInt32)
+    case double(Double)
+    case bool(Bool)
+    case objectPath(String)
+    /// An array of values of one type, given by its D-Bus signature (`s`, `o`, ...).
+    case array(elementSignature: String, [BusValue])
+    /// `a{sv}`: string keys, each value in a variant.
+    case dictionary([String: BusValue])
+
+    /// The D-Bus type signature.
+    public var signature: String {
+        switch self {
+        case .string: "s"
+        case .int64: "x"
+        case .uint64: "t"
+        case .int32: "i"
+        case .uint32: "u"
+        case .double: "d"
+        case .bool: "b"
+        case .objectPath: "o"
+        case .array(let element, _): "a" + element
+        case .dictionary: "a{sv}"
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .string(let v), .objectPath(let v): v
+        case .int64(let v): String(v)
+        case .uint64(let v): String(v)
+        case .int32(let v): String(v)
+        case .uint32(let v): String(v)
+        case .double(let v): String(v)
+        case .bool(let v): String(v)
+        case .array(_, let items): "[" + items.map(\.description).joined(separator: ", ") + "]"
+        case .dictionary(let d): "{" + d.keys.sorted().map { "\($0): \(d[$0]?.description ?? "")" }.joined(separator: ", ") + "}"
+        }
+    }
+
+    public var stringValue: String? { if case .string(let v) = self { v } else { nil } }
+    public var boolValue: Bool? { if case .bool(let v) = self { v } else { nil } }
+    /// Any integer type, as Int64 when it fits.
+    public var integerValue: Int64? {
+        switch self {
+        case .int64(let v): v
+        case .uint64(let v): Int64(exactly: v)
+        case .int32(let v): Int64(v)
+        case .uint32(let v): Int64(v)
+        default: nil
+        }
+    }
+}
+
+/// A named argument of a strategy's bus method.
+public struct BusArgument: Sendable, Hashable {
+    public var name: String
+    /// D-Bus signature: one of the types ``BusValue`` can hold.
+    public var signature: String
+    public init(_ name: String, _ signature: String) {
+        self.name = name
+        self.signature = signature
+    }
+}
+
+/// Who called a method, as the bus daemon says.
+public struct BusCaller: Sendable, Hashable {
+    /// The caller's unique bus name (`:1.42`).
+    public var sender: String
+    /// The caller's uid.
+    public var uid: UInt32
+    public init(sender: String, uid: UInt32) {
+        self.sender = sender
+        self.uid = uid
+    }
+}
+
+/// An error a method handler throws; the caller receives it as a D-Bus
+/// error named `name` with `message`.
+public struct BusMethodError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// A D-Bus error name. The common ones are below.
+    public var name: String
+    public var message: String
+    public init(_ name: String, _ message: String) {
+        self.name = name
+        self.message = message
+    }
+    public var description: String { "\(name): \(message)" }
+
+    public static func invalidArgs(_ message: String) -> Self { Self("org.freedesktop.DBus.Error.InvalidArgs", message) }
+    public static func failed(_ message: String) -> Self { Self("org.freedesktop.DBus.Error.Failed", message) }
+    public static func unknownObject(_ message: String) -> Self { Self("org.freedesktop.DBus.Error.UnknownObject", message) }
+}
+
+/// A method a strategy offers on its D-Bus object.
+public struct BusMethod: Sendable {
+    public typealias Handler = @Sendable (_ arguments: [BusValue], _ caller: BusCaller) async throws -> [BusValue]
+
+    public var name: String
+    public var inArguments: [BusArgument]
+    public var outArguments: [BusArgument]
+    /// Changes something: the host lets only root and the uid vigild runs
+    /// as call it (the rule of `Host.Reload`) and answers `AccessDenied`
+    /// to everyone else before the handler runs.
+    public var mutating: Bool
+    /// Receives the arguments, already checked against `inArguments`; returns
+    /// values matching `outArguments`. Throw ``BusMethodError`` for a
+    /// specific D-Bus error; any other error becomes `Failed`.
+    public var handler: Handler
+
+    public init(_ name: String, in inArguments: [BusArgument] = [], out outArguments: [BusArgument] = [],
+                mutating: Bool, handler: @escaping Handler) {
+        self.name = name
+        self.inArguments = inArguments
+        self.outArguments = outArguments
+        self.mutating = mutating
+        self.handler = handler
+    }
+}
+
+/// A read-only property of a child object.
+public struct BusProperty: Sendable, Hashable {
+    public var name: String
+    public var signature: String
+    public init(_ name: String, _ signature: String) {
+        self.name = name
+        self.signature = signature
+    }
+}
+
+/// A child object a strategy exported; its properties change through it.
+public protocol BusObjectHandle: Sendable {
+    /// The full object path.
+    var path: String { get }
+    /// Sets property values. Clients are told with PropertiesChanged at a
+    /// bounded rate (at most about once a second per object; the newest
+    /// values are always what a read returns). `immediately` skips the rate
+    /// limit, for state changes a client waits for.
+    func update(_ values: [String: BusValue], immediately: Bool) async
+    /// Removes the object (`InterfacesRemoved`). Removing twice does nothing.
+    func remove() async
+}
+
+extension BusObjectHandle {
+    public func update(_ values: [String: BusValue]) async { await update(values, immediately: false) }
+}
+
+/// What a strategy may put on D-Bus: methods on its own object
+/// (`/org/vigil/Vigil1/Strategy/<name>`) under an extra interface, and child
+/// objects below it with read-only properties. Everything is removed when
+/// the strategy stops. Without a bus (`[host] bus = "none"`) registrations
+/// are accepted and nothing is exported.
+public protocol StrategyBus: Sendable {
+    /// The strategy object's path (also where there is no bus).
+    var objectPath: String { get }
+    /// Adds `interface` with `methods` to the strategy's object, replacing
+    /// an earlier registration of the same interface (a restarted strategy).
+    func register(interface: String, methods: [BusMethod]) async throws
+    /// Exports a child object at `objectPath + "/" + relativePath` with one
+    /// interface of read-only `properties`, starting with `values`.
+    func exportObject(relativePath: String, interface: String, properties: [BusProperty],
+                      values: [String: BusValue]) async throws -> any BusObjectHandle
+}
+
+/// The bus of a context with no host D-Bus: accepts everything, exports nothing.
+public struct DetachedStrategyBus: StrategyBus {
+    public let objectPath: String
+    public init(objectPath: String = "/org/vigil/Vigil1/Strategy/_") { self.objectPath = objectPath }
+    public func register(interface: String, methods: [BusMethod]) async throws {}
+    public func exportObject(relativePath: String, interface: String, properties: [BusProperty],
+                             values: [String: BusValue]) async throws -> any BusObjectHandle {
+        DetachedObject(path: objectPath + "/" + relativePath)
+    }
+
+    struct DetachedObject: BusObjectHandle {
+        let path: String
+        func update(_ values: [String: BusValue], immediately: Bool) async {}
+        func remove() async {}
+    }
+}

@@ -1,0 +1,2 @@
+#include <curl/curl.h>
+#include <openssl/evp.h>

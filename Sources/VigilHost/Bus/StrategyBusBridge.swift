@@ -1,0 +1,329 @@
+import VigilDBus
+import VigilKit
+
+/// Puts what strategies offer through ``StrategyBus`` on the host's D-Bus
+/// connection: extra interfaces (methods) on a strategy's object and child
+/// objects below it with read-only, rate-limited properties.
+///
+/// It exists for the whole run, with or without a bus: registrations made
+/// before the bus is attached (or with no bus at all) are kept and exported
+/// when ``HostBusAPI`` attaches the object server and exports the strategy
+/// object. When a strategy's `run` ends, everything it put on the bus goes.
+public actor StrategyBusBridge {
+    /// At most one PropertiesChanged per child object per interval (the
+    /// lease `Status` rule).
+    static let announcementInterval: Duration = .seconds(1)
+
+    private let clock: any VigilClock
+    private let log: StrategyLogger
+    private var server: DBusObjectServer?
+    private var hostUID: UInt32 = 0
+    /// Strategy objects HostBusAPI has exported.
+    private var exportedStrategies: Set<String> = []
+    /// strategy → interface name → declaration.
+    private var registrations: [String: [String: DBusInterface]] = [:]
+    /// strategy → interfaces currently added to its object.
+    private var addedInterfaces: [String: Set<String>] = [:]
+    /// path → child object.
+    private var children: [String: Child] = [:]
+
+    struct Child {
+        var strategy: String
+        var interface: String
+        var properties: [BusProperty]
+        var values: [String: BusValue]
+        var exported = false
+        var announcedAt: VigilInstant?
+        var pending: Set<String> = []
+        var flush: Task<Void, Never>?
+    }
+
+    public init(clock: any VigilClock, logSink: any LogSink) {
+        self.clock = clock
+        self.log = StrategyLogger(source: "dbus", sink: logSink)
+    }
+
+    /// The ``StrategyBus`` a strategy's context carries.
+    public nonisolated func bus(for strategy: String) -> any StrategyBus {
+        BridgedStrategyBus(bridge: self, strategy: strategy)
+    }
+
+    // MARK: hooks for HostBusAPI and the supervisor
+
+    /// The host's object server is ready; export the children known so far.
+    func attach(server: DBusObjectServer, hostUID: UInt32) async {
+        self.server = server
+        self.hostUID = hostUID
+        for path in children.keys.sorted() { await exportChild(path) }
+    }
+
+    /// HostBusAPI exported the strategy's object: add its registered interfaces.
+    func strategyExported(_ strategy: String) async {
+        exportedStrategies.insert(strategy)
+        await syncInterfaces(strategy)
+    }
+
+    /// HostBusAPI removed the strategy's object.
+    func strategyUnexported(_ strategy: String) async {
+        exportedStrategies.remove(strategy)
+        addedInterfaces[strategy] = nil
+    }
+
+    /// A run of `strategy` ended: remove its interfaces and child objects.
+    public func runEnded(_ strategy: String) async {
+        registrations[strategy] = nil
+        await syncInterfaces(strategy)
+        for (path, child) in children where child.strategy == strategy {
+            await removeChild(path)
+        }
+    }
+
+    // MARK: what strategies call
+
+    func register(strategy: String, interface: String, methods: [BusMethod]) async throws {
+        let declaration = try Self.declaration(interface, methods: methods, strategy: strategy, bridge: self)
+        do { try declaration.validate() } catch { throw BusMethodError.invalidArgs("cannot register \(interface): \(error)") }
+        // Replace an earlier registration: take it off the object first.
+        if addedInterfaces[strategy]?.contains(interface) == true, let server {
+            try? await server.removeInterfaces([interface], at: HostBusNames.strategyPath(strategy))
+            addedInterfaces[strategy]?.remove(interface)
+        }
+        registrations[strategy, default: [:]][interface] = declaration
+        await syncInterfaces(strategy)
+    }
+
+    func exportObject(strategy: String, relativePath: String, interface: String, properties: [BusProperty],
+                      values: [String: BusValue]) async throws -> String {
+        let path = HostBusNames.strategyPath(strategy) + "/" + relativePath
+        guard DBusObjectPath.isValid(path) else { throw BusMethodError.invalidArgs("\"\(path)\" is not a valid object path") }
+        guard children[path] == nil else { throw BusMethodError.invalidArgs("an object is already exported at \(path)") }
+        for (name, value) in values {
+            guard let p = properties.first(where: { $0.name == name }) else { throw BusMethodError.invalidArgs("\(interface) has no property \(name)") }
+            guard p.signature == value.signature else { throw BusMethodError.invalidArgs("\(interface).\(name) is \(p.signature), got \(value.signature)") }
+        }
+        children[path] = Child(strategy: strategy, interface: interface, properties: properties, values: values)
+        await exportChild(path)
+        return path
+    }
+
+    func update(path: String, values: [String: BusValue], immediately: Bool) async {
+        guard var child = children[path] else { return }
+        var changed: Set<String> = []
+        for (name, value) in values where child.properties.contains(where: { $0.name == name && $0.signature == value.signature }) {
+            if child.values[name] != value { changed.insert(name) }
+            child.values[name] = value
+        }
+        child.pending.formUnion(changed)
+        children[path] = child
+        guard child.exported, !child.pending.isEmpty else { return }
+        let now = clock.now
+        if !immediately, let last = child.announcedAt, now - last < Self.announcementInterval {
+            guard child.flush == nil else { return }
+            let due = last + Self.announcementInterval
+            let clock = self.clock
+            children[path]?.flush = Task { [weak self] in
+                do { try await clock.sleep(until: due) } catch { return }
+                await self?.announce(path)
+            }
+            return
+        }
+        await announce(path)
+    }
+
+    func removeChild(_ path: String) async {
+        guard let child = children.removeValue(forKey: path) else { return }
+        child.flush?.cancel()
+        if child.exported, let server {
+            do { try await server.unexport(path) } catch { log.warning("cannot remove \(path) from D-Bus: \(error)") }
+        }
+    }
+
+    func value(path: String, property: String) -> BusValue? { children[path]?.values[property] }
+
+    // MARK: internals
+
+    private func announce(_ path: String) async {
+        guard var child = children[path], let server else { return }
+        child.flush?.cancel()
+        child.flush = nil
+        let names = child.pending.sorted()
+        child.pending = []
+        child.announcedAt = clock.now
+        children[path] = child
+        guard !names.isEmpty else { return }
+        do {
+            try await server.emitPropertiesChanged(path: path, interface: child.interface, properties: names)
+        } catch {
+            log.warning("cannot announce \(path) properties on D-Bus: \(error)")
+        }
+    }
+
+    private func exportChild(_ path: String) async {
+        guard let server, var child = children[path], !child.exported else { return }
+        let properties = child.properties.map { p in
+            DBusProperty(p.name, signature: p.signature, access: .read, emitsChange: .true) { [weak self] in
+                guard let self, let value = await self.value(path: path, property: p.name) else {
+                    throw DBusError.unknownObject("\(path) is gone")
+                }
+                return HostBusValues.bus(value)
+            }
+        }
+        do {
+            try await server.export(path, interfaces: [DBusInterface(child.interface, properties: properties)])
+            child.exported = true
+            child.announcedAt = clock.now
+            child.pending = []
+            children[path] = child
+        } catch {
+            log.warning("cannot export \(path) on D-Bus: \(error)")
+        }
+    }
+
+    /// Makes the interfaces on a strategy's object match its registrations.
+    private func syncInterfaces(_ strategy: String) async {
+        guard let server, exportedStrategies.contains(strategy) else { return }
+        let path = HostBusNames.strategyPath(strategy)
+        let wanted = registrations[strategy] ?? [:]
+        let present = addedInterfaces[strategy] ?? []
+        let stale = present.subtracting(wanted.keys)
+        if !stale.isEmpty {
+            try? await server.removeInterfaces(Array(stale), at: path)
+        }
+        let missing = wanted.keys.filter { !present.contains($0) }.sorted()
+        if !missing.isEmpty {
+            do {
+                try await server.addInterfaces(missing.compactMap { wanted[$0] }, at: path)
+            } catch {
+                log.warning("cannot add \(missing.joined(separator: ", ")) to \(path): \(error)")
+                addedInterfaces[strategy] = present.subtracting(stale)
+                return
+            }
+        }
+        addedInterfaces[strategy] = present.subtracting(stale).union(missing)
+    }
+
+    private func uid() -> UInt32 { hostUID }
+
+    /// The D-Bus declaration of a strategy's interface: each method checks
+    /// the caller (mutating ones with the Reload rule), converts the
+    /// arguments and maps errors.
+    static func declaration(_ interface: String, methods: [BusMethod], strategy: String, bridge: StrategyBusBridge) throws -> DBusInterface {
+        DBusInterface(interface, methods: methods.map { method in
+            DBusMethod(
+                method.name,
+                in: method.inArguments.map { DBusArgument($0.name, $0.signature) },
+                out: method.outArguments.map { DBusArgument($0.name, $0.signature) }
+            ) { [weak bridge] call in
+                guard let bridge else { throw DBusError.failed("vigild's D-Bus API is shutting down") }
+                let uid = try await call.connection.callerUID(call.sender)
+                if method.mutating {
+                    try HostBusAPI.requireMayMutate(callerUID: uid, hostUID: await bridge.uid(), method: "\(interface).\(method.name)")
+                }
+                let arguments = try call.arguments.map { value throws(DBusError) in
+                    guard let converted = HostBusValues.bus(value) else {
+                        throw DBusError.invalidArgs("argument of type \(value.signature) is not supported by \(interface).\(method.name)")
+                    }
+                    return converted
+                }
+                let results: [BusValue]
+                do {
+                    results = try await method.handler(arguments, BusCaller(sender: call.sender, uid: uid))
+                } catch let error as BusMethodError {
+                    throw DBusError(name: error.name, message: error.message)
+                } catch let error as DBusError {
+                    throw error
+                } catch {
+                    throw DBusError.failed("\(error)")
+                }
+                return results.map { HostBusValues.bus($0) }
+            }
+        })
+    }
+}
+
+/// A strategy's view of the bridge.
+struct BridgedStrategyBus: StrategyBus {
+    let bridge: StrategyBusBridge
+    let strategy: String
+
+    var objectPath: String { HostBusNames.strategyPath(strategy) }
+
+    func register(interface: String, methods: [BusMethod]) async throws {
+        try await bridge.register(strategy: strategy, interface: interface, methods: methods)
+    }
+
+    func exportObject(relativePath: String, interface: String, properties: [BusProperty],
+                      values: [String: BusValue]) async throws -> any BusObjectHandle {
+        let path = try await bridge.exportObject(strategy: strategy, relativePath: relativePath, interface: interface,
+                                                 properties: properties, values: values)
+        return BridgedObject(bridge: bridge, path: path)
+    }
+}
+
+struct BridgedObject: BusObjectHandle {
+    let bridge: StrategyBusBridge
+    let path: String
+
+    func update(_ values: [String: BusValue], immediately: Bool) async {
+        await bridge.update(path: path, values: values, immediately: immediately)
+    }
+
+    func remove() async { await bridge.removeChild(path) }
+}
+
+extension HostBusValues {
+    /// A strategy's bus value on the wire.
+    public static func bus(_ value: BusValue) -> DBusValue {
+        switch value {
+        case .string(let v): .string(v)
+        case .int64(let v): .int64(v)
+        case .uint64(let v): .uint64(v)
+        case .int32(let v): .int32(v)
+        case .uint32(let v): .uint32(v)
+        case .double(let v): .double(v)
+        case .bool(let v): .bool(v)
+        case .objectPath(let v): .objectPath(v)
+        case .array(let element, let items): .array(elementSignature: element, items.map { bus($0) })
+        case .dictionary(let d):
+            .dict(keySignature: "s", valueSignature: "v", d.keys.sorted().map { key in
+                DBusDictEntry(key: .string(key), value: .variant(bus(d[key] ?? .string(""))))
+            })
+        }
+    }
+
+    /// A wire value as a strategy's bus value; nil for types strategies do
+    /// not take (file descriptors, structs, bytes, non-`a{sv}` dictionaries).
+    public static func bus(_ value: DBusValue) -> BusValue? {
+        switch value {
+        case .string(let v): return .string(v)
+        case .int64(let v): return .int64(v)
+        case .uint64(let v): return .uint64(v)
+        case .int32(let v): return .int32(v)
+        case .uint32(let v): return .uint32(v)
+        case .int16(let v): return .int32(Int32(v))
+        case .uint16(let v): return .uint32(UInt32(v))
+        case .byte(let v): return .uint32(UInt32(v))
+        case .double(let v): return .double(v)
+        case .bool(let v): return .bool(v)
+        case .objectPath(let v): return .objectPath(v)
+        case .variant(let inner): return bus(inner)
+        case .array(let element, let items):
+            var out: [BusValue] = []
+            for item in items {
+                guard let v = bus(item) else { return nil }
+                out.append(v)
+            }
+            return .array(elementSignature: element, out)
+        case .dict(let key, let valueSig, let entries):
+            guard key == "s", valueSig == "v" else { return nil }
+            var out: [String: BusValue] = [:]
+            for entry in entries {
+                guard case .string(let k) = entry.key, let v = bus(entry.value) else { return nil }
+                out[k] = v
+            }
+            return .dictionary(out)
+        default:
+            return nil
+        }
+    }
+}
