@@ -84,8 +84,14 @@ final class CurlTransfer: @unchecked Sendable {
     private var failure: TransferOutcome?
     private let hasher: OpaquePointer?
 
-    init(_ request: TransferRequest) {
+    /// Called on the transfer thread when a 2xx response starts writing
+    /// the part file, with its validators (stored before much is written,
+    /// so a resume after `kill -9` can send If-Range).
+    private let onResponse: @Sendable (ResponseValidators) -> Void
+
+    init(_ request: TransferRequest, onResponse: @escaping @Sendable (ResponseValidators) -> Void = { _ in }) {
         self.request = request
+        self.onResponse = onResponse
         self.hasher = ccurl_sha256_new()
     }
 
@@ -238,6 +244,7 @@ final class CurlTransfer: @unchecked Sendable {
                 shared.bytesTotal = total ?? 0
                 shared.bytesDone = resumeFrom
             }
+            onResponse(found)
         }
         return nil
     }

@@ -346,7 +346,8 @@ actor DownloadManager {
             let partExists = access(part, F_OK) == 0
             let transfer = CurlTransfer(TransferRequest(
                 url: record.url, partPath: part, ifRange: partExists ? record.ifRange : nil,
-                connectTimeout: settings.connectTimeout, stallTimeout: settings.stallTimeout, writeChunk: settings.writeChunk))
+                connectTimeout: settings.connectTimeout, stallTimeout: settings.stallTimeout, writeChunk: settings.writeChunk),
+                onResponse: { validators in Task { await self.noteValidators(id, validators) } })
             let monitor = Task { await self.monitor(id, transfer, lease) }
             let outcome = await Self.onThread({ transfer.perform() }, onCancel: { transfer.cancel() })
             monitor.cancel()
@@ -486,6 +487,13 @@ actor DownloadManager {
             await noteProgress(id, progress, rate: rate, lease: lease)
             do { try await clock.sleep(for: settings.progressInterval) } catch { return }
         }
+    }
+
+    private func noteValidators(_ id: UInt64, _ validators: ResponseValidators) async {
+        guard var record = records[id], record.state == .active, record.validators != validators else { return }
+        record.validators = validators
+        records[id] = record
+        try? await save(record)
     }
 
     private func noteProgress(_ id: UInt64, _ progress: TransferProgress, rate: Double, lease: (any LeaseHandle)?) async {

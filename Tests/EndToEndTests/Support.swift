@@ -84,9 +84,11 @@ final class Daemon: @unchecked Sendable {
     private var exitStatus: Int32?
     let process = Process()
 
-    init(arguments: [String], environment: [String: String] = [:]) throws {
-        process.executableURL = URL(fileURLWithPath: Build.vigild)
-        process.arguments = arguments
+    /// `executable`: a wrapper argv that ends by exec'ing vigild (its
+    /// arguments follow); nil runs vigild directly.
+    init(arguments: [String], environment: [String: String] = [:], executable: [String]? = nil) throws {
+        process.executableURL = URL(fileURLWithPath: executable?.first ?? Build.vigild)
+        process.arguments = (executable.map { Array($0.dropFirst()) } ?? []) + arguments
         var env = ProcessInfo.processInfo.environment
         // The system bus is only what a test passes explicitly.
         env["DBUS_SYSTEM_BUS_ADDRESS"] = nil

@@ -1,0 +1,319 @@
+import Foundation
+import Glibc
+import Testing
+import VigilTestSupport
+
+/// The download-session strategy through the built vigild, against a real
+/// nginx on 127.0.0.1 (Range, If-Range, strong ETags) and a private bus.
+extension EndToEnd {
+    @Suite struct DownloadSessionEndToEndTests {
+        /// nginx, a bus, a temp dir with `downloads/` and `state/`, and a
+        /// config writer for one download-session strategy named "dl".
+        final class Harness: @unchecked Sendable {
+            // Invariant: set in init, read-only afterwards.
+            let nginx: TestNginx
+            let bus: TestDBusDaemon
+            let dir: TempDir
+            var downloads: String { dir.file("downloads") }
+
+            init(slowRate: String = "4m") throws {
+                nginx = try TestNginx(slowRate: slowRate)
+                bus = try TestDBusDaemon()
+                dir = try TempDir("vigil-download")
+                try FileManager.default.createDirectory(atPath: dir.file("downloads"), withIntermediateDirectories: true)
+            }
+
+            func stop() {
+                nginx.stop()
+                bus.stop()
+            }
+
+            /// Writes the config; `body` is the rest of the strategy table.
+            @discardableResult
+            func config(_ body: String) throws -> String {
+                let host = hostConfig(stateDir: dir.file("state"), interval: "60s", extra: "bus = \"\(bus.address)\"")
+                return try dir.write("vigil.toml", host + """
+
+                    [[strategy]]
+                    name = "dl"
+                    kind = "download-session"
+                    dir = "\(downloads)"
+                    backoff_initial = "100ms"
+                    backoff_max = "500ms"
+                    \(body)
+                    """)
+            }
+
+            func start(_ wrapper: [String] = []) throws -> Daemon {
+                try Daemon(arguments: ["--config", dir.file("vigil.toml")], executable: wrapper.isEmpty ? nil : wrapper)
+            }
+
+            func busctl(_ arguments: [String]) throws -> CommandResult {
+                try runCommand("/usr/bin/busctl", ["--address=\(bus.address)"] + arguments)
+            }
+
+            func enqueue(_ url: String, _ dest: String, _ options: [String] = ["0"]) throws -> CommandResult {
+                try busctl(["call", "org.vigil.Vigil1", "/org/vigil/Vigil1/Strategy/dl", "org.vigil.Vigil1.DownloadSession",
+                            "Enqueue", "ssa{sv}", url, dest] + options)
+            }
+
+            func property(_ id: Int, _ name: String) throws -> String {
+                try busctl(["get-property", "org.vigil.Vigil1", "/org/vigil/Vigil1/Strategy/dl/Download/\(id)",
+                            "org.vigil.Vigil1.Download", name]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            }
+
+            func size(_ path: String) -> Int {
+                var st = stat()
+                return stat(path, &st) == 0 ? Int(st.st_size) : -1
+            }
+
+            /// Polls (every 20 ms, at most `timeout`) until `path` holds at least `bytes`.
+            func waitForSize(_ path: String, atLeast bytes: Int, timeout: Duration = .seconds(30)) async throws {
+                let end = ContinuousClock.now + timeout
+                while size(path) < bytes {
+                    guard ContinuousClock.now < end else { throw DaemonError("\(path) did not reach \(bytes) bytes (has \(size(path)))") }
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+            }
+        }
+
+        static func sha256(_ path: String) throws -> String {
+            String(try runCommand("/usr/bin/sha256sum", [path]).stdout.prefix(64))
+        }
+
+        @Test func a256MiBDownloadCompletesAndVerifies() async throws {
+            let h = try Harness()
+            defer { h.stop() }
+            let file = try h.nginx.makeFile("big.bin", size: 256 << 20)
+            let digest = try Self.sha256(file)
+            try h.config("downloads = [{ url = \"\(h.nginx.baseURL)/big.bin\", sha256 = \"\(digest)\", size = \(256 << 20) }]")
+            let daemon = try h.start()
+            try await daemon.waitForLine(containing: "download 1 completed", timeout: .seconds(120))
+            let dest = h.downloads + "/big.bin"
+            #expect(try Self.sha256(dest) == digest)
+            #expect(h.size(dest + ".part") == -1)
+            #expect(try h.property(1, "State") == "s \"completed\"")
+            #expect(try h.property(1, "Sha256") == "s \"\(digest)\"")
+            #expect(try h.property(1, "BytesDone") == "t \(256 << 20)")
+            daemon.signal(SIGTERM)
+            #expect(await daemon.waitForExit() == 0)
+        }
+
+        @Test func killNineMidDownloadThenRestartResumesFromThePartFile() async throws {
+            let h = try Harness(slowRate: "8m")
+            defer { h.stop() }
+            let size = 48 << 20
+            let file = try h.nginx.makeFile("resume.bin", size: size, seed: 7)
+            let digest = try Self.sha256(file)
+            try h.config("downloads = [{ url = \"\(h.nginx.baseURL)/slow/resume.bin\", dest = \"maps/resume.bin\", sha256 = \"\(digest)\" }]")
+            let part = h.downloads + "/maps/resume.bin.part"
+            let first = try h.start()
+            try await h.waitForSize(part, atLeast: 12 << 20)
+            first.signal(SIGKILL)
+            _ = await first.waitForExit()
+            let kept = h.size(part)
+            #expect(kept >= 12 << 20 && kept < size)
+
+            let second = try h.start()
+            let resumed = try await second.waitForLine(containing: "download 1 resumed at byte")
+            try await second.waitForLine(containing: "download 1 completed", timeout: .seconds(60))
+            #expect(try Self.sha256(h.downloads + "/maps/resume.bin") == digest)
+            let offset = Int(resumed.split(separator: " ").last ?? "") ?? -1
+            #expect(offset == kept)
+            let ranged = h.nginx.requests().filter { $0.contains("range=\"bytes=\(kept)-\"") }
+            #expect(ranged.count == 1, "\(h.nginx.requests())")
+            #expect(ranged.first?.hasPrefix("206 ") == true)
+            #expect(ranged.first?.contains("if-range=\"\"") == false)
+            second.signal(SIGTERM)
+            #expect(await second.waitForExit() == 0)
+        }
+
+        @Test func aFileChangedOnTheServerRestartsFromZero() async throws {
+            let h = try Harness(slowRate: "8m")
+            defer { h.stop() }
+            let size = 32 << 20
+            let file = try h.nginx.makeFile("changing.bin", size: size, seed: 1)
+            try h.config("downloads = [{ url = \"\(h.nginx.baseURL)/slow/changing.bin\" }]")
+            let part = h.downloads + "/changing.bin.part"
+            let first = try h.start()
+            try await h.waitForSize(part, atLeast: 4 << 20)
+            first.signal(SIGKILL)
+            _ = await first.waitForExit()
+
+            // New content and a different mtime, so the ETag changes.
+            try h.nginx.makeFile("changing.bin", size: size, seed: 2)
+            var times = [timeval(tv_sec: time(nil) + 100, tv_usec: 0), timeval(tv_sec: time(nil) + 100, tv_usec: 0)]
+            #expect(utimes(file, &times) == 0)
+            let digest = try Self.sha256(file)
+
+            let second = try h.start()
+            try await second.waitForLine(containing: "download 1 completed", timeout: .seconds(60))
+            #expect(try Self.sha256(h.downloads + "/changing.bin") == digest)
+            let requests = h.nginx.requests()
+            let resumeAttempt = try #require(requests.last { $0.contains("range=\"bytes=") }, "\(requests)")
+            #expect(resumeAttempt.hasPrefix("200 \(size) "), "If-Range did not match: the whole new file is sent: \(requests)")
+            #expect(!resumeAttempt.contains("if-range=\"\""))
+            second.signal(SIGTERM)
+            #expect(await second.waitForExit() == 0)
+        }
+
+        @Test func aWrongSha256LeavesNoFileAndReportsTheError() async throws {
+            let h = try Harness()
+            defer { h.stop() }
+            try h.nginx.makeFile("small.bin", size: 1 << 20)
+            let wrong = String(repeating: "0", count: 64)
+            try h.config("""
+                downloads = [{ url = "\(h.nginx.baseURL)/small.bin", sha256 = "\(wrong)" }]
+                on_fail = ["sh", "-c", "echo \\"$VIGIL_ERROR\\" > \(h.dir.file("failed.txt"))"]
+                """)
+            let daemon = try h.start()
+            let line = try await daemon.waitForLine(containing: "download 1 failed")
+            #expect(line.contains("sha256 mismatch"), "\(line)")
+            #expect(h.size(h.downloads + "/small.bin") == -1)
+            #expect(h.size(h.downloads + "/small.bin.part") == -1)
+            #expect(try h.property(1, "State") == "s \"failed\"")
+            #expect(try h.property(1, "LastError").contains("expected \(wrong)"))
+            try await h.waitForSize(h.dir.file("failed.txt"), atLeast: 10)
+            #expect(try String(contentsOfFile: h.dir.file("failed.txt"), encoding: .utf8).contains("sha256 mismatch"))
+            daemon.signal(SIGTERM)
+            #expect(await daemon.waitForExit() == 0)
+        }
+
+        @Test func a503WithRetryAfterIsHonoured() async throws {
+            let h = try Harness()
+            defer { h.stop() }
+            let port = try TestNginx.freePort()
+            let log = h.dir.file("python.log")
+            // First GET: 503 with Retry-After: 2; then 200 with a body. Logs
+            // each request's monotonic time.
+            let server = Process()
+            server.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+            server.arguments = ["-c", """
+                import http.server, time, sys
+                count = 0
+                class H(http.server.BaseHTTPRequestHandler):
+                    def do_GET(self):
+                        global count
+                        count += 1
+                        with open(sys.argv[2], 'a') as f: f.write('%d %f\\n' % (count, time.monotonic()))
+                        if count == 1:
+                            self.send_response(503); self.send_header('Retry-After', '2'); self.send_header('Content-Length', '0'); self.end_headers()
+                        else:
+                            body = b'x' * 100000
+                            self.send_response(200); self.send_header('Content-Length', str(len(body))); self.end_headers(); self.wfile.write(body)
+                    def log_message(self, *a): pass
+                http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()
+                """, String(port), log]
+            try server.run()
+            defer { kill(server.processIdentifier, SIGKILL); server.waitUntilExit() }
+            for _ in 0..<500 {
+                if TestNginx.canConnect(port: port) { break }
+                usleep(10_000)
+            }
+            try h.config("downloads = [{ url = \"http://127.0.0.1:\(port)/file\", size = 100000 }]")
+            let daemon = try h.start()
+            let warning = try await daemon.waitForLine(containing: "HTTP 503; the server asked to retry after 2")
+            #expect(warning.contains("in 2s"), "\(warning)")
+            try await daemon.waitForLine(containing: "download 1 completed")
+            let times = try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").compactMap { Double($0.split(separator: " ")[1]) }
+            #expect(times.count == 2)
+            #expect(times[1] - times[0] >= 1.95, "\(times)")
+            #expect(try h.property(1, "Attempts") == "u 2")
+            daemon.signal(SIGTERM)
+            #expect(await daemon.waitForExit() == 0)
+        }
+
+        @Test func aStalledServerTriggersTheStallTimeoutAndARetry() async throws {
+            let h = try Harness()
+            defer { h.stop() }
+            let silent = try SilentServer()
+            defer { silent.stop() }
+            try h.config("""
+                downloads = [{ url = "http://127.0.0.1:\(silent.port)/never" }]
+                stall_timeout = "1s"
+                max_tries = 2
+                """)
+            let daemon = try h.start()
+            let retry = try await daemon.waitForLine(containing: "download 1: transfer failed")
+            #expect(retry.contains("try 2 of 2"), "\(retry)")
+            #expect(retry.lowercased().contains("too slow"), "\(retry)")
+            let failed = try await daemon.waitForLine(containing: "download 1 failed")
+            #expect(failed.contains("gave up after 2 tries"), "\(failed)")
+            #expect(try h.property(1, "Attempts") == "u 2")
+            daemon.signal(SIGTERM)
+            #expect(await daemon.waitForExit() == 0)
+        }
+
+        @Test func enqueueOverDBusStaysInsideDirAndRejectsBadInput() async throws {
+            let h = try Harness()
+            defer { h.stop() }
+            try h.nginx.makeFile("ok.bin", size: 300_000)
+            try h.config("")
+            try FileManager.default.createSymbolicLink(atPath: h.downloads + "/outside", withDestinationPath: "/tmp")
+            try FileManager.default.createDirectory(atPath: h.downloads + "/adir", withIntermediateDirectories: true)
+            let daemon = try h.start()
+            try await daemon.waitForLine(containing: "serving org.vigil.Vigil1")
+            try await daemon.waitForLine(containing: "0 to do")
+
+            let url = "\(h.nginx.baseURL)/ok.bin"
+            let dotdot = try h.enqueue(url, "../escaped.bin")
+            #expect(dotdot.status != 0)
+            #expect(dotdot.stderr.contains("escapes the download dir"), "\(dotdot.stderr)")
+            let symlink = try h.enqueue(url, "outside/escaped.bin")
+            #expect(symlink.stderr.contains("escapes the download dir") && symlink.stderr.contains("symlink"), "\(symlink.stderr)")
+            let absolute = try h.enqueue(url, "/etc/passwd")
+            #expect(absolute.stderr.contains("is absolute"), "\(absolute.stderr)")
+            let malformed = try h.enqueue("http://[::1", "x.bin")
+            #expect(malformed.stderr.contains("malformed URL"), "\(malformed.stderr)")
+            let scheme = try h.enqueue("ftp://127.0.0.1/ok.bin", "x.bin")
+            #expect(scheme.stderr.contains("unsupported URL scheme \"ftp\""), "\(scheme.stderr)")
+            let directory = try h.enqueue(url, "adir")
+            #expect(directory.stderr.contains("is a directory"), "\(directory.stderr)")
+            let option = try h.enqueue(url, "x.bin", ["1", "colour", "s", "red"])
+            #expect(option.stderr.contains("unknown option \"colour\""), "\(option.stderr)")
+            #expect(h.size("/tmp/escaped.bin") == -1)
+
+            // The host still serves, and a good Enqueue works.
+            let good = try h.enqueue(url, "sub/ok.bin", ["1", "size", "t", "300000"])
+            #expect(good.stdout == "o \"/org/vigil/Vigil1/Strategy/dl/Download/1\"\n", "\(good.stdout) \(good.stderr)")
+            try await daemon.waitForLine(containing: "download 1 completed")
+            #expect(h.size(h.downloads + "/sub/ok.bin") == 300_000)
+            #expect(try h.property(1, "Dest") == "s \"\(DestinationCheck.real(h.downloads))/sub/ok.bin\"")
+            daemon.signal(SIGTERM)
+            #expect(await daemon.waitForExit() == 0)
+        }
+
+        @Test func aFullDiskFailsTheDownloadAndTheHostKeepsRunning() async throws {
+            let h = try Harness()
+            defer { h.stop() }
+            try h.nginx.makeFile("large.bin", size: 24 << 20)
+            try h.nginx.makeFile("small.bin", size: 100_000)
+            try h.config("downloads = [{ url = \"\(h.nginx.baseURL)/large.bin\" }]")
+            // A file-size limit of 8 MiB stands in for a full disk: writes
+            // past it fail with EFBIG (SIGXFSZ ignored, as a daemon would).
+            let wrapper = ["/usr/bin/python3", "-c", """
+                import os, resource, signal, sys
+                resource.setrlimit(resource.RLIMIT_FSIZE, (8 << 20, 8 << 20))
+                signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+                os.execv(sys.argv[1], sys.argv[1:])
+                """, Build.vigild]
+            let daemon = try h.start(wrapper)
+            let failed = try await daemon.waitForLine(containing: "download 1 failed")
+            #expect(failed.contains("File too large"), "\(failed)")
+            #expect(h.size(h.downloads + "/large.bin") == -1)
+            let good = try h.enqueue("\(h.nginx.baseURL)/small.bin", "")
+            #expect(good.status == 0, "\(good.stderr)")
+            try await daemon.waitForLine(containing: "download 2 completed")
+            daemon.signal(SIGTERM)
+            #expect(await daemon.waitForExit() == 0)
+        }
+    }
+}
+
+enum DestinationCheck {
+    static func real(_ path: String) -> String {
+        guard let p = realpath(path, nil) else { return path }
+        defer { free(p) }
+        return String(cString: p)
+    }
+}
