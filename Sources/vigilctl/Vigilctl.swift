@@ -14,7 +14,7 @@ struct Vigilctl: AsyncParsableCommand {
         version: VigilVersion.string,
         subcommands: [
             StatusCommand.self, LeasesCommand.self, StrategiesCommand.self, ReloadCommand.self,
-            CheckConfigCommand.self, SurvivalCommand.self,
+            CheckConfigCommand.self, SurvivalCommand.self, DownloadsCommand.self,
         ]
     )
 }

@@ -95,6 +95,10 @@ extension EndToEnd {
             #expect(try h.property(1, "State") == "s \"completed\"")
             #expect(try h.property(1, "Sha256") == "s \"\(digest)\"")
             #expect(try h.property(1, "BytesDone") == "t \(256 << 20)")
+            let listing = try runCommand(Build.vigilctl, ["downloads", "--bus", h.bus.address])
+            #expect(listing.status == 0, "\(listing.stderr)")
+            #expect(listing.stdout.contains("[####################] 100%"), "\(listing.stdout)")
+            #expect(listing.stdout.contains("256.0 MiB/256.0 MiB") && listing.stdout.contains("completed"), "\(listing.stdout)")
             daemon.signal(SIGTERM)
             #expect(await daemon.waitForExit() == 0)
         }
@@ -109,6 +113,12 @@ extension EndToEnd {
             let part = h.downloads + "/maps/resume.bin.part"
             let first = try h.start()
             try await h.waitForSize(part, atLeast: 12 << 20)
+            // While it runs: one lease with the live figures, and a progress bar.
+            let leases = try runCommand(Build.vigilctl, ["leases", "--bus", h.bus.address])
+            #expect(leases.stdout.contains("download maps/resume.bin"), "\(leases.stdout)")
+            #expect(leases.stdout.contains("BytesTotal=\(size)"), "\(leases.stdout)")
+            let listing = try runCommand(Build.vigilctl, ["downloads", "--bus", h.bus.address])
+            #expect(listing.stdout.contains(" active ") && listing.stdout.contains("/48.0 MiB"), "\(listing.stdout)")
             first.signal(SIGKILL)
             _ = await first.waitForExit()
             let kept = h.size(part)

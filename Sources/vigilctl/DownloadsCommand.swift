@@ -1,0 +1,192 @@
+import ArgumentParser
+import Foundation
+import VigilDBus
+
+/// `vigilctl downloads`: the downloads of every download-session strategy,
+/// with progress bars, rate and ETA.
+struct DownloadsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "downloads",
+        abstract: "Show the downloads of download-session strategies, with progress, rate and ETA.",
+        discussion: """
+            Lists every object with the org.vigil.Vigil1.Download interface (one per download \
+            of a download-session strategy): its strategy and id, state (queued, active, \
+            retrying, paused, completed, failed), a progress bar with bytes done and total, \
+            the rate, the time left at that rate, and the destination. A download that failed \
+            or is retrying shows its last error below the table.
+
+            --watch prints the table again each time vigild announces a change \
+            (PropertiesChanged, at most about once a second per download; no polling). It ends \
+            with status 1 when vigild leaves the bus.
+
+            Exit status: 0 when vigild answered, 1 when no vigild is running on the bus.
+            """
+    )
+
+    static let downloadInterface = "org.vigil.Vigil1.Download"
+
+    @OptionGroup var busOptions: BusOptions
+
+    @Flag(help: "Print the table again whenever a download changes.")
+    var watch = false
+
+    struct Row: Equatable {
+        var path: String
+        var strategy: String
+        var id: UInt64
+        var url: String
+        var dest: String
+        var state: String
+        var bytesDone: UInt64
+        var bytesTotal: UInt64
+        var rate: Double
+        var attempts: UInt32
+        var lastError: String
+    }
+
+    func run() async throws {
+        try await runReporting("downloads") {
+            try await VigilBusClient.with(busOptions) { client in
+                if watch {
+                    try await follow(client)
+                } else {
+                    printLine(Self.table(try await Self.rows(client)), terminator: "")
+                }
+            }
+        }
+    }
+
+    /// Every download object, from the root ObjectManager.
+    static func rows(_ client: VigilBusClient) async throws -> [Row] {
+        let reply = try await client.call("GetManagedObjects", interface: "org.freedesktop.DBus.ObjectManager")
+        guard case let .dict(_, _, objects)? = reply.body.first else { return [] }
+        var rows: [Row] = []
+        for object in objects {
+            guard case let .objectPath(path) = object.key, case let .dict(_, _, interfaces) = object.value,
+                  let entry = interfaces.first(where: { $0.key == .string(downloadInterface) }),
+                  case let .dict(_, _, properties) = entry.value else { continue }
+            var values: [String: DBusValue] = [:]
+            for p in properties {
+                if case let .string(name) = p.key, case let .variant(v) = p.value { values[name] = v }
+            }
+            func string(_ k: String) -> String { if case let .string(s)? = values[k] { s } else { "" } }
+            func uint(_ k: String) -> UInt64 {
+                switch values[k] {
+                case let .uint64(v)?: v
+                case let .uint32(v)?: UInt64(v)
+                default: 0
+                }
+            }
+            // .../Strategy/<escaped name>/Download/<id>
+            let elements = path.split(separator: "/")
+            let id = elements.last.flatMap { UInt64($0) } ?? 0
+            let escaped = elements.count >= 3 ? String(elements[elements.count - 3]) : ""
+            let rate: Double = if case let .double(d)? = values["Rate"] { d } else { 0 }
+            rows.append(Row(
+                path: path, strategy: unescape(escaped), id: id, url: string("Url"), dest: string("Dest"),
+                state: string("State"), bytesDone: uint("BytesDone"), bytesTotal: uint("BytesTotal"), rate: rate,
+                attempts: UInt32(clamping: uint("Attempts")), lastError: string("LastError")))
+        }
+        return rows.sorted { ($0.strategy, $0.id) < ($1.strategy, $1.id) }
+    }
+
+    /// The strategy name of an escaped path element (`mail_2dsync`).
+    static func unescape(_ element: String) -> String {
+        var bytes: [UInt8] = []
+        var i = element.utf8.makeIterator()
+        while let c = i.next() {
+            if c == UInt8(ascii: "_"), let h = i.next(), let l = i.next(),
+               let byte = UInt8(String(decoding: [h, l], as: UTF8.self), radix: 16) {
+                bytes.append(byte)
+            } else {
+                bytes.append(c)
+            }
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    static func table(_ rows: [Row]) -> String {
+        guard !rows.isEmpty else { return "No downloads.\n" }
+        typealias C = TableFormat.Column
+        let cells = rows.map { r -> [String] in
+            [
+                r.strategy, String(r.id), r.state, bar(r), bytes(r.bytesDone) + "/" + (r.bytesTotal > 0 ? bytes(r.bytesTotal) : "?"),
+                r.state == "active" ? bytes(UInt64(max(0, r.rate))) + "/s" : "-", eta(r), TableFormat.cell(r.dest),
+            ]
+        }
+        var out = TableFormat.table(
+            [C("STRATEGY"), C("ID", .right), C("STATE"), C("PROGRESS"), C("BYTES", .right), C("RATE", .right), C("ETA", .right), C("DEST")],
+            cells)
+        let errors = rows.filter { !$0.lastError.isEmpty && ($0.state == "failed" || $0.state == "retrying") }
+        if !errors.isEmpty {
+            out += "\nErrors:\n" + errors.map { "  \($0.strategy)/\($0.id) (try \($0.attempts)): \($0.lastError)" }.joined(separator: "\n") + "\n"
+        }
+        return out
+    }
+
+    /// `[#########...........]  45%`
+    static func bar(_ r: Row, width: Int = 20) -> String {
+        let fraction: Double = r.state == "completed" ? 1 : (r.bytesTotal > 0 ? min(1, Double(r.bytesDone) / Double(r.bytesTotal)) : 0)
+        let filled = Int((fraction * Double(width)).rounded(.down))
+        let percent = r.bytesTotal > 0 || r.state == "completed" ? String(Int((fraction * 100).rounded(.down))) + "%" : "?"
+        return "[" + String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled) + "] " + percent
+    }
+
+    static func eta(_ r: Row) -> String {
+        guard r.state == "active", r.rate > 0, r.bytesTotal > r.bytesDone else { return "-" }
+        let seconds = Double(r.bytesTotal - r.bytesDone) / r.rate
+        return TableFormat.duration(micros: UInt64(min(seconds, 1e9) * 1_000_000))
+    }
+
+    /// 1536 → "1.5 KiB".
+    static func bytes(_ n: UInt64) -> String {
+        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
+        var value = Double(n)
+        var unit = 0
+        while value >= 1024, unit < units.count - 1 {
+            value /= 1024
+            unit += 1
+        }
+        return unit == 0 ? "\(n) B" : String(format: "%.1f %@", value, units[unit])
+    }
+
+    private func follow(_ client: VigilBusClient) async throws {
+        // Subscribe before listing, so no change falls between the two.
+        let changes = try await client.connection.signals(matching: DBusMatchRule(
+            sender: VigilBusClient.busName, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged"))
+        let objects = try await client.connection.signals(matching: DBusMatchRule(
+            sender: VigilBusClient.busName, interface: "org.freedesktop.DBus.ObjectManager"))
+        let ownerChanges = try await client.connection.signals(matching: DBusMatchRule(
+            sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged"))
+        let first = Self.table(try await Self.rows(client))
+        printLine(first, terminator: "")
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await signal in ownerChanges {
+                    guard signal.body.first == .string(VigilBusClient.busName),
+                          signal.body.count == 3, signal.body[2] == .string("") else { continue }
+                    throw VigilctlFailure("vigild left \(client.busDescription)")
+                }
+            }
+            let (redraws, redraw) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+            group.addTask {
+                for await signal in changes where signal.body.first == .string(Self.downloadInterface) { redraw.yield() }
+            }
+            group.addTask {
+                for await signal in objects where (signal.path ?? "").contains("/Download/") || signal.body.count > 1 { redraw.yield() }
+            }
+            group.addTask {
+                var last = first
+                for await _ in redraws {
+                    let text = Self.table(try await Self.rows(client))
+                    guard text != last else { continue }
+                    last = text
+                    printLine("--- \(TableFormat.timeOfDay())")
+                    printLine(text, terminator: "")
+                }
+            }
+            try await group.next()
+            group.cancelAll()
+        }
+    }
+}
