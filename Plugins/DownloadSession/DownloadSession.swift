@@ -344,6 +344,7 @@ actor DownloadManager {
             guard (try? await update(record)) != nil else { return }
             let part = path + ".part"
             let partExists = access(part, F_OK) == 0
+            log.info("download \(id) try \(record.attempts): GET \(record.url)\(partExists && record.ifRange != nil ? " from byte \(partSize(record))" : "")")
             let transfer = CurlTransfer(TransferRequest(
                 url: record.url, partPath: part, ifRange: partExists ? record.ifRange : nil,
                 connectTimeout: settings.connectTimeout, stallTimeout: settings.stallTimeout, writeChunk: settings.writeChunk),

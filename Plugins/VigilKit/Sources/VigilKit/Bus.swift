@@ -154,8 +154,8 @@ extension BusObjectHandle {
 /// What a strategy may put on D-Bus: methods on its own object
 /// (`/org/vigil/Vigil1/Strategy/<name>`) under an extra interface, and child
 /// objects below it with read-only properties. Everything is removed when
-/// the strategy stops. Without a bus (`[host] bus = "none"`) registrations
-/// are accepted and nothing is exported.
+/// the strategy stops. Before the host is on a bus, registrations
+/// are kept and exported once it is.
 public protocol StrategyBus: Sendable {
     /// The strategy object's path (also where there is no bus).
     var objectPath: String { get }
