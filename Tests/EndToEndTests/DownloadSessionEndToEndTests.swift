@@ -282,6 +282,16 @@ extension EndToEnd {
             let option = try h.enqueue(url, "x.bin", ["1", "colour", "s", "red"])
             #expect(option.stderr.contains("unknown option \"colour\""), "\(option.stderr)")
             #expect(h.size("/tmp/escaped.bin") == -1)
+            // Enqueue is mutating: another uid is refused before anything happens.
+            let denied = try runCommand("/usr/bin/setpriv", [
+                "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/busctl", "--address=\(h.bus.address)", "call",
+                "org.vigil.Vigil1", "/org/vigil/Vigil1/Strategy/dl", "org.vigil.Vigil1.DownloadSession", "Enqueue", "ssa{sv}", url, "x.bin", "0",
+            ])
+            #expect(denied.status != 0)
+            #expect(denied.stderr.lowercased().contains("access denied") || denied.stderr.contains("AccessDenied"), "\(denied.stderr)")
+            // Introspection shows the strategy's extra interface.
+            let introspect = try h.busctl(["introspect", "org.vigil.Vigil1", "/org/vigil/Vigil1/Strategy/dl", "--no-pager"])
+            #expect(introspect.stdout.contains("org.vigil.Vigil1.DownloadSession") && introspect.stdout.contains(".Enqueue"), "\(introspect.stdout)")
 
             // The host still serves, and a good Enqueue works.
             let good = try h.enqueue(url, "sub/ok.bin", ["1", "size", "t", "300000"])
