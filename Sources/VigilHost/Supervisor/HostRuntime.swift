@@ -22,6 +22,8 @@ public actor HostRuntime {
     public nonisolated let startedAt: VigilInstant
     public nonisolated let startedWallMicros: Int64
     public nonisolated let registry: LeaseRegistry
+    /// Leases D-Bus clients hold (BeginBackgroundTask), in `registry` too.
+    public nonisolated let clientLeases: ClientLeases
     public nonisolated let scheduler: any WakeScheduling
     public nonisolated let supervisor: Supervisor
     public nonisolated let store: SurvivalStore
@@ -90,6 +92,7 @@ public actor HostRuntime {
         self.runId = runId
         let registry = LeaseRegistry(clock: env.clock, backend: env.power)
         self.registry = registry
+        self.clientLeases = ClientLeases(registry: registry, settings: config.host.clientLeases)
         let logSink = env.logSink
         self.supervisor = Supervisor(services: StrategyServices(
             registry: registry, scheduler: env.scheduler, clock: env.clock, logSink: env.logSink,
@@ -114,6 +117,7 @@ public actor HostRuntime {
         }
         let host = HostRuntime(config: config, env: env, store: store, began: began, runId: runId, startedWallMicros: startReadings.wallMicros)
         await host.startBackground(leaseEvents: await host.registry.events())
+        await host.clientLeases.start()
         await host.supervisor.start(config.strategies.map {
             SupervisedStrategy(name: $0.name, kind: $0.kind, strategy: $0.strategy)
         })
@@ -244,6 +248,7 @@ public actor HostRuntime {
         log.notice("shutting down")
         await supervisor.stopAll()
         await registry.releaseEverything(detail: "host shutting down")
+        await clientLeases.stop()
         await clock.settleIfManual()
         for task in background { task.cancel() }
         for task in background { await task.value }
