@@ -239,6 +239,11 @@ public actor HostRuntime {
         return ConfigLoader.validate(document, resolver: resolver)
     }
 
+    /// Records events in the survival log under `source` (e.g. "host").
+    public nonisolated func events(for source: String) -> any EventRecording {
+        StoreEvents(store: store, strategy: source, readings: readings, log: StrategyLogger(source: source, sink: logSink))
+    }
+
     /// Stops strategies (reverse start order), releases every lease, writes
     /// the final heartbeat and a clean end. Idempotent.
     public func shutdown(reason: RunEndReason = .stopped) async {
