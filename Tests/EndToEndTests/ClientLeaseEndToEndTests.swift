@@ -144,15 +144,16 @@ extension EndToEnd {
                 let dir = try TempDir("vigil-hold")
                 let during = dir.file("during")
                 let later = dir.file("later")
-                // The command lists the leases at once and after 1.5 s (the
-                // 1 s budget needs renewing twice by then), then exits 7.
+                // The command lists the leases at once and after 3.5 s (the
+                // 2 s budget, renewed every 1.5 s, needs two renewals by
+                // then), then exits 7.
                 let script = """
                     busctl --address=\(host.address) call org.vigil.Vigil1 /org/vigil/Vigil1 org.vigil.Vigil1.Host ListLeases > \(during)
-                    sleep 1.5
+                    sleep 3.5
                     busctl --address=\(host.address) call org.vigil.Vigil1 /org/vigil/Vigil1 org.vigil.Vigil1.Host ListLeases > \(later)
                     exit 7
                     """
-                let result = try host.vigilctl("hold", ["--budget", "1s", "--why", "testing hold", "--", "sh", "-c", script])
+                let result = try host.vigilctl("hold", ["--budget", "2s", "--why", "testing hold", "--", "sh", "-c", script])
                 #expect(result.status == 7, "\(result.stderr)")
                 let first = try String(contentsOfFile: during, encoding: .utf8)
                 #expect(first.contains("\"client\" \"client\""), "\(first)")
@@ -160,6 +161,7 @@ extension EndToEnd {
                 #expect(first.contains("background task \\\"sh\\\""), "\(first)")
                 let second = try String(contentsOfFile: later, encoding: .utf8)
                 #expect(second.contains("\"testing hold\"") && second.contains("\"active\""), "renewed, still held: \(second)")
+                #expect(!second.contains(" 0 \"active\""), "renewed at least once: \(second)")
                 // Ended when the command exited.
                 let after = try host.busctl(["call", "org.vigil.Vigil1", "/org/vigil/Vigil1", "org.vigil.Vigil1.Host", "ListLeases"])
                 #expect(!after.stdout.contains("testing hold"), "\(after.stdout)")

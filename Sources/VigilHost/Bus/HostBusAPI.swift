@@ -52,6 +52,8 @@ public actor HostBusAPI {
     private var followers: [Task<Void, Never>] = []
     /// BeginBackgroundTask calls waiting for their lease's object.
     private var showWaiters: [LeaseID: [CheckedContinuation<Void, Never>]] = [:]
+    /// Callers' uid and pid by unique name, while they are on the bus.
+    var knownCredentials: [String: (uid: UInt32, pid: UInt32)] = [:]
     /// The highest lease id whose object was exported.
     private var highestShownLease: UInt64 = 0
     /// Scheduled `Status` announcements, by lease.
@@ -367,6 +369,10 @@ public actor HostBusAPI {
         highestShownLease = max(highestShownLease, lease.id.rawValue)
         defer { resumeShowWaiters(lease.id) }
         try await server.export(HostBusNames.leasePath(lease.id), interfaces: interfaces)
+    }
+
+    func forgetCredentials(of name: String) {
+        knownCredentials[name] = nil
     }
 
     /// Returns once the lease's object is exported (or was, and the lease

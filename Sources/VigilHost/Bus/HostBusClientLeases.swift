@@ -59,11 +59,7 @@ extension HostBusAPI {
         let name = try call.argument(0, as: String.self)
         let reason = try call.argument(1, as: String.self)
         let budget = try call.argument(2, as: UInt64.self)
-        let uid = try await call.connection.callerUID(call.sender)
-        // The pid is for people (logind's list, vigilctl); 0 when unknown.
-        let pid = (try? await call.connection.call(
-            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-            member: "GetConnectionUnixProcessID", arguments: [call.sender], returning: UInt32.self)) ?? 0
+        let (uid, pid) = try await credentials(of: call)
         let identity = ClientIdentity(owner: call.sender, uid: uid, pid: pid, name: name)
         let granted: (id: LeaseID, fd: Int32)
         do {
@@ -100,8 +96,29 @@ extension HostBusAPI {
 
     /// Root and vigild's own uid may end or renew any client's lease.
     private func callerIsPrivileged(_ call: DBusMethodCall) async throws -> Bool {
-        let uid = try await call.connection.callerUID(call.sender)
+        let (uid, _) = try await credentials(of: call)
         return Self.mayMutate(callerUID: uid, hostUID: hostUID)
+    }
+
+    /// The caller's uid and pid (0: unknown), asked of the bus once per
+    /// connection (GetConnectionCredentials) and remembered until it leaves
+    /// the bus: a unique name's credentials never change and the name is
+    /// never reused.
+    private func credentials(of call: DBusMethodCall) async throws -> (uid: UInt32, pid: UInt32) {
+        if let known = knownCredentials[call.sender] { return known }
+        let reply = try await call.connection.call(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+            member: "GetConnectionCredentials", arguments: [call.sender], returning: [String: DBusVariant].self)
+        guard case .uint32(let uid)? = reply["UnixUserID"]?.value else {
+            throw DBusError.failed("the bus did not tell the uid of \(call.sender)")
+        }
+        var pid: UInt32 = 0
+        if case .uint32(let value)? = reply["ProcessID"]?.value { pid = value }
+        // A call racing its caller's departure can re-add a gone name; the
+        // bound keeps such leftovers from piling up.
+        if knownCredentials.count >= 4096 { knownCredentials.removeAll() }
+        knownCredentials[call.sender] = (uid, pid)
+        return (uid, pid)
     }
 
     /// Follows the bus's NameOwnerChanged: a unique name that lost its
@@ -111,11 +128,12 @@ extension HostBusAPI {
             sender: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
             interface: "org.freedesktop.DBus", member: "NameOwnerChanged"))
         let clientLeases = runtime.clientLeases
-        return Task {
+        return Task { [weak self] in
             for await message in changes {
                 guard message.body.count == 3, case .string(let name) = message.body[0],
                       case .string(let newOwner) = message.body[2],
                       name.hasPrefix(":"), newOwner.isEmpty else { continue }
+                await self?.forgetCredentials(of: name)
                 await clientLeases.ownerVanished(name)
             }
         }
