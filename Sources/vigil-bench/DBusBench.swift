@@ -223,7 +223,7 @@ func dbusAPIBench(_ args: [String]) async throws {
 }
 
 /// One method call to repeat.
-private struct BenchCall: Sendable {
+struct BenchCall: Sendable {
     var destination: String
     var path: String
     var interface: String
@@ -231,7 +231,7 @@ private struct BenchCall: Sendable {
     var arguments: [DBusValue]
 }
 
-private struct CallFigures {
+struct CallFigures {
     var callsPerSecond: Double
     var p50Micros: Double
     var p99Micros: Double
@@ -242,7 +242,7 @@ private struct CallFigures {
 
 /// Makes `calls` calls with `inFlight` concurrent callers (each waits for
 /// its reply before the next call) and measures throughput and latency.
-private func measureCalls(_ client: DBusConnection, _ call: BenchCall, calls: Int, inFlight: Int) async throws -> CallFigures {
+func measureCalls(_ client: DBusConnection, _ call: BenchCall, calls: Int, inFlight: Int) async throws -> CallFigures {
     let perCaller = calls / inFlight
     let start = ContinuousClock.now
     let latencies = try await withThrowingTaskGroup(of: [Double].self) { group in
@@ -269,12 +269,12 @@ private func measureCalls(_ client: DBusConnection, _ call: BenchCall, calls: In
     return CallFigures(callsPerSecond: Double(sorted.count) / elapsed * 1e6, p50Micros: percentile(0.5), p99Micros: percentile(0.99))
 }
 
-private func micros(_ d: Duration) -> Double {
+func micros(_ d: Duration) -> Double {
     Double(d.components.seconds) * 1e6 + Double(d.components.attoseconds) / 1e12
 }
 
 /// User + system CPU time of this process, in seconds.
-private func processCPUSeconds() -> Double {
+func processCPUSeconds() -> Double {
     var usage = rusage()
     getrusage(RUSAGE_SELF.rawValue, &usage)
     return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
@@ -296,7 +296,7 @@ private func estimatedSize(_ values: [DBusValue]) -> Int {
 }
 
 /// A private dbus-daemon that lets one connection keep many calls in flight.
-private func startBenchBus() throws -> TestDBusDaemon {
+func startBenchBus() throws -> TestDBusDaemon {
     try TestDBusDaemon(prefix: "vigil-dbus-api-bench") { directory in
         """
         <type>session</type><listen>unix:dir=\(directory)</listen><auth>EXTERNAL</auth>

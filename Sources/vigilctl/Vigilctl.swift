@@ -9,12 +9,13 @@ struct Vigilctl: AsyncParsableCommand {
         discussion: """
         check-config and survival work without a running host: they read the config \
         file and the survival log directly. status, leases, strategies and reload talk to \
-        the running vigild over D-Bus (org.vigil.Vigil1; see --bus).
+        the running vigild over D-Bus (org.vigil.Vigil1; see --bus). hold runs a command under a \
+        background-task lease.
         """,
         version: VigilVersion.string,
         subcommands: [
             StatusCommand.self, LeasesCommand.self, StrategiesCommand.self, ReloadCommand.self,
-            CheckConfigCommand.self, SurvivalCommand.self, DownloadsCommand.self,
+            HoldCommand.self, CheckConfigCommand.self, SurvivalCommand.self, DownloadsCommand.self,
         ]
     )
 }

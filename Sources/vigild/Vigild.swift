@@ -149,6 +149,7 @@ struct Vigild: AsyncParsableCommand {
             log.error("cannot start: \(error)")
             throw ExitCode(1)
         }
+        let sleepWatch = await SleepHooks.start(settings: config.host, backend: power, log: log, events: host.events(for: "host"))
         let notifier = makeNotifier(log: log)
         let bus: BusService
         do {
@@ -168,6 +169,7 @@ struct Vigild: AsyncParsableCommand {
         notifier?.stopping()
         watchdog?.cancel()
         statusUpdates?.cancel()
+        sleepWatch?.cancel()
         await host.shutdown(reason: .stopped)
         await bus.stop()
     }

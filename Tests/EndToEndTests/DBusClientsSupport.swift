@@ -326,10 +326,10 @@ enum APIContract {
         "Version", "RunId", "StartedAt", "SurvivalSeconds", "PowerBackend", "PowerBackendReason",
         "WakeClock", "WakeClockReason", "CanWakeSystem", "ConfigPath", "Strategies", "Leases",
     ]
-    static let hostMethods = ["ListLeases", "ListStrategies", "Survival", "Reload"]
+    static let hostMethods = ["ListLeases", "ListStrategies", "Survival", "Reload", "BeginBackgroundTask"]
     static let hostSignals = [
         "LeaseAcquired", "LeaseRenewed", "LeaseExpiring", "LeaseExpired", "LeaseReleased", "StrategyStateChanged",
     ]
     static let strategyProperties = ["Name", "Kind", "State", "Restarts", "LastError", "Config"]
-    static let leaseProperties = ["Id", "Strategy", "Kind", "Holds", "Reason", "AcquiredAt", "Deadline", "Renewals", "State"]
+    static let leaseProperties = ["Id", "Strategy", "Kind", "Holds", "Reason", "AcquiredAt", "Deadline", "Renewals", "State", "Status"]
 }

@@ -49,5 +49,49 @@ extension EndToEnd {
             let waitZero = try standInCall(test, "WaitForCount", ["ut", "0", "5000000"])
             #expect(waitZero.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "b true", "\(waitZero.stdout)\(waitZero.stderr)")
         }
+
+        /// `[host] on_sleep` runs under a delay lock: the stand-in's sleep
+        /// waits until the hook finished, and the hook's output exists by then.
+        @Test func onSleepRunsBeforeTheSystemSleeps() async throws {
+            let bus = try BusTestDaemon()
+            defer { bus.stop() }
+            let standIn = Process()
+            standIn.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+            standIn.arguments = [Build.packageRoot.appendingPathComponent("Tests/Fixtures/logind-standin.py").path, bus.address]
+            let out = Pipe()
+            standIn.standardOutput = out
+            try standIn.run()
+            defer { kill(standIn.processIdentifier, SIGKILL); standIn.waitUntilExit() }
+            #expect(String(decoding: out.fileHandleForReading.availableData, as: UTF8.self).hasPrefix("ready"))
+
+            let dir = try TempDir()
+            let marker = dir.file("slept")
+            let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state"), extra: """
+                bus = "\(bus.address)"
+                power = "logind"
+                on_sleep = ["sh", "-c", "sleep 0.3; echo $VIGIL_EVENT > \(marker)"]
+                on_sleep_timeout = "4s"
+                """))
+            let daemon = try Daemon(arguments: ["--config", config], environment: ["DBUS_SYSTEM_BUS_ADDRESS": bus.address])
+            defer { daemon.signal(SIGKILL) }
+            _ = try await daemon.waitForLine(containing: "on_sleep runs before each sleep")
+            let sleep = try runCommand("/usr/bin/busctl", ["--address=\(bus.address)", "call", "org.freedesktop.login1",
+                                                          "/org/freedesktop/login1", "org.vigil.Test.LogindStandIn", "SimulateSleep", "t", "5000000"])
+            let fields = sleep.stdout.split(separator: " ").map(String.init)
+            #expect(fields.count == 3 && fields[0] == "tb", "\(sleep.stdout)\(sleep.stderr)")
+            let waited = fields.count == 3 ? UInt64(fields[1]) ?? 0 : 0
+            #expect(waited >= 300_000, "the sleep waited for on_sleep: \(sleep.stdout)")
+            #expect(fields.last?.trimmingCharacters(in: .whitespacesAndNewlines) == "false", "not timed out: \(sleep.stdout)")
+            #expect((try? String(contentsOfFile: marker, encoding: .utf8)) == "sleep\n", "on_sleep finished before the system slept")
+            // After resume the delay lock is taken again (the only inhibitor
+            // here), so the next sleep waits too.
+            let relocked = try runCommand("/usr/bin/busctl", ["--address=\(bus.address)", "call", "org.freedesktop.login1",
+                                                             "/org/freedesktop/login1", "org.vigil.Test.LogindStandIn", "WaitForCount", "ut", "1", "5000000"])
+            #expect(relocked.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "b true", "\(relocked.stdout)")
+            let again = try runCommand("/usr/bin/busctl", ["--address=\(bus.address)", "call", "org.freedesktop.login1",
+                                                          "/org/freedesktop/login1", "org.vigil.Test.LogindStandIn", "SimulateSleep", "t", "5000000"])
+            let waitedAgain = UInt64(again.stdout.split(separator: " ").dropFirst().first ?? "") ?? 0
+            #expect(waitedAgain >= 300_000, "\(again.stdout)\(again.stderr)")
+        }
     }
 }

@@ -95,8 +95,10 @@ extension EndToEnd {
             let first = try Daemon(arguments: ["--config", config])
             try await first.waitForLine(containing: "started")
             let second = try Daemon(arguments: ["--config", config])
+            // Its output arrives through a pipe reader: await the line, not the exit.
+            let refusal = try await second.waitForLine(containing: "another vigild")
+            #expect(refusal.contains("another vigild (pid \(first.pid))"))
             #expect(await second.waitForExit() == 1)
-            #expect(second.output.joined().contains("another vigild (pid \(first.pid))"))
             first.signal(SIGTERM)
             #expect(await first.waitForExit() == 0)
         }

@@ -381,7 +381,11 @@ struct ConfigTests {
         ("log_level = \"warnig\"", "host.log_level", "expected one of \"debug\", \"info\", \"notice\", \"warning\", \"error\", found \"warnig\" (did you mean \"warning\"?)"),
         ("survival_interval = -5", "host.survival_interval", "expected a non-negative duration, found -5"),
         ("survival_interval = \"0s\"", "host.survival_interval", "expected a duration of at least 1s, found \"0s\""),
-        ("colour = \"red\"", "host.colour", "unknown key \"colour\"; known keys: bus, log_level, plugin_path, power, state_dir, survival_interval, wakelock_dir"),
+        ("client_max_leases_per_uid = 0", "host.client_max_leases_per_uid", "expected an integer in 1...100000, found 0"),
+        ("client_max_budget_per_uid = \"0s\"", "host.client_max_budget_per_uid", "expected a duration of at least 1s, found \"0s\""),
+        ("client_leases = \"yes\"", "host.client_leases", "expected a boolean (true or false), found a string"),
+        ("on_sleep = \"pause-sync\"", "host.on_sleep", "expected an argv array such as [\"/usr/bin/true\"], found a string; write [\"sh\", \"-c\", \"pause-sync\"] to use a shell"),
+        ("colour = \"red\"", "host.colour", "unknown key \"colour\"; known keys: bus, client_grace, client_leases, client_max_budget_per_uid, client_max_leases_per_uid, log_level, on_sleep, on_sleep_timeout, plugin_path, power, state_dir, survival_interval, wakelock_dir"),
     ])
     func hostProblems(_ line: String, _ keyPath: String, _ message: String) throws {
         let temp = try TempConfig("[host]\n\(line)\n")

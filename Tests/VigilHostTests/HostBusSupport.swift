@@ -124,8 +124,8 @@ final class HostBusFixture: @unchecked Sendable {
 
     /// Runs `body` with a fixture and always stops it afterwards (the bus,
     /// the runtime and the temp dir), also when `body` throws.
-    static func with(strategies: String, hostUID: UInt32 = getuid(), _ body: (HostBusFixture) async throws -> Void) async throws {
-        let fixture = try await make(strategies: strategies, hostUID: hostUID)
+    static func with(strategies: String, host: String = "", hostUID: UInt32 = getuid(), _ body: (HostBusFixture) async throws -> Void) async throws {
+        let fixture = try await make(strategies: strategies, host: host, hostUID: hostUID)
         do {
             try await body(fixture)
         } catch {
@@ -136,12 +136,12 @@ final class HostBusFixture: @unchecked Sendable {
     }
 
     /// `strategies` is the `[[strategy]]` part of the config.
-    static func make(strategies: String, hostUID: UInt32 = getuid()) async throws -> HostBusFixture {
+    static func make(strategies: String, host hostKeys: String = "", hostUID: UInt32 = getuid()) async throws -> HostBusFixture {
         var template = Array("/tmp/vigil-hostbus-state-XXXXXX".utf8CString)
         guard let dir = mkdtemp(&template) else { throw POSIXError(.EIO) }
         let directory = String(cString: dir)
         let configPath = directory + "/vigil.toml"
-        try config(directory: directory, strategies).write(toFile: configPath, atomically: true, encoding: .utf8)
+        try config(directory: directory, strategies, host: hostKeys).write(toFile: configPath, atomically: true, encoding: .utf8)
         let plugins = PluginLoader(searchPath: [])
         try plugins.register(HostBusKinds.all, from: "HostBusKinds")
         let loaded = try ConfigLoader.load(path: configPath, resolver: plugins)

@@ -3,27 +3,21 @@ import Testing
 import VigilDBus
 import VigilHost
 import VigilKit
+import VigilTestSupport
 
 /// The logind stand-in (Tests/Fixtures/logind-standin.py) on a private bus.
 final class LogindStandIn: @unchecked Sendable {
     // Invariant: all stored properties are immutable after init.
     let bus: HostBusDaemon
-    let process: Process
+    let process: LogindStandInProcess
 
     init() throws {
         bus = try HostBusDaemon()
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Fixtures/logind-standin.py").path
-        process.arguments = [script, bus.address]
-        let out = Pipe()
-        process.standardOutput = out
-        try process.run()
-        // It prints "ready" once it owns org.freedesktop.login1.
-        let line = out.fileHandleForReading.availableData
-        guard String(decoding: line, as: UTF8.self).hasPrefix("ready") else {
-            throw PowerBackendError("the logind stand-in did not start")
+        do {
+            process = try LogindStandInProcess(busAddress: bus.address)
+        } catch {
+            bus.stop()
+            throw error
         }
     }
 
@@ -50,11 +44,8 @@ final class LogindStandIn: @unchecked Sendable {
         try await call(connection, "History", test: true).argument(0, as: [String].self)
     }
 
-    /// SIGKILL: a child started from a dispatch worker inherits its blocked
-    /// signal mask, so SIGTERM would be ignored.
     func stop() {
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
+        process.stop()
         bus.stop()
     }
 }

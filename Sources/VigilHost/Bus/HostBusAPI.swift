@@ -50,6 +50,12 @@ public actor HostBusAPI {
     private var strategies: [String: StrategyEntry] = [:]
     private var leases: [LeaseID: LeaseEntry] = [:]
     private var followers: [Task<Void, Never>] = []
+    /// BeginBackgroundTask calls waiting for their lease's object.
+    private var showWaiters: [LeaseID: [CheckedContinuation<Void, Never>]] = [:]
+    /// Callers' uid and pid by unique name, while they are on the bus.
+    var knownCredentials: [String: (uid: UInt32, pid: UInt32)] = [:]
+    /// The highest lease id whose object was exported.
+    private var highestShownLease: UInt64 = 0
     /// Scheduled `Status` announcements, by lease.
     private var statusFlushes: [LeaseID: Task<Void, Never>] = [:]
     private let survival: HostBusSurvivalReader
@@ -94,6 +100,7 @@ public actor HostBusAPI {
                 await self.follow(event)
             }
         })
+        followers.append(try await followDisconnects())
         followers.append(Task { [weak self] in
             for await status in statusChanges {
                 guard let self else { return }
@@ -116,7 +123,8 @@ public actor HostBusAPI {
     /// is `docs/org.vigil.Vigil1.xml`.
     public static func introspectionXML() -> String {
         let xml = DBusIntrospection.xml(
-            interfaces: [HostBusInterfaces.host(nil), HostBusInterfaces.strategy(nil, name: ""), HostBusInterfaces.lease(nil, id: LeaseID(0))],
+            interfaces: [HostBusInterfaces.host(nil), HostBusInterfaces.strategy(nil, name: ""), HostBusInterfaces.lease(nil, id: LeaseID(0)),
+                         HostBusInterfaces.clientLease(nil, id: LeaseID(0), client: ClientIdentity(owner: "", uid: 0, pid: 0, name: ""))],
             isObject: true, isObjectManager: true, children: []
         )
         let comment = """
@@ -125,7 +133,8 @@ public actor HostBusAPI {
              option); do not edit.
              \(HostBusNames.rootPath): \(HostBusNames.hostInterface) and the standard interfaces listed here
              \(HostBusNames.rootPath)/Strategy/<escaped name>: \(HostBusNames.strategyInterface)
-             \(HostBusNames.rootPath)/Lease/<id>: \(HostBusNames.leaseInterface) -->
+             \(HostBusNames.rootPath)/Lease/<id>: \(HostBusNames.leaseInterface), and \(HostBusNames.clientLeaseInterface)
+               when a D-Bus client began the lease (BeginBackgroundTask) -->
 
         """
         // After the DOCTYPE (its two lines), before the node.
@@ -240,6 +249,10 @@ public actor HostBusAPI {
                 leases[id] = entry
                 try await server.emitPropertiesChanged(path: path, interface: HostBusNames.leaseInterface, properties: ["State"])
                 try await emit("LeaseExpiring", [.objectPath(path), .uint64(Self.remainingMicros(event))])
+                if event.lease.client != nil {
+                    try await server.emit(path: path, interface: HostBusNames.clientLeaseInterface, signal: "Expiring",
+                                          arguments: [.uint64(Self.remainingMicros(event))])
+                }
             case .expired, .released:
                 guard var entry = leases[id] else { return }
                 entry.snapshot = event.lease
@@ -247,6 +260,9 @@ public actor HostBusAPI {
                 try await server.emitPropertiesChanged(path: path, interface: HostBusNames.leaseInterface, properties: ["State"])
                 if event.kind == .expired {
                     try await emit("LeaseExpired", [.objectPath(path), .bool(event.forced)])
+                    if event.lease.client != nil {
+                        try await server.emit(path: path, interface: HostBusNames.clientLeaseInterface, signal: "Expired")
+                    }
                 } else {
                     try await emit("LeaseReleased", [.objectPath(path), .string(event.detail)])
                 }
@@ -343,10 +359,40 @@ public actor HostBusAPI {
     }
 
     private func addLease(_ lease: LeaseSnapshot, on server: DBusObjectServer) async throws {
-        var kind = strategies[lease.strategy]?.status.kind
-        if kind == nil { kind = await runtime.configuredStrategy(named: lease.strategy)?.kind }
+        var interfaces = [HostBusInterfaces.lease(self, id: lease.id)]
+        var kind: String?
+        if let client = lease.client {
+            kind = ClientLeases.strategyName
+            interfaces.append(HostBusInterfaces.clientLease(self, id: lease.id, client: client))
+        } else {
+            kind = strategies[lease.strategy]?.status.kind
+            if kind == nil { kind = await runtime.configuredStrategy(named: lease.strategy)?.kind }
+        }
         leases[lease.id] = LeaseEntry(snapshot: lease, kind: kind ?? "")
-        try await server.export(HostBusNames.leasePath(lease.id), interfaces: [HostBusInterfaces.lease(self, id: lease.id)])
+        highestShownLease = max(highestShownLease, lease.id.rawValue)
+        defer { resumeShowWaiters(lease.id) }
+        try await server.export(HostBusNames.leasePath(lease.id), interfaces: interfaces)
+    }
+
+    func forgetCredentials(of name: String) {
+        knownCredentials[name] = nil
+    }
+
+    /// Returns once the lease's object is exported (or was, and the lease
+    /// already ended). Lease ids grow and the registry's events arrive in
+    /// order, so a lease with an id up to the last one shown was handled.
+    func waitUntilShown(_ id: LeaseID) async {
+        await withCheckedContinuation { continuation in
+            if id.rawValue <= highestShownLease {
+                continuation.resume()
+            } else {
+                showWaiters[id, default: []].append(continuation)
+            }
+        }
+    }
+
+    private func resumeShowWaiters(_ id: LeaseID) {
+        for waiter in showWaiters.removeValue(forKey: id) ?? [] { waiter.resume() }
     }
 
     private func emit(_ signal: String, _ arguments: [DBusValue]) async throws {

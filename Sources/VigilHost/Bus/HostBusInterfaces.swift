@@ -42,6 +42,7 @@ enum HostBusInterfaces {
                     guard let api else { throw gone() }
                     return [try api.survivalRows(since: try call.argument(0, as: UInt64.self))]
                 },
+                beginBackgroundTask(api),
                 DBusMethod("Reload", out: [DBusArgument("applied", Bool.self), DBusArgument("messages", [String].self)]) { [weak api] call in
                     guard let api else { throw gone() }
                     let uid = try await call.connection.callerUID(call.sender)

@@ -22,6 +22,13 @@ public struct HostSettings: Sendable, Equatable {
     public var power: PowerChoice = .auto
     /// Where the kernel's wake lock files are (`wakelock_dir`).
     public var wakelockDir: String = "/sys/power"
+    /// Leases D-Bus clients begin with BeginBackgroundTask (`client_*`).
+    public var clientLeases = ClientLeaseSettings()
+    /// Runs before the system sleeps, under a logind delay lock (`on_sleep`).
+    public var onSleep: [String]? = nil
+    /// How long `on_sleep` may run (`on_sleep_timeout`); logind's own limit
+    /// (InhibitDelayMaxUSec, 5 s by default) still applies.
+    public var onSleepTimeout: Duration = .seconds(5)
 
     /// The defaults used for keys the config leaves out.
     public init(stateDir: String = HostPaths.defaultStateDir()) {
@@ -38,6 +45,12 @@ public struct HostSettings: Sendable, Equatable {
             .busSelection("bus", \.bus),
             .choice("power", \.power, PowerChoice.allCases, spelled: \.rawValue),
             .path("wakelock_dir", \.wakelockDir),
+            .flag("client_leases", \.clientLeases.enabled),
+            .count("client_max_leases_per_uid", \.clientLeases.maxLeasesPerUID, range: 1...100_000),
+            .duration("client_max_budget_per_uid", \.clientLeases.maxBudgetPerUID, atLeast: .seconds(1)),
+            .duration("client_grace", \.clientLeases.grace, atLeast: .zero),
+            .argv("on_sleep", \.onSleep),
+            .duration("on_sleep_timeout", \.onSleepTimeout, atLeast: .milliseconds(1)),
         ]
     }
 
@@ -121,7 +134,23 @@ struct HostKey {
         }
     }
 
-    /// A boolean (for later keys).
+    /// An integer within `range`.
+    static func count(_ name: String, _ field: WritableKeyPath<HostSettings, Int>, range: ClosedRange<Int64>) -> HostKey {
+        HostKey(name: name) { reader, settings, _ in
+            guard reader.values[name] != nil else { reader.declare(name); return }
+            let value = reader.integer(name, default: Int64(settings[keyPath: field]), range: range)
+            settings[keyPath: field] = Int(value)
+        }
+    }
+
+    /// A command as an argv array (`["/usr/bin/backup", "--quick"]`).
+    static func argv(_ name: String, _ field: WritableKeyPath<HostSettings, [String]?>) -> HostKey {
+        HostKey(name: name) { reader, settings, _ in
+            if let argv = reader.argv(name) { settings[keyPath: field] = argv }
+        }
+    }
+
+    /// A boolean.
     static func flag(_ name: String, _ field: WritableKeyPath<HostSettings, Bool>) -> HostKey {
         HostKey(name: name) { reader, settings, _ in
             if let value = reader.bool(name) { settings[keyPath: field] = value }

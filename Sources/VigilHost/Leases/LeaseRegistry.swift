@@ -20,6 +20,26 @@ public struct LeaseSnapshot: Sendable, Hashable {
     public var grace: Duration = .zero
     /// The holder's live status (``LeaseHandle/setStatus(_:)``).
     public var status: [String: StatusValue] = [:]
+    /// For a lease a D-Bus client began (BeginBackgroundTask): who holds it.
+    public var client: ClientIdentity?
+}
+
+/// The D-Bus peer that holds a client lease.
+public struct ClientIdentity: Sendable, Hashable {
+    /// The peer's unique bus name (`:1.42`).
+    public var owner: String
+    public var uid: UInt32
+    /// 0 when the bus could not tell.
+    public var pid: UInt32
+    /// The task name the client gave.
+    public var name: String
+
+    public init(owner: String, uid: UInt32, pid: UInt32, name: String) {
+        self.owner = owner
+        self.uid = uid
+        self.pid = pid
+        self.name = name
+    }
 }
 
 /// One change in the registry. The D-Bus API, the survival log and tests all
@@ -105,7 +125,7 @@ public actor LeaseRegistry {
     /// Takes a lease for `strategy`. Throws if the budget is not positive or
     /// the power backend refuses the hold.
     @discardableResult
-    public func acquire(strategy: String, _ request: LeaseRequest) async throws -> LeaseID {
+    public func acquire(strategy: String, _ request: LeaseRequest, client: ClientIdentity? = nil) async throws -> LeaseID {
         if let budget = request.budget, budget <= .zero {
             throw LeaseError(.invalidBudget, "lease budget must be greater than zero, got \(budget.vigilDescription)")
         }
@@ -119,12 +139,14 @@ public actor LeaseRegistry {
             id: id, strategy: strategy, holds: request.holds, reason: request.reason,
             acquiredAt: now, acquiredWallMicros: clock.wallMicroseconds, budget: request.budget,
             deadline: request.budget.map { now + $0 }, renewals: 0, state: .active, power: "tracked only",
-            grace: request.grace
+            grace: request.grace, client: client
         )
         var token: (any PowerToken)?
         if let hold = request.power {
             do {
-                token = try await backend.hold(hold, who: "vigil: \(strategy)", why: request.reason, budget: request.budget)
+                // logind lists `who`: for a client, name the app, not "client".
+                let who = client.map { "vigil: \($0.name) (uid \($0.uid), pid \($0.pid))" } ?? "vigil: \(strategy)"
+                token = try await backend.hold(hold, who: who, why: request.reason, budget: request.budget)
                 snapshot.power = token?.description ?? "tracked only"
             } catch {
                 snapshot.state = .failed

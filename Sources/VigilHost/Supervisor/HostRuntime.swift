@@ -22,6 +22,8 @@ public actor HostRuntime {
     public nonisolated let startedAt: VigilInstant
     public nonisolated let startedWallMicros: Int64
     public nonisolated let registry: LeaseRegistry
+    /// Leases D-Bus clients hold (BeginBackgroundTask), in `registry` too.
+    public nonisolated let clientLeases: ClientLeases
     public nonisolated let scheduler: any WakeScheduling
     public nonisolated let supervisor: Supervisor
     /// What strategies put on D-Bus (StrategyContext.bus).
@@ -92,6 +94,7 @@ public actor HostRuntime {
         self.runId = runId
         let registry = LeaseRegistry(clock: env.clock, backend: env.power)
         self.registry = registry
+        self.clientLeases = ClientLeases(registry: registry, settings: config.host.clientLeases)
         let logSink = env.logSink
         let strategyBus = StrategyBusBridge(clock: env.clock, logSink: env.logSink)
         self.strategyBus = strategyBus
@@ -122,6 +125,7 @@ public actor HostRuntime {
         }
         let host = HostRuntime(config: config, env: env, store: store, began: began, runId: runId, startedWallMicros: startReadings.wallMicros)
         await host.startBackground(leaseEvents: await host.registry.events())
+        await host.clientLeases.start()
         await host.supervisor.start(config.strategies.map {
             SupervisedStrategy(name: $0.name, kind: $0.kind, strategy: $0.strategy)
         })
@@ -243,6 +247,11 @@ public actor HostRuntime {
         return ConfigLoader.validate(document, resolver: resolver)
     }
 
+    /// Records events in the survival log under `source` (e.g. "host").
+    public nonisolated func events(for source: String) -> any EventRecording {
+        StoreEvents(store: store, strategy: source, readings: readings, log: StrategyLogger(source: source, sink: logSink))
+    }
+
     /// Stops strategies (reverse start order), releases every lease, writes
     /// the final heartbeat and a clean end. Idempotent.
     public func shutdown(reason: RunEndReason = .stopped) async {
@@ -252,6 +261,7 @@ public actor HostRuntime {
         log.notice("shutting down")
         await supervisor.stopAll()
         await registry.releaseEverything(detail: "host shutting down")
+        await clientLeases.stop()
         await clock.settleIfManual()
         for task in background { task.cancel() }
         for task in background { await task.value }

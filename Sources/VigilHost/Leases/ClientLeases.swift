@@ -1,0 +1,277 @@
+import Foundation
+import VigilKit
+
+/// Limits and defaults for leases D-Bus clients begin
+/// (`org.vigil.Vigil1.Host.BeginBackgroundTask`), from `[host]`.
+public struct ClientLeaseSettings: Sendable, Equatable {
+    /// Whether clients may begin leases at all (`client_leases`).
+    public var enabled = true
+    /// Most leases one uid may hold at once (`client_max_leases_per_uid`).
+    public var maxLeasesPerUID = 16
+    /// Most budget one uid's leases may have granted at once, summed over
+    /// them (`client_max_budget_per_uid`).
+    public var maxBudgetPerUID: Duration = .seconds(4 * 3600)
+    /// How long a client has, once its budget ran out, to end the lease
+    /// after `Expiring` before it is force-released (`client_grace`).
+    public var grace: Duration = .seconds(5)
+    /// What a client lease holds on the system.
+    public var hold = PowerHold(what: ["sleep"], mode: "block")
+
+    public init() {}
+}
+
+/// Why a client's lease request or call was refused; `dbusName` is the
+/// D-Bus error the API answers with.
+public struct ClientLeaseError: Error, Sendable, Equatable, CustomStringConvertible {
+    public enum Code: Sendable, Equatable {
+        /// A bad argument (zero budget, empty name): InvalidArgs.
+        case invalidArgument
+        /// Over a per-uid limit, or client leases are off.
+        case limitExceeded
+        /// The lease has ended (or is expiring and can no longer be renewed).
+        case ended
+        /// The caller does not own the lease.
+        case accessDenied
+        /// The power backend refused the hold, or a pipe could not be made.
+        case failed
+    }
+    public var code: Code
+    public var description: String
+
+    public init(_ code: Code, _ description: String) {
+        self.code = code
+        self.description = description
+    }
+
+    public var dbusName: String {
+        switch code {
+        case .invalidArgument: "org.freedesktop.DBus.Error.InvalidArgs"
+        case .limitExceeded: "org.freedesktop.DBus.Error.LimitsExceeded"
+        case .ended: "org.vigil.Vigil1.Error.LeaseEnded"
+        case .accessDenied: "org.freedesktop.DBus.Error.AccessDenied"
+        case .failed: "org.freedesktop.DBus.Error.Failed"
+        }
+    }
+}
+
+/// Leases that D-Bus clients hold, in the host's lease registry like any
+/// other (strategy `client`, with a ``ClientIdentity``).
+///
+/// A lease ends when its client calls End, closes every copy of the fd it
+/// was given (the write end of a pipe whose read end the ``HangupWatcher``
+/// watches; the kernel closes it too when the client dies), leaves the bus
+/// (``ownerVanished(_:)``), or lets its budget run out without Renew: then
+/// the registry marks it expiring (the API emits `Expiring`) and, unless the
+/// client ends it within the grace time, force-releases it (`Expired`).
+public actor ClientLeases {
+    /// What the registry shows as a client lease's strategy.
+    public static let strategyName = "client"
+
+    private struct Held {
+        var identity: ClientIdentity
+        var budget: Duration
+        /// The hang-up watch on the lease pipe.
+        var watch: UInt64
+        /// Resumed when the lease ends while its expiration handler waits.
+        var endedWhileExpiring: CheckedContinuation<Void, Never>?
+    }
+
+    public nonisolated let registry: LeaseRegistry
+    public nonisolated let settings: ClientLeaseSettings
+    private var held: [LeaseID: Held] = [:]
+    private var following: Task<Void, Never>?
+    private var watcher: HangupWatcher?
+    /// Unique names that left the bus recently: a client that disconnects
+    /// while its BeginBackgroundTask is still being answered is caught here.
+    /// Unique names are never reused on a bus, so a bounded memory suffices.
+    private var vanished: Set<String> = []
+    private var vanishedOrder: [String] = []
+
+    public init(registry: LeaseRegistry, settings: ClientLeaseSettings) {
+        self.registry = registry
+        self.settings = settings
+    }
+
+    /// Begins a lease for `identity`. Returns its id and the write end of
+    /// the lease pipe, which the caller hands to the client and then closes.
+    public func begin(_ identity: ClientIdentity, reason: String, budgetMicros: UInt64) async throws(ClientLeaseError) -> (id: LeaseID, fd: Int32) {
+        guard settings.enabled else {
+            throw ClientLeaseError(.limitExceeded, "client leases are turned off in this vigild's config ([host] client_leases = false)")
+        }
+        guard !identity.name.trimmingCharacters(in: .whitespaces).isEmpty else {
+            throw ClientLeaseError(.invalidArgument, "name must not be empty: say what the task is, e.g. \"backup\"")
+        }
+        let budget = try Self.budget(budgetMicros)
+        let mine = held.values.filter { $0.identity.uid == identity.uid }
+        guard mine.count < settings.maxLeasesPerUID else {
+            throw ClientLeaseError(.limitExceeded, "uid \(identity.uid) already holds \(mine.count) client leases, the most allowed ([host] client_max_leases_per_uid = \(settings.maxLeasesPerUID)); end one first")
+        }
+        let granted = mine.reduce(Duration.zero) { $0 + $1.budget }
+        guard granted + budget <= settings.maxBudgetPerUID else {
+            throw ClientLeaseError(.limitExceeded, "a budget of \(budget.vigilDescription) would bring uid \(identity.uid)'s client leases to \((granted + budget).vigilDescription), over the limit of \(settings.maxBudgetPerUID.vigilDescription) ([host] client_max_budget_per_uid); \(granted.vigilDescription) is granted now")
+        }
+
+        let pipe: (token: UInt64, writeEnd: Int32)
+        do {
+            pipe = try fdWatcher().makeWatchedPipe()
+        } catch {
+            throw ClientLeaseError(.failed, "\(error)")
+        }
+        let request = LeaseRequest(
+            holds: "background task \"\(identity.name)\" of \(identity.owner) (uid \(identity.uid), pid \(identity.pid))",
+            reason: reason.isEmpty ? identity.name : reason,
+            budget: budget, grace: settings.grace, power: settings.hold,
+            onExpire: { [weak self] expiry in await self?.waitForEnd(expiry.lease) }
+        )
+        let id: LeaseID
+        do {
+            id = try await registry.acquire(strategy: Self.strategyName, request, client: identity)
+        } catch {
+            watcher?.forget(pipe.token)
+            close(pipe.writeEnd)
+            throw ClientLeaseError(.failed, "\(error)")
+        }
+        held[id] = Held(identity: identity, budget: budget, watch: pipe.token)
+        if vanished.contains(identity.owner) {
+            await end(id, detail: "the client left the bus")
+        }
+        return (id, pipe.writeEnd)
+    }
+
+    /// Renews a client lease for `budgetMicros` more. Only its owner (or an
+    /// administrator, `privileged`) may.
+    public func renew(_ id: LeaseID, caller: String, privileged: Bool, budgetMicros: UInt64) async throws(ClientLeaseError) {
+        let budget = try Self.budget(budgetMicros)
+        let entry = try owned(id, caller: caller, privileged: privileged, action: "renew")
+        let others = held.filter { $0.key != id && $0.value.identity.uid == entry.identity.uid }.values
+        let granted = others.reduce(Duration.zero) { $0 + $1.budget }
+        guard granted + budget <= settings.maxBudgetPerUID else {
+            throw ClientLeaseError(.limitExceeded, "a budget of \(budget.vigilDescription) would bring uid \(entry.identity.uid)'s client leases to \((granted + budget).vigilDescription), over the limit of \(settings.maxBudgetPerUID.vigilDescription) ([host] client_max_budget_per_uid)")
+        }
+        do {
+            try await registry.renew(id, budget: budget)
+        } catch let error as LeaseError where error.code == .ended {
+            throw ClientLeaseError(.ended, "lease \(id) cannot be renewed: \(error.message)")
+        } catch {
+            throw ClientLeaseError(.failed, "\(error)")
+        }
+        held[id]?.budget = budget
+    }
+
+    /// Ends a client lease at its owner's (or an administrator's) request.
+    public func endByClient(_ id: LeaseID, caller: String, privileged: Bool) async throws(ClientLeaseError) {
+        _ = try owned(id, caller: caller, privileged: privileged, action: "end")
+        await end(id, detail: "ended by the client")
+    }
+
+    /// A unique name left the bus: its leases end.
+    public func ownerVanished(_ owner: String) async {
+        if vanished.insert(owner).inserted {
+            vanishedOrder.append(owner)
+            if vanishedOrder.count > 4096 { vanished.remove(vanishedOrder.removeFirst()) }
+        }
+        for (id, entry) in held where entry.identity.owner == owner {
+            await end(id, detail: "the client left the bus")
+        }
+    }
+
+    /// Follows the registry so leases it ends on its own (expired after the
+    /// grace time, released at shutdown) are forgotten here too. Call once.
+    public func start() async {
+        let events = await registry.events()
+        following = Task { [weak self] in
+            for await event in events where event.lease.client != nil && event.lease.state.isEnded {
+                await self?.registryEnded(event.lease.id)
+            }
+        }
+    }
+
+    /// The registry ended a lease on its own: forget it.
+    private func registryEnded(_ id: LeaseID) {
+        guard let entry = held.removeValue(forKey: id) else { return }
+        watcher?.forget(entry.watch)
+        entry.endedWhileExpiring?.resume()
+    }
+
+    /// How many client leases are held.
+    public var count: Int { held.count }
+
+    /// Stops watching fds (host shutdown; the registry releases the leases).
+    public func stop() {
+        following?.cancel()
+        following = nil
+        watcher?.stop()
+        watcher = nil
+    }
+
+    // MARK: internals
+
+    private static func budget(_ micros: UInt64) throws(ClientLeaseError) -> Duration {
+        guard micros > 0 else {
+            throw ClientLeaseError(.invalidArgument, "budget_usec must be greater than 0 (microseconds, e.g. 600000000 for 10 minutes)")
+        }
+        // Beyond Int64 microseconds no limit could allow it anyway.
+        return .microseconds(Int64(clamping: micros))
+    }
+
+    private func owned(_ id: LeaseID, caller: String, privileged: Bool, action: String) throws(ClientLeaseError) -> Held {
+        guard let entry = held[id] else {
+            throw ClientLeaseError(.ended, "lease \(id) has ended; begin a new one with BeginBackgroundTask")
+        }
+        guard privileged || entry.identity.owner == caller else {
+            throw ClientLeaseError(.accessDenied, "lease \(id) belongs to \(entry.identity.owner); only its owner, root or vigild's uid may \(action) it")
+        }
+        return entry
+    }
+
+    private func end(_ id: LeaseID, detail: String) async {
+        guard let entry = held.removeValue(forKey: id) else { return }
+        watcher?.forget(entry.watch)
+        await registry.release(id, detail: detail)
+        entry.endedWhileExpiring?.resume()
+    }
+
+    /// The watcher, made with the first client lease.
+    private func fdWatcher() throws -> HangupWatcher {
+        if let watcher { return watcher }
+        let made = try HangupWatcher { [weak self] token in
+            guard let self else { return }
+            Task { await self.hungUp(token) }
+        }
+        watcher = made
+        return made
+    }
+
+    /// A lease pipe lost its last writer: the client closed every copy of
+    /// its fd (or died). The watcher already closed the read end.
+    private func hungUp(_ token: UInt64) async {
+        guard let (id, entry) = held.first(where: { $0.value.watch == token }) else { return }
+        held.removeValue(forKey: id)
+        await registry.release(id, detail: "the client closed its lease fd")
+        entry.endedWhileExpiring?.resume()
+    }
+
+    /// The expiration handler of a client lease: the client's part is the
+    /// `Expiring` signal; the handler finishes when the lease ends (End,
+    /// fd closed, disconnect) or when the registry gives up after the grace
+    /// time and cancels it.
+    private func waitForEnd(_ id: LeaseID) async {
+        guard held[id] != nil else { return }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                if held[id] == nil {
+                    continuation.resume()
+                } else {
+                    held[id]?.endedWhileExpiring = continuation
+                }
+            }
+        } onCancel: {
+            Task { await self.cancelWait(id) }
+        }
+    }
+
+    private func cancelWait(_ id: LeaseID) {
+        held[id]?.endedWhileExpiring?.resume()
+        held[id]?.endedWhileExpiring = nil
+    }
+}

@@ -1,0 +1,135 @@
+// background-task: leases per second through the registry (power backend
+// none, and logind against the python3-dbus stand-in on a private bus), and
+// BeginBackgroundTask+End round trips per second from a D-Bus client; next
+// to the D-Bus reference measured in the same run: dbus-test-tool echo (C
+// libdbus) answering the same number of round trips on the same bus.
+import Foundation
+import Glibc
+import VigilDBus
+import VigilHost
+import VigilKit
+import VigilTestSupport
+
+func backgroundTaskBench(_ args: [String]) async throws {
+    let count = args.first.flatMap(Int.init) ?? 2000
+    let logindCount = max(1, count / 4)
+    let clock = SystemClock()
+    let bus = try startBenchBus()
+    defer { bus.stop() }
+    let address = bus.address
+    print("background-task: \(count) leases per figure (\(logindCount) against the logind stand-in); private dbus-daemon; 2 cores shared by all.")
+
+    // 1. The registry alone: acquire (with a 60 s budget, so a deadline
+    //    watcher is armed) and release, power backend none.
+    let none = LeaseRegistry(clock: clock, backend: NoPowerBackend(reason: "benchmark"))
+    let noneRate = try await registryRate(none, count: count)
+    print(String(format: "registry acquire+release, backend none:         %9.0f leases/s", noneRate))
+
+    // 2. With logind: each acquire is Inhibit() on the stand-in (the fd is
+    //    the lease), each release closes the fd. Reference: the same
+    //    Inhibit calls and closes made directly, without the registry.
+    let standIn = try LogindStandInProcess(busAddress: address)
+    defer { standIn.stop() }
+    let system = try await DBusConnection.connect(to: .address(address))
+    let logind = LeaseRegistry(clock: clock, backend: LogindPowerBackend(connection: system, reason: "benchmark"))
+    let logindRate = try await registryRate(logind, count: logindCount)
+    let bareStart = ContinuousClock.now
+    for _ in 0..<logindCount {
+        let reply = try await system.call(destination: LogindPowerBackend.busName, path: LogindPowerBackend.path,
+                                          interface: LogindPowerBackend.interface, member: "Inhibit",
+                                          arguments: [.string("sleep"), .string("bench"), .string("bench"), .string("block")])
+        if case .unixFD(let fd) = reply.body.first { fd.close() }
+    }
+    let bareRate = Double(logindCount) / (micros(ContinuousClock.now - bareStart) / 1e6)
+    print(String(format: "registry acquire+release, backend logind:       %9.0f leases/s", logindRate))
+    print(String(format: "  reference: bare Inhibit()+close on the stand-in: %7.0f /s   ratio %.2f", bareRate, logindRate / bareRate))
+    await system.close()
+
+    // 3. Client leases over D-Bus, the host in process (as vigild runs it).
+    let echo = Process()
+    echo.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-test-tool")
+    echo.arguments = ["echo", "--name=org.vigil.BenchEcho"]
+    echo.environment = ["DBUS_SESSION_BUS_ADDRESS": address]
+    try echo.run()
+    defer { kill(echo.processIdentifier, SIGKILL) }
+
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-bgtask-bench-\(getpid())")
+    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: directory) }
+    let configPath = directory.appendingPathComponent("vigil.toml").path
+    try """
+    [host]
+    state_dir = "\(directory.appendingPathComponent("state").path)"
+    log_level = "warning"
+    client_max_leases_per_uid = 100000
+    client_max_budget_per_uid = "100000h"
+    """.write(toFile: configPath, atomically: true, encoding: .utf8)
+    let config = try ConfigLoader.loadWithPlugins(path: configPath).config
+    let host = try await HostRuntime.start(config: config, environment: HostRuntime.Environment(
+        clock: clock, scheduler: try WakeScheduler.system(clock: clock), logSink: StderrLogSink(minimum: .warning),
+        version: VigilVersion.string))
+    let service = try await DBusConnection.connect(to: .address(address))
+    let api = HostBusAPI(runtime: host, connection: service, hostUID: getuid())
+    try await api.export()
+    try await service.requestName("org.vigil.Vigil1")
+    let client = try await DBusConnection.connect(to: .address(address))
+    for _ in 0..<500 {
+        let up = try await client.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                                       interface: "org.freedesktop.DBus", member: "NameHasOwner",
+                                       arguments: ["org.vigil.BenchEcho"], returning: Bool.self)
+        if up { break }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+    let echoGet = BenchCall(destination: "org.vigil.BenchEcho", path: "/org/vigil/Vigil1",
+                            interface: "org.freedesktop.DBus.Properties", member: "Get",
+                            arguments: [.string("org.vigil.Vigil1.Host"), .string("Version")])
+    for inFlight in [1, 8] {
+        let pairs = try await beginEndRate(client, count: count, inFlight: inFlight)
+        let reference = try await measureCalls(client, echoGet, calls: 2 * count, inFlight: inFlight)
+        print("BeginBackgroundTask+End, \(inFlight) in flight (\(count) leases, 2 round trips each):")
+        print(String(format: "  vigild:   %8.0f leases/s  (%8.0f round trips/s)", pairs, 2 * pairs))
+        print(String(format: "  echo (C): %8.0f pairs/s   (%8.0f round trips/s, Properties.Get; D-Bus reference)",
+                     reference.callsPerSecond / 2, reference.callsPerSecond))
+        print(String(format: "  ratio vigild / C reference: %.2f", 2 * pairs / reference.callsPerSecond))
+    }
+    let leftOver = await host.registry.active.count
+    if leftOver != 0 { print("warning: \(leftOver) leases still active after the benchmark") }
+    await client.close()
+    await api.stop()
+    await service.close()
+    await host.shutdown()
+}
+
+/// Acquire + release through a registry, sequentially.
+private func registryRate(_ registry: LeaseRegistry, count: Int) async throws -> Double {
+    let request = LeaseRequest(holds: "bench", reason: "benchmark", budget: .seconds(60), power: PowerHold())
+    let start = ContinuousClock.now
+    for _ in 0..<count {
+        let id = try await registry.acquire(strategy: "bench", request)
+        await registry.release(id)
+    }
+    return Double(count) / (micros(ContinuousClock.now - start) / 1e6)
+}
+
+/// BeginBackgroundTask then End, `inFlight` clients at once on one connection.
+private func beginEndRate(_ client: DBusConnection, count: Int, inFlight: Int) async throws -> Double {
+    let perCaller = count / inFlight
+    let start = ContinuousClock.now
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        for _ in 0..<inFlight {
+            group.addTask {
+                for _ in 0..<perCaller {
+                    let reply = try await client.call(
+                        destination: "org.vigil.Vigil1", path: "/org/vigil/Vigil1", interface: "org.vigil.Vigil1.Host",
+                        member: "BeginBackgroundTask", arguments: [.string("bench"), .string("benchmark"), .uint64(60_000_000)])
+                    guard case .objectPath(let path) = reply.body.first else { throw DBusError.failed("no lease path") }
+                    try await client.call(destination: "org.vigil.Vigil1", path: path, interface: "org.vigil.Vigil1.ClientLease",
+                                          member: "End", arguments: [])
+                    if case .unixFD(let fd) = reply.body.last { fd.close() }
+                }
+            }
+        }
+        try await group.waitForAll()
+    }
+    return Double(perCaller * inFlight) / (micros(ContinuousClock.now - start) / 1e6)
+}

@@ -1,0 +1,180 @@
+import ArgumentParser
+import Foundation
+import VigilDBus
+import VigilKit
+
+/// `vigilctl hold -- CMD ARGS...`: runs a command under a client lease.
+struct HoldCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "hold",
+        abstract: "Run a command under a background-task lease, renewed while it runs.",
+        discussion: """
+            Begins a client lease with vigild (org.vigil.Vigil1.Host.BeginBackgroundTask), runs \
+            CMD with ARGS, renews the lease whenever a quarter of its budget is left, ends it \
+            when CMD exits, and exits with CMD's status (128+N when a signal N ended it). While \
+            the lease is held, vigild's power backend keeps the system from sleeping (a logind \
+            inhibitor or a kernel wake lock), like systemd-inhibit, but with a budget: if \
+            vigilctl stops renewing (it was frozen or killed), the lease lapses instead of \
+            holding forever.
+
+            The lease also ends if vigilctl dies: vigild sees its fd closed and its bus \
+            connection gone. The command inherits stdin, stdout and stderr; Ctrl-C reaches the \
+            command, and vigilctl reports how it ended.
+
+            vigild's per-uid limits apply ([host] client_max_leases_per_uid, \
+            client_max_budget_per_uid); a refused lease is reported and CMD is not run.
+
+            Exit status: CMD's; 1 when no lease could be begun; 127 when CMD cannot be run.
+
+            Example: vigilctl hold --budget 10m --why "nightly backup" -- restic backup ~/
+            """
+    )
+
+    @OptionGroup var busOptions: BusOptions
+
+    @Option(help: "The lease's budget: how long it lasts without renewal (e.g. 90s, 10m, 1h).")
+    var budget: String = "10m"
+
+    @Option(help: "Why the system must stay up, shown in vigilctl leases and logind's inhibitor list.")
+    var why: String?
+
+    @Option(help: "The task's name (default: the command's file name).")
+    var name: String?
+
+    @Argument(parsing: .postTerminator, help: "The command and its arguments, after --.")
+    var command: [String] = []
+
+    func validate() throws {
+        var words = command
+        if words.first == "--" { words.removeFirst() }
+        guard let program = words.first, !program.isEmpty else {
+            throw ValidationError("give the command to run after --, e.g. vigilctl hold -- make -j4")
+        }
+        switch DurationSyntax.parse(budget) {
+        case .success(let value) where value >= .seconds(1): break
+        case .success: throw ValidationError("--budget must be at least 1s, found \"\(budget)\"")
+        case .failure(let error): throw ValidationError("--budget: \(error)")
+        }
+    }
+
+    func run() async throws {
+        var argv = command
+        if argv.first == "--" { argv.removeFirst() }
+        guard case .success(let budgetValue) = DurationSyntax.parse(budget) else { throw ExitCode(1) }
+        let budgetMicros = UInt64(budgetValue.components.seconds) * 1_000_000
+            + UInt64(budgetValue.components.attoseconds / 1_000_000_000_000)
+        let taskName = name ?? URL(fileURLWithPath: argv[0]).lastPathComponent
+        let reason = why ?? "vigilctl hold: " + argv.joined(separator: " ")
+
+        let client: VigilBusClient
+        let lease: (path: String, fd: DBusFileDescriptor)
+        do {
+            client = try await VigilBusClient.connect(busOptions)
+            lease = try await client.beginBackgroundTask(name: taskName, reason: reason, budgetMicros: budgetMicros)
+        } catch {
+            FileHandle.standardError.write(Data("vigilctl hold: \(error); not running \(argv[0])\n".utf8))
+            throw ExitCode(1)
+        }
+        // The lease fd must not leak into the command: it would keep the
+        // lease's pipe open after vigilctl ended it.
+        _ = fcntl(lease.fd.rawValue, F_SETFD, FD_CLOEXEC)
+
+        // Renew when a quarter of the budget is left.
+        let renewer = Task {
+            let every = budgetValue * 3 / 4
+            while !Task.isCancelled {
+                try? await Task.sleep(for: every)
+                if Task.isCancelled { return }
+                do {
+                    try await client.renewClientLease(lease.path, budgetMicros: budgetMicros)
+                } catch {
+                    FileHandle.standardError.write(Data("vigilctl hold: cannot renew \(lease.path): \(error)\n".utf8))
+                }
+            }
+        }
+        let status = await ChildProcess.run(argv)
+        renewer.cancel()
+        do {
+            try await client.endClientLease(lease.path)
+        } catch {
+            FileHandle.standardError.write(Data("vigilctl hold: cannot end \(lease.path): \(error)\n".utf8))
+        }
+        lease.fd.close()
+        await client.close()
+        if status.spawnError != nil {
+            FileHandle.standardError.write(Data("vigilctl hold: cannot run \(argv[0]): \(status.spawnError ?? "")\n".utf8))
+        }
+        throw ExitCode(status.exitCode)
+    }
+}
+
+extension VigilBusClient {
+    static let clientLeaseInterface = "org.vigil.Vigil1.ClientLease"
+
+    func beginBackgroundTask(name: String, reason: String, budgetMicros: UInt64) async throws -> (path: String, fd: DBusFileDescriptor) {
+        let reply = try await call("BeginBackgroundTask", arguments: [.string(name), .string(reason), .uint64(budgetMicros)])
+        guard reply.body.count == 2, case .objectPath(let path) = reply.body[0], case .unixFD(let fd) = reply.body[1] else {
+            throw VigilctlFailure("vigild's reply to BeginBackgroundTask is not (o, h) but \(reply.signature); are vigild and vigilctl the same version?")
+        }
+        return (path, fd)
+    }
+
+    func renewClientLease(_ path: String, budgetMicros: UInt64) async throws {
+        _ = try await call("Renew", path: path, interface: Self.clientLeaseInterface, arguments: [.uint64(budgetMicros)])
+    }
+
+    func endClientLease(_ path: String) async throws {
+        _ = try await call("End", path: path, interface: Self.clientLeaseInterface)
+    }
+}
+
+/// Runs a command with vigilctl's stdin, stdout and stderr and waits for it.
+enum ChildProcess {
+    struct Outcome: Sendable {
+        /// The exit status to pass on: the command's, 128+N for signal N, 127 if it never ran.
+        var exitCode: Int32
+        var spawnError: String?
+    }
+
+    static func run(_ argv: [String]) async -> Outcome {
+        // Ctrl-C and Ctrl-\ go to the whole foreground process group: the
+        // command handles them; vigilctl waits and reports how it ended.
+        signal(SIGINT, SIG_IGN)
+        signal(SIGQUIT, SIG_IGN)
+        defer {
+            signal(SIGINT, SIG_DFL)
+            signal(SIGQUIT, SIG_DFL)
+        }
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        // The child gets the default dispositions back.
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        sigaddset(&defaults, SIGINT)
+        sigaddset(&defaults, SIGQUIT)
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF))
+
+        var pid: pid_t = 0
+        let cArgs = argv.map { strdup($0) } + [nil]
+        defer { for arg in cArgs { free(arg) } }
+        let spawned = posix_spawnp(&pid, argv[0], nil, &attributes, cArgs, environ)
+        guard spawned == 0 else {
+            return Outcome(exitCode: 127, spawnError: String(cString: strerror(spawned)))
+        }
+        let child = pid
+        let waited: Int32 = await withCheckedContinuation { continuation in
+            let thread = Thread {
+                var status: Int32 = 0
+                while waitpid(child, &status, 0) < 0 && errno == EINTR {}
+                continuation.resume(returning: status)
+            }
+            thread.start()
+        }
+        // WIFEXITED / WEXITSTATUS / WTERMSIG, which Swift cannot import as macros.
+        let signalNumber = waited & 0x7f
+        if signalNumber == 0 { return Outcome(exitCode: (waited >> 8) & 0xff) }
+        return Outcome(exitCode: 128 + signalNumber)
+    }
+}

@@ -1,0 +1,180 @@
+import Foundation
+import Testing
+import VigilDBus
+import VigilHost
+
+/// Client leases against a real vigild on a private bus, in real time (short
+/// budgets): a python3-dbus client (its own marshalling and fd handling),
+/// and `vigilctl hold`.
+extension EndToEnd {
+    @Suite(.serialized) struct ClientLeaseEndToEndTests {
+        /// `[host]` keys for these tests (BusHost puts them in `[host]`).
+        static let hostKeys = """
+            client_max_leases_per_uid = 2
+            client_max_budget_per_uid = "1h"
+            client_grace = "1s"
+            """
+
+        static let client = """
+            import sys, os, time, dbus
+            from gi.repository import GLib
+            from dbus.mainloop.glib import DBusGMainLoop
+            DBusGMainLoop(set_as_default=True)
+            NAME = "org.vigil.Vigil1"; ROOT = "/org/vigil/Vigil1"
+            HOST = "org.vigil.Vigil1.Host"; CLIENT = "org.vigil.Vigil1.ClientLease"
+            bus = dbus.bus.BusConnection(sys.argv[1])
+            host = dbus.Interface(bus.get_object(NAME, ROOT, introspect=False), HOST)
+            seen = []
+            def record(*args, **kw):
+                seen.append((kw["member"], kw["path"], [str(a) for a in args]))
+            bus.add_signal_receiver(record, bus_name=NAME, member_keyword="member", path_keyword="path")
+
+            def wait_for(cond, timeout=15):
+                # Runs the main loop (which delivers the signals) until cond() holds.
+                loop = GLib.MainLoop()
+                def check():
+                    if cond(): loop.quit(); return False
+                    return True
+                GLib.timeout_add(10, check)
+                GLib.timeout_add(int(timeout * 1000), loop.quit)
+                loop.run()
+                return cond()
+
+            def begin(name, seconds, conn=bus):
+                h = dbus.Interface(conn.get_object(NAME, ROOT, introspect=False), HOST)
+                path, fd = h.BeginBackgroundTask(name, "why " + name, dbus.UInt64(int(seconds * 1000000)))
+                return str(path), fd.take()
+
+            def lease(path, conn=bus):
+                return dbus.Interface(conn.get_object(NAME, path, introspect=False), CLIENT)
+
+            def listed(path):
+                return any(str(row[0]) == path for row in host.ListLeases())
+
+            def released(path):
+                for member, p, args in seen:
+                    if member == "LeaseReleased" and args[0] == path: return args[1]
+                return None
+
+            def error_name(f):
+                try:
+                    f(); return "no error"
+                except dbus.DBusException as e:
+                    return e.get_dbus_name() + ": " + e.get_dbus_message()
+
+            # 1. Not renewing: Expiring (with the grace time left), then Expired, on the lease object.
+            path, fd = begin("expire", 0.5)
+            print("begun", path, listed(path), fd >= 0)
+            wait_for(lambda: any(m == "Expired" and p == path for m, p, a in seen))
+            mine = [(m, a) for m, p, a in seen if p == path and m != "PropertiesChanged"]
+            print("expire", [m for m, a in mine])
+            print("expiring", [a for m, a in mine if m == "Expiring"])
+            print("listed after expiry", listed(path))
+            print("renew ended", error_name(lambda: lease(path).Renew(dbus.UInt64(1000000))))
+            os.close(fd)
+
+            # 2. Renewing keeps it: 1 s budget, renewed every 0.4 s for 2.4 s; then End.
+            path, fd = begin("renew", 1.0)
+            start = time.monotonic()
+            while time.monotonic() - start < 2.4:
+                time.sleep(0.4)
+                lease(path).Renew(dbus.UInt64(1000000))
+            print("renewed still listed", listed(path))
+            lease(path).End()
+            wait_for(lambda: released(path) is not None)
+            print("renew released", released(path))
+            print("renew expired", any(m in ("Expiring", "Expired") and p == path for m, p, a in seen))
+            os.close(fd)
+
+            # 3. Closing the fd ends it.
+            path, fd = begin("close", 60)
+            os.close(fd)
+            wait_for(lambda: released(path) is not None)
+            print("close released", released(path))
+
+            # 4. Disconnecting ends it (the fd stays open here).
+            other = dbus.bus.BusConnection(sys.argv[1])
+            path, fd = begin("disconnect", 60, conn=other)
+            other.close()
+            wait_for(lambda: released(path) is not None)
+            print("disconnect released", released(path))
+            os.close(fd)
+
+            # 5. Limits: two leases per uid.
+            a, fa = begin("a", 60)
+            b, fb = begin("b", 60)
+            print("third", error_name(lambda: begin("c", 60)))
+            print("too long", error_name(lambda: begin("d", 7200)))
+            print("zero", error_name(lambda: begin("e", 0)))
+            os.close(fa)
+            wait_for(lambda: released(a) is not None)
+            c, fc = begin("c", 60)
+            print("after one ended", listed(c))
+            print("host alive", host.ListLeases() is not None)
+            """
+
+        @Test func aPythonClientBeginsRenewsEndsAndIsLimited() async throws {
+            try await BusHost.with(strategies: Self.hostKeys) { host in
+                let result = try runPythonScript(Self.client, [host.address])
+                #expect(result.status == 0, "\(result.stderr)")
+                let lines = result.stdout.split(separator: "\n").map(String.init)
+                func line(_ prefix: String) -> String? { lines.first { $0.hasPrefix(prefix + " ") } }
+                #expect(line("begun")?.hasSuffix(" True True") == true, "\(lines)")
+                #expect(line("expire") == "expire ['Expiring', 'Expired']")
+                #expect(line("expiring") == "expiring [['1000000']]")
+                #expect(line("listed after expiry") == "listed after expiry False")
+                #expect(line("renew ended")?.contains("org.freedesktop.DBus.Error.UnknownObject") == true, "\(lines)")
+                #expect(line("renewed still listed") == "renewed still listed True")
+                #expect(line("renew released") == "renew released ended by the client")
+                #expect(line("renew expired") == "renew expired False")
+                #expect(line("close released") == "close released the client closed its lease fd")
+                #expect(line("disconnect released") == "disconnect released the client left the bus")
+                #expect(line("third")?.contains("org.freedesktop.DBus.Error.LimitsExceeded: uid 0 already holds 2 client leases") == true, "\(lines)")
+                #expect(line("too long")?.contains("org.freedesktop.DBus.Error.LimitsExceeded") == true, "\(lines)")
+                #expect(line("zero")?.contains("org.freedesktop.DBus.Error.InvalidArgs: budget_usec must be greater than 0") == true, "\(lines)")
+                #expect(line("after one ended") == "after one ended True")
+                #expect(line("host alive") == "host alive True")
+                // vigild is still serving after all that.
+                #expect(try host.busctl(["call", "org.vigil.Vigil1", "/org/vigil/Vigil1", "org.vigil.Vigil1.Host", "ListStrategies"]).status == 0)
+            }
+        }
+
+        @Test func vigilctlHoldRunsTheCommandUnderARenewedLease() async throws {
+            try await BusHost.with(strategies: Self.hostKeys) { host in
+                let dir = try TempDir("vigil-hold")
+                let during = dir.file("during")
+                let later = dir.file("later")
+                // The command lists the leases at once and after 3.5 s (the
+                // 2 s budget, renewed every 1.5 s, needs two renewals by
+                // then), then exits 7.
+                let script = """
+                    busctl --address=\(host.address) call org.vigil.Vigil1 /org/vigil/Vigil1 org.vigil.Vigil1.Host ListLeases > \(during)
+                    sleep 3.5
+                    busctl --address=\(host.address) call org.vigil.Vigil1 /org/vigil/Vigil1 org.vigil.Vigil1.Host ListLeases > \(later)
+                    exit 7
+                    """
+                let result = try host.vigilctl("hold", ["--budget", "2s", "--why", "testing hold", "--", "sh", "-c", script])
+                #expect(result.status == 7, "\(result.stderr)")
+                let first = try String(contentsOfFile: during, encoding: .utf8)
+                #expect(first.contains("\"client\" \"client\""), "\(first)")
+                #expect(first.contains("\"testing hold\""), "\(first)")
+                #expect(first.contains("background task \\\"sh\\\""), "\(first)")
+                let second = try String(contentsOfFile: later, encoding: .utf8)
+                #expect(second.contains("\"testing hold\"") && second.contains("\"active\""), "renewed, still held: \(second)")
+                #expect(!second.contains(" 0 \"active\""), "renewed at least once: \(second)")
+                // Ended when the command exited.
+                let after = try host.busctl(["call", "org.vigil.Vigil1", "/org/vigil/Vigil1", "org.vigil.Vigil1.Host", "ListLeases"])
+                #expect(!after.stdout.contains("testing hold"), "\(after.stdout)")
+
+                // A command that cannot run: 127; a refused lease: 1, and the command does not run.
+                let missing = try host.vigilctl("hold", ["--", "/nonexistent/program"])
+                #expect(missing.status == 127)
+                #expect(missing.stderr.contains("cannot run /nonexistent/program"))
+                let refused = try host.vigilctl("hold", ["--budget", "2h", "--", "touch", dir.file("ran")])
+                #expect(refused.status == 1)
+                #expect(refused.stderr.contains("LimitsExceeded") || refused.stderr.contains("client_max_budget_per_uid"), "\(refused.stderr)")
+                #expect(!FileManager.default.fileExists(atPath: dir.file("ran")))
+            }
+        }
+    }
+}
