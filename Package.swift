@@ -16,6 +16,7 @@ let package = Package(
         // without loading anything else.
         .library(name: "vigil-periodic-wake", type: .dynamic, targets: ["PeriodicWake"]),
         .library(name: "vigil-background-task", type: .dynamic, targets: ["BackgroundTask"]),
+        .library(name: "vigil-voip-socket", type: .dynamic, targets: ["VoipSocket"]),
     ],
     dependencies: [
         .package(path: "Plugins/VigilKit"),
@@ -26,6 +27,7 @@ let package = Package(
     targets: [
         .target(name: "CTimer", path: "Sources/CTimer"),
         .target(name: "CExecutor", path: "Sources/CExecutor"),
+        .target(name: "CVoipSocket", path: "Sources/CVoipSocket"),
         .systemLibrary(
             name: "CDBus",
             path: "Sources/CDBus",
@@ -62,7 +64,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "vigil-bench",
-            dependencies: ["VigilHost", "VigilDBus", "VigilTestSupport", .product(name: "VigilKit", package: "VigilKit")],
+            dependencies: ["VigilHost", "VigilDBus", "VigilTestSupport", "CVoipSocket", .product(name: "VigilKit", package: "VigilKit")],
             swiftSettings: strict
         ),
         .target(
@@ -75,6 +77,12 @@ let package = Package(
             name: "PeriodicWake",
             dependencies: [.product(name: "VigilKit", package: "VigilKit")],
             path: "Plugins/PeriodicWake",
+            swiftSettings: strict
+        ),
+        .target(
+            name: "VoipSocket",
+            dependencies: [.product(name: "VigilKit", package: "VigilKit"), "CVoipSocket"],
+            path: "Plugins/VoipSocket",
             swiftSettings: strict
         ),
         // Shared test helpers (a private dbus-daemon), used by the test targets.
