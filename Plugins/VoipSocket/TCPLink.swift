@@ -165,6 +165,9 @@ final class TCPLink: Sendable {
             }
             if n == 0 {
                 end(&s, "the peer closed the connection", resumes: &resumes)
+            } else if errno == ECONNRESET || errno == ENOTCONN {
+                // ENOTCONN: the reset's error was already taken by SO_ERROR.
+                end(&s, "the peer reset the connection", resumes: &resumes)
             } else if errno != EAGAIN && errno != EWOULDBLOCK {
                 end(&s, "connection lost: \(String(cString: strerror(errno)))", resumes: &resumes)
             }

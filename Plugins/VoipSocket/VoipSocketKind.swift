@@ -34,7 +34,7 @@ public struct VoipSocketKind: StrategyKind {
         case .string: s.align = config.positiveDuration("align")
         case let other?: config.problem("align", "expected true, false or a slot duration such as \"5m\", found \(other.typeName)")
         }
-        s.handlerTimeout = config.positiveDuration("handler_timeout", default: .seconds(10))
+        s.handlerTimeout = config.positiveDuration("handler_timeout", default: min(.seconds(10), s.interval / 2))
         if s.handlerTimeout >= s.interval {
             config.problem("handler_timeout", "must be shorter than keepalive_interval (\(s.interval.vigilDescription)), found \(s.handlerTimeout.vigilDescription)")
         }
