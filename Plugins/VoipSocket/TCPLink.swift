@@ -92,24 +92,27 @@ final class TCPLink: Sendable {
             let rc = vigil_set_user_timeout(fd, options.userTimeoutMilliseconds)
             if rc != 0 { Glibc.close(fd); throw LinkError("cannot set TCP_USER_TIMEOUT on the socket: \(String(cString: strerror(rc)))") }
         }
+        // Connect first, then watch: a socket not yet connecting polls as
+        // writable and hung up, which would read as a finished connect.
+        // Adding it to epoll afterwards reports whatever state it reached.
+        let rc = address.storage.withUnsafeBytes { raw in
+            vigil_connect(fd, raw.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t(raw.count))  // storage is never empty: it came from getaddrinfo
+        }
+        guard rc == 0 || rc == EINPROGRESS else {
+            Glibc.close(fd)
+            throw LinkError("connect to \(address) failed: \(String(cString: strerror(rc)))")
+        }
         let link = TCPLink(fd: fd, clock: clock, options: options, loop: loop)
         do {
             let token = try loop.register(link, fd: fd)
             link.state.withLock { $0.token = token }
         } catch {
-            Glibc.close(fd)
+            link.close()
             throw error
-        }
-        let rc = address.storage.withUnsafeBytes { raw in
-            vigil_connect(fd, raw.baseAddress!.assumingMemoryBound(to: sockaddr.self), socklen_t(raw.count))  // storage is never empty: it came from getaddrinfo
         }
         if rc == 0 {
             link.state.withLock { if $0.phase == .connecting { $0.phase = .open } }
             return link
-        }
-        guard rc == EINPROGRESS else {
-            link.close()
-            throw LinkError("connect to \(address) failed: \(String(cString: strerror(rc)))")
         }
         do {
             try await link.awaitConnected()
@@ -165,9 +168,12 @@ final class TCPLink: Sendable {
             }
             if n == 0 {
                 end(&s, "the peer closed the connection", resumes: &resumes)
-            } else if errno == ECONNRESET || errno == ENOTCONN {
-                // ENOTCONN: the reset's error was already taken by SO_ERROR.
+            } else if errno == ECONNRESET {
                 end(&s, "the peer reset the connection", resumes: &resumes)
+            } else if errno == ENOTCONN {
+                // The socket's error was taken by an earlier call (SO_ERROR
+                // after connect, or a failed send, which recorded it).
+                end(&s, "connection lost (reset or timed out)", resumes: &resumes)
             } else if errno != EAGAIN && errno != EWOULDBLOCK {
                 end(&s, "connection lost: \(String(cString: strerror(errno)))", resumes: &resumes)
             }
@@ -279,12 +285,22 @@ final class TCPLink: Sendable {
     /// Sends all of `bytes`, waiting for room when the socket buffer is full.
     func send(_ bytes: [UInt8]) async throws {
         var offset = 0
+        var pendingResumes: [() -> Void] = []
+        defer { for resume in pendingResumes { resume() } }
         while offset < bytes.count {
             let (count, error, edges): (Int, Int32, UInt64) = try state.withLock { s in
                 if let reason = s.endReason { throw LinkError(reason) }
                 guard s.fd >= 0 else { throw LinkError("the connection is closed") }
                 let n = bytes.withUnsafeBytes { raw in vigil_send(s.fd, raw.baseAddress! + offset, UInt(raw.count - offset)) }  // non-empty: offset < count
-                return (n, n < 0 ? errno : 0, s.outEdges)
+                let error = n < 0 ? errno : 0
+                if n < 0, error != EAGAIN, error != EWOULDBLOCK {
+                    // This took the socket's error: record it as the end, or
+                    // the event thread would only see ENOTCONN.
+                    var resumes: [() -> Void] = []
+                    end(&s, "connection lost: \(String(cString: strerror(error)))", resumes: &resumes)
+                    pendingResumes = resumes
+                }
+                return (n, error, s.outEdges)
             }
             if count > 0 { offset += count; continue }
             if error == EAGAIN || error == EWOULDBLOCK {

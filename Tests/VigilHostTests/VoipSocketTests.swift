@@ -56,7 +56,7 @@ import VigilKit
             #expect(gap >= 205 && gap <= 300 + 80, "gap \(gap) ms outside [210, 300] ms; all: \(gaps)")
         }
         #expect((gaps.max() ?? 0) - (gaps.min() ?? 0) > 5, "no jitter: \(gaps)")
-        #expect(server.all(.accepted).count == 1)
+        #expect(server.all(.accepted).count == 1, "\(h.logs.entries)")
         #expect(status["State"]?.stringValue == "up")
         #expect(status["Remote"]?.stringValue == server.address)
         #expect(status["Local"]?.stringValue.hasPrefix("127.0.0.1:") == true)
@@ -124,7 +124,7 @@ import VigilKit
         let status = await h.waitForStatus { $0["Reconnects"]?.uintValue ?? 0 >= 1 && $0["State"]?.stringValue == "up" }
         await h.supervisor.stopAll()
         #expect(status["Overruns"]?.uintValue ?? 0 >= 1, "\(status)")
-        #expect(h.recorded("disconnected").first?["reason"]?.contains("no pong") == true)
+        #expect(h.recorded("disconnected").first?["reason"]?.contains("no pong") == true, "\(h.logs.entries)")
     }
 
     /// A server that closes every connection: reconnects back off with full
@@ -144,8 +144,9 @@ import VigilKit
         let gaps = zip(accepts.dropFirst(), accepts).map { ($0 - $1).seconds * 1000 }
         for (n, gap) in gaps.prefix(8).enumerated() {
             let ceiling = min(160, 40 * Double(1 << n))
-            // Overhead on top of the delay: noticing the close and connecting again.
-            #expect(gap >= 0 && gap <= ceiling + 60, "delay \(n): \(gap) ms, bound \(ceiling) ms; all: \(gaps)")
+            // Overhead on top of the delay: noticing the close and connecting
+            // again, on two cores shared with the rest of the suite.
+            #expect(gap >= 0 && gap <= ceiling + 150, "delay \(n): \(gap) ms, bound \(ceiling) ms; all: \(gaps)")
         }
         // Full jitter: not every delay sits at its ceiling.
         #expect(gaps.prefix(8).enumerated().contains { $1 < 0.8 * min(160, 40 * Double(1 << $0)) }, "\(gaps)")
@@ -195,7 +196,7 @@ import VigilKit
         _ = await feeder.result
         let status = await h.waitForStatus { $0["SkippedPings"]?.uintValue ?? 0 >= 2 }
         await h.supervisor.stopAll()
-        #expect(server.all(.ping).count <= 1, "pings despite traffic: \(server.all(.ping).count)")
+        #expect(server.all(.ping).count <= 1, "pings despite traffic: \(server.all(.ping).count), accepted \(server.all(.accepted).count); \(h.logs.entries)")
         #expect(status["SkippedPings"]?.uintValue ?? 0 >= 2, "\(status)")
     }
 
@@ -218,10 +219,19 @@ import VigilKit
     /// Bad address, unresolvable name, refused connection: clear errors,
     /// and retries that back off instead of spinning.
     @Test func failuresGiveClearErrorsAndBackOff() async throws {
-        let refusedPort = try LoopbackServer()
-        let port = refusedPort.port
-        refusedPort.stop()
-        try await Task.sleep(for: .milliseconds(60))  // let the test server close its listening socket
+        // A bound socket that does not listen: connecting to it is refused,
+        // and no other test's server can take its port meanwhile.
+        let reserved = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(reserved) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(reserved, $0, length) == 0 && getsockname(reserved, $0, &length) == 0 }
+        }
+        #expect(bound)
+        let port = UInt16(bigEndian: address.sin_port)
         let h = try VoipHarness()
         let backoff: ConfigValue = .table(["initial": .string("100ms"), "max": .string("400ms")])
         try await h.start(["connect": .string("127.0.0.1:\(port)"), "reconnect": backoff], name: "refused")
@@ -263,4 +273,91 @@ func runProcess(_ path: String, _ arguments: [String]) throws -> String {
     let data = pipe.fileHandleForReading.readDataToEndOfFile()
     process.waitUntilExit()
     return String(decoding: data, as: UTF8.self)
+}
+
+/// The pong server as its own process (Tests/Fixtures/voip-pong-server.py),
+/// so a test can freeze it with SIGSTOP: a black-holed peer.
+final class PongServerProcess: @unchecked Sendable {
+    // Invariant: set in init, then only read.
+    let process = Process()
+    let port: UInt16
+
+    init(rcvbuf: Int? = nil) throws {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/voip-pong-server.py").path
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        process.arguments = [script] + (rcvbuf.map { ["--rcvbuf", String($0)] } ?? [])
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        let line = String(decoding: out.fileHandleForReading.availableData, as: UTF8.self)
+        guard let port = UInt16(line.trimmingCharacters(in: .whitespacesAndNewlines)) else {
+            process.terminate()
+            throw DescribedError("voip-pong-server.py printed \(line.debugDescription), not its port")
+        }
+        self.port = port
+    }
+
+    func freeze() { kill(process.processIdentifier, SIGSTOP) }
+
+    func kill9() {
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+}
+
+@Suite struct VoipSocketBlackHoleTests {
+    /// A peer frozen with SIGSTOP still has a kernel that completes the TCP
+    /// handshake and acknowledges data, so only the missing pong shows it:
+    /// the handler timeout catches it within one interval plus the timeout.
+    @Test func stoppedServerIsDetectedByTheHandlerTimeout() async throws {
+        let server = try PongServerProcess()
+        defer { server.kill9() }
+        let h = try VoipHarness()
+        try await h.start([
+            "connect": .string("127.0.0.1:\(server.port)"), "keepalive_interval": .string("300ms"),
+            "handler_timeout": .string("200ms"), "expect": .string("\r\n"), "skip_ping_on_traffic": .boolean(false),
+            "reconnect": .table(["initial": .string("100ms"), "max": .string("100ms")]),
+        ])
+        let before = await h.waitForStatus { $0["Pings"]?.uintValue ?? 0 >= 2 }
+        #expect(before["Pings"]?.uintValue ?? 0 >= 2, "the live server answered no pings: \(before)")
+        server.freeze()
+        let frozenAt = ContinuousClock.now
+        #expect(await h.waitForEvent("disconnected"))
+        let detected = ContinuousClock.now - frozenAt
+        let after = await h.status()
+        await h.supervisor.stopAll()
+        #expect(after["Overruns"]?.uintValue ?? 0 >= 1, "\(after)")
+        // At most one interval until the next ping, then the handler timeout.
+        #expect(detected < .milliseconds(300 + 200 + 300), "detected after \(detected)")
+        let reasons = h.recorded("disconnected").map { $0["reason"] ?? "" }
+        #expect(reasons.first?.contains("overran handler_timeout (200ms)") == true, "\(reasons)")
+    }
+
+    /// A frozen peer whose receive window is full: the ping cannot even be
+    /// delivered, and TCP_USER_TIMEOUT ends the connection long before the
+    /// handler timeout (and hours before the kernel's default).
+    @Test func fullWindowPeerIsDetectedByTCPUserTimeout() async throws {
+        let server = try PongServerProcess(rcvbuf: 2048)
+        defer { server.kill9() }
+        let h = try VoipHarness()
+        // A 4 MiB ping fills every buffer between the two ends.
+        try await h.start([
+            "connect": .string("127.0.0.1:\(server.port)"), "keepalive_interval": .string("3s"), "jitter": .integer(0),
+            "handler_timeout": .string("2500ms"), "user_timeout": .string("300ms"),
+            "ping": .string(String(repeating: "x", count: 4 << 20)),
+            "reconnect": .table(["initial": .string("10s")]),
+        ])
+        let up = await h.waitForStatus { $0["State"]?.stringValue == "up" }
+        #expect(up["State"]?.stringValue == "up")
+        server.freeze()
+        let frozenAt = ContinuousClock.now
+        let status = await h.waitForStatus { $0["State"]?.stringValue == "backoff" }
+        let detected = ContinuousClock.now - frozenAt
+        await h.supervisor.stopAll()
+        #expect(status["LastError"]?.stringValue.contains("Connection timed out") == true, "\(status)")
+        #expect(status["Overruns"]?.uintValue == 0, "the handler timeout, not TCP_USER_TIMEOUT, ended it: \(status)")
+        // The ping goes out 3 s after connecting; the timeout follows within about a second.
+        #expect(detected < .seconds(3) + .milliseconds(2_000), "detected after \(detected)")
+    }
 }
