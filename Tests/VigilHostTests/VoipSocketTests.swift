@@ -51,10 +51,12 @@ import VigilKit
         await h.supervisor.stopAll()
         let pings = server.all(.ping).map(\.at)
         let gaps = zip(pings.dropFirst(), pings).map { ($0 - $1).seconds * 1000 }
-        // Window [210, 300] ms; a loaded machine may deliver a ping late, never early.
+        // Window [210, 300] ms: never early; a loaded machine (the whole suite
+        // on two cores) may deliver one late, but most land inside.
         for gap in gaps {
-            #expect(gap >= 205 && gap <= 300 + 80, "gap \(gap) ms outside [210, 300] ms; all: \(gaps)")
+            #expect(gap >= 205 && gap <= 300 + 400, "gap \(gap) ms outside [210, 300] ms; all: \(gaps)")
         }
+        #expect(gaps.filter { $0 <= 300 + 30 }.count * 4 >= gaps.count * 3, "most gaps late: \(gaps)")
         #expect((gaps.max() ?? 0) - (gaps.min() ?? 0) > 5, "no jitter: \(gaps)")
         #expect(server.all(.accepted).count == 1, "\(h.logs.entries)")
         #expect(status["State"]?.stringValue == "up")
@@ -142,14 +144,24 @@ import VigilKit
         await h.supervisor.stopAll()
         let accepts = server.all(.accepted).map(\.at)
         let gaps = zip(accepts.dropFirst(), accepts).map { ($0 - $1).seconds * 1000 }
-        for (n, gap) in gaps.prefix(8).enumerated() {
+        // The delays the strategy chose, from its log: "in 23ms411us (attempt 2)".
+        let chosen: [Double] = h.logs.entries.compactMap { line in
+            guard let r = line.range(of: " in "), let end = line.range(of: " (attempt ") else { return nil }
+            guard case .success(let d) = DurationSyntax.parse(String(line[r.upperBound..<end.lowerBound])) else { return nil }
+            return d.seconds * 1000
+        }
+        #expect(chosen.count >= 8, "\(h.logs.entries)")
+        for (n, delay) in chosen.prefix(8).enumerated() {
             let ceiling = min(160, 40 * Double(1 << n))
-            // Overhead on top of the delay: noticing the close and connecting
-            // again, on two cores shared with the rest of the suite.
-            #expect(gap >= 0 && gap <= ceiling + 150, "delay \(n): \(gap) ms, bound \(ceiling) ms; all: \(gaps)")
+            #expect(delay >= 0 && delay <= ceiling, "delay \(n): \(delay) ms, bound \(ceiling) ms; all: \(chosen)")
+        }
+        for (n, (gap, delay)) in zip(gaps, chosen).prefix(8).enumerated() {
+            // The time between connections holds the delay; on top of it, noticing
+            // the close and connecting again (generous: two cores shared with the suite).
+            #expect(gap >= delay - 1 && gap <= delay + 1_000, "gap \(n): \(gap) ms for a delay of \(delay) ms")
         }
         // Full jitter: not every delay sits at its ceiling.
-        #expect(gaps.prefix(8).enumerated().contains { $1 < 0.8 * min(160, 40 * Double(1 << $0)) }, "\(gaps)")
+        #expect(chosen.prefix(8).enumerated().contains { $1 < 0.8 * min(160, 40 * Double(1 << $0)) }, "\(chosen)")
         #expect(status["Reconnects"]?.uintValue ?? 0 >= 8, "\(status)")
         let lastError = status["LastError"]?.stringValue ?? ""
         #expect(lastError == "the peer closed the connection" || lastError == "the peer reset the connection", "\(status)")
