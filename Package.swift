@@ -17,6 +17,7 @@ let package = Package(
         .library(name: "vigil-periodic-wake", type: .dynamic, targets: ["PeriodicWake"]),
         .library(name: "vigil-background-task", type: .dynamic, targets: ["BackgroundTask"]),
         .library(name: "vigil-download-session", type: .dynamic, targets: ["DownloadSession"]),
+        .library(name: "vigil-voip-socket", type: .dynamic, targets: ["VoipSocket"]),
     ],
     dependencies: [
         .package(path: "Plugins/VigilKit"),
@@ -27,6 +28,7 @@ let package = Package(
     targets: [
         .target(name: "CTimer", path: "Sources/CTimer"),
         .target(name: "CExecutor", path: "Sources/CExecutor"),
+        .target(name: "CVoipSocket", path: "Sources/CVoipSocket"),
         .systemLibrary(
             name: "CDBus",
             path: "Sources/CDBus",
@@ -63,7 +65,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "vigil-bench",
-            dependencies: ["VigilHost", "VigilDBus", "VigilTestSupport", .product(name: "VigilKit", package: "VigilKit")],
+            dependencies: ["VigilHost", "VigilDBus", "VigilTestSupport", "CVoipSocket", .product(name: "VigilKit", package: "VigilKit")],
             swiftSettings: strict
         ),
         .target(
@@ -90,6 +92,12 @@ let package = Package(
             name: "DownloadSession",
             dependencies: [.product(name: "VigilKit", package: "VigilKit"), "CCurl", "CCurlShim"],
             path: "Plugins/DownloadSession",
+            swiftSettings: strict
+        ),
+        .target(
+            name: "VoipSocket",
+            dependencies: [.product(name: "VigilKit", package: "VigilKit"), "CVoipSocket"],
+            path: "Plugins/VoipSocket",
             swiftSettings: strict
         ),
         // Shared test helpers (a private dbus-daemon), used by the test targets.

@@ -11,6 +11,7 @@ let benchmarks: [String: (_ arguments: [String]) async throws -> Void] = [
     "dbus-api": dbusAPIBench,
     "background-task": backgroundTaskBench,
     "download": downloadBench,
+    "voip-socket": voipSocketBench,
 ]
 
 let arguments = Array(CommandLine.arguments.dropFirst())

@@ -1,0 +1,306 @@
+import Synchronization
+import VigilKit
+
+/// A configured `voip-socket` instance: one logical connection, kept open for
+/// as long as the strategy runs.
+public struct VoipSocket: KeepAliveStrategy {
+    let settings: VoipSocketSettings
+
+    public func run(in context: StrategyContext) async throws {
+        let lease = try await context.leases.acquire(LeaseRequest(
+            holds: "tcp connection to \(settings.endpoint)", reason: settings.reason))
+        let connection = VoipConnection(settings: settings, context: context, lease: lease)
+        await connection.run()
+        await lease.release()
+    }
+}
+
+/// The live figures of one connection, published as its lease's status.
+struct ConnectionFigures: Sendable {
+    var state = "connecting"
+    var remote: String
+    var local = ""
+    var lastRttMicroseconds: Int64 = -1
+    var pings: UInt64 = 0
+    var skippedPings: UInt64 = 0
+    var reconnects: UInt64 = 0
+    var overruns: UInt64 = 0
+    var lastError = ""
+
+    var status: [String: StatusValue] {
+        [
+            "State": .string(state), "Remote": .string(remote), "Local": .string(local),
+            "LastRttUsec": .int(lastRttMicroseconds), "Pings": .uint(pings), "SkippedPings": .uint(skippedPings),
+            "Reconnects": .uint(reconnects), "Overruns": .uint(overruns), "LastError": .string(lastError),
+        ]
+    }
+}
+
+/// Runs one connection: connect, keep alive, notice death, back off, repeat.
+final class VoipConnection: Sendable {
+    let settings: VoipSocketSettings
+    let context: StrategyContext
+    let lease: any LeaseHandle
+    private let figures: Mutex<ConnectionFigures>
+
+    init(settings: VoipSocketSettings, context: StrategyContext, lease: any LeaseHandle) {
+        self.settings = settings
+        self.context = context
+        self.lease = lease
+        self.figures = Mutex(ConnectionFigures(remote: settings.endpoint.description))
+    }
+
+    /// Changes the figures and publishes them as the lease's status.
+    private func update(_ change: (inout ConnectionFigures) -> Void) async {
+        let status = figures.withLock { f -> [String: StatusValue] in
+            change(&f)
+            return f.status
+        }
+        await lease.setStatus(status)
+    }
+
+    func run() async {
+        let clock = context.clock
+        var attempt = 0
+        await update { _ in }
+        while !Task.isCancelled {
+            let link: TCPLink
+            do {
+                link = try await connect()
+            } catch is CancellationError {
+                return
+            } catch {
+                let message = "\(error)"
+                context.log.warning("cannot connect to \(settings.endpoint): \(message)")
+                await context.events.record("connect-failed", ["remote": settings.endpoint.description, "error": message])
+                guard await backOff(attempt: attempt, after: message) else { return }
+                attempt += 1
+                continue
+            }
+            let (local, remote) = link.addresses
+            await update { f in
+                f.state = "up"
+                f.local = local
+                f.remote = remote
+            }
+            context.log.info("connected \(local) -> \(remote)")
+            await context.events.record("connected", ["local": local, "remote": remote])
+            if let onConnect = settings.onConnect {
+                let result = await context.hooks.run(
+                    HookCommand(argv: onConnect, timeout: settings.hookTimeout), event: "connect",
+                    variables: ["local": local, "remote": remote])
+                if !result.exit.succeeded { context.log.warning("on_connect \(result.exit)") }
+            }
+            let pingsBefore = figures.withLock { $0.pings }
+            let reason = await session(on: link, connectedAt: clock.now)
+            link.close()
+            if Task.isCancelled || reason == Self.cancelled { return }
+            // A connection that proved itself (something came back, or a ping
+            // went out) resets the backoff; one that dies at once does not.
+            let proven = link.bytesReceived > 0 || figures.withLock { $0.pings } > pingsBefore
+            if proven { attempt = 0 }
+            context.log.warning("connection \(local) -> \(remote) ended: \(reason)")
+            await context.events.record("disconnected", ["local": local, "remote": remote, "reason": reason])
+            if let onDisconnect = settings.onDisconnect {
+                let result = await context.hooks.run(
+                    HookCommand(argv: onDisconnect, timeout: settings.hookTimeout), event: "disconnect",
+                    variables: ["local": local, "remote": remote, "reason": reason])
+                if !result.exit.succeeded { context.log.warning("on_disconnect \(result.exit)") }
+            }
+            guard await backOff(attempt: attempt, after: reason) else { return }
+            attempt += 1
+        }
+    }
+
+    private static let cancelled = "cancelled"
+
+    /// Waits out the backoff delay for `attempt`; false when cancelled.
+    private func backOff(attempt: Int, after error: String) async -> Bool {
+        let delay = settings.reconnect.delay(attempt: attempt)
+        await update { f in
+            f.state = "backoff"
+            f.local = ""
+            f.lastError = error
+        }
+        context.log.info("reconnecting to \(settings.endpoint) in \(delay.vigilDescription) (attempt \(attempt + 1))")
+        let at = context.clock.now + delay
+        do {
+            _ = try await context.scheduler.wake(WakeRequest(earliest: at, latest: at, label: "\(context.name) reconnect"))
+        } catch {
+            return false
+        }
+        await update { f in
+            f.state = "connecting"
+            f.reconnects += 1
+            f.remote = settings.endpoint.description
+        }
+        return true
+    }
+
+    /// Resolves the endpoint and connects to its first address that answers,
+    /// all within `connect_timeout`.
+    private func connect() async throws -> TCPLink {
+        let settings = self.settings
+        let clock = context.clock
+        let deadline = clock.now + settings.connectTimeout
+        let link = try await withDeadline(deadline, clock: clock) {
+            let addresses = try await AddressResolver.resolve(settings.endpoint)
+            var failures: [String] = []
+            for address in addresses {
+                do {
+                    return try await TCPLink.connect(to: address, options: settings.linkOptions, clock: clock)
+                } catch let error as LinkError {
+                    failures.append(error.description)
+                }
+            }
+            throw LinkError(failures.joined(separator: "; "))
+        }
+        guard let link else {
+            throw LinkError("connect to \(settings.endpoint) timed out after \(settings.connectTimeout.vigilDescription) (connect_timeout)")
+        }
+        if !settings.sendOnConnect.isEmpty {
+            do {
+                try await link.send(settings.sendOnConnect)
+            } catch {
+                link.close()
+                throw LinkError("send_on_connect failed: \(error)")
+            }
+        }
+        return link
+    }
+
+    /// Keeps `link` alive until it dies; returns why it ended.
+    private func session(on link: TCPLink, connectedAt: VigilInstant) async -> String {
+        await withTaskGroup(of: String.self) { group in
+            if settings.onData != nil {
+                // The data loop ends when the link ended and every byte went
+                // to the hook; it stands in for awaitEnd so the last data
+                // before a close still reaches on_data.
+                group.addTask { await self.deliverData(from: link) }
+            } else {
+                group.addTask { await link.awaitEnd() }
+            }
+            group.addTask { await self.keepAlive(link, since: connectedAt) }
+            let first = await group.next() ?? Self.cancelled
+            group.cancelAll()
+            return first
+        }
+    }
+
+    /// The keep-alive loop: at each deadline, skip (traffic proved the link
+    /// alive) or run the ping handler within `handler_timeout`.
+    private func keepAlive(_ link: TCPLink, since connectedAt: VigilInstant) async -> String {
+        let clock = context.clock
+        var base = connectedAt
+        while true {
+            let (earliest, latest) = window(after: base)
+            do {
+                _ = try await context.scheduler.wake(WakeRequest(
+                    earliest: earliest, latest: latest, align: settings.align, label: "\(context.name) keep-alive"))
+            } catch {
+                return Self.cancelled
+            }
+            if settings.skipPingOnTraffic, let received = link.lastReceived, received > base {
+                base = received
+                await update { $0.skippedPings += 1 }
+                continue
+            }
+            let started = clock.now
+            let deadline = started + settings.handlerTimeout
+            let ping = settings.ping
+            let expectsPong = !settings.expect.isEmpty
+            if expectsPong { link.expectPong() }
+            let finished: VigilInstant?
+            do {
+                finished = try await withDeadline(deadline, clock: clock) {
+                    try await link.send(ping)
+                    return expectsPong ? try await link.awaitPong() : clock.now
+                }
+            } catch is CancellationError {
+                return Self.cancelled
+            } catch {
+                return "ping failed: \(error)"
+            }
+            guard let finished else {
+                link.abandonPong()
+                let late = clock.now - deadline
+                await update { $0.overruns += 1 }
+                let what = expectsPong ? "no pong" : "the ping could not be sent"
+                let reason = "ping handler overran handler_timeout (\(settings.handlerTimeout.vigilDescription)): \(what)"
+                context.log.warning("\(reason); closing the connection")
+                await context.events.record("handler-overrun", [
+                    "remote": settings.endpoint.description, "late_ms": String(late.nanoseconds / 1_000_000)])
+                return reason
+            }
+            let rtt = finished - started
+            await update { f in
+                f.pings += 1
+                if expectsPong { f.lastRttMicroseconds = rtt.microseconds }
+            }
+            base = max(started, link.lastReceived ?? started)
+        }
+    }
+
+    /// The window of the next keep-alive deadline after `base`: RFC 5626's
+    /// random 80–100 % of the interval (for `jitter` 0.2). The scheduler may
+    /// fire anywhere in [earliest, latest] to coalesce with other wakes; with
+    /// `align`, it prefers a slot boundary, so the window stays whole.
+    private func window(after base: VigilInstant) -> (VigilInstant, VigilInstant) {
+        let interval = settings.interval
+        let earliest = base + .nanoseconds(Int64(Double(interval.nanoseconds) * (1 - settings.jitter)))
+        let end = base + interval
+        if settings.align != nil || earliest >= end { return (earliest, end) }
+        let pick = Int64.random(in: earliest.nanoseconds...end.nanoseconds)
+        return (earliest, VigilInstant(nanoseconds: pick))
+    }
+
+    /// Hands incoming bytes to `on_data`, one hook run at a time (bytes that
+    /// arrive meanwhile go to the next run). Returns when the link ended and
+    /// nothing is left.
+    private func deliverData(from link: TCPLink) async -> String {
+        guard let onData = settings.onData else { return await link.awaitEnd() }
+        var runs = 0
+        while true {
+            let bytes: [UInt8]
+            do {
+                bytes = try await link.nextData()
+            } catch is CancellationError {
+                return Self.cancelled
+            } catch {
+                return "\(error)"
+            }
+            runs += 1
+            let result = await context.hooks.run(
+                HookCommand(argv: onData, timeout: settings.onDataTimeout, stdin: bytes), event: "data",
+                variables: ["remote": settings.endpoint.description, "bytes": String(bytes.count), "sequence": String(runs)])
+            if Task.isCancelled { return Self.cancelled }
+            if !result.exit.succeeded { context.log.warning("on_data \(result.exit)") }
+            await context.events.record("data", ["bytes": String(bytes.count), "exit": result.exit.description])
+        }
+    }
+}
+
+/// Runs `body` until it finishes or `deadline` passes on `clock`, whichever
+/// comes first; nil when the deadline won (`body` is then cancelled and
+/// awaited, so it must honour cancellation).
+func withDeadline<T: Sendable>(
+    _ deadline: VigilInstant, clock: any VigilClock, _ body: @escaping @Sendable () async throws -> T
+) async throws -> T? {
+    try await withThrowingTaskGroup(of: Outcome<T>.self) { group in
+        group.addTask { .finished(try await body()) }
+        group.addTask {
+            try await clock.sleep(until: deadline)
+            return .deadlinePassed
+        }
+        defer { group.cancelAll() }
+        switch try await group.next() {
+        case .finished(let value)?: return value
+        case .deadlinePassed?, nil: return nil
+        }
+    }
+}
+
+private enum Outcome<T: Sendable>: Sendable {
+    case finished(T)
+    case deadlinePassed
+}

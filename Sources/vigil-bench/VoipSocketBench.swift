@@ -1,0 +1,350 @@
+import CVoipSocket
+import Foundation
+import Glibc
+import VigilHost
+import VigilKit
+
+/// vigil-bench voip-socket [connections] [interval-seconds]: that many
+/// voip-socket instances (default 10,000) in this process, each holding one
+/// keep-alive connection to a pong server on 127.0.0.1 (an epoll loop on its
+/// own thread here), pinging every interval (default 10 s) aligned to the
+/// same slot, so each round is one batch of every connection.
+///
+/// Prints memory per connection (RSS growth / n), CPU per ping round (the
+/// process's CPU over one round minus the server thread's), how long a round
+/// takes from first to last ping, and whether every ping came inside its
+/// window [0.8, 1.0] x interval after the previous one. Targets: <= 16 KiB
+/// per connection, a round of 10,000 within 1 s.
+///
+/// Reference, same run and server: the same round done by a bare epoll loop
+/// over n plain sockets (send n pings, wait for n pongs), no strategy
+/// machinery.
+func voipSocketBench(_ args: [String]) async throws {
+    let n = args.first.flatMap(Int.init) ?? 10_000
+    let interval = args.dropFirst().first.flatMap(Int64.init) ?? 10
+    // Client and server sockets live in this process: 2n descriptors.
+    var fdLimit = rlim_t(2 * n + 300)
+    var current = rlimit()
+    getrlimit(Int32(RLIMIT_NOFILE.rawValue), &current)
+    if current.rlim_cur < fdLimit {
+        var limit = rlimit(rlim_cur: fdLimit, rlim_max: max(fdLimit, current.rlim_max))
+        if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) != 0 {
+            // Without CAP_SYS_RESOURCE the hard limit caps n.
+            limit = rlimit(rlim_cur: current.rlim_max, rlim_max: current.rlim_max)
+            guard setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0, current.rlim_max > 1_000 else {
+                print("cannot raise RLIMIT_NOFILE: \(String(cString: strerror(errno)))")
+                exit(1)
+            }
+            fdLimit = current.rlim_max
+            let capped = (Int(fdLimit) - 300) / 2
+            print("note: RLIMIT_NOFILE hard limit is \(fdLimit) (raising it needs CAP_SYS_RESOURCE): \(capped) connections instead of \(n)")
+            try await voipSocketBench([String(capped)] + args.dropFirst())
+            return
+        }
+    }
+    let server = try BenchPongServer(capacity: Int(fdLimit) + 16)
+    print("voip-socket: \(n) connections to \(server.address), keepalive_interval \(interval)s, aligned to \(interval)s slots")
+
+    let kind = try PluginLoader(searchPath: [PluginLoader.executableDirectory() ?? "."]).loadKind("voip-socket").get()
+    let clock = SystemClock()
+    let registry = LeaseRegistry(clock: clock)
+    let scheduler = try WakeScheduler.system(clock: clock)
+    let supervisor = Supervisor(services: StrategyServices(
+        registry: registry, scheduler: scheduler, clock: clock, logSink: DiscardingLogSink(),
+        hooks: { _, _ in NoHooks() }, events: { _ in NoEvents() }))
+    var strategies: [SupervisedStrategy] = []
+    strategies.reserveCapacity(n)
+    for i in 0..<n {
+        let reader = ConfigReader(strategyName: "voip\(i)", keyPath: "strategy[\(i)]", values: [
+            "connect": .string(server.address), "keepalive_interval": .integer(interval), "align": .boolean(true),
+            "handler_timeout": .string("\(max(1, interval / 2))s"), "expect": .string("\r\n"), "connect_timeout": .string("30s"),
+        ])
+        let strategy = try kind.makeStrategy(reader)
+        guard reader.problems.isEmpty else { throw BenchError("config: \(reader.problems)") }
+        strategies.append(SupervisedStrategy(name: "voip\(i)", kind: "voip-socket", strategy: strategy))
+    }
+    let rssBefore = residentBytes()
+    let started = ContinuousClock.now
+    await supervisor.start(strategies)
+    guard await waitFor(seconds: 120, { server.accepted >= n }) else { throw BenchError("only \(server.accepted) of \(n) connected") }
+    print("connected \(n) in \(format(ContinuousClock.now - started))")
+
+    // Round 1: every connection pings once (maybe split over two slots while connecting).
+    guard await waitFor(seconds: Double(3 * interval), { server.connectionsWithPings(atLeast: 1) >= n }) else {
+        throw BenchError("round 1 incomplete: \(server.connectionsWithPings(atLeast: 1)) of \(n)")
+    }
+    try await Task.sleep(for: .seconds(1))
+    let mark = server.totalPings
+    let cpuBefore = processCPU(), serverBefore = server.cpuNanoseconds
+    // Round 2: the next ping of every connection, all in one slot.
+    guard await waitFor(seconds: Double(3 * interval), { server.totalPings >= mark + n }) else {
+        throw BenchError("round 2 incomplete: \(server.totalPings - mark) of \(n)")
+    }
+    try await Task.sleep(for: .seconds(1))  // pongs handled, next wakes requested
+    let cpu = processCPU() - cpuBefore
+    let serverCPU = Double(server.cpuNanoseconds - serverBefore) / 1e9
+    let rss = residentBytes() - rssBefore
+    let round = server.lastRound(afterTotal: mark)
+    let active = await registry.active.count
+    print("")
+    print("memory per connection:   \(String(format: "%.1f", Double(rss) / Double(n) / 1024)) KiB (RSS +\(rss / 1_048_576) MiB for \(n); target <= 16 KiB)")
+    print("leases held:             \(active)")
+    print("round of \(n) pings:       first to last ping \(String(format: "%.1f", round.spreadMs)) ms (target <= 1000 ms)")
+    print("CPU per round:           \(String(format: "%.1f", (cpu - serverCPU) * 1000)) ms strategy side (\(String(format: "%.2f", (cpu - serverCPU) / Double(n) * 1e6)) us per ping); server thread \(String(format: "%.1f", serverCPU * 1000)) ms")
+    print("pings inside window:     \(round.insideWindow(interval: Double(interval)))/\(round.gaps.count) with gap in [0.8, 1.0] x \(interval) s (+ round spread); latest \(String(format: "%.1f", round.maxLatenessMs(interval: Double(interval)))) ms after the window end; earliest gap \(String(format: "%.3f", (round.gaps.min() ?? 0))) s")
+    let stats = await scheduler.statistics
+    print("wake scheduler:          \(stats.batchesFired) batches for \(stats.requestsFired) wakes")
+    await supervisor.stopAll()
+
+    // Reference: the same round from a bare epoll loop over plain sockets.
+    let reference = try bareEpollRound(n: n, port: server.port, server: server)
+    print("")
+    print("reference (bare epoll loop, same server, \(n) sockets):")
+    print("  round: \(String(format: "%.1f", reference.wallMs)) ms; CPU \(String(format: "%.1f", reference.clientCPUms)) ms client side (\(String(format: "%.2f", reference.clientCPUms * 1000 / Double(n))) us per ping), server thread \(String(format: "%.1f", reference.serverCPUms)) ms; memory \(String(format: "%.2f", reference.rssPerConnection / 1024)) KiB per connection")
+    print("ratio: strategy CPU per round / bare loop = \(String(format: "%.1f", (cpu - serverCPU) * 1000 / max(reference.clientCPUms, 0.001)))x")
+}
+
+struct BenchError: Error, CustomStringConvertible {
+    var description: String
+    init(_ d: String) { description = d }
+}
+
+private struct DiscardingLogSink: LogSink {
+    func log(_ level: LogLevel, source: String, _ message: String) {}
+}
+
+private struct NoHooks: HookRunning {
+    func run(_ command: HookCommand, event: String, variables: [String: String]) async -> HookResult {
+        HookResult(exit: .failedToStart("hooks are off in the benchmark"), output: "", duration: .zero)
+    }
+}
+
+private struct NoEvents: EventRecording {
+    func record(_ event: String, _ fields: [String: String]) async {}
+}
+
+private func waitFor(seconds: Double, _ condition: () -> Bool) async -> Bool {
+    let end = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
+    while !condition() {
+        if ContinuousClock.now > end { return false }
+        try? await Task.sleep(for: .milliseconds(50))
+    }
+    return true
+}
+
+private func residentBytes() -> Int {
+    guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
+    let fields = text.split(separator: " ")
+    return (fields.count > 1 ? Int(fields[1]) ?? 0 : 0) * Int(sysconf(Int32(_SC_PAGESIZE)))
+}
+
+private func processCPU() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+}
+
+private func format(_ d: Duration) -> String { String(format: "%.2f s", d.seconds) }
+
+private func monotonicNanoseconds() -> Int64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
+}
+
+/// Ping times of the connections in the last round.
+struct RoundFigures {
+    var spreadMs: Double
+    /// Per connection: seconds between its last two pings.
+    var gaps: [Double]
+
+    /// Gaps inside [0.8, 1.0] x interval, measured at the server: each window
+    /// starts at the pong of the previous ping, which the server cannot see,
+    /// so the previous round's delivery spread is allowed on top.
+    func insideWindow(interval: Double) -> Int {
+        gaps.filter { $0 >= 0.8 * interval && $0 <= interval + spreadMs / 1000 }.count
+    }
+    func maxLatenessMs(interval: Double) -> Double { max(0, ((gaps.max() ?? 0) - interval) * 1000) }
+}
+
+/// A CRLFCRLF -> CRLF pong server on 127.0.0.1: one thread, epoll,
+/// edge-triggered, recording each connection's last two ping times.
+final class BenchPongServer: @unchecked Sendable {
+    // Invariant: the arrays are written by the server thread only, read by
+    // the benchmark under `lock` (the thread writes them under `lock` too).
+    private let lock = NSLock()
+    private var lastPing: [Int64]
+    private var previousPing: [Int64]
+    private var pingCount: [Int32]
+    private var acceptedCount = 0
+    private var pings = 0
+    private var cpu: Int64 = 0
+    private var firstPingAfter: [Int64] = []
+    let listenFD: Int32
+    let port: UInt16
+    private let epollFD: Int32
+
+    init(capacity: Int) throws {
+        lastPing = [Int64](repeating: 0, count: capacity)
+        previousPing = [Int64](repeating: 0, count: capacity)
+        pingCount = [Int32](repeating: 0, count: capacity)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let ok = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard ok, listen(fd, 4096) == 0 else { throw BenchError("server bind/listen: \(String(cString: strerror(errno)))") }
+        listenFD = fd
+        port = UInt16(bigEndian: address.sin_port)
+        epollFD = vigil_epoll_create()
+        _ = vigil_epoll_add_level_in(epollFD, fd, UInt64(fd))
+        let thread = Thread { [self] in serve() }
+        thread.name = "bench-pong-server"
+        thread.start()
+    }
+
+    var address: String { "127.0.0.1:\(port)" }
+    var accepted: Int { lock.withLock { acceptedCount } }
+    var totalPings: Int { lock.withLock { pings } }
+    var cpuNanoseconds: Int64 { lock.withLock { cpu } }
+    func connectionsWithPings(atLeast k: Int32) -> Int { lock.withLock { pingCount.filter { $0 >= k }.count } }
+
+    func lastRound(afterTotal mark: Int) -> RoundFigures {
+        lock.withLock {
+            var latest: [Int64] = []
+            var gaps: [Double] = []
+            for i in 0..<lastPing.count where pingCount[i] >= 2 {
+                latest.append(lastPing[i])
+                gaps.append(Double(lastPing[i] - previousPing[i]) / 1e9)
+            }
+            let spread = Double((latest.max() ?? 0) - (latest.min() ?? 0)) / 1e6
+            return RoundFigures(spreadMs: spread, gaps: gaps)
+        }
+    }
+
+    private func serve() {
+        let events = UnsafeMutablePointer<vigil_socket_event>.allocate(capacity: 256)
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let pong: [UInt8] = [13, 10]
+        while true {
+            let count = vigil_epoll_wait(epollFD, events, 256, -1)
+            if count <= 0 { continue }
+            let now = monotonicNanoseconds()
+            var newPings: [(Int32, Int)] = []
+            var newAccepts = 0
+            for i in 0..<Int(count) {
+                let fd = Int32(truncatingIfNeeded: events[i].token)
+                if fd == listenFD {
+                    while true {
+                        let c = accept(listenFD, nil, nil)
+                        if c < 0 { break }
+                        _ = fcntl(c, F_SETFL, fcntl(c, F_GETFL) | O_NONBLOCK)
+                        _ = vigil_epoll_add(epollFD, c, UInt64(c))
+                        newAccepts += 1
+                    }
+                    continue
+                }
+                var got = 0
+                while true {
+                    let r = vigil_recv(fd, &buffer, UInt(buffer.count))
+                    if r > 0 { got += r; continue }
+                    if r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK) {
+                        _ = vigil_epoll_del(epollFD, fd)
+                        close(fd)
+                    }
+                    break
+                }
+                // Pings are CRLFCRLF; the bench clients send nothing else.
+                let k = got / 4
+                if k > 0 {
+                    for _ in 0..<k { _ = vigil_send(fd, pong, 2) }
+                    newPings.append((fd, k))
+                }
+            }
+            var ts = timespec()
+            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
+            let cpuNow = Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
+            lock.withLock {
+                acceptedCount += newAccepts
+                for (fd, k) in newPings where Int(fd) < lastPing.count {
+                    previousPing[Int(fd)] = lastPing[Int(fd)]
+                    lastPing[Int(fd)] = now
+                    pingCount[Int(fd)] += Int32(k)
+                    pings += k
+                }
+                cpu = cpuNow
+            }
+        }
+    }
+
+    /// Forgets per-connection figures (fds are reused by the reference run).
+    func resetFigures() {
+        lock.withLock {
+            for i in 0..<pingCount.count { pingCount[i] = 0; lastPing[i] = 0; previousPing[i] = 0 }
+        }
+    }
+}
+
+private struct ReferenceFigures {
+    var wallMs: Double
+    var clientCPUms: Double
+    var serverCPUms: Double
+    var rssPerConnection: Double
+}
+
+/// One ping round over n plain non-blocking sockets with one epoll loop.
+private func bareEpollRound(n: Int, port: UInt16, server: BenchPongServer) throws -> ReferenceFigures {
+    server.resetFigures()
+    let rssBefore = residentBytes()
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = port.bigEndian
+    let ep = vigil_epoll_create()
+    var fds: [Int32] = []
+    fds.reserveCapacity(n)
+    for _ in 0..<n {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let rc = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard fd >= 0, rc == 0 else { throw BenchError("reference connect: \(String(cString: strerror(errno)))") }
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+        _ = vigil_epoll_add(ep, fd, UInt64(fd))
+        fds.append(fd)
+    }
+    // Drain the initial writable edges.
+    let events = UnsafeMutablePointer<vigil_socket_event>.allocate(capacity: 256)
+    while vigil_epoll_wait(ep, events, 256, 0) > 0 {}
+    let rss = residentBytes() - rssBefore
+    let cpuBefore = processCPU(), serverBefore = server.cpuNanoseconds
+    let t0 = monotonicNanoseconds()
+    let ping: [UInt8] = [13, 10, 13, 10]
+    for fd in fds { _ = vigil_send(fd, ping, 4) }
+    var pongs = 0
+    var buffer = [UInt8](repeating: 0, count: 256)
+    while pongs < n {
+        let count = vigil_epoll_wait(ep, events, 256, 5_000)
+        if count <= 0 { break }
+        for i in 0..<Int(count) {
+            let fd = Int32(truncatingIfNeeded: events[i].token)
+            while true {
+                let r = vigil_recv(fd, &buffer, UInt(buffer.count))
+                if r > 0 { pongs += r / 2; continue }
+                break
+            }
+        }
+    }
+    let wall = Double(monotonicNanoseconds() - t0) / 1e6
+    Thread.sleep(forTimeInterval: 0.2)  // let the server thread publish its CPU time
+    let cpu = (processCPU() - cpuBefore) * 1000
+    let serverCPU = Double(server.cpuNanoseconds - serverBefore) / 1e6
+    for fd in fds { close(fd) }
+    close(ep)
+    return ReferenceFigures(wallMs: wall, clientCPUms: cpu - serverCPU, serverCPUms: serverCPU, rssPerConnection: Double(rss) / Double(n))
+}

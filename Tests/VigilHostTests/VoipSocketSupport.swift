@@ -1,0 +1,303 @@
+import Foundation
+import Glibc
+import Testing
+import VigilHost
+import VigilKit
+
+/// The real voip-socket plugin, loaded from the build directory.
+enum VoipSocketPlugin {
+    static func kind() throws -> any StrategyKind {
+        try PeriodicWakePlugin.loader.loadKind("voip-socket").get()
+    }
+
+    static func problems(_ values: [String: ConfigValue]) throws -> [String] {
+        let reader = ConfigReader(strategyName: "voip", keyPath: "strategy[0]", values: values)
+        _ = try kind().makeStrategy(reader)
+        return reader.problems.map(\.description)
+    }
+
+    static func make(_ values: [String: ConfigValue]) throws -> any KeepAliveStrategy {
+        let reader = ConfigReader(strategyName: "voip", keyPath: "strategy[0]", values: values)
+        let s = try kind().makeStrategy(reader)
+        guard reader.problems.isEmpty else { throw DescribedError("config problems: \(reader.problems)") }
+        return s
+    }
+}
+
+/// What a loopback test server saw, with times on `CLOCK_BOOTTIME` (or the
+/// test clock it was given).
+struct ServerEvent: Sendable {
+    enum Kind: Sendable, Equatable { case accepted, ping, data, closedByClient }
+    var kind: Kind
+    var connection: Int
+    var at: VigilInstant
+    var bytes: [UInt8] = []
+}
+
+/// A TCP server on 127.0.0.1 running on its own thread (poll(2)), for the
+/// voip-socket tests. It answers each `ping` it finds with `pong` while
+/// `answering` is on, can greet, can close every connection at once, and
+/// records what happened so tests can await it.
+final class LoopbackServer: @unchecked Sendable {
+    // Invariant: `events`, `waiters`, `answering`, `outgoing` and `stopped`
+    // are only touched while holding `lock`; the fds belong to the thread.
+    private let lock = NSLock()
+    private var events: [ServerEvent] = []
+    private var waiters: [(id: UInt64, check: ([ServerEvent]) -> Bool, c: CheckedContinuation<Bool, Never>)] = []
+    private var nextWaiter: UInt64 = 0
+    private var answeringFlag = true
+    private var outgoing: [[UInt8]] = []
+    private var stopped = false
+    private let listenFD: Int32
+    let port: UInt16
+    let ping: [UInt8]
+    let pong: [UInt8]
+    let greeting: [UInt8]
+    let closeOnAccept: Bool
+    let clock: any VigilClock
+    private var thread: Thread?
+
+    init(ping: [UInt8] = Array("\r\n\r\n".utf8), pong: [UInt8] = Array("\r\n".utf8), greeting: [UInt8] = [],
+         closeOnAccept: Bool = false, answering: Bool = true, clock: any VigilClock = SystemClock()) throws {
+        self.ping = ping
+        self.pong = pong
+        self.greeting = greeting
+        self.closeOnAccept = closeOnAccept
+        self.clock = clock
+        self.answeringFlag = answering
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw DescribedError("socket: \(errno)") }
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0, listen(fd, 64) == 0 else { throw DescribedError("bind/listen: \(errno)") }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        listenFD = fd
+        port = UInt16(bigEndian: address.sin_port)
+        let t = Thread { [self] in serve() }
+        t.name = "loopback-server"
+        thread = t
+        t.start()
+    }
+
+    var address: String { "127.0.0.1:\(port)" }
+
+    /// Whether pings get their pong.
+    var answering: Bool {
+        get { lock.withLock { answeringFlag } }
+        set { lock.withLock { answeringFlag = newValue } }
+    }
+
+    /// Sends `bytes` on every open connection.
+    func send(_ bytes: [UInt8]) { lock.withLock { outgoing.append(bytes) } }
+
+    func stop() { lock.withLock { stopped = true } }
+
+    var all: [ServerEvent] { lock.withLock { events } }
+    func all(_ kind: ServerEvent.Kind) -> [ServerEvent] { all.filter { $0.kind == kind } }
+
+    private func record(_ event: ServerEvent) {
+        let ready: [CheckedContinuation<Bool, Never>] = lock.withLock {
+            events.append(event)
+            let snapshot = events
+            var out: [CheckedContinuation<Bool, Never>] = []
+            waiters.removeAll { w in
+                guard w.check(snapshot) else { return false }
+                out.append(w.c)
+                return true
+            }
+            return out
+        }
+        for c in ready { c.resume(returning: true) }
+    }
+
+    /// Waits until `condition` holds for the events so far; false after `timeout`.
+    func wait(timeout: Duration = .seconds(10), until condition: @escaping @Sendable ([ServerEvent]) -> Bool) async -> Bool {
+        let id: UInt64 = lock.withLock { nextWaiter += 1; return nextWaiter }
+        let timer = Task {
+            try? await Task.sleep(for: timeout)
+            let w = lock.withLock { () -> CheckedContinuation<Bool, Never>? in
+                guard let i = waiters.firstIndex(where: { $0.id == id }) else { return nil }
+                return waiters.remove(at: i).c
+            }
+            w?.resume(returning: false)
+        }
+        defer { timer.cancel() }
+        return await withCheckedContinuation { c in
+            let now: Bool = lock.withLock {
+                if condition(events) { return true }
+                waiters.append((id, condition, c))
+                return false
+            }
+            if now { c.resume(returning: true) }
+        }
+    }
+
+    func count(_ kind: ServerEvent.Kind, atLeast n: Int, timeout: Duration = .seconds(10)) async -> Bool {
+        await wait(timeout: timeout) { $0.filter { $0.kind == kind }.count >= n }
+    }
+
+    private func serve() {
+        var clients: [(fd: Int32, id: Int, scan: [UInt8])] = []
+        var nextID = 0
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        _ = fcntl(listenFD, F_SETFL, fcntl(listenFD, F_GETFL) | O_NONBLOCK)
+        while !lock.withLock({ stopped }) {
+            var fds = [pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0)]
+            fds += clients.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
+            _ = poll(&fds, nfds_t(fds.count), 20)
+            let pending: [[UInt8]] = lock.withLock { defer { outgoing = [] }; return outgoing }
+            for bytes in pending { for c in clients { _ = write(c.fd, bytes, bytes.count) } }
+            if fds[0].revents != 0 {
+                while true {
+                    let fd = accept(listenFD, nil, nil)
+                    if fd < 0 { break }
+                    nextID += 1
+                    record(ServerEvent(kind: .accepted, connection: nextID, at: clock.now))
+                    if closeOnAccept { close(fd); continue }
+                    if !greeting.isEmpty { _ = write(fd, greeting, greeting.count) }
+                    clients.append((fd, nextID, []))
+                }
+            }
+            var closed: Set<Int32> = []
+            for (i, entry) in fds.enumerated().dropFirst() where entry.revents != 0 {
+                let client = clients[i - 1]
+                let n = read(client.fd, &buffer, buffer.count)
+                if n <= 0 {
+                    record(ServerEvent(kind: .closedByClient, connection: client.id, at: clock.now))
+                    closed.insert(client.fd)
+                    continue
+                }
+                let now = clock.now
+                var scan = client.scan + buffer[0..<n]
+                record(ServerEvent(kind: .data, connection: client.id, at: now, bytes: Array(buffer[0..<n])))
+                while let r = scan.firstRange(of: ping) {
+                    scan.removeSubrange(..<r.upperBound)
+                    record(ServerEvent(kind: .ping, connection: client.id, at: now))
+                    if answering { _ = write(client.fd, pong, pong.count) }
+                }
+                clients[i - 1].scan = Array(scan.suffix(ping.count))
+            }
+            for fd in closed { close(fd) }
+            clients.removeAll { closed.contains($0.fd) }
+        }
+        for c in clients { close(c.fd) }
+        close(listenFD)
+    }
+}
+
+/// Host pieces on the real clock, running voip-socket instances under a supervisor.
+struct VoipHarness {
+    let clock: any VigilClock
+    let registry: LeaseRegistry
+    let events = WaitableEvents()
+    let logs = MemoryLogSink()
+    let supervisor: Supervisor
+
+    init(clock: any VigilClock = SystemClock(), scheduler: (any WakeScheduling)? = nil, hooks: (any HookRunning)? = nil) throws {
+        self.clock = clock
+        registry = LeaseRegistry(clock: clock)
+        let events = self.events
+        let hooks = hooks
+        supervisor = Supervisor(services: StrategyServices(
+            registry: registry, scheduler: try scheduler ?? WakeScheduler.system(clock: clock), clock: clock, logSink: logs,
+            hooks: { name, log in hooks ?? HookRunner(strategy: name, log: log) }, events: { _ in events }))
+    }
+
+    func start(_ values: [String: ConfigValue], name: String = "voip") async throws {
+        let strategy = try VoipSocketPlugin.make(values)
+        await supervisor.start([SupervisedStrategy(name: name, kind: "voip-socket", strategy: strategy)])
+    }
+
+    /// The live status of the lease `name` holds.
+    func status(_ name: String = "voip") async -> [String: StatusValue] {
+        await registry.active.first { $0.strategy == name }?.status ?? [:]
+    }
+
+    /// Waits (bounded) until the status of `name` satisfies `condition`.
+    func waitForStatus(_ name: String = "voip", timeout: Duration = .seconds(10), _ condition: @escaping @Sendable ([String: StatusValue]) -> Bool) async -> [String: StatusValue] {
+        let stream = await registry.events()
+        let current = await status(name)
+        if condition(current) { return current }
+        let found = Task { () -> [String: StatusValue]? in
+            for await e in stream where e.lease.strategy == name && condition(e.lease.status) { return e.lease.status }
+            return nil
+        }
+        let timer = Task { try? await Task.sleep(for: timeout); found.cancel() }
+        defer { timer.cancel() }
+        if let value = await found.value { return value }
+        return await status(name)
+    }
+
+    /// Records of `event` so far.
+    func recorded(_ event: String) -> [[String: String]] { events.all.filter { $0.0 == event }.map(\.1) }
+
+    /// Waits (bounded) until `event` was recorded at least `count` times.
+    func waitForEvent(_ event: String, count: Int = 1, timeout: Duration = .seconds(10)) async -> Bool {
+        await events.wait(timeout: timeout) { $0.filter { $0.0 == event }.count >= count }
+    }
+}
+
+extension StatusValue {
+    var uintValue: UInt64 { if case .uint(let v) = self { v } else { 0 } }
+    var stringValue: String { if case .string(let v) = self { v } else { "" } }
+    var intValue: Int64 { if case .int(let v) = self { v } else { 0 } }
+}
+
+func strings(_ values: [String]) -> ConfigValue { .array(values.map(ConfigValue.string)) }
+
+/// Survival-log events kept in memory, with a bounded wait for a condition.
+final class WaitableEvents: EventRecording, @unchecked Sendable {
+    // Invariant: `events` and `waiters` are only touched while holding `lock`.
+    private let lock = NSLock()
+    private var events: [(String, [String: String])] = []
+    private var waiters: [(id: UInt64, check: ([(String, [String: String])]) -> Bool, c: CheckedContinuation<Bool, Never>)] = []
+    private var nextID: UInt64 = 0
+
+    func record(_ event: String, _ fields: [String: String]) async {
+        let ready: [CheckedContinuation<Bool, Never>] = lock.withLock {
+            events.append((event, fields))
+            var out: [CheckedContinuation<Bool, Never>] = []
+            let snapshot = events
+            waiters.removeAll { w in
+                guard w.check(snapshot) else { return false }
+                out.append(w.c)
+                return true
+            }
+            return out
+        }
+        for c in ready { c.resume(returning: true) }
+    }
+
+    var all: [(String, [String: String])] { lock.withLock { events } }
+
+    func wait(timeout: Duration, until condition: @escaping @Sendable ([(String, [String: String])]) -> Bool) async -> Bool {
+        let id: UInt64 = lock.withLock { nextID += 1; return nextID }
+        let timer = Task {
+            try? await Task.sleep(for: timeout)
+            let w = lock.withLock { () -> CheckedContinuation<Bool, Never>? in
+                guard let i = waiters.firstIndex(where: { $0.id == id }) else { return nil }
+                return waiters.remove(at: i).c
+            }
+            w?.resume(returning: false)
+        }
+        defer { timer.cancel() }
+        return await withCheckedContinuation { c in
+            let now: Bool = lock.withLock {
+                if condition(events) { return true }
+                waiters.append((id, condition, c))
+                return false
+            }
+            if now { c.resume(returning: true) }
+        }
+    }
+}

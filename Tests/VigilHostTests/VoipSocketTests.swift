@@ -1,0 +1,375 @@
+import Foundation
+import Glibc
+import Testing
+import VigilHost
+import VigilKit
+
+/// voip-socket against real TCP servers on 127.0.0.1. Intervals are short
+/// (hundreds of milliseconds) where real sockets and real timers are the
+/// point; the test clock makes the handler deadline exact.
+@Suite struct VoipSocketTests {
+    @Test func badOptionsAreRefusedClearly() throws {
+        let text = try VoipSocketPlugin.problems([
+            "connect": .string("::1:5060"), "keepalive_interval": .string("10s"), "handler_timeout": .string("20s"),
+            "jitter": .string("150%"), "ping": .string("\\q"), "expect": .string("\\x4"),
+            "reconnect": .table(["initial": .string("5s"), "max": .string("1s"), "jittr": .boolean(true)]),
+            "tcp_keepalive": .table(["idle": .string("1.5s"), "count": .integer(0)]),
+        ]).joined(separator: "\n")
+        #expect(text.contains("strategy[0].connect: an IPv6 address needs brackets"), "\(text)")
+        #expect(text.contains("strategy[0].handler_timeout: must be shorter than keepalive_interval (10s), found 20s"))
+        #expect(text.contains("strategy[0].jitter: expected a fraction from 0 up to (not including) 1, found 1.5"))
+        #expect(text.contains("strategy[0].ping: unknown escape \\q"))
+        #expect(text.contains("strategy[0].expect: expected two hex digits after \\x"))
+        #expect(text.contains("strategy[0].reconnect.max: must not be shorter than initial (5s), found 1s"))
+        #expect(text.contains("strategy[0].reconnect.jittr: unknown key \"jittr\" (did you mean \"jitter\"?)"))
+        #expect(text.contains("strategy[0].tcp_keepalive.idle: expected whole seconds"))
+        #expect(text.contains("strategy[0].tcp_keepalive.count: expected an integer in 1...127, found 0"))
+        for (connect, message) in [
+            ("sip.example.org", "missing \":port\""), ("host:0", "port \"0\" is not a number in 1...65535"),
+            ("[::1:5060", "missing \"]\""), (":5060", "empty or blank host"),
+        ] {
+            let problems = try VoipSocketPlugin.problems(["connect": .string(connect)]).joined()
+            #expect(problems.contains("strategy[0].connect: \(message)"), "\(connect): \(problems)")
+        }
+        #expect(try VoipSocketPlugin.problems([:]).joined().contains("strategy[0].connect: missing required key"))
+        #expect(try VoipSocketPlugin.problems(["connect": .string("[::1]:5060"), "align": .boolean(true), "jitter": .string("10%")]).isEmpty)
+    }
+
+    /// Pings come at a random 80–100 % of the interval, each with its pong;
+    /// the lease shows the figures.
+    @Test func pingsArriveInsideTheJitterWindow() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let h = try VoipHarness()
+        try await h.start([
+            "connect": .string(server.address), "keepalive_interval": .string("300ms"), "jitter": .float(0.3),
+            "handler_timeout": .string("200ms"), "ping": .string("\\r\\n\\r\\n"), "expect": .string("\r\n"),
+            "skip_ping_on_traffic": .boolean(false),
+        ])
+        #expect(await server.count(.ping, atLeast: 8))
+        let status = await h.waitForStatus { $0["Pings"]?.uintValue ?? 0 >= 7 }
+        await h.supervisor.stopAll()
+        let pings = server.all(.ping).map(\.at)
+        let gaps = zip(pings.dropFirst(), pings).map { ($0 - $1).seconds * 1000 }
+        // Window [210, 300] ms: never early; a loaded machine (the whole suite
+        // on two cores) may deliver one late, but most land inside.
+        for gap in gaps {
+            #expect(gap >= 205 && gap <= 300 + 400, "gap \(gap) ms outside [210, 300] ms; all: \(gaps)")
+        }
+        #expect(gaps.filter { $0 <= 300 + 30 }.count * 4 >= gaps.count * 3, "most gaps late: \(gaps)")
+        #expect((gaps.max() ?? 0) - (gaps.min() ?? 0) > 5, "no jitter: \(gaps)")
+        #expect(server.all(.accepted).count == 1, "\(h.logs.entries)")
+        #expect(status["State"]?.stringValue == "up")
+        #expect(status["Remote"]?.stringValue == server.address)
+        #expect(status["Local"]?.stringValue.hasPrefix("127.0.0.1:") == true)
+        #expect(status["LastRttUsec"].map { $0.intValue >= 0 && $0.intValue < 100_000 } == true, "\(status)")
+        #expect(status["Overruns"]?.uintValue == 0 && status["Reconnects"]?.uintValue == 0)
+    }
+
+    /// A server that accepts and never answers: the handler is cut off
+    /// within 100 ms of its deadline, the connection closed and reconnected.
+    @Test func handlerTimeoutIsEnforcedWithin100ms() async throws {
+        let server = try LoopbackServer(answering: false)
+        defer { server.stop() }
+        let h = try VoipHarness()
+        try await h.start([
+            "connect": .string(server.address), "keepalive_interval": .string("300ms"), "handler_timeout": .string("250ms"),
+            "expect": .string("\r\n"), "reconnect": .table(["initial": .string("50ms"), "max": .string("50ms")]),
+        ])
+        #expect(await server.count(.accepted, atLeast: 2))
+        let status = await h.waitForStatus { $0["Overruns"]?.uintValue ?? 0 >= 1 }
+        await h.supervisor.stopAll()
+        let ping = try #require(server.all(.ping).first { $0.connection == 1 })
+        let closed = try #require(server.all(.closedByClient).first { $0.connection == 1 })
+        let cutOff = (closed.at - ping.at).seconds * 1000
+        #expect(cutOff >= 245 && cutOff <= 250 + 100, "closed \(cutOff) ms after the ping; handler_timeout is 250 ms")
+        #expect(status["LastError"]?.stringValue.contains("overran handler_timeout (250ms): no pong") == true, "\(status)")
+        #expect(h.recorded("handler-overrun").count >= 1)
+    }
+
+    /// The same deadline on the test clock: not a millisecond early or late.
+    @Test func handlerDeadlineIsExactOnTheTestClock() async throws {
+        let clock = ManualClock()
+        let server = try LoopbackServer(answering: false)
+        defer { server.stop() }
+        let h = try VoipHarness(clock: clock, scheduler: WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock)))
+        try await h.start([
+            "connect": .string(server.address), "keepalive_interval": .string("60s"), "jitter": .integer(0), "handler_timeout": .string("10s"),
+            "expect": .string("\r\n"), "reconnect": .table(["initial": .string("1h")]),
+        ])
+        #expect(await h.waitForStatus { $0["State"]?.stringValue == "up" }["State"]?.stringValue == "up")
+        await clock.advance(by: .seconds(60))
+        #expect(await server.count(.ping, atLeast: 1))
+        await clock.advance(by: .seconds(10) - .milliseconds(1))
+        await clock.settle()
+        #expect(await h.status()["Overruns"]?.uintValue == 0)
+        #expect(server.all(.closedByClient).isEmpty)
+        await clock.advance(by: .milliseconds(1))
+        #expect(await server.count(.closedByClient, atLeast: 1))
+        #expect(await h.waitForStatus { $0["Overruns"]?.uintValue == 1 }["Overruns"]?.uintValue == 1)
+        await h.supervisor.stopAll()
+    }
+
+    /// A pong that stops coming makes the strategy reconnect.
+    @Test func missingPongLeadsToReconnect() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let h = try VoipHarness()
+        try await h.start([
+            "connect": .string(server.address), "keepalive_interval": .string("200ms"), "handler_timeout": .string("150ms"),
+            "expect": .string("\r\n"), "reconnect": .table(["initial": .string("20ms"), "max": .string("20ms")]),
+        ])
+        #expect(await server.count(.ping, atLeast: 2))
+        server.answering = false
+        #expect(await server.count(.accepted, atLeast: 2))
+        server.answering = true
+        let status = await h.waitForStatus { $0["Reconnects"]?.uintValue ?? 0 >= 1 && $0["State"]?.stringValue == "up" }
+        await h.supervisor.stopAll()
+        #expect(status["Overruns"]?.uintValue ?? 0 >= 1, "\(status)")
+        #expect(h.recorded("disconnected").first?["reason"]?.contains("no pong") == true, "\(h.logs.entries)")
+    }
+
+    /// A server that closes every connection: reconnects back off with full
+    /// jitter, each delay inside [0, min(max, initial * 2^n)].
+    @Test func serverCloseBacksOffWithinBounds() async throws {
+        let server = try LoopbackServer(closeOnAccept: true)
+        defer { server.stop() }
+        let h = try VoipHarness()
+        try await h.start([
+            "connect": .string(server.address), "keepalive_interval": .string("10s"),
+            "reconnect": .table(["initial": .string("40ms"), "max": .string("160ms"), "jitter": .boolean(true)]),
+        ])
+        #expect(await server.count(.accepted, atLeast: 9))
+        let status = await h.status()
+        await h.supervisor.stopAll()
+        let accepts = server.all(.accepted).map(\.at)
+        let gaps = zip(accepts.dropFirst(), accepts).map { ($0 - $1).seconds * 1000 }
+        // The delays the strategy chose, from its log: "in 23ms411us (attempt 2)".
+        let chosen: [Double] = h.logs.entries.compactMap { line in
+            guard let r = line.range(of: " in "), let end = line.range(of: " (attempt ") else { return nil }
+            guard case .success(let d) = DurationSyntax.parse(String(line[r.upperBound..<end.lowerBound])) else { return nil }
+            return d.seconds * 1000
+        }
+        #expect(chosen.count >= 8, "\(h.logs.entries)")
+        for (n, delay) in chosen.prefix(8).enumerated() {
+            let ceiling = min(160, 40 * Double(1 << n))
+            #expect(delay >= 0 && delay <= ceiling, "delay \(n): \(delay) ms, bound \(ceiling) ms; all: \(chosen)")
+        }
+        for (n, (gap, delay)) in zip(gaps, chosen).prefix(8).enumerated() {
+            // The time between connections holds the delay; on top of it, noticing
+            // the close and connecting again (generous: two cores shared with the suite).
+            #expect(gap >= delay - 1 && gap <= delay + 1_000, "gap \(n): \(gap) ms for a delay of \(delay) ms")
+        }
+        // Full jitter: not every delay sits at its ceiling.
+        #expect(chosen.prefix(8).enumerated().contains { $1 < 0.8 * min(160, 40 * Double(1 << $0)) }, "\(chosen)")
+        #expect(status["Reconnects"]?.uintValue ?? 0 >= 8, "\(status)")
+        let lastError = status["LastError"]?.stringValue ?? ""
+        #expect(lastError == "the peer closed the connection" || lastError == "the peer reset the connection", "\(status)")
+    }
+
+    /// What the server sends reaches the on_data hook on its stdin; the pong
+    /// does not.
+    @Test func serverDataReachesTheOnDataHook() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("voip-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let out = dir.appendingPathComponent("incoming").path
+        let server = try LoopbackServer(greeting: Array("INVITE sip:alice@example.org SIP/2.0\r\n".utf8))
+        defer { server.stop() }
+        let h = try VoipHarness()
+        try await h.start([
+            "connect": .string(server.address), "keepalive_interval": .string("10s"), "expect": .string("\r\n"),
+            "on_data": strings(["sh", "-c", "cat >> \(out); echo \" [$VIGIL_EVENT $VIGIL_BYTES]\" >> \(out)"]),
+            "on_data_timeout": .string("5s"),
+        ])
+        #expect(await h.waitForEvent("data"))
+        await h.supervisor.stopAll()
+        let text = (try? String(contentsOfFile: out, encoding: .utf8)) ?? ""
+        #expect(text == "INVITE sip:alice@example.org SIP/2.0\r\n [data 38]\n", "\(text.debugDescription)")
+        #expect(h.recorded("data").first?["exit"] == "exited with status 0")
+    }
+
+    /// Traffic from the server proves the link alive: no ping is needed.
+    @Test func trafficSkipsThePing() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let h = try VoipHarness()
+        try await h.start([
+            "connect": .string(server.address), "keepalive_interval": .string("300ms"), "expect": .string("\r\n"),
+            "handler_timeout": .string("200ms"),
+        ])
+        #expect(await server.count(.accepted, atLeast: 1))
+        let feeder = Task {
+            for _ in 0..<12 {
+                server.send(Array("NOTIFY\r\n".utf8))
+                try await Task.sleep(for: .milliseconds(100))
+            }
+        }
+        _ = await feeder.result
+        let status = await h.waitForStatus { $0["SkippedPings"]?.uintValue ?? 0 >= 2 }
+        await h.supervisor.stopAll()
+        #expect(server.all(.ping).count <= 1, "pings despite traffic: \(server.all(.ping).count), accepted \(server.all(.accepted).count); \(h.logs.entries)")
+        #expect(status["SkippedPings"]?.uintValue ?? 0 >= 2, "\(status)")
+    }
+
+    /// TCP keepalive options reach the socket (ss shows the keepalive timer).
+    @Test func tcpKeepaliveIsSetOnTheSocket() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let h = try VoipHarness()
+        try await h.start([
+            "connect": .string(server.address), "keepalive_interval": .string("10m"),
+            "tcp_keepalive": .table(["idle": .string("42s"), "interval": .string("5s"), "count": .integer(4)]),
+        ])
+        let status = await h.waitForStatus { $0["State"]?.stringValue == "up" }
+        let local = status["Local"]?.stringValue ?? ""
+        let ss = try runProcess("/usr/bin/ss", ["-tno", "state", "established", "src", local])
+        await h.supervisor.stopAll()
+        #expect(ss.contains("timer:(keepalive,4"), "\(ss)")  // 42 s idle, counting down
+    }
+
+    /// Bad address, unresolvable name, refused connection: clear errors,
+    /// and retries that back off instead of spinning.
+    @Test func failuresGiveClearErrorsAndBackOff() async throws {
+        // A bound socket that does not listen: connecting to it is refused,
+        // and no other test's server can take its port meanwhile.
+        let reserved = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(reserved) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(reserved, $0, length) == 0 && getsockname(reserved, $0, &length) == 0 }
+        }
+        #expect(bound)
+        let port = UInt16(bigEndian: address.sin_port)
+        let h = try VoipHarness()
+        let backoff: ConfigValue = .table(["initial": .string("100ms"), "max": .string("400ms")])
+        try await h.start(["connect": .string("127.0.0.1:\(port)"), "reconnect": backoff], name: "refused")
+        try await h.start(["connect": .string("no-such-host.invalid:5060"), "reconnect": backoff, "connect_timeout": .string("2s")], name: "unresolvable")
+        // A multicast group is no TCP peer: the kernel refuses at once.
+        try await h.start(["connect": .string("224.0.0.1:5060"), "reconnect": backoff], name: "unreachable")
+        let window = ContinuousClock.now
+        try await Task.sleep(for: .seconds(2))
+        let failures = h.recorded("connect-failed")
+        let refused = await h.status("refused")
+        let unresolvable = await h.status("unresolvable")
+        let unreachable = await h.status("unreachable")
+        let elapsed = (ContinuousClock.now - window).seconds
+        await h.supervisor.stopAll()
+        let byRemote = Dictionary(grouping: failures, by: { $0["remote"] ?? "" })
+        #expect(byRemote.count == 3, "\(byRemote.keys)")
+        for (remote, list) in byRemote {
+            // Delays average 50, 100, 200, 200... ms: about a dozen tries in 2 s. A busy loop makes thousands.
+            #expect(list.count >= 2 && list.count <= 40, "\(remote): \(list.count) attempts in \(elapsed) s")
+        }
+        #expect(refused["LastError"]?.stringValue.contains("connect to 127.0.0.1:\(port) failed: Connection refused") == true, "\(refused)")
+        let resolveError = unresolvable["LastError"]?.stringValue ?? ""
+        #expect(resolveError.contains("cannot resolve \"no-such-host.invalid\"") || resolveError.contains("timed out after 2s"), "\(resolveError)")
+        let unreachableError = unreachable["LastError"]?.stringValue ?? ""
+        #expect(unreachableError.contains("connect to 224.0.0.1:5060 failed: Network is unreachable"), "\(unreachableError)")
+        #expect(["backoff", "connecting"].contains(refused["State"]?.stringValue ?? ""))
+        #expect(refused["Reconnects"]?.uintValue ?? 0 >= 1)
+    }
+}
+
+func runProcess(_ path: String, _ arguments: [String]) throws -> String {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: path)
+    process.arguments = arguments
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    process.standardError = pipe
+    try process.run()
+    let data = pipe.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return String(decoding: data, as: UTF8.self)
+}
+
+/// The pong server as its own process (Tests/Fixtures/voip-pong-server.py),
+/// so a test can freeze it with SIGSTOP: a black-holed peer.
+final class PongServerProcess: @unchecked Sendable {
+    // Invariant: set in init, then only read.
+    let process = Process()
+    let port: UInt16
+
+    init(rcvbuf: Int? = nil) throws {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/voip-pong-server.py").path
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        process.arguments = [script] + (rcvbuf.map { ["--rcvbuf", String($0)] } ?? [])
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        let line = String(decoding: out.fileHandleForReading.availableData, as: UTF8.self)
+        guard let port = UInt16(line.trimmingCharacters(in: .whitespacesAndNewlines)) else {
+            process.terminate()
+            throw DescribedError("voip-pong-server.py printed \(line.debugDescription), not its port")
+        }
+        self.port = port
+    }
+
+    func freeze() { kill(process.processIdentifier, SIGSTOP) }
+
+    func kill9() {
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+}
+
+@Suite struct VoipSocketBlackHoleTests {
+    /// A peer frozen with SIGSTOP still has a kernel that completes the TCP
+    /// handshake and acknowledges data, so only the missing pong shows it:
+    /// the handler timeout catches it within one interval plus the timeout.
+    @Test func stoppedServerIsDetectedByTheHandlerTimeout() async throws {
+        let server = try PongServerProcess()
+        defer { server.kill9() }
+        let h = try VoipHarness()
+        try await h.start([
+            "connect": .string("127.0.0.1:\(server.port)"), "keepalive_interval": .string("300ms"),
+            "handler_timeout": .string("200ms"), "expect": .string("\r\n"), "skip_ping_on_traffic": .boolean(false),
+            "reconnect": .table(["initial": .string("100ms"), "max": .string("100ms")]),
+        ])
+        let before = await h.waitForStatus { $0["Pings"]?.uintValue ?? 0 >= 2 }
+        #expect(before["Pings"]?.uintValue ?? 0 >= 2, "the live server answered no pings: \(before)")
+        server.freeze()
+        let frozenAt = ContinuousClock.now
+        #expect(await h.waitForEvent("disconnected"))
+        let detected = ContinuousClock.now - frozenAt
+        let after = await h.status()
+        await h.supervisor.stopAll()
+        #expect(after["Overruns"]?.uintValue ?? 0 >= 1, "\(after)")
+        // At most one interval until the next ping, then the handler timeout.
+        #expect(detected < .milliseconds(300 + 200 + 300), "detected after \(detected)")
+        let reasons = h.recorded("disconnected").map { $0["reason"] ?? "" }
+        #expect(reasons.first?.contains("overran handler_timeout (200ms)") == true, "\(reasons)")
+    }
+
+    /// A frozen peer whose receive window is full: the ping cannot even be
+    /// delivered, and TCP_USER_TIMEOUT ends the connection long before the
+    /// handler timeout (and hours before the kernel's default).
+    @Test func fullWindowPeerIsDetectedByTCPUserTimeout() async throws {
+        let server = try PongServerProcess(rcvbuf: 2048)
+        defer { server.kill9() }
+        let h = try VoipHarness()
+        // A 4 MiB ping fills every buffer between the two ends.
+        try await h.start([
+            "connect": .string("127.0.0.1:\(server.port)"), "keepalive_interval": .string("3s"), "jitter": .integer(0),
+            "handler_timeout": .string("2500ms"), "user_timeout": .string("300ms"),
+            "ping": .string(String(repeating: "x", count: 4 << 20)),
+            "reconnect": .table(["initial": .string("10s")]),
+        ])
+        let up = await h.waitForStatus { $0["State"]?.stringValue == "up" }
+        #expect(up["State"]?.stringValue == "up")
+        server.freeze()
+        let frozenAt = ContinuousClock.now
+        let status = await h.waitForStatus { $0["State"]?.stringValue == "backoff" }
+        let detected = ContinuousClock.now - frozenAt
+        await h.supervisor.stopAll()
+        #expect(status["LastError"]?.stringValue.contains("Connection timed out") == true, "\(status)")
+        #expect(status["Overruns"]?.uintValue == 0, "the handler timeout, not TCP_USER_TIMEOUT, ended it: \(status)")
+        // The ping goes out 3 s after connecting; the timeout follows within about a second.
+        #expect(detected < .seconds(3) + .milliseconds(2_000), "detected after \(detected)")
+    }
+}
