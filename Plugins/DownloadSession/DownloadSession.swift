@@ -267,7 +267,13 @@ actor DownloadManager {
             await task.value
         }
         rates[id] = nil
-        record = records[id] ?? record
+        guard let current = records[id] else { throw BusMethodError.unknownObject("download \(id) was cancelled while pausing") }
+        // The worker may have finished (published or failed) while it was
+        // being stopped: that outcome stands, a completed file is not paused.
+        if current.state == .completed || current.state == .failed {
+            throw BusMethodError.invalidArgs("download \(id) \(current.state.rawValue) before it could be paused")
+        }
+        record = current
         record.state = .paused
         record.bytesDone = partSize(record)
         try await update(record)

@@ -123,7 +123,7 @@ public actor StrategyBusBridge {
             let clock = self.clock
             children[path]?.flush = Task { [weak self] in
                 do { try await clock.sleep(until: due) } catch { return }
-                await self?.announce(path)
+                await self?.flushDue(path)
             }
             return
         }
@@ -141,6 +141,15 @@ public actor StrategyBusBridge {
     func value(path: String, property: String) -> BusValue? { children[path]?.values[property] }
 
     // MARK: internals
+
+    /// A delayed flush came due. It may have been superseded while it
+    /// waited for the actor (an immediate announcement cancels it): then it
+    /// must not announce, or it would cancel the newer flush and send a
+    /// second signal within the interval.
+    private func flushDue(_ path: String) async {
+        guard !Task.isCancelled else { return }
+        await announce(path)
+    }
 
     private func announce(_ path: String) async {
         guard var child = children[path], let server else { return }

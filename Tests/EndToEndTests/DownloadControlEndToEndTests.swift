@@ -1,0 +1,309 @@
+import Foundation
+import Glibc
+import Testing
+import VigilDBus
+import VigilTestSupport
+
+/// Pause, Resume and Cancel of the download-session strategy over D-Bus,
+/// through the built vigild, against nginx's rate-limited `/slow/`.
+extension EndToEnd.DownloadSessionEndToEndTests {
+    static let strategyPath = "/org/vigil/Vigil1/Strategy/dl"
+    static let sessionInterface = "org.vigil.Vigil1.DownloadSession"
+    static let downloadInterface = "org.vigil.Vigil1.Download"
+    static func downloadPath(_ id: Int) -> String { strategyPath + "/Download/\(id)" }
+
+    /// A client connection to the harness's bus that records vigild's
+    /// signals with their arrival time; tests await conditions on them.
+    final class BusWatch: @unchecked Sendable {
+        struct Seen {
+            var at: ContinuousClock.Instant
+            var path: String
+            var member: String
+            var changed: [String: DBusValue]
+        }
+
+        // Invariant: `seen` and `waiters` are only touched while holding `lock`.
+        private let lock = NSLock()
+        private var seen: [Seen] = []
+        private var waiters: [(id: Int, condition: @Sendable ([Seen]) -> Bool, continuation: CheckedContinuation<Bool, Never>)] = []
+        private var nextWaiter = 0
+        private var task: Task<Void, Never>?
+        let connection: DBusConnection
+
+        init(_ bus: TestDBusDaemon) async throws {
+            connection = try await bus.connect()
+            let stream = try await connection.signals(matching: DBusMatchRule(sender: "org.vigil.Vigil1"))
+            task = Task { [weak self] in
+                for await message in stream { self?.add(message) }
+            }
+        }
+
+        func close() async {
+            task?.cancel()
+            await connection.close()
+        }
+
+        private func add(_ message: DBusMessage) {
+            var changed: [String: DBusValue] = [:]
+            if message.member == "PropertiesChanged", message.body.count == 3, case .dict(_, _, let entries) = message.body[1] {
+                for entry in entries {
+                    if case .string(let name) = entry.key, case .variant(let value) = entry.value { changed[name] = value }
+                }
+            }
+            if message.member == "InterfacesRemoved", case .objectPath(let object)? = message.body.first {
+                changed["object"] = .objectPath(object)
+            }
+            let signal = Seen(at: .now, path: message.path ?? "", member: message.member ?? "", changed: changed)
+            let ready: [CheckedContinuation<Bool, Never>] = lock.withLock {
+                seen.append(signal)
+                let all = seen
+                let done = waiters.filter { $0.condition(all) }
+                waiters.removeAll { w in done.contains { $0.id == w.id } }
+                return done.map(\.continuation)
+            }
+            for c in ready { c.resume(returning: true) }
+        }
+
+        var all: [Seen] { lock.withLock { seen } }
+
+        /// Waits until `condition` holds for the signals so far; `timeout`
+        /// only bounds a broken run.
+        func wait(_ what: String, timeout: Duration = .seconds(30), until condition: @escaping @Sendable ([Seen]) -> Bool) async throws {
+            let id = lock.withLock { nextWaiter += 1; return nextWaiter }
+            let timer = Task { [weak self] in
+                try? await Task.sleep(for: timeout)
+                guard let self else { return }
+                let c = self.lock.withLock { () -> CheckedContinuation<Bool, Never>? in
+                    guard let i = self.waiters.firstIndex(where: { $0.id == id }) else { return nil }
+                    return self.waiters.remove(at: i).continuation
+                }
+                c?.resume(returning: false)
+            }
+            defer { timer.cancel() }
+            let met = await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
+                let now = lock.withLock {
+                    if condition(seen) { return true }
+                    waiters.append((id, condition, c))
+                    return false
+                }
+                if now { c.resume(returning: true) }
+            }
+            guard met else { throw DaemonError("timed out waiting for \(what); signals: \(all.map { "\($0.member) \($0.path) \($0.changed.keys.sorted())" })") }
+        }
+
+        func call(_ path: String, _ interface: String, _ member: String, _ arguments: [DBusValue]) async throws -> DBusMessage {
+            try await connection.call(destination: "org.vigil.Vigil1", path: path, interface: interface, member: member,
+                                      arguments: arguments, timeout: .seconds(10))
+        }
+
+        /// Calls a DownloadSession method on a download; the error, if any.
+        func control(_ member: String, _ download: String) async -> DBusError? {
+            do {
+                _ = try await call(strategyPath, sessionInterface, member, [.objectPath(download)])
+                return nil
+            } catch let error as DBusError {
+                return error
+            } catch {
+                return DBusError.failed("\(error)")
+            }
+        }
+
+        func enqueue(_ url: String, _ dest: String, _ options: [String: DBusValue] = [:]) async throws -> String {
+            let dict = DBusValue.dict(keySignature: "s", valueSignature: "v", options.keys.sorted().map {
+                DBusDictEntry(key: .string($0), value: .variant(options[$0] ?? .string("")))
+            })
+            let reply = try await call(strategyPath, sessionInterface, "Enqueue", [.string(url), .string(dest), dict])
+            guard case .objectPath(let path)? = reply.body.first else { throw DaemonError("Enqueue returned \(reply.body)") }
+            return path
+        }
+
+        func property(_ path: String, _ name: String) async throws -> DBusValue {
+            let reply = try await call(path, "org.freedesktop.DBus.Properties", "Get", [.string(downloadInterface), .string(name)])
+            guard case .variant(let value)? = reply.body.first else { throw DaemonError("Get \(name) returned \(reply.body)") }
+            return value
+        }
+
+        /// The paths in the host's `Leases` property.
+        func leases() async throws -> [String] {
+            let reply = try await call("/org/vigil/Vigil1", "org.freedesktop.DBus.Properties", "Get",
+                                       [.string("org.vigil.Vigil1.Host"), .string("Leases")])
+            guard case .variant(.array(_, let items))? = reply.body.first else { throw DaemonError("Leases is \(reply.body)") }
+            return items.compactMap { if case .objectPath(let p) = $0 { p } else { nil } }
+        }
+    }
+
+    static func bytesDone(_ signal: BusWatch.Seen) -> UInt64? {
+        if case .uint64(let n)? = signal.changed["BytesDone"] { return n }
+        return nil
+    }
+
+    /// Progress signals of `path`: PropertiesChanged carrying BytesDone
+    /// without a State change.
+    static func progress(_ signals: [BusWatch.Seen], _ path: String) -> [BusWatch.Seen] {
+        signals.filter { $0.path == path && $0.member == "PropertiesChanged" && $0.changed["State"] == nil && bytesDone($0) != nil }
+    }
+
+    /// Runs busctl as uid/gid 65534 (nobody) against the harness's bus.
+    static func asNobody(_ h: Harness, _ member: String, _ signature: String, _ arguments: [String]) throws -> CommandResult {
+        try runCommand("/usr/bin/setpriv", [
+            "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/busctl", "--address=\(h.bus.address)", "call",
+            "org.vigil.Vigil1", strategyPath, sessionInterface, member, signature,
+        ] + arguments)
+    }
+
+    static func isAccessDenied(_ result: CommandResult) -> Bool {
+        result.status != 0 && (result.stderr.lowercased().contains("access denied") || result.stderr.contains("AccessDenied"))
+    }
+
+    /// Pause stops the transfer and releases its lease; another uid can
+    /// neither resume nor cancel it; Resume continues from the part with a
+    /// Range request and the result verifies. While it runs, progress is
+    /// announced at most about once a second, each time with more bytes.
+    @Test func pauseStopsTheTransferAndResumeContinuesWithARange() async throws {
+        let h = try Harness(slowRate: "4m")
+        defer { h.stop() }
+        let size = 24 << 20
+        let file = try h.nginx.makeFile("paused.bin", size: size, seed: 11)
+        let digest = try Self.sha256(file)
+        // The monitor refreshes 4 times a second: the bridge's limit, not
+        // the monitor's interval, is what bounds the signals.
+        try h.config("progress_interval = \"250ms\"")
+        let daemon = try h.start()
+        try await daemon.waitForLine(containing: "serving org.vigil.Vigil1")
+        let watch = try await BusWatch(h.bus)
+        let download = try await watch.enqueue("\(h.nginx.baseURL)/slow/paused.bin", "paused.bin",
+                                               ["sha256": .string(digest), "size": .uint64(UInt64(size))])
+        #expect(download == Self.downloadPath(1))
+        let part = h.downloads + "/paused.bin.part"
+
+        // Three progress announcements: about 3 s, 12 of 24 MiB at 4 MiB/s.
+        try await watch.wait("three progress signals") { Self.progress($0, download).count >= 3 }
+        let active = Self.progress(watch.all, download)
+        let figures = active.compactMap(Self.bytesDone)
+        #expect(figures == figures.sorted() && Set(figures).count == figures.count, "BytesDone grows between signals: \(figures)")
+        if let first = active.first?.at, let last = active.last?.at {
+            let seconds = Double((last - first).components.seconds) + Double((last - first).components.attoseconds) / 1e18
+            #expect(Double(active.count - 1) <= seconds + 1, "\(active.count) progress signals in \(seconds) s")
+        }
+        #expect(try await watch.leases().count == 1)
+        #expect(try await watch.property(download, "State") == .string("active"))
+
+        #expect(await watch.control("Pause", download) == nil)
+        // Pause returns once the transfer has stopped: the state and the
+        // figure are final at once.
+        #expect(try await watch.property(download, "State") == .string("paused"))
+        let kept = h.size(part)
+        #expect(kept > 0 && kept < size, "\(kept)")
+        #expect(try await watch.property(download, "BytesDone") == .uint64(UInt64(kept)))
+        try await watch.wait("the lease released") { $0.contains { $0.member == "LeaseReleased" } }
+        #expect(try await watch.leases().isEmpty)
+
+        // Another uid is refused and changes nothing.
+        let deniedResume = try Self.asNobody(h, "Resume", "o", [download])
+        #expect(Self.isAccessDenied(deniedResume), "\(deniedResume.stderr)")
+        let deniedCancel = try Self.asNobody(h, "Cancel", "o", [download])
+        #expect(Self.isAccessDenied(deniedCancel), "\(deniedCancel.stderr)")
+        let deniedPause = try Self.asNobody(h, "Pause", "o", [download])
+        #expect(Self.isAccessDenied(deniedPause), "\(deniedPause.stderr)")
+        // An observation window, not synchronisation: at 4 MiB/s a transfer
+        // still running would add about 1 MiB in it.
+        try await Task.sleep(for: .milliseconds(250))
+        #expect(h.size(part) == kept, "the part grew while paused")
+        #expect(try await watch.property(download, "State") == .string("paused"))
+        #expect(try await watch.property(download, "BytesDone") == .uint64(UInt64(kept)))
+        #expect(Self.progress(watch.all, download).allSatisfy { (Self.bytesDone($0) ?? 0) <= UInt64(kept) }, "progress announced after Pause")
+        // A paused download cannot be paused again.
+        let again = await watch.control("Pause", download)
+        #expect(again?.name == "org.freedesktop.DBus.Error.InvalidArgs" && again?.message.contains("is paused") == true, "\(String(describing: again))")
+
+        #expect(await watch.control("Resume", download) == nil)
+        try await daemon.waitForLine(containing: "download 1 try 2: GET \(h.nginx.baseURL)/slow/paused.bin from byte \(kept)")
+        try await daemon.waitForLine(containing: "download 1 completed", timeout: .seconds(60))
+        try await daemon.waitForLine(containing: "download 1 resumed at byte \(kept)")
+        #expect(try Self.sha256(h.downloads + "/paused.bin") == digest)
+        #expect(h.size(part) == -1)
+        let ranged = h.nginx.requests().filter { $0.contains("range=\"bytes=\(kept)-\"") }
+        #expect(ranged.count == 1 && ranged.first?.hasPrefix("206 \(size - kept) ") == true, "\(h.nginx.requests())")
+        #expect(ranged.first?.contains("if-range=\"\"") == false, "\(h.nginx.requests())")
+        try await watch.wait("the completed state") { $0.contains { $0.path == download && $0.changed["State"] == .string("completed") } }
+        #expect(try await watch.property(download, "Sha256") == .string(digest))
+        #expect(try await watch.property(download, "BytesDone") == .uint64(UInt64(size)))
+        // A completed download can be neither paused nor resumed.
+        let pauseDone = await watch.control("Pause", download)
+        #expect(pauseDone?.name == "org.freedesktop.DBus.Error.InvalidArgs" && pauseDone?.message.contains("is completed") == true, "\(String(describing: pauseDone))")
+        let resumeDone = await watch.control("Resume", download)
+        #expect(resumeDone?.name == "org.freedesktop.DBus.Error.InvalidArgs" && resumeDone?.message.contains("is completed") == true, "\(String(describing: resumeDone))")
+        await watch.close()
+        daemon.signal(SIGTERM)
+        #expect(await daemon.waitForExit() == 0)
+    }
+
+    /// Cancel stops the transfer and removes the download's object, its
+    /// part file, its record and its lease; another uid cannot cancel; bad
+    /// object paths get UnknownObject or InvalidArgs with a clear message.
+    @Test func cancelRemovesTheDownloadItsPartAndItsLease() async throws {
+        let h = try Harness(slowRate: "2m")
+        defer { h.stop() }
+        try h.nginx.makeFile("cancelled.bin", size: 16 << 20, seed: 12)
+        try h.config("")
+        let daemon = try h.start()
+        try await daemon.waitForLine(containing: "serving org.vigil.Vigil1")
+        let watch = try await BusWatch(h.bus)
+        let download = try await watch.enqueue("\(h.nginx.baseURL)/slow/cancelled.bin", "sub/cancelled.bin")
+        let part = h.downloads + "/sub/cancelled.bin.part"
+        try await watch.wait("progress") { Self.progress($0, download).contains { (Self.bytesDone($0) ?? 0) > 0 } }
+        #expect(try await watch.leases().count == 1)
+
+        let denied = try Self.asNobody(h, "Cancel", "o", [download])
+        #expect(Self.isAccessDenied(denied), "\(denied.stderr)")
+        #expect(try await watch.property(download, "State") == .string("active"))
+        #expect(h.size(part) > 0)
+
+        // Bad arguments.
+        let unknown = await watch.control("Cancel", Self.downloadPath(99))
+        #expect(unknown?.name == "org.freedesktop.DBus.Error.UnknownObject" && unknown?.message == "no download 99", "\(String(describing: unknown))")
+        let foreign = await watch.control("Pause", "/org/vigil/Vigil1/Strategy/other/Download/1")
+        #expect(foreign?.name == "org.freedesktop.DBus.Error.UnknownObject", "\(String(describing: foreign))")
+        #expect(foreign?.message.contains("is not a download of this session") == true, "\(String(describing: foreign))")
+        let notANumber = await watch.control("Resume", Self.strategyPath + "/Download/abc")
+        #expect(notANumber?.name == "org.freedesktop.DBus.Error.UnknownObject", "\(String(describing: notANumber))")
+        let resumeActive = await watch.control("Resume", download)
+        #expect(resumeActive?.name == "org.freedesktop.DBus.Error.InvalidArgs" && resumeActive?.message.contains("is active") == true,
+                "\(String(describing: resumeActive))")
+        do {
+            _ = try await watch.call(Self.strategyPath, Self.sessionInterface, "Cancel", [.string(download)])
+            Issue.record("Cancel with a string instead of an object path was accepted")
+        } catch let error as DBusError {
+            #expect(error.name == "org.freedesktop.DBus.Error.InvalidArgs", "\(error)")
+        }
+        #expect(try await watch.property(download, "State") == .string("active"))
+
+        #expect(await watch.control("Cancel", download) == nil)
+        // Cancel returns once the download is gone.
+        #expect(h.size(part) == -1)
+        #expect(h.size(h.downloads + "/sub/cancelled.bin") == -1)
+        try await watch.wait("the object removed") { $0.contains { $0.member == "InterfacesRemoved" && $0.changed["object"] == .objectPath(download) } }
+        do {
+            _ = try await watch.property(download, "State")
+            Issue.record("the cancelled download's object is still there")
+        } catch let error as DBusError {
+            #expect(error.name == "org.freedesktop.DBus.Error.UnknownObject", "\(error)")
+        }
+        try await watch.wait("the lease released") { $0.contains { $0.member == "LeaseReleased" } }
+        #expect(try await watch.leases().isEmpty)
+        let twice = await watch.control("Cancel", download)
+        #expect(twice?.name == "org.freedesktop.DBus.Error.UnknownObject" && twice?.message == "no download 1", "\(String(describing: twice))")
+        try await daemon.waitForLine(containing: "download 1 cancelled")
+
+        // The record is gone too: a restart does not bring it back.
+        await watch.close()
+        daemon.signal(SIGTERM)
+        #expect(await daemon.waitForExit() == 0)
+        let second = try h.start()
+        let known = try await second.waitForLine(containing: "downloads known")
+        #expect(known.contains("0 downloads known, 0 to do"), "\(known)")
+        #expect(h.size(part) == -1)
+        second.signal(SIGTERM)
+        #expect(await second.waitForExit() == 0)
+    }
+}
