@@ -66,6 +66,12 @@ public actor WakeScheduler: WakeScheduling {
     }
 
     private var pending: [UInt64: Pending] = [:]
+    /// Pending ids by preferred time, by earliest time, and the wakeSystem
+    /// ones by preferred time: each step is O(log n), so thousands of
+    /// requests (one per keep-alive socket) stay cheap. Lazily cleaned.
+    private var byPreferred = InstantHeap()
+    private var byEarliest = InstantHeap()
+    private var wakingByPreferred = InstantHeap()
     private var lastID: UInt64 = 0
     private var armedOrdinary: VigilInstant?
     private var armedAlarm: VigilInstant?
@@ -138,6 +144,9 @@ public actor WakeScheduler: WakeScheduling {
                     return
                 }
                 pending[id] = Pending(request: request, preferred: preferred, continuation: continuation)
+                byPreferred.push(preferred, id)
+                byEarliest.push(request.earliest, id)
+                if request.wakeSystem { wakingByPreferred.push(preferred, id) }
                 rearm()
             }
         } onCancel: {
@@ -167,6 +176,7 @@ public actor WakeScheduler: WakeScheduling {
         guard let entry = pending.removeValue(forKey: id) else { return }
         statistics.withdrawnRequests += 1
         entry.continuation.resume(throwing: CancellationError())
+        compactIfSparse()
         rearm()
     }
 
@@ -180,16 +190,33 @@ public actor WakeScheduler: WakeScheduling {
         } else {
             if let armed = armedOrdinary, armed <= now { armedOrdinary = nil }
         }
-        while let target = nextTarget, target <= now {
+        while let target = firstPreferred(), target <= now {
             fireBatch(at: target, now: now, onAlarm: onAlarm)
         }
         rearm()
     }
 
+    /// The smallest preferred time of the pending requests.
+    private func firstPreferred() -> VigilInstant? {
+        byPreferred.cleanTop { pending[$0] == nil }?.at
+    }
+
+    /// Rebuilds the heaps when withdrawn requests (left in them until they
+    /// reach the top) outnumber the pending ones.
+    private func compactIfSparse() {
+        let limit = 2 * pending.count + 64
+        if byPreferred.count > limit { byPreferred.rebuild { pending[$0] != nil } }
+        if byEarliest.count > limit { byEarliest.rebuild { pending[$0] != nil } }
+        if wakingByPreferred.count > limit { wakingByPreferred.rebuild { pending[$0] != nil } }
+    }
+
     /// Fires every pending request with `earliest <= target`.
     private func fireBatch(at target: VigilInstant, now: VigilInstant, onAlarm: Bool) {
-        let due = pending.filter { $0.value.request.earliest <= target }
-        for id in due.keys { pending[id] = nil }
+        var due: [UInt64: Pending] = [:]
+        while let first = byEarliest.cleanTop({ pending[$0] == nil }), first.at <= target {
+            byEarliest.pop()
+            due[first.id] = pending.removeValue(forKey: first.id)
+        }
         let firing = WakeFiring(target: target, firedAt: now, batchSize: due.count, onAlarmClock: onAlarm)
         statistics.batchesFired += 1
         statistics.requestsFired += due.count
@@ -207,10 +234,10 @@ public actor WakeScheduler: WakeScheduling {
     /// ordinary timer for the first request overall, unless that is the
     /// alarm's target already (one expiry per batch, not two).
     private func rearm() {
-        let first = nextTarget
+        let first = firstPreferred()
         let firstWaking: VigilInstant? = alarmTimer == nil
             ? nil
-            : pending.values.filter(\.request.wakeSystem).map(\.preferred).min()
+            : wakingByPreferred.cleanTop({ pending[$0] == nil })?.at
         let ordinary: VigilInstant? = if let first, firstWaking.map({ first < $0 }) ?? true { first } else { nil }
         if ordinary != armedOrdinary {
             timer.arm(at: ordinary)
