@@ -16,6 +16,7 @@ let package = Package(
         // without loading anything else.
         .library(name: "vigil-periodic-wake", type: .dynamic, targets: ["PeriodicWake"]),
         .library(name: "vigil-background-task", type: .dynamic, targets: ["BackgroundTask"]),
+        .library(name: "vigil-silent-audio", type: .dynamic, targets: ["SilentAudio"]),
     ],
     dependencies: [
         .package(path: "Plugins/VigilKit"),
@@ -75,6 +76,20 @@ let package = Package(
             name: "PeriodicWake",
             dependencies: [.product(name: "VigilKit", package: "VigilKit")],
             path: "Plugins/PeriodicWake",
+            swiftSettings: strict
+        ),
+        // libpulse, for silent-audio only: a host that never loads that
+        // plugin never loads libpulse.
+        .systemLibrary(
+            name: "CPulse",
+            path: "Sources/CPulse",
+            pkgConfig: "libpulse",
+            providers: [.apt(["libpulse-dev"])]
+        ),
+        .target(
+            name: "SilentAudio",
+            dependencies: [.product(name: "VigilKit", package: "VigilKit"), "CPulse"],
+            path: "Plugins/SilentAudio",
             swiftSettings: strict
         ),
         // Shared test helpers (a private dbus-daemon), used by the test targets.
