@@ -168,22 +168,57 @@ final class PulseServer: @unchecked Sendable {
 
     var sinkInputs: String { (try? pactl(["list", "sink-inputs"]))?.stdout ?? "" }
 
-    /// Records `seconds` of nullsink's monitor: interleaved stereo s16le.
-    func record(seconds: Double) async throws -> [Int16] {
+    /// Starts recording nullsink's monitor (parec takes a second or two
+    /// before its first data arrives, so start it early).
+    func startRecording() throws -> Recording {
         let file = "\(dir)/recording-\(UUID().uuidString).raw"
         let pid = try spawnQuietly(
-            "/usr/bin/parec", ["-d", "nullsink.monitor", "--raw", "--format=s16le", "--rate=\(sinkRate)", "--channels=2", "--latency-msec=50"],
-            environment: environment, stdout: file, stderr: "\(dir)/parec.log")
-        // Measuring a duration of audio, not waiting for an event.
-        try await Task.sleep(for: .milliseconds(Int(seconds * 1000)))
+            "/usr/bin/parec", ["-d", "nullsink.monitor", "--raw", "--format=s16le", "--rate=\(sinkRate)", "--channels=2", "--latency-msec=50", file],
+            environment: environment, stderr: "\(dir)/parec.log")
+        return Recording(pid: pid, file: file, log: "\(dir)/parec.log")
+    }
+}
+
+/// A running parec.
+struct Recording {
+    let pid: pid_t
+    let file: String
+    let log: String
+
+    /// Stops parec and returns what it recorded: interleaved stereo s16le.
+    func stop() throws -> [Int16] {
         Glibc.kill(pid, SIGINT)
         var status: Int32 = 0
         _ = waitpid(pid, &status, 0)
-        let data = try Data(contentsOf: URL(fileURLWithPath: file))
+        let data = (try? Data(contentsOf: URL(fileURLWithPath: file))) ?? Data()
         try? FileManager.default.removeItem(atPath: file)
         return data.withUnsafeBytes { raw in
             (0..<(raw.count / 2)).map { Int16(littleEndian: raw.loadUnaligned(fromByteOffset: $0 * 2, as: Int16.self)) }
         }
+    }
+
+    /// Records at least `frames` frames.
+    func frames(_ frames: Int) async throws -> [Int16] {
+        try await eventually("\(frames) frames recorded") {
+            (FileManager.default.contents(atPath: file)?.count ?? 0) >= frames * 4
+        }
+        return try stop()
+    }
+
+    /// Records at least `frames` frames after the first non-zero sample
+    /// (the strategy's signal), polling the file parec writes.
+    func signalFrames(_ frames: Int, timeout: Duration = .seconds(20)) async throws -> [Int16] {
+        try await eventually("\(frames) frames of signal recorded") {
+            guard let data = FileManager.default.contents(atPath: file) else { return false }
+            let first = data.withUnsafeBytes { raw in
+                (0..<(raw.count / 2)).first { raw.loadUnaligned(fromByteOffset: $0 * 2, as: Int16.self) != 0 }
+            }
+            guard let first else { return false }
+            return data.count / 2 - first >= frames * 2
+        }
+        let all = try stop()
+        let first = all.firstIndex { $0 != 0 } ?? 0
+        return Array(all[(first - first % 2)...])
     }
 }
 
