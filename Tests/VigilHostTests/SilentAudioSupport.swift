@@ -129,6 +129,8 @@ final class PulseServer: @unchecked Sendable {
         var arguments = [
             "-n", "--daemonize=no", "--exit-idle-time=-1", "--system=false", "--log-target=stderr",
             "-L", "module-native-protocol-unix auth-anonymous=1",
+            // For pacmd (kill-sink-input, which pactl lacks).
+            "-L", "module-cli-protocol-unix",
             "-L", "module-null-sink sink_name=nullsink rate=\(sinkRate)",
             "-L", "module-always-sink",
         ]
@@ -156,6 +158,10 @@ final class PulseServer: @unchecked Sendable {
 
     func pactl(_ arguments: [String]) throws -> ToolOutput {
         try runTool("/usr/bin/pactl", arguments, environment: environment)
+    }
+
+    func pacmd(_ arguments: [String]) throws -> ToolOutput {
+        try runTool("/usr/bin/pacmd", arguments, environment: environment)
     }
 
     /// `nullsink`'s line of `pactl list short sinks`.

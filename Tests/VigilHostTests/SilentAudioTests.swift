@@ -97,4 +97,123 @@ import VigilKit
             #expect(abs(errorDB) < 0.5, "amplitude off by \(errorDB) dB (measured peak \(peak), configured \(amplitude))")
         }
     }
+
+    /// Kill PulseAudio and start it again: the lease is released when the
+    /// server dies, and a new one is held once the strategy has reconnected,
+    /// within its backoff. The history shows the gap.
+    @Test func reconnectsAfterTheServerRestarts() async throws {
+        let pulse = try await PulseServer()
+        let h = try await AudioHarness()
+        try await h.start([
+            "server": .string(pulse.address), "latency": .string("200ms"),
+            "reconnect_initial": .string("200ms"), "reconnect_max": .string("5s"),
+        ])
+        try await h.waitFor(.acquired)
+        pulse.kill()
+        try await h.waitFor(.released)
+        let restarted = h.clock.now
+        try await pulse.start()
+        try await h.waitFor(.acquired, count: 2)
+        let history = h.history.filter { $0.kind != .status }
+        #expect(history.map(\.kind) == [.acquired, .released, .acquired], "\(history.map(\.kind))")
+        let second = try #require(history.last)
+        // Attempts come at most 200ms, 400ms, 800ms... apart: well within
+        // 5 s of the server's return (plus the server's own start).
+        #expect(second.at - restarted < .seconds(5), "reconnected \(second.at - restarted) after the restart")
+        #expect(second.lease.id != history[0].lease.id)
+        #expect(h.events.all.contains { $0.0 == "audio-lost" && ($0.1["reason"] ?? "").contains("connection") })
+        try await eventually("the new stream is listed") { pulse.sinkInputs.contains("Vigil keepalive") }
+        await h.supervisor.stopAll()
+    }
+
+    /// `pacmd kill-sink-input`: the stream is recreated under a new lease.
+    @Test func killedStreamIsRecreated() async throws {
+        let pulse = try await PulseServer()
+        let h = try await AudioHarness()
+        try await h.start(["server": .string(pulse.address), "latency": .string("200ms"), "reconnect_initial": .string("100ms")])
+        try await h.waitFor(.acquired)
+        let list = try pulse.pactl(["list", "short", "sink-inputs"]).stdout
+        let index = try #require(list.split(whereSeparator: { $0.isWhitespace }).first.map(String.init), "\(list)")
+        let kill = try pulse.pacmd(["kill-sink-input", index])
+        #expect(kill.status == 0, "pacmd kill-sink-input \(index): \(kill.stderr) (list: \(list))")
+        try await h.waitFor(.acquired, count: 2)
+        #expect(h.history.filter { $0.kind != .status }.map(\.kind) == [.acquired, .released, .acquired])
+        #expect(pulse.sinkInputs.contains("Vigil keepalive"))
+        await h.supervisor.stopAll()
+    }
+
+    /// `play = "periodic"`: bursts of `for`, every `every`, faded in.
+    @Test func periodicModePlaysForEvery() async throws {
+        let pulse = try await PulseServer()
+        let h = try await AudioHarness()
+        let recording = try pulse.startRecording()
+        try await h.start([
+            "server": .string(pulse.address), "latency": .string("100ms"), "signal": .string("sine"),
+            "frequency_hz": .integer(1000), "amplitude": .string("-20dBFS"),
+            "play": .string("periodic"), "every": .string("1500ms"), "for": .string("500ms"), "fade": .string("100ms"),
+        ])
+        try await h.waitFor(.acquired)
+        // parec may start in the middle of the first burst: record three
+        // more periods and measure from the second burst on.
+        let samples = try await recording.signalFrames(pulse.sinkRate * 5)
+        await h.supervisor.stopAll()
+        let all = SignalMeasure.leftChannel(samples)
+        let second = try #require(SignalMeasure.bursts(all, rate: pulse.sinkRate, threshold: 100).dropFirst().first)
+        // From 10 ms before the second burst's first loud window.
+        let x = Array(all[max(0, Int((second.start - 0.01) * Double(pulse.sinkRate)))...])
+        let bursts = SignalMeasure.bursts(x, rate: pulse.sinkRate, threshold: 100)
+        #expect(bursts.count >= 2, "\(bursts)")
+        for b in bursts.dropLast() {
+            #expect(abs(b.length - 0.5) <= 0.06, "burst of \(b.length) s: \(bursts)")
+        }
+        for (a, b) in zip(bursts, bursts.dropFirst()) {
+            #expect(abs((b.start - a.start) - 1.5) <= 0.1, "bursts \(b.start - a.start) s apart: \(bursts)")
+        }
+        // Faded in: the first 10 ms are much quieter than the middle.
+        let onset = x.firstIndex { $0 != 0 } ?? 0
+        let first = SignalMeasure.rms(x[onset..<(onset + pulse.sinkRate / 100)])
+        let middle = SignalMeasure.rms(x[(onset + pulse.sinkRate / 4)..<(onset + pulse.sinkRate / 4 + pulse.sinkRate / 100)])
+        #expect(first < middle / 4, "fade-in: first 10 ms at \(first), middle at \(middle)")
+    }
+
+    /// Bad input is refused with a clear message: in the config (amplitude,
+    /// frequency, noise colour, periodic timings) before anything runs, and
+    /// at run time (unknown sink, no server) as the strategy's LastError,
+    /// while the host carries on.
+    @Test func badConfigIsRefusedClearly() throws {
+        let text = try SilentAudioPlugin.problems([
+            "signal": .string("sine"), "amplitude": .string("+3dBFS"), "frequency_hz": .integer(30_000), "rate": .integer(48_000),
+        ]).joined(separator: "\n")
+        #expect(text.contains("strategy[0].amplitude: +3dBFS is above 0 dBFS (full scale)"), "\(text)")
+        #expect(text.contains("strategy[0].frequency_hz: 30000 Hz is not below half the sample rate (48000 Hz / 2 = 24000 Hz)"), "\(text)")
+        let noise = try SilentAudioPlugin.problems(["signal": .string("noise"), "noise": .string("pinc"), "amplitude": .string("150%")])
+        #expect(noise.contains { $0.contains("strategy[0].noise: expected one of \"white\", \"pink\", \"brown\", found \"pinc\" (did you mean \"pink\"?)") }, "\(noise)")
+        #expect(noise.contains { $0.contains("strategy[0].amplitude: expected a percentage above 0% and at most 100%") }, "\(noise)")
+        let periodic = try SilentAudioPlugin.problems(["play": .string("periodic"), "every": .string("1s"), "for": .string("2s")])
+        #expect(periodic.contains { $0.contains("strategy[0].for: must be shorter than every (1s)") }, "\(periodic)")
+        let misplaced = try SilentAudioPlugin.problems(["signal": .string("zero"), "frequency_hz": .integer(50)])
+        #expect(misplaced.contains { $0.contains("strategy[0].frequency_hz: only applies to signal = \"sine\"") }, "\(misplaced)")
+        let signal = try SilentAudioPlugin.problems(["signal": .string("silence")])
+        #expect(signal.contains { $0.contains("strategy[0].signal: expected one of \"zero\", \"fluctuate\", \"sine\", \"noise\"") }, "\(signal)")
+    }
+
+    @Test func unknownSinkFailsWithTheAvailableSinks() async throws {
+        let pulse = try await PulseServer()
+        let h = try await AudioHarness()
+        try await h.start(["server": .string(pulse.address), "sink": .string("hdmi-out")])
+        let failed = try await h.waitForFailure()
+        #expect(failed.lastError == "unknown sink \"hdmi-out\"; available sinks: nullsink")
+        #expect(h.logs.entries.contains { $0.contains("failed: unknown sink \"hdmi-out\"") })
+        #expect(await h.registry.active.isEmpty)
+        await h.supervisor.stopAll()
+    }
+
+    @Test func missingServerFailsClearly() async throws {
+        let h = try await AudioHarness()
+        try await h.start(["server": .string("unix:/nonexistent/pulse/native")])
+        let failed = try await h.waitForFailure()
+        #expect(failed.lastError == "no PulseAudio server at unix:/nonexistent/pulse/native: Connection refused", "\(failed.lastError ?? "")")
+        #expect(failed.state == .backoff)
+        await h.supervisor.stopAll()
+    }
 }
