@@ -230,7 +230,7 @@ final class PulseConnection: @unchecked Sendable {
             var attr = pa_buffer_attr(
                 maxlength: UInt32.max, tlength: tlength, prebuf: UInt32.max,
                 minreq: UInt32(clamping: max(frameBytes, Int(tlength) / 2 / frameBytes * frameBytes)), fragsize: UInt32.max)
-            var flags = PA_STREAM_ADJUST_LATENCY.rawValue | PA_STREAM_AUTO_TIMING_UPDATE.rawValue
+            var flags = PA_STREAM_ADJUST_LATENCY.rawValue
             if spec.dontMove { flags |= PA_STREAM_DONT_MOVE.rawValue }
             if spec.startCorked { flags |= PA_STREAM_START_CORKED.rawValue }
             if pa_stream_connect_playback(s, spec.sink, &attr, pa_stream_flags_t(rawValue: flags), nil, nil) < 0 {

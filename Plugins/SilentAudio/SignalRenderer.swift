@@ -87,7 +87,6 @@ public struct SignalRenderer: Sendable {
     private var monoIndex = 0
     /// Phase (in cycles) of a sine whose period is not a whole number of frames.
     private var phase: Double = 0
-    private var noise: NoiseState
     private var frameInBurst = 0
 
     public init(signal: Signal, format: SampleFormat, channels: Int, rate: Int, envelope: BurstEnvelope? = nil) {
@@ -96,11 +95,19 @@ public struct SignalRenderer: Sendable {
         self.channels = max(1, channels)
         self.rate = max(1, rate)
         self.envelope = envelope
-        noise = NoiseState()
-        let period = Self.periodFrames(signal, rate: self.rate)
-        if let period {
-            var mono = [Float](repeating: 0, count: period)
-            for i in 0..<period { mono[i] = Self.periodicValue(signal, frame: i, rate: self.rate, format: format) }
+        var noiseState = NoiseState()
+        let rate = self.rate
+        let mono: [Float]? = if case .noise(let color, let amplitude) = signal {
+            // Noise is generated once and looped: computing it per sample
+            // would cost more CPU than the whole stream otherwise does.
+            Self.noiseLoop(color, amplitude: amplitude, frames: rate * Self.noiseLoopSeconds, &noiseState)
+        } else {
+            Self.periodFrames(signal, rate: rate).map { period in
+                (0..<period).map { Self.periodicValue(signal, frame: $0, rate: rate, format: format) }
+            }
+        }
+        if let mono {
+            let period = mono.count
             monoCycle = mono
             // Repeat short periods so that one memcpy covers many frames.
             let repeats = max(1, (4096 + period - 1) / period)
@@ -210,9 +217,29 @@ public struct SignalRenderer: Sendable {
             phase += frequency / Double(rate)
             if phase >= 1 { phase -= 1 }
             return v
-        case .noise(let color, let amplitude):
-            return Float(amplitude) * noise.next(color)
+        case .noise:
+            return 0 // looped from monoCycle
         }
+    }
+
+    /// Length of the noise loop. Long enough that no pattern is heard in
+    /// noise at an inaudible level.
+    static let noiseLoopSeconds = 4
+
+    /// `frames` of noise whose end flows into its start: the first tenth
+    /// is cross-faded from what the generator played right after the last
+    /// frame, so the loop point has no step.
+    static func noiseLoop(_ color: NoiseColor, amplitude: Double, frames: Int, _ state: inout NoiseState) -> [Float] {
+        let fade = max(1, frames / 10)
+        var x = (0..<(frames + fade)).map { _ in Float(amplitude) * state.next(color) }
+        // Blend the head into the tail's continuation: out[i] for the first
+        // `fade` frames moves from x[frames + i] (which follows x[frames - 1])
+        // to x[i].
+        for i in 0..<fade {
+            let w = Float(i) / Float(fade)
+            x[i] = x[i] * w + x[frames + i] * (1 - w)
+        }
+        return Array(x.prefix(frames))
     }
 
     /// The period in frames of a signal that repeats exactly, or nil.

@@ -9,6 +9,7 @@ let benchmarks: [String: (_ arguments: [String]) async throws -> Void] = [
     "idle-reference": idleReference,
     "dbus": dbusBench,
     "dbus-api": dbusAPIBench,
+    "silent-audio": silentAudioBench,
 ]
 
 let arguments = Array(CommandLine.arguments.dropFirst())
