@@ -48,8 +48,10 @@ public enum Signal: Sendable, Hashable, CustomStringConvertible {
     }
 
     static func dBFS(_ amplitude: Double) -> String {
-        let db = 20 * log10(amplitude)
-        return (db * 10).rounded() == 0 ? "0" : String((db * 10).rounded() / 10)
+        // One decimal, without a trailing ".0": "-60", "-46.5", "0".
+        let tenths = (20 * log10(amplitude) * 10).rounded()
+        if tenths == 0 { return "0" }
+        return tenths.truncatingRemainder(dividingBy: 10) == 0 ? String(Int(tenths / 10)) : String(tenths / 10)
     }
 
     static func hertz(_ f: Double) -> String {
