@@ -344,7 +344,9 @@ final class AudioHarness: @unchecked Sendable {
     func waitFor(_ kind: LeaseEvent.Kind, count: Int = 1, timeout: Duration = .seconds(30)) async throws {
         let predicate: ([LeaseEvent]) -> Bool = { $0.filter { $0.kind == kind }.count >= count }
         let timer = Task { [weak self] in
-            try? await Task.sleep(for: timeout)
+            // Cancelled when the wait is over: then release nobody (a later
+            // wait may already be registered).
+            guard (try? await Task.sleep(for: timeout)) != nil else { return }
             self?.releaseWaiters()
         }
         defer { timer.cancel() }
