@@ -18,6 +18,7 @@ let package = Package(
         .library(name: "vigil-background-task", type: .dynamic, targets: ["BackgroundTask"]),
         .library(name: "vigil-download-session", type: .dynamic, targets: ["DownloadSession"]),
         .library(name: "vigil-voip-socket", type: .dynamic, targets: ["VoipSocket"]),
+        .library(name: "vigil-silent-audio", type: .dynamic, targets: ["SilentAudio"]),
     ],
     dependencies: [
         .package(path: "Plugins/VigilKit"),
@@ -98,6 +99,20 @@ let package = Package(
             name: "VoipSocket",
             dependencies: [.product(name: "VigilKit", package: "VigilKit"), "CVoipSocket"],
             path: "Plugins/VoipSocket",
+            swiftSettings: strict
+        ),
+        // libpulse, for silent-audio only: a host that never loads that
+        // plugin never loads libpulse.
+        .systemLibrary(
+            name: "CPulse",
+            path: "Sources/CPulse",
+            pkgConfig: "libpulse",
+            providers: [.apt(["libpulse-dev"])]
+        ),
+        .target(
+            name: "SilentAudio",
+            dependencies: [.product(name: "VigilKit", package: "VigilKit"), "CPulse"],
+            path: "Plugins/SilentAudio",
             swiftSettings: strict
         ),
         // Shared test helpers (a private dbus-daemon), used by the test targets.

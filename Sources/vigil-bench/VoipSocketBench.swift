@@ -104,6 +104,7 @@ func voipSocketBench(_ args: [String]) async throws {
     print("ratio: strategy CPU per round / bare loop = \(String(format: "%.1f", (cpu - serverCPU) * 1000 / max(reference.clientCPUms, 0.001)))x")
 }
 
+/// A benchmark that cannot go on, with the reason (shared by the benchmarks).
 struct BenchError: Error, CustomStringConvertible {
     var description: String
     init(_ d: String) { description = d }

@@ -12,6 +12,7 @@ let benchmarks: [String: (_ arguments: [String]) async throws -> Void] = [
     "background-task": backgroundTaskBench,
     "download": downloadBench,
     "voip-socket": voipSocketBench,
+    "silent-audio": silentAudioBench,
 ]
 
 let arguments = Array(CommandLine.arguments.dropFirst())

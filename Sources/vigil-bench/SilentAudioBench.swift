@@ -1,0 +1,144 @@
+import Foundation
+import VigilHost
+
+/// Starts a program with posix_spawn, output to /dev/null and no blocked
+/// signals. Not Foundation's `Process`: pulseaudio closes its inherited
+/// descriptors at start, which `Process` takes for an exit (and then blocks
+/// in waitpid), and `Process` children inherit a blocked-signal mask.
+private func spawnProgram(_ program: String, _ arguments: [String], environment: [String: String]) throws -> pid_t {
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    for fd in [Int32(0), 1, 2] { posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0) }
+    var attributes = posix_spawnattr_t()
+    posix_spawnattr_init(&attributes)
+    defer { posix_spawnattr_destroy(&attributes) }
+    var none = sigset_t()
+    sigemptyset(&none)
+    var defaults = sigset_t()
+    sigemptyset(&defaults)
+    for sig in [SIGINT, SIGTERM, SIGPIPE, SIGCHLD] { sigaddset(&defaults, sig) }
+    posix_spawnattr_setsigmask(&attributes, &none)
+    posix_spawnattr_setsigdefault(&attributes, &defaults)
+    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+    let argv = ([program] + arguments).map { strdup($0) } + [nil]
+    let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+    defer { for p in argv + envp { free(p) } }
+    var pid: pid_t = 0
+    let rc = posix_spawn(&pid, program, &actions, &attributes, argv, envp)
+    guard rc == 0 else { throw BenchError("cannot start \(program): \(String(cString: strerror(rc)))") }
+    return pid
+}
+
+
+private func stop(_ pid: pid_t, _ signal: Int32 = SIGTERM) {
+    kill(pid, signal)
+    var status: Int32 = 0
+    _ = waitpid(pid, &status, 0)
+}
+
+/// Per thread of `pid`: CPU time in nanoseconds (schedstat) and voluntary
+/// context switches (each one a wakeup after a sleep).
+private func processCost(_ pid: pid_t) -> [Int: (cpuNanos: Int64, voluntary: Int)] {
+    let dir = "/proc/\(pid)/task"
+    let threads = sampleThreads(pid: pid)
+    var out: [Int: (Int64, Int)] = [:]
+    for (tid, sample) in threads {
+        let s = (try? String(contentsOfFile: "\(dir)/\(tid)/schedstat", encoding: .utf8)) ?? ""
+        out[tid] = (s.split(separator: " ").first.flatMap { Int64($0) } ?? 0, sample.voluntary)
+    }
+    return out
+}
+
+/// Growth between two samples: threads that ended in between are not
+/// counted (their last figures are gone), new threads count in full.
+private func costDelta(_ before: [Int: (cpuNanos: Int64, voluntary: Int)], _ after: [Int: (cpuNanos: Int64, voluntary: Int)]) -> (Int64, Int) {
+    var cpu: Int64 = 0, voluntary = 0
+    for (tid, a) in after {
+        let b = before[tid] ?? (0, 0)
+        cpu += a.cpuNanos - b.cpuNanos
+        voluntary += a.voluntary - b.voluntary
+    }
+    return (cpu, voluntary)
+}
+
+/// vigil-bench silent-audio [seconds per signal]: for each signal, vigild
+/// with one silent-audio instance at the default buffer (2 s) on a null sink
+/// of a private user-mode PulseAudio, measured side by side with the
+/// reference `pacat` streaming /dev/zero with the same buffer, request size
+/// and sample format to the same sink. Prints CPU time per hour of streaming
+/// (measured over the window and scaled up) and wakeups per second.
+/// Default 30 s per signal (2 minutes in all).
+func silentAudioBench(_ args: [String]) async throws {
+    let seconds = args.first.flatMap(Double.init) ?? 30
+    let bin = URL(fileURLWithPath: PluginLoader.executableDirectory() ?? ".")
+    var template = Array("/tmp/vigil-audio-bench-XXXXXX".utf8CString)
+    guard let dirPointer = mkdtemp(&template) else { throw BenchError("mkdtemp failed") }
+    let dir = String(cString: dirPointer)
+    defer { try? FileManager.default.removeItem(atPath: dir) }
+    let server = "unix:\(dir)/pulse/native"
+    let env = ["XDG_RUNTIME_DIR": dir, "HOME": dir, "PATH": "/usr/bin:/bin", "PULSE_SERVER": server]
+
+    let pulse = try spawnProgram("/usr/bin/pulseaudio", [
+        "-n", "--daemonize=no", "--exit-idle-time=-1", "--system=false",
+        "-L", "module-native-protocol-unix auth-anonymous=1",
+        "-L", "module-null-sink sink_name=nullsink rate=48000 format=s16le channels=2",
+    ], environment: env.filter { $0.key != "PULSE_SERVER" })
+    defer { stop(pulse, SIGKILL) }
+    var ready = false
+    for _ in 0..<100 where !ready {
+        try await Task.sleep(for: .milliseconds(100))
+        ready = FileManager.default.fileExists(atPath: "\(dir)/pulse/native")
+    }
+    guard ready else { throw BenchError("pulseaudio did not start in \(dir)") }
+    try await Task.sleep(for: .milliseconds(500))
+
+    let signals: [(String, String)] = [
+        ("zero", "signal = \"zero\""),
+        ("fluctuate", "signal = \"fluctuate\""),
+        ("sine 20 Hz", "signal = \"sine\"\nfrequency_hz = 20\namplitude = \"-60dBFS\""),
+        ("pink noise", "signal = \"noise\"\nnoise = \"pink\"\namplitude = \"-60dBFS\""),
+    ]
+    print("silent-audio: \(Int(seconds)) s per signal, default buffer 2s (request size 1s), s16le 2ch 48000 Hz on a null sink")
+    print("reference: pacat --raw --latency-msec=2000 --process-time-msec=1000 /dev/zero, same sink and format, measured in the same windows\n")
+    print("signal        vigild CPU s/h  wakeups/s   pacat CPU s/h  wakeups/s   vigild/pacat CPU")
+    for (label, options) in signals {
+        let config = """
+        [host]
+        state_dir = "\(dir)/state-\(label.filter(\.isLetter))"
+        survival_interval = "60s"
+
+        [[strategy]]
+        name = "keepalive"
+        kind = "silent-audio"
+        server = "\(server)"
+        sink = "nullsink"
+        \(options)
+        """
+        let configPath = "\(dir)/vigil.toml"
+        try config.write(toFile: configPath, atomically: true, encoding: .utf8)
+        let host = try spawnProgram(bin.appendingPathComponent("vigild").path, ["--config", configPath, "--log-level", "warning"], environment: env)
+        let pacat = try spawnProgram("/usr/bin/pacat", [
+            "--raw", "-d", "nullsink", "--format=s16le", "--rate=48000", "--channels=2",
+            "--latency-msec=2000", "--process-time-msec=1000", "/dev/zero",
+        ], environment: env)
+        // Start-up (plugin load, connection, first buffer) is not streaming.
+        try await Task.sleep(for: .seconds(3))
+        let hostBefore = processCost(host), pacatBefore = processCost(pacat)
+        let start = ContinuousClock.now
+        try await Task.sleep(for: .seconds(seconds))
+        let hostAfter = processCost(host), pacatAfter = processCost(pacat)
+        let window = (ContinuousClock.now - start).seconds
+        stop(host)
+        stop(pacat)
+        func perHour(_ a: [Int: (cpuNanos: Int64, voluntary: Int)], _ b: [Int: (cpuNanos: Int64, voluntary: Int)]) -> (Double, Double) {
+            let (cpu, voluntary) = costDelta(a, b)
+            return (Double(cpu) / 1e9 / window * 3600, Double(voluntary) / window)
+        }
+        let (hostCPU, hostWakes) = perHour(hostBefore, hostAfter)
+        let (pacatCPU, pacatWakes) = perHour(pacatBefore, pacatAfter)
+        print(label.padding(toLength: 14, withPad: " ", startingAt: 0)
+              + String(format: "%14.2f %10.2f %15.2f %10.2f %18.2f", hostCPU, hostWakes, pacatCPU, pacatWakes, pacatCPU > 0 ? hostCPU / pacatCPU : .infinity))
+    }
+    print("\nvigild's figures include the whole host (heartbeat every 60 s, D-Bus off): what a user pays for the strategy.")
+}

@@ -1,0 +1,396 @@
+import Foundation
+import Testing
+import VigilHost
+import VigilKit
+
+/// The real silent-audio plugin, loaded from the build directory.
+enum SilentAudioPlugin {
+    static func kind() throws -> any StrategyKind {
+        try PeriodicWakePlugin.loader.loadKind("silent-audio").get()
+    }
+
+    static func problems(_ values: [String: ConfigValue]) throws -> [String] {
+        let reader = ConfigReader(strategyName: "audio", keyPath: "strategy[0]", values: values)
+        _ = try kind().makeStrategy(reader)
+        return reader.problems.map(\.description)
+    }
+
+    static func make(_ values: [String: ConfigValue]) throws -> any KeepAliveStrategy {
+        let reader = ConfigReader(strategyName: "audio", keyPath: "strategy[0]", values: values)
+        let s = try kind().makeStrategy(reader)
+        guard reader.problems.isEmpty else { throw DescribedError("config problems: \(reader.problems)") }
+        return s
+    }
+}
+
+/// Output of a finished command.
+struct ToolOutput {
+    var status: Int32
+    var stdout: String
+    var stderr: String
+}
+
+/// Runs a command to completion, its output captured through files so that
+/// no pipe can fill up.
+func runTool(_ program: String, _ arguments: [String], environment: [String: String]) throws -> ToolOutput {
+    let dir = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-tool-\(UUID().uuidString)")
+    try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: dir) }
+    let out = dir.appendingPathComponent("out"), err = dir.appendingPathComponent("err")
+    FileManager.default.createFile(atPath: out.path, contents: nil)
+    FileManager.default.createFile(atPath: err.path, contents: nil)
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: program)
+    p.arguments = arguments
+    p.environment = environment
+    p.standardOutput = try FileHandle(forWritingTo: out)
+    p.standardError = try FileHandle(forWritingTo: err)
+    try p.run()
+    p.waitUntilExit()
+    return ToolOutput(
+        status: p.terminationStatus,
+        stdout: (try? String(contentsOf: out, encoding: .utf8)) ?? "",
+        stderr: (try? String(contentsOf: err, encoding: .utf8)) ?? "")
+}
+
+/// Starts a program with posix_spawn, output to /dev/null. Not Foundation's
+/// `Process`: it takes a child that closes its inherited descriptors (as
+/// pulseaudio does at start) for exited, and then blocks in waitpid on it,
+/// which stalls every other `Process` of the test run.
+/// The child starts with no blocked signals (the test process blocks some).
+func spawnQuietly(_ program: String, _ arguments: [String], environment: [String: String], stdout: String = "/dev/null", stderr: String = "/dev/null") throws -> pid_t {
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 1, stdout, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+    posix_spawn_file_actions_addopen(&actions, 2, stderr, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+    var attributes = posix_spawnattr_t()
+    posix_spawnattr_init(&attributes)
+    defer { posix_spawnattr_destroy(&attributes) }
+    var noSignals = sigset_t()
+    sigemptyset(&noSignals)
+    var defaults = sigset_t()
+    sigemptyset(&defaults)
+    for sig in [SIGINT, SIGTERM, SIGPIPE, SIGCHLD] { sigaddset(&defaults, sig) }
+    posix_spawnattr_setsigmask(&attributes, &noSignals)
+    posix_spawnattr_setsigdefault(&attributes, &defaults)
+    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+    let argv = ([program] + arguments).map { strdup($0) } + [nil]
+    let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+    defer { for p in argv + envp { free(p) } }
+    var pid: pid_t = 0
+    let rc = posix_spawn(&pid, program, &actions, &attributes, argv, envp)
+    guard rc == 0 else { throw DescribedError("cannot start \(program): \(String(cString: strerror(rc)))") }
+    return pid
+}
+
+/// Polls `condition` every 50 ms until it holds. For an outside process's
+/// state that announces nothing (a server's readiness, a sink's state);
+/// `timeout` only bounds a broken run.
+func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: () async throws -> Bool) async throws {
+    let clock = ContinuousClock()
+    let end = clock.now + timeout
+    while clock.now < end {
+        if try await condition() { return }
+        try await Task.sleep(for: .milliseconds(50))
+    }
+    throw DescribedError("timed out after \(timeout) waiting for: \(what)")
+}
+
+/// A user-mode PulseAudio with one null sink (`nullsink`), in a private
+/// runtime directory, killed with SIGKILL when the value goes away.
+final class PulseServer: @unchecked Sendable {
+    // Invariant: `pid` is only touched while holding `lock`.
+    private let lock = NSLock()
+    private var pid: pid_t?
+    let dir: String
+    let sinkRate: Int
+    let suspendAfter: Int?
+
+    var address: String { "unix:\(dir)/pulse/native" }
+
+    /// The environment for pulseaudio and its clients (pactl, parec).
+    var environment: [String: String] {
+        ["XDG_RUNTIME_DIR": dir, "HOME": dir, "PATH": "/usr/bin:/bin", "PULSE_SERVER": address]
+    }
+
+    /// `suspendAfter`: load module-suspend-on-idle with that timeout (seconds).
+    init(suspendAfter: Int? = nil, sinkRate: Int = 48_000) async throws {
+        var template = Array("/tmp/vigil-pulse-XXXXXX".utf8CString)
+        guard let p = mkdtemp(&template) else { throw POSIXError(.EIO) }
+        dir = String(cString: p)
+        self.sinkRate = sinkRate
+        self.suspendAfter = suspendAfter
+        try await start()
+    }
+
+    func start() async throws {
+        var arguments = [
+            "-n", "--daemonize=no", "--exit-idle-time=-1", "--system=false", "--log-target=stderr",
+            "-L", "module-native-protocol-unix auth-anonymous=1",
+            // For pacmd (kill-sink-input, which pactl lacks).
+            "-L", "module-cli-protocol-unix",
+            "-L", "module-null-sink sink_name=nullsink rate=\(sinkRate)",
+            "-L", "module-always-sink",
+        ]
+        if let suspendAfter { arguments += ["-L", "module-suspend-on-idle timeout=\(suspendAfter)"] }
+        var env = environment
+        env["PULSE_SERVER"] = nil
+        let pid = try spawnQuietly("/usr/bin/pulseaudio", arguments, environment: env)
+        lock.withLock { self.pid = pid }
+        try await eventually("PulseAudio in \(dir) lists nullsink") { sinkLine != nil }
+    }
+
+    /// SIGKILL, as a crash would.
+    func kill() {
+        let pid: pid_t? = lock.withLock { defer { self.pid = nil }; return self.pid }
+        guard let pid else { return }
+        Glibc.kill(pid, SIGKILL)
+        var status: Int32 = 0
+        _ = waitpid(pid, &status, 0)
+    }
+
+    deinit {
+        kill()
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    func pactl(_ arguments: [String]) throws -> ToolOutput {
+        try runTool("/usr/bin/pactl", arguments, environment: environment)
+    }
+
+    func pacmd(_ arguments: [String]) throws -> ToolOutput {
+        try runTool("/usr/bin/pacmd", arguments, environment: environment)
+    }
+
+    /// `nullsink`'s line of `pactl list short sinks`.
+    var sinkLine: String? {
+        (try? pactl(["list", "short", "sinks"]))?.stdout.split(separator: "\n").map(String.init).first { $0.contains("\tnullsink\t") }
+    }
+
+    /// RUNNING, IDLE or SUSPENDED.
+    var sinkState: String? { sinkLine?.split(separator: "\t").last.map(String.init) }
+
+    var sinkInputs: String { (try? pactl(["list", "sink-inputs"]))?.stdout ?? "" }
+
+    /// Starts recording nullsink's monitor (parec takes a second or two
+    /// before its first data arrives, so start it early).
+    func startRecording() throws -> Recording {
+        let file = "\(dir)/recording-\(UUID().uuidString).raw"
+        let pid = try spawnQuietly(
+            "/usr/bin/parec", ["-d", "nullsink.monitor", "--raw", "--format=s16le", "--rate=\(sinkRate)", "--channels=2", "--latency-msec=50", file],
+            environment: environment, stderr: "\(dir)/parec.log")
+        return Recording(pid: pid, file: file, log: "\(dir)/parec.log")
+    }
+}
+
+/// A running parec.
+struct Recording {
+    let pid: pid_t
+    let file: String
+    let log: String
+
+    /// Stops parec and returns what it recorded: interleaved stereo s16le.
+    func stop() throws -> [Int16] {
+        Glibc.kill(pid, SIGINT)
+        var status: Int32 = 0
+        _ = waitpid(pid, &status, 0)
+        let data = (try? Data(contentsOf: URL(fileURLWithPath: file))) ?? Data()
+        try? FileManager.default.removeItem(atPath: file)
+        return data.withUnsafeBytes { raw in
+            (0..<(raw.count / 2)).map { Int16(littleEndian: raw.loadUnaligned(fromByteOffset: $0 * 2, as: Int16.self)) }
+        }
+    }
+
+    /// Records at least `frames` frames.
+    func frames(_ frames: Int) async throws -> [Int16] {
+        try await eventually("\(frames) frames recorded") {
+            (FileManager.default.contents(atPath: file)?.count ?? 0) >= frames * 4
+        }
+        return try stop()
+    }
+
+    /// Records at least `frames` frames after the first non-zero sample
+    /// (the strategy's signal), polling the file parec writes.
+    func signalFrames(_ frames: Int, timeout: Duration = .seconds(20)) async throws -> [Int16] {
+        try await eventually("\(frames) frames of signal recorded") {
+            guard let data = FileManager.default.contents(atPath: file) else { return false }
+            let first = data.withUnsafeBytes { raw in
+                (0..<(raw.count / 2)).first { raw.loadUnaligned(fromByteOffset: $0 * 2, as: Int16.self) != 0 }
+            }
+            guard let first else { return false }
+            return data.count / 2 - first >= frames * 2
+        }
+        let all = try stop()
+        let first = all.firstIndex { $0 != 0 } ?? 0
+        return Array(all[(first - first % 2)...])
+    }
+}
+
+/// Measurements of a recorded signal (one channel).
+enum SignalMeasure {
+    static func leftChannel(_ interleaved: [Int16]) -> [Double] {
+        stride(from: 0, to: interleaved.count - 1, by: 2).map { Double(interleaved[$0]) }
+    }
+
+    static func peak(_ samples: [Int16]) -> Int {
+        samples.map { abs(Int($0)) }.max() ?? 0
+    }
+
+    static func rms(_ x: ArraySlice<Double>) -> Double {
+        guard !x.isEmpty else { return 0 }
+        return (x.reduce(0) { $0 + $1 * $1 } / Double(x.count)).squareRoot()
+    }
+
+    /// Frequency from positive-going zero crossings, interpolated.
+    static func zeroCrossingFrequency(_ x: ArraySlice<Double>, rate: Int) -> Double {
+        var crossings: [Double] = []
+        var i = x.startIndex + 1
+        while i < x.endIndex {
+            if x[i - 1] < 0, x[i] >= 0 {
+                crossings.append(Double(i - 1) + (-x[i - 1]) / (x[i] - x[i - 1]))
+            }
+            i += 1
+        }
+        guard crossings.count > 2, let first = crossings.first, let last = crossings.last else { return 0 }
+        return Double(crossings.count - 1) / ((last - first) / Double(rate))
+    }
+
+    /// Share of the signal's energy at `frequency` (Goertzel): near 1 when
+    /// that frequency dominates.
+    static func energyShare(_ x: ArraySlice<Double>, at frequency: Double, rate: Int) -> Double {
+        let w = 2 * Double.pi * frequency / Double(rate)
+        var re = 0.0, im = 0.0
+        for (n, v) in x.enumerated() {
+            re += v * cos(w * Double(n))
+            im -= v * sin(w * Double(n))
+        }
+        let power = 2 * (re * re + im * im) / Double(x.count)
+        let total = x.reduce(0) { $0 + $1 * $1 }
+        return total > 0 ? power / total : 0
+    }
+
+    /// Runs of 10 ms windows whose RMS is above `threshold`: (start, length) in seconds.
+    static func bursts(_ x: [Double], rate: Int, threshold: Double) -> [(start: Double, length: Double)] {
+        let window = rate / 100
+        var out: [(Double, Double)] = []
+        var start: Int?
+        var w = 0
+        while (w + 1) * window <= x.count {
+            let loud = rms(x[(w * window)..<((w + 1) * window)]) > threshold
+            if loud, start == nil { start = w }
+            if !loud, let s = start {
+                out.append((Double(s) / 100, Double(w - s) / 100))
+                start = nil
+            }
+            w += 1
+        }
+        if let s = start { out.append((Double(s) / 100, Double(w - s) / 100)) }
+        return out
+    }
+}
+
+/// A supervisor with the real clock and wake scheduler, and a record of its
+/// lease events.
+final class AudioHarness: @unchecked Sendable {
+    // Invariant: `leaseEvents` and `waiters` are only touched while holding `lock`.
+    private let lock = NSLock()
+    private var leaseEvents: [LeaseEvent] = []
+    private var waiters: [(predicate: ([LeaseEvent]) -> Bool, continuation: CheckedContinuation<Void, Never>)] = []
+    let clock = SystemClock()
+    let registry: LeaseRegistry
+    let supervisor: Supervisor
+    let logs = MemoryLogSink()
+    let events = RecordingEvents()
+    private var collector: Task<Void, Never>?
+
+    init() async throws {
+        registry = LeaseRegistry(clock: clock)
+        let events = self.events
+        supervisor = Supervisor(services: StrategyServices(
+            registry: registry, scheduler: try WakeScheduler.system(clock: clock), clock: clock, logSink: logs,
+            hooks: { name, log in HookRunner(strategy: name, log: log) }, events: { _ in events }))
+        let stream = await registry.events()
+        collector = Task { [weak self] in
+            for await e in stream { self?.received(e) }
+        }
+    }
+
+    deinit { collector?.cancel() }
+
+    private func received(_ e: LeaseEvent) {
+        let ready: [CheckedContinuation<Void, Never>] = lock.withLock {
+            leaseEvents.append(e)
+            var ready: [CheckedContinuation<Void, Never>] = []
+            waiters.removeAll { w in
+                guard w.predicate(leaseEvents) else { return false }
+                ready.append(w.continuation)
+                return true
+            }
+            return ready
+        }
+        for c in ready { c.resume() }
+    }
+
+    var history: [LeaseEvent] { lock.withLock { leaseEvents } }
+
+    func start(_ values: [String: ConfigValue], name: String = "keepalive") async throws {
+        let strategy = try SilentAudioPlugin.make(values)
+        await supervisor.start([SupervisedStrategy(name: name, kind: "silent-audio", strategy: strategy)])
+    }
+
+    /// Waits until `count` events of `kind` were seen.
+    func waitFor(_ kind: LeaseEvent.Kind, count: Int = 1, timeout: Duration = .seconds(30)) async throws {
+        let predicate: ([LeaseEvent]) -> Bool = { $0.filter { $0.kind == kind }.count >= count }
+        let timer = Task { [weak self] in
+            // Cancelled when the wait is over: then release nobody (a later
+            // wait may already be registered).
+            guard (try? await Task.sleep(for: timeout)) != nil else { return }
+            self?.releaseWaiters()
+        }
+        defer { timer.cancel() }
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            let now = lock.withLock {
+                if predicate(leaseEvents) { return true }
+                waiters.append((predicate, c))
+                return false
+            }
+            if now { c.resume() }
+        }
+        guard predicate(history) else {
+            throw DescribedError("no \(count) × \(kind) lease events after \(timeout); history: \(history.map(\.kind)); log:\n\(logs.entries.joined(separator: "\n"))")
+        }
+    }
+
+    private func releaseWaiters() {
+        let all = lock.withLock { defer { waiters.removeAll() }; return waiters.map(\.continuation) }
+        for c in all { c.resume() }
+    }
+
+    /// The live status of the strategy's active lease.
+    func activeStatus() async -> [String: StatusValue] {
+        await registry.active.first?.status ?? [:]
+    }
+
+    /// Waits until the supervisor reports a failure of the strategy.
+    func waitForFailure(timeout: Duration = .seconds(30)) async throws -> StrategyStatus {
+        let changes = await supervisor.changes()
+        if let s = await supervisor.statuses.first(where: { $0.lastError != nil }) { return s }
+        return try await withThrowingTaskGroup(of: StrategyStatus?.self) { group in
+            group.addTask {
+                for await s in changes where s.lastError != nil { return s }
+                return nil
+            }
+            group.addTask {
+                try await Task.sleep(for: timeout)
+                return nil
+            }
+            defer { group.cancelAll() }
+            guard let s = try await group.next() ?? nil else {
+                throw DescribedError("the strategy did not fail within \(timeout); log:\n\(self.logs.entries.joined(separator: "\n"))")
+            }
+            return s
+        }
+    }
+}

@@ -1,0 +1,219 @@
+import Foundation
+import Testing
+import VigilHost
+import VigilKit
+
+/// silent-audio against a real user-mode PulseAudio with a null sink, one
+/// server per test in its own runtime directory. Serialized: each test
+/// records real audio in real time.
+@Suite(.serialized) struct SilentAudioTests {
+    /// The strategy's stream is listed while it runs and gone after; the
+    /// sink stays RUNNING past the suspend-on-idle timeout with it, and
+    /// suspends without it. The lease shows the sink, the signal and its
+    /// state.
+    @Test func keepsTheSinkRunningAndLetsItSuspendWhenStopped() async throws {
+        let pulse = try await PulseServer(suspendAfter: 1)
+        // Without a stream, the idle sink suspends after its 1 s timeout.
+        try await eventually("nullsink suspends while idle") { pulse.sinkState == "SUSPENDED" }
+        let h = try await AudioHarness()
+        try await h.start(["server": .string(pulse.address), "sink": .string("nullsink")])
+        try await h.waitFor(.acquired)
+        try await eventually("nullsink runs") { pulse.sinkState == "RUNNING" }
+        let inputs = pulse.sinkInputs
+        #expect(inputs.contains("Vigil keepalive (fluctuate)"), "\(inputs)")
+        #expect(inputs.contains("application.name = \"Vigil\""), "\(inputs)")
+        // Three idle timeouts later it still runs: the stream keeps it awake.
+        try await Task.sleep(for: .seconds(3))
+        #expect(pulse.sinkState == "RUNNING")
+        try await eventually("the lease reports RUNNING") { await h.activeStatus()["State"] == .string("RUNNING") }
+        let status = await h.activeStatus()
+        #expect(status["Sink"] == .string("nullsink"))
+        #expect(status["Signal"] == .string("fluctuate"))
+        #expect(status["Stream"] == .string("playing"))
+        #expect(status["Underruns"] == .uint(0))
+        #expect(status["Format"] == .string("s16le 2ch 48000Hz"))
+        #expect(status["Server"].map { "\($0)".contains("pulseaudio") && "\($0)".contains(pulse.dir) } == true, "\(status)")
+        let lease = try #require(await h.registry.active.first)
+        #expect(lease.holds == "audio stream on nullsink")
+
+        await h.supervisor.stopAll()
+        #expect(!pulse.sinkInputs.contains("Vigil"), "the stream outlived the strategy")
+        #expect(await h.registry.active.isEmpty)
+        try await eventually("nullsink suspends once the strategy stopped") { pulse.sinkState == "SUSPENDED" }
+    }
+
+    /// What the sink plays, recorded from its monitor.
+    @Test(arguments: [
+        ("zero", [:]),
+        ("fluctuate", [:]),
+        ("sine", ["frequency_hz": .integer(1000), "amplitude": .string("-20dBFS")]),
+        ("sine", ["frequency_hz": .float(437.5), "amplitude": .string("5%"), "format": .string("float32le")]),
+        ("sine", ["frequency_hz": .integer(60), "amplitude": .string("-40 dBFS"), "format": .string("s32le"), "channels": .integer(1)]),
+    ] as [(String, [String: ConfigValue])])
+    func recordingShowsTheConfiguredSignal(signal: String, options: [String: ConfigValue]) async throws {
+        let pulse = try await PulseServer()
+        let h = try await AudioHarness()
+        var values: [String: ConfigValue] = ["server": .string(pulse.address), "signal": .string(signal), "latency": .string("200ms")]
+        values.merge(options) { $1 }
+        let recording = try pulse.startRecording()
+        try await h.start(values)
+        try await h.waitFor(.acquired)
+        let steady: [Int16]
+        if signal == "zero" {
+            // Nothing to find: a second recorded once the stream plays.
+            try await eventually("nullsink runs") { pulse.sinkState == "RUNNING" }
+            _ = try recording.stop()
+            steady = try await pulse.startRecording().frames(pulse.sinkRate)
+        } else {
+            // One second of signal, from its first sample on.
+            steady = try await recording.signalFrames(pulse.sinkRate)
+        }
+        await h.supervisor.stopAll()
+        switch signal {
+        case "zero":
+            #expect(SignalMeasure.peak(steady) == 0)
+        case "fluctuate":
+            #expect(SignalMeasure.peak(steady) == 1)
+            // Every frame is ±1, alternating: no run of zeros.
+            let left = SignalMeasure.leftChannel(steady)
+            #expect(left.filter { $0 == 0 }.count < left.count / 100, "\(left.prefix(20))")
+        default:
+            let frequency = options["frequency_hz"].flatMap { v -> Double? in
+                switch v { case .integer(let i): Double(i); case .float(let f): f; default: nil }
+            } ?? 0
+            let amplitude: Double = switch options["amplitude"] {
+            case .string("-20dBFS")?: 0.1
+            case .string("5%")?: 0.05
+            default: 0.01
+            }
+            let x = SignalMeasure.leftChannel(steady)[...]
+            let measured = SignalMeasure.zeroCrossingFrequency(x, rate: pulse.sinkRate)
+            #expect(abs(measured - frequency) < frequency * 0.002, "measured \(measured) Hz, configured \(frequency) Hz")
+            let share = SignalMeasure.energyShare(x, at: frequency, rate: pulse.sinkRate)
+            #expect(share > 0.95, "only \(share) of the energy at \(frequency) Hz")
+            // Peak amplitude from RMS (a sine's peak is √2 × RMS), in dB.
+            let peak = SignalMeasure.rms(x) * 2.squareRoot() / 32_768
+            let errorDB = 20 * log10(peak / amplitude)
+            #expect(abs(errorDB) < 0.5, "amplitude off by \(errorDB) dB (measured peak \(peak), configured \(amplitude))")
+        }
+    }
+
+    /// Kill PulseAudio and start it again: the lease is released when the
+    /// server dies, and a new one is held once the strategy has reconnected,
+    /// within its backoff. The history shows the gap.
+    @Test func reconnectsAfterTheServerRestarts() async throws {
+        let pulse = try await PulseServer()
+        let h = try await AudioHarness()
+        try await h.start([
+            "server": .string(pulse.address), "latency": .string("200ms"),
+            "reconnect_initial": .string("200ms"), "reconnect_max": .string("5s"),
+        ])
+        try await h.waitFor(.acquired)
+        pulse.kill()
+        try await h.waitFor(.released)
+        let restarted = h.clock.now
+        try await pulse.start()
+        try await h.waitFor(.acquired, count: 2)
+        let history = h.history.filter { $0.kind != .status }
+        #expect(history.map(\.kind) == [.acquired, .released, .acquired], "\(history.map(\.kind))")
+        let second = try #require(history.last)
+        // Attempts come at most 200ms, 400ms, 800ms... apart: well within
+        // 5 s of the server's return (plus the server's own start).
+        #expect(second.at - restarted < .seconds(5), "reconnected \(second.at - restarted) after the restart")
+        #expect(second.lease.id != history[0].lease.id)
+        #expect(h.events.all.contains { $0.0 == "audio-lost" && ($0.1["reason"] ?? "").contains("connection") })
+        try await eventually("the new stream is listed") { pulse.sinkInputs.contains("Vigil keepalive") }
+        await h.supervisor.stopAll()
+    }
+
+    /// `pacmd kill-sink-input`: the stream is recreated under a new lease.
+    @Test func killedStreamIsRecreated() async throws {
+        let pulse = try await PulseServer()
+        let h = try await AudioHarness()
+        try await h.start(["server": .string(pulse.address), "latency": .string("200ms"), "reconnect_initial": .string("100ms")])
+        try await h.waitFor(.acquired)
+        let list = try pulse.pactl(["list", "short", "sink-inputs"]).stdout
+        let index = try #require(list.split(whereSeparator: { $0.isWhitespace }).first.map(String.init), "\(list)")
+        let kill = try pulse.pacmd(["kill-sink-input", index])
+        #expect(kill.status == 0, "pacmd kill-sink-input \(index): \(kill.stderr) (list: \(list))")
+        try await h.waitFor(.acquired, count: 2)
+        #expect(h.history.filter { $0.kind != .status }.map(\.kind) == [.acquired, .released, .acquired])
+        #expect(pulse.sinkInputs.contains("Vigil keepalive"))
+        await h.supervisor.stopAll()
+    }
+
+    /// `play = "periodic"`: bursts of `for`, every `every`, faded in.
+    @Test func periodicModePlaysForEvery() async throws {
+        let pulse = try await PulseServer()
+        let h = try await AudioHarness()
+        let recording = try pulse.startRecording()
+        try await h.start([
+            "server": .string(pulse.address), "latency": .string("100ms"), "signal": .string("sine"),
+            "frequency_hz": .integer(1000), "amplitude": .string("-20dBFS"),
+            "play": .string("periodic"), "every": .string("1500ms"), "for": .string("500ms"), "fade": .string("100ms"),
+        ])
+        try await h.waitFor(.acquired)
+        // parec may start in the middle of the first burst: record three
+        // more periods and measure from the second burst on.
+        let samples = try await recording.signalFrames(pulse.sinkRate * 5)
+        await h.supervisor.stopAll()
+        let all = SignalMeasure.leftChannel(samples)
+        let second = try #require(SignalMeasure.bursts(all, rate: pulse.sinkRate, threshold: 100).dropFirst().first)
+        // From 10 ms before the second burst's first loud window.
+        let x = Array(all[max(0, Int((second.start - 0.01) * Double(pulse.sinkRate)))...])
+        let bursts = SignalMeasure.bursts(x, rate: pulse.sinkRate, threshold: 100)
+        #expect(bursts.count >= 2, "\(bursts)")
+        for b in bursts.dropLast() {
+            #expect(abs(b.length - 0.5) <= 0.06, "burst of \(b.length) s: \(bursts)")
+        }
+        for (a, b) in zip(bursts, bursts.dropFirst()) {
+            #expect(abs((b.start - a.start) - 1.5) <= 0.1, "bursts \(b.start - a.start) s apart: \(bursts)")
+        }
+        // Faded in: the first 10 ms are much quieter than the middle.
+        let onset = x.firstIndex { $0 != 0 } ?? 0
+        let first = SignalMeasure.rms(x[onset..<(onset + pulse.sinkRate / 100)])
+        let middle = SignalMeasure.rms(x[(onset + pulse.sinkRate / 4)..<(onset + pulse.sinkRate / 4 + pulse.sinkRate / 100)])
+        #expect(first < middle / 4, "fade-in: first 10 ms at \(first), middle at \(middle)")
+    }
+
+    /// Bad input is refused with a clear message: in the config (amplitude,
+    /// frequency, noise colour, periodic timings) before anything runs, and
+    /// at run time (unknown sink, no server) as the strategy's LastError,
+    /// while the host carries on.
+    @Test func badConfigIsRefusedClearly() throws {
+        let text = try SilentAudioPlugin.problems([
+            "signal": .string("sine"), "amplitude": .string("+3dBFS"), "frequency_hz": .integer(30_000), "rate": .integer(48_000),
+        ]).joined(separator: "\n")
+        #expect(text.contains("strategy[0].amplitude: +3dBFS is above 0 dBFS (full scale)"), "\(text)")
+        #expect(text.contains("strategy[0].frequency_hz: 30000 Hz is not below half the sample rate (48000 Hz / 2 = 24000 Hz)"), "\(text)")
+        let noise = try SilentAudioPlugin.problems(["signal": .string("noise"), "noise": .string("pinc"), "amplitude": .string("150%")])
+        #expect(noise.contains { $0.contains("strategy[0].noise: expected one of \"white\", \"pink\", \"brown\", found \"pinc\" (did you mean \"pink\"?)") }, "\(noise)")
+        #expect(noise.contains { $0.contains("strategy[0].amplitude: expected a percentage above 0% and at most 100%") }, "\(noise)")
+        let periodic = try SilentAudioPlugin.problems(["play": .string("periodic"), "every": .string("1s"), "for": .string("2s")])
+        #expect(periodic.contains { $0.contains("strategy[0].for: must be shorter than every (1s)") }, "\(periodic)")
+        let misplaced = try SilentAudioPlugin.problems(["signal": .string("zero"), "frequency_hz": .integer(50)])
+        #expect(misplaced.contains { $0.contains("strategy[0].frequency_hz: only applies to signal = \"sine\"") }, "\(misplaced)")
+        let signal = try SilentAudioPlugin.problems(["signal": .string("silence")])
+        #expect(signal.contains { $0.contains("strategy[0].signal: expected one of \"zero\", \"fluctuate\", \"sine\", \"noise\"") }, "\(signal)")
+    }
+
+    @Test func unknownSinkFailsWithTheAvailableSinks() async throws {
+        let pulse = try await PulseServer()
+        let h = try await AudioHarness()
+        try await h.start(["server": .string(pulse.address), "sink": .string("hdmi-out")])
+        let failed = try await h.waitForFailure()
+        #expect(failed.lastError == "unknown sink \"hdmi-out\"; available sinks: nullsink")
+        #expect(h.logs.entries.contains { $0.contains("failed: unknown sink \"hdmi-out\"") })
+        #expect(await h.registry.active.isEmpty)
+        await h.supervisor.stopAll()
+    }
+
+    @Test func missingServerFailsClearly() async throws {
+        let h = try await AudioHarness()
+        try await h.start(["server": .string("unix:/nonexistent/pulse/native")])
+        let failed = try await h.waitForFailure()
+        #expect(failed.lastError == "no PulseAudio server at unix:/nonexistent/pulse/native: Connection refused", "\(failed.lastError ?? "")")
+        #expect(failed.state == .backoff)
+        await h.supervisor.stopAll()
+    }
+}
