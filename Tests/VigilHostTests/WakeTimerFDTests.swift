@@ -40,12 +40,15 @@ import VigilKit
     @Test func overlappingRequestsShareOneExpiry() async throws {
         let scheduler = try WakeScheduler.system()
         let now = clock.now
-        async let a = scheduler.wake(WakeRequest(earliest: now + .milliseconds(30), latest: now + .milliseconds(60), label: "a"))
-        async let b = scheduler.wake(WakeRequest(earliest: now + .milliseconds(40), latest: now + .milliseconds(90), label: "b"))
+        // Windows wide enough that both requests are placed before the
+        // first is due even when the suite loads both cores (an `async let`
+        // child may start tens of milliseconds late).
+        async let a = scheduler.wake(WakeRequest(earliest: now + .milliseconds(300), latest: now + .milliseconds(600), label: "a"))
+        async let b = scheduler.wake(WakeRequest(earliest: now + .milliseconds(400), latest: now + .milliseconds(900), label: "b"))
         let (fa, fb) = try await (a, b)
         #expect(fa == fb)
         #expect(fa.batchSize == 2)
-        #expect(fa.target == now + .milliseconds(60))
+        #expect(fa.target == now + .milliseconds(600))
         #expect(await scheduler.statistics.timerExpirations == 1)
     }
 
@@ -104,8 +107,9 @@ import VigilKit
             return
         }
         let now = clock.now
-        let waking = WakeRequest(earliest: now + .milliseconds(50), latest: now + .milliseconds(60), wakeSystem: true, label: "alarm")
-        let ordinary = WakeRequest(earliest: now + .milliseconds(10), latest: now + .milliseconds(20), label: "heartbeat")
+        // As above: room for late-starting `async let` children.
+        let waking = WakeRequest(earliest: now + .milliseconds(500), latest: now + .milliseconds(600), wakeSystem: true, label: "alarm")
+        let ordinary = WakeRequest(earliest: now + .milliseconds(200), latest: now + .milliseconds(300), label: "heartbeat")
         async let wakingFiring = scheduler.wake(waking)
         async let ordinaryFiring = scheduler.wake(ordinary)
         let o = try await ordinaryFiring
