@@ -46,11 +46,7 @@ func backgroundTaskBench(_ args: [String]) async throws {
     await system.close()
 
     // 3. Client leases over D-Bus, the host in process (as vigild runs it).
-    let echo = Process()
-    echo.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-test-tool")
-    echo.arguments = ["echo", "--name=org.vigil.BenchEcho"]
-    echo.environment = ["DBUS_SESSION_BUS_ADDRESS": address]
-    try echo.run()
+    let echo = try startEchoService(on: address)
     defer { kill(echo.processIdentifier, SIGKILL) }
 
     let directory = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-bgtask-bench-\(getpid())")

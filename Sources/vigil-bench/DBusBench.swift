@@ -18,11 +18,7 @@ func dbusBench(_ args: [String]) async throws {
     let address = bus.address
 
     // The reference: libdbus's own echo service, in C.
-    let echo = Process()
-    echo.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-test-tool")
-    echo.arguments = ["echo", "--name=org.vigil.BenchEcho"]
-    echo.environment = ["DBUS_SESSION_BUS_ADDRESS": address]
-    try echo.run()
+    let echo = try startEchoService(on: address)
     defer { kill(echo.processIdentifier, SIGKILL) }
 
     // The VigilDBus service.
@@ -127,11 +123,7 @@ func dbusAPIBench(_ args: [String]) async throws {
     defer { bus.stop() }
     let address = bus.address
 
-    let echo = Process()
-    echo.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-test-tool")
-    echo.arguments = ["echo", "--name=org.vigil.BenchEcho"]
-    echo.environment = ["DBUS_SESSION_BUS_ADDRESS": address]
-    try echo.run()
+    let echo = try startEchoService(on: address)
     defer { kill(echo.processIdentifier, SIGKILL) }
 
     // The host, in process: no strategies; the leases come straight from
@@ -220,6 +212,18 @@ func dbusAPIBench(_ args: [String]) async throws {
     await api.stop()
     await service.close()
     await host.shutdown()
+}
+
+/// The C reference service: `dbus-test-tool echo` (libdbus) owning
+/// org.vigil.BenchEcho on the bus at `address`; it answers every call with
+/// an empty reply.
+func startEchoService(on address: String) throws -> Process {
+    let echo = Process()
+    echo.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-test-tool")
+    echo.arguments = ["echo", "--name=org.vigil.BenchEcho"]
+    echo.environment = ["DBUS_SESSION_BUS_ADDRESS": address]
+    try echo.run()
+    return echo
 }
 
 /// One method call to repeat.

@@ -1,34 +1,7 @@
 import Foundation
 import VigilHost
+import VigilTestSupport
 
-/// Starts a program with posix_spawn, output to /dev/null and no blocked
-/// signals. Not Foundation's `Process`: pulseaudio closes its inherited
-/// descriptors at start, which `Process` takes for an exit (and then blocks
-/// in waitpid), and `Process` children inherit a blocked-signal mask.
-private func spawnProgram(_ program: String, _ arguments: [String], environment: [String: String]) throws -> pid_t {
-    var actions = posix_spawn_file_actions_t()
-    posix_spawn_file_actions_init(&actions)
-    defer { posix_spawn_file_actions_destroy(&actions) }
-    for fd in [Int32(0), 1, 2] { posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0) }
-    var attributes = posix_spawnattr_t()
-    posix_spawnattr_init(&attributes)
-    defer { posix_spawnattr_destroy(&attributes) }
-    var none = sigset_t()
-    sigemptyset(&none)
-    var defaults = sigset_t()
-    sigemptyset(&defaults)
-    for sig in [SIGINT, SIGTERM, SIGPIPE, SIGCHLD] { sigaddset(&defaults, sig) }
-    posix_spawnattr_setsigmask(&attributes, &none)
-    posix_spawnattr_setsigdefault(&attributes, &defaults)
-    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-    let argv = ([program] + arguments).map { strdup($0) } + [nil]
-    let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
-    defer { for p in argv + envp { free(p) } }
-    var pid: pid_t = 0
-    let rc = posix_spawn(&pid, program, &actions, &attributes, argv, envp)
-    guard rc == 0 else { throw BenchError("cannot start \(program): \(String(cString: strerror(rc)))") }
-    return pid
-}
 
 
 private func stop(_ pid: pid_t, _ signal: Int32 = SIGTERM) {
@@ -79,7 +52,7 @@ func silentAudioBench(_ args: [String]) async throws {
     let server = "unix:\(dir)/pulse/native"
     let env = ["XDG_RUNTIME_DIR": dir, "HOME": dir, "PATH": "/usr/bin:/bin", "PULSE_SERVER": server]
 
-    let pulse = try spawnProgram("/usr/bin/pulseaudio", [
+    let pulse = try spawnQuietly("/usr/bin/pulseaudio", [
         "-n", "--daemonize=no", "--exit-idle-time=-1", "--system=false",
         "-L", "module-native-protocol-unix auth-anonymous=1",
         "-L", "module-null-sink sink_name=nullsink rate=48000 format=s16le channels=2",
@@ -117,8 +90,8 @@ func silentAudioBench(_ args: [String]) async throws {
         """
         let configPath = "\(dir)/vigil.toml"
         try config.write(toFile: configPath, atomically: true, encoding: .utf8)
-        let host = try spawnProgram(bin.appendingPathComponent("vigild").path, ["--config", configPath, "--log-level", "warning"], environment: env)
-        let pacat = try spawnProgram("/usr/bin/pacat", [
+        let host = try spawnQuietly(bin.appendingPathComponent("vigild").path, ["--config", configPath, "--log-level", "warning"], environment: env)
+        let pacat = try spawnQuietly("/usr/bin/pacat", [
             "--raw", "-d", "nullsink", "--format=s16le", "--rate=48000", "--channels=2",
             "--latency-msec=2000", "--process-time-msec=1000", "/dev/zero",
         ], environment: env)

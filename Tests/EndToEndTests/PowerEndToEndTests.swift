@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import VigilTestSupport
 
 extension EndToEnd {
     /// vigild with `power = "logind"` against the logind stand-in on a
@@ -8,14 +9,8 @@ extension EndToEnd {
         @Test func inhibitorEndsWhenTheHostIsKilled() async throws {
             let bus = try BusTestDaemon()
             defer { bus.stop() }
-            let standIn = Process()
-            standIn.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-            standIn.arguments = [Build.packageRoot.appendingPathComponent("Tests/Fixtures/logind-standin.py").path, bus.address]
-            let out = Pipe()
-            standIn.standardOutput = out
-            try standIn.run()
-            defer { kill(standIn.processIdentifier, SIGKILL); standIn.waitUntilExit() }
-            #expect(String(decoding: out.fileHandleForReading.availableData, as: UTF8.self).hasPrefix("ready"))
+            let standIn = try LogindStandInProcess(busAddress: bus.address)
+            defer { standIn.stop() }
 
             let dir = try TempDir()
             let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state"), extra: """
@@ -55,14 +50,8 @@ extension EndToEnd {
         @Test func onSleepRunsBeforeTheSystemSleeps() async throws {
             let bus = try BusTestDaemon()
             defer { bus.stop() }
-            let standIn = Process()
-            standIn.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-            standIn.arguments = [Build.packageRoot.appendingPathComponent("Tests/Fixtures/logind-standin.py").path, bus.address]
-            let out = Pipe()
-            standIn.standardOutput = out
-            try standIn.run()
-            defer { kill(standIn.processIdentifier, SIGKILL); standIn.waitUntilExit() }
-            #expect(String(decoding: out.fileHandleForReading.availableData, as: UTF8.self).hasPrefix("ready"))
+            let standIn = try LogindStandInProcess(busAddress: bus.address)
+            defer { standIn.stop() }
 
             let dir = try TempDir()
             let marker = dir.file("slept")

@@ -1,4 +1,5 @@
 import Foundation
+import VigilTestSupport
 import Testing
 import VigilHost
 
@@ -46,8 +47,7 @@ extension EndToEnd {
 }
 
 /// A user-mode PulseAudio with a null sink in a private runtime directory.
-/// Started with posix_spawn, not Foundation's `Process`: pulseaudio closes
-/// its inherited descriptors, which `Process` takes for an exit.
+/// Started with `spawnQuietly` (VigilTestSupport), not Foundation's `Process`.
 final class UserPulseAudio: Sendable {
     let dir: TempDir
     let pid: pid_t
@@ -63,18 +63,8 @@ final class UserPulseAudio: Sendable {
             "-L", "module-native-protocol-unix auth-anonymous=1",
             "-L", "module-null-sink sink_name=nullsink rate=48000",
         ]
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        for fd in [Int32(0), 1, 2] { posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0) }
-        let variables: [String] = ["XDG_RUNTIME_DIR=\(dir.path)", "HOME=\(dir.path)", "PATH=/usr/bin:/bin"]
-        let argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
-        let envp: [UnsafeMutablePointer<CChar>?] = variables.map { strdup($0) } + [nil]
-        defer { for p in argv + envp { free(p) } }
-        var child: pid_t = 0
-        let rc = posix_spawn(&child, arguments[0], &actions, nil, argv, envp)
-        guard rc == 0 else { throw DaemonError("cannot start pulseaudio: \(String(cString: strerror(rc)))") }
-        pid = child
+        pid = try spawnQuietly(arguments[0], Array(arguments.dropFirst()),
+                               environment: ["XDG_RUNTIME_DIR": dir.path, "HOME": dir.path, "PATH": "/usr/bin:/bin"])
         // Ready when a client lists the null sink (the server announces nothing).
         for _ in 0..<200 {
             if (try? pactl(["list", "short", "sinks"]))?.stdout.contains("nullsink") == true { return }

@@ -1,4 +1,5 @@
 import Foundation
+import VigilTestSupport
 import Testing
 import VigilHost
 import VigilKit
@@ -57,34 +58,6 @@ func runTool(_ program: String, _ arguments: [String], environment: [String: Str
 /// `Process`: it takes a child that closes its inherited descriptors (as
 /// pulseaudio does at start) for exited, and then blocks in waitpid on it,
 /// which stalls every other `Process` of the test run.
-/// The child starts with no blocked signals (the test process blocks some).
-func spawnQuietly(_ program: String, _ arguments: [String], environment: [String: String], stdout: String = "/dev/null", stderr: String = "/dev/null") throws -> pid_t {
-    var actions = posix_spawn_file_actions_t()
-    posix_spawn_file_actions_init(&actions)
-    defer { posix_spawn_file_actions_destroy(&actions) }
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-    posix_spawn_file_actions_addopen(&actions, 1, stdout, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-    posix_spawn_file_actions_addopen(&actions, 2, stderr, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-    var attributes = posix_spawnattr_t()
-    posix_spawnattr_init(&attributes)
-    defer { posix_spawnattr_destroy(&attributes) }
-    var noSignals = sigset_t()
-    sigemptyset(&noSignals)
-    var defaults = sigset_t()
-    sigemptyset(&defaults)
-    for sig in [SIGINT, SIGTERM, SIGPIPE, SIGCHLD] { sigaddset(&defaults, sig) }
-    posix_spawnattr_setsigmask(&attributes, &noSignals)
-    posix_spawnattr_setsigdefault(&attributes, &defaults)
-    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
-    let argv = ([program] + arguments).map { strdup($0) } + [nil]
-    let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
-    defer { for p in argv + envp { free(p) } }
-    var pid: pid_t = 0
-    let rc = posix_spawn(&pid, program, &actions, &attributes, argv, envp)
-    guard rc == 0 else { throw DescribedError("cannot start \(program): \(String(cString: strerror(rc)))") }
-    return pid
-}
-
 /// Polls `condition` every 50 ms until it holds. For an outside process's
 /// state that announces nothing (a server's readiness, a sink's state);
 /// `timeout` only bounds a broken run.
