@@ -21,6 +21,8 @@ struct TransferRequest: Sendable {
     var stallTimeout: Duration
     /// libcurl's receive buffer: the largest write to the part file.
     var writeChunk: Int
+    /// PEM file of trusted CAs for https; nil: libcurl's default store.
+    var caFile: String? = nil
 }
 
 /// Validators and length of the response that wrote the part file.
@@ -141,6 +143,7 @@ final class CurlTransfer: @unchecked Sendable {
             ccurl_setopt_long(handle, ccurl_opt_low_speed_time, max(1, Int(request.stallTimeout.components.seconds)))
             ccurl_setopt_long(handle, ccurl_opt_buffersize, request.writeChunk)
             ccurl_setopt_pointer(handle, ccurl_opt_errorbuffer, errors.baseAddress)
+            if let caFile = request.caFile { ccurl_setopt_string(handle, CURLOPT_CAINFO, caFile) }
             if resumeFrom > 0 {
                 ccurl_setopt_string(handle, CURLOPT_RANGE, "\(resumeFrom)-")
             }

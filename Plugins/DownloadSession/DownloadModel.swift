@@ -77,6 +77,9 @@ struct DownloadSettings: Sendable {
     var writeChunk: Int
     /// How often the live figures (lease status, D-Bus properties) refresh.
     var progressInterval: Duration
+    /// A PEM file of CA certificates trusted for https instead of the
+    /// system store (libcurl's `CURLOPT_CAINFO`); nil: the system store.
+    var caFile: String? = nil
 }
 
 enum Hex {

@@ -353,7 +353,8 @@ actor DownloadManager {
             log.info("download \(id) try \(record.attempts): GET \(record.url)\(partExists && record.ifRange != nil ? " from byte \(partSize(record))" : "")")
             let transfer = CurlTransfer(TransferRequest(
                 url: record.url, partPath: part, ifRange: partExists ? record.ifRange : nil,
-                connectTimeout: settings.connectTimeout, stallTimeout: settings.stallTimeout, writeChunk: settings.writeChunk),
+                connectTimeout: settings.connectTimeout, stallTimeout: settings.stallTimeout, writeChunk: settings.writeChunk,
+                caFile: settings.caFile),
                 onResponse: { validators in Task { await self.noteValidators(id, validators) } })
             let monitor = Task { await self.monitor(id, transfer, lease) }
             let outcome = await Self.onThread({ transfer.perform() }, onCancel: { transfer.cancel() })
@@ -397,6 +398,11 @@ actor DownloadManager {
                     return
                 }
             case .transport(let code, let message):
+                if let permanent = TransportFailure.permanentMessage(code: code, message: message, url: record.url, caFile: settings.caFile) {
+                    // Trying again gets the same answer: fail now, clearly.
+                    await fail(id, permanent)
+                    return
+                }
                 retry = "transfer failed: \(message) (curl error \(code))"
             case .writeFailed(let message):
                 await fail(id, message)

@@ -1,3 +1,4 @@
+import Foundation
 import VigilKit
 
 /// `download-session`: background downloads that continue across host
@@ -36,11 +37,19 @@ public struct DownloadSessionKind: StrategyKind {
             config.problem("write_chunk", "expected a size between 16KiB and 10MiB (libcurl's buffer limits), found \(writeChunk)")
         }
         let progressInterval = config.positiveDuration("progress_interval", default: .seconds(1))
+        let caFile = config.string("ca_file")
+        if let caFile {
+            if !caFile.hasPrefix("/") {
+                config.problem("ca_file", "expected an absolute path to a PEM file of CA certificates, found \"\(caFile)\"")
+            } else if access(caFile, R_OK) != 0 {
+                config.problem("ca_file", "cannot read the CA file \"\(caFile)\": \(String(cString: strerror(errno)))")
+            }
+        }
         return DownloadSession(settings: DownloadSettings(
             dir: dir, downloads: downloads, maxParallel: Int(maxParallel), maxTries: Int(maxTries),
             backoff: Backoff(initial: initial, maximum: maximum, jitter: jitter), maxRetryAfter: maxRetryAfter,
             connectTimeout: connectTimeout, stallTimeout: stallTimeout, onComplete: onComplete, onFail: onFail,
-            hookTimeout: hookTimeout, writeChunk: Int(writeChunk), progressInterval: progressInterval))
+            hookTimeout: hookTimeout, writeChunk: Int(writeChunk), progressInterval: progressInterval, caFile: caFile))
     }
 
     /// `downloads = [{ url = "...", dest = "...", sha256 = "...", size = 123 }, ...]`.

@@ -16,8 +16,8 @@ extension EndToEnd {
             let dir: TempDir
             var downloads: String { dir.file("downloads") }
 
-            init(slowRate: String = "4m") throws {
-                nginx = try TestNginx(slowRate: slowRate)
+            init(slowRate: String = "4m", locations: String = "", servers: String = "") throws {
+                nginx = try TestNginx(slowRate: slowRate, locations: locations, servers: servers)
                 bus = try TestDBusDaemon()
                 dir = try TempDir("vigil-download")
                 try FileManager.default.createDirectory(atPath: dir.file("downloads"), withIntermediateDirectories: true)
@@ -44,8 +44,9 @@ extension EndToEnd {
                     """)
             }
 
-            func start(_ wrapper: [String] = []) throws -> Daemon {
-                try Daemon(arguments: ["--config", dir.file("vigil.toml")], executable: wrapper.isEmpty ? nil : wrapper)
+            func start(_ wrapper: [String] = [], environment: [String: String] = [:]) throws -> Daemon {
+                try Daemon(arguments: ["--config", dir.file("vigil.toml")], environment: environment,
+                           executable: wrapper.isEmpty ? nil : wrapper)
             }
 
             func busctl(_ arguments: [String]) throws -> CommandResult {

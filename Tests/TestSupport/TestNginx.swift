@@ -8,7 +8,12 @@ import Glibc
 /// Locations: `/` serves `root` at full speed; `/slow/` serves the same
 /// files at `slowRate` bytes a second (so a test can interrupt a transfer).
 /// The access log (`accessLog`) has one line per request:
-/// `<status> <body bytes sent> "<request line>" range="<Range>" if-range="<If-Range>"`.
+/// `<status> <body bytes sent> "<request line>" range="<Range>" if-range="<If-Range>" host="<Host>"`.
+///
+/// `locations` is added to that server block; `servers` is added to the
+/// `http` block (more `server { ... }` blocks, e.g. a forward proxy or an
+/// https listener); in both, `{prefix}` is replaced by the prefix
+/// directory, and the log format `vigil` can be used.
 public final class TestNginx: @unchecked Sendable {
     // Invariant: every stored property is set in init and never changes.
     public let port: Int
@@ -19,7 +24,7 @@ public final class TestNginx: @unchecked Sendable {
 
     public var baseURL: String { "http://127.0.0.1:\(port)" }
 
-    public init(slowRate: String = "4m") throws {
+    public init(slowRate: String = "4m", locations: String = "", servers: String = "") throws {
         let prefix = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-nginx-\(UUID().uuidString)").path
         for sub in ["www", "logs", "tmp"] {
             try FileManager.default.createDirectory(atPath: prefix + "/" + sub, withIntermediateDirectories: true)
@@ -34,7 +39,7 @@ public final class TestNginx: @unchecked Sendable {
             error_log \(prefix)/logs/error.log;
             events { worker_connections 64; }
             http {
-                log_format vigil '$status $body_bytes_sent "$request" range="$http_range" if-range="$http_if_range"';
+                log_format vigil '$status $body_bytes_sent "$request" range="$http_range" if-range="$http_if_range" host="$http_host"';
                 access_log \(prefix)/logs/access.log vigil;
                 client_body_temp_path \(prefix)/tmp/body;
                 proxy_temp_path \(prefix)/tmp/proxy;
@@ -48,7 +53,9 @@ public final class TestNginx: @unchecked Sendable {
                     root \(prefix)/www;
                     location /slow/ { alias \(prefix)/www/; limit_rate \(slowRate); }
                     location = /redirect { return 302 /; }
+                    \(locations.replacingOccurrences(of: "{prefix}", with: prefix))
                 }
+                \(servers.replacingOccurrences(of: "{prefix}", with: prefix))
             }
             """
         try config.write(toFile: prefix + "/nginx.conf", atomically: true, encoding: .utf8)
@@ -80,7 +87,12 @@ public final class TestNginx: @unchecked Sendable {
 
     /// The lines of the access log so far.
     public func requests() -> [String] {
-        ((try? String(contentsOfFile: accessLog, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+        lines(ofLog: "access.log")
+    }
+
+    /// The lines so far of `<prefix>/logs/<name>` (a log an extra server writes).
+    public func lines(ofLog name: String) -> [String] {
+        ((try? String(contentsOfFile: prefix + "/logs/" + name, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
     }
 
     /// Writes `size` bytes of pseudo-random data (a fixed pattern seeded by
