@@ -152,5 +152,22 @@ extension EndToEnd {
             daemon.signal(SIGTERM)
             #expect(await daemon.waitForExit() == 0)
         }
+
+        @Test func aBadCAFileIsAConfigProblem() throws {
+            let dir = try TempDir("vigil-download-ca")
+            for (value, expected) in [("ca.pem", "expected an absolute path to a PEM file of CA certificates, found \"ca.pem\""),
+                                      (dir.file("missing.pem"), "cannot read the CA file \"\(dir.file("missing.pem"))\": No such file or directory")] {
+                let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state")) + """
+
+                    [[strategy]]
+                    name = "dl"
+                    kind = "download-session"
+                    dir = "\(dir.file("downloads"))"
+                    ca_file = "\(value)"
+                    """)
+                let result = try runCommand(Build.vigilctl, ["check-config", config])
+                #expect(result.status == 1 && result.stderr.contains(expected) && result.stderr.contains("ca_file"), "\(result.stderr)")
+            }
+        }
     }
 }
