@@ -165,9 +165,11 @@ import VigilKit
             #expect(delay >= 0 && delay <= ceiling, "delay \(n): \(delay) ms, bound \(ceiling) ms; all: \(chosen)")
         }
         for (n, (gap, delay)) in zip(gaps, chosen).prefix(8).enumerated() {
-            // The time between connections holds the delay; on top of it, noticing
-            // the close and connecting again (generous: two cores shared with the suite).
-            #expect(gap >= delay - 1 && gap <= delay + 1_000, "gap \(n): \(gap) ms for a delay of \(delay) ms")
+            // The time between connections holds the delay (never less); on top
+            // of it, noticing the close and connecting again, which a loaded
+            // 2-core machine can stretch: the upper bound only catches a lost
+            // reconnect.
+            #expect(gap >= delay - 1 && gap <= delay + 3_000, "gap \(n): \(gap) ms for a delay of \(delay) ms")
         }
         // Full jitter: not every delay sits at its ceiling.
         #expect(chosen.prefix(8).enumerated().contains { $1 < 0.8 * min(160, 40 * Double(1 << $0)) }, "\(chosen)")
