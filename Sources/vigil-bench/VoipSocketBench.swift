@@ -71,17 +71,18 @@ func voipSocketBench(_ args: [String]) async throws {
         guard reader.problems.isEmpty else { throw BenchError("config: \(reader.problems)") }
         strategies.append(SupervisedStrategy(name: "voip\(i)", kind: "voip-socket", strategy: strategy))
     }
-    let rssBefore = residentBytes()
+    let rssBefore = residentBytes(), heapBefore = heapInUse()
     let started = ContinuousClock.now
     await supervisor.start(strategies)
     guard await waitFor(seconds: 120, { server.accepted >= n }) else { throw BenchError("only \(server.accepted) of \(n) connected") }
-    print("connected \(n) in \(format(ContinuousClock.now - started))")
+    print("connected \(n) in \(format(ContinuousClock.now - started)); RSS +\(kibPerConnection(residentBytes() - rssBefore, n)) KiB per connection (malloc in use +\(kibPerConnection(heapInUse() - heapBefore, n)))")
 
     // Round 1: every connection pings once (maybe split over two slots while connecting).
     guard await waitFor(seconds: Double(3 * interval), { server.connectionsWithPings(atLeast: 1) >= n }) else {
         throw BenchError("round 1 incomplete: \(server.connectionsWithPings(atLeast: 1)) of \(n)")
     }
     try await Task.sleep(for: .seconds(1))
+    print("after round 1: RSS +\(kibPerConnection(residentBytes() - rssBefore, n)) KiB per connection (malloc in use +\(kibPerConnection(heapInUse() - heapBefore, n)))")
     let mark = server.totalPings
     let cpuBefore = processCPU(), serverBefore = server.cpuNanoseconds
     // Round 2: the next ping of every connection, all in one slot.
@@ -108,7 +109,7 @@ func voipSocketBench(_ args: [String]) async throws {
     let reference = try bareEpollRound(n: n, port: server.port, server: server)
     print("")
     print("reference (bare epoll loop, same server, \(n) sockets):")
-    print("  round: \(String(format: "%.1f", reference.wallMs)) ms; CPU \(String(format: "%.1f", reference.clientCPUms)) ms client side (\(String(format: "%.2f", reference.clientCPUms * 1000 / Double(n))) us per ping), server process \(String(format: "%.1f", reference.serverCPUms)) ms; memory \(String(format: "%.2f", reference.rssPerConnection / 1024)) KiB per connection")
+    print("  round: \(String(format: "%.1f", reference.wallMs)) ms; CPU \(String(format: "%.1f", reference.clientCPUms)) ms client side (\(String(format: "%.2f", reference.clientCPUms * 1000 / Double(n))) us per ping), server process \(String(format: "%.1f", reference.serverCPUms)) ms; memory \(String(format: "%.2f", reference.rssPerConnection / 1024)) KiB per connection (malloc in use +\(kibPerConnection(heapInUse() - heapBefore, n)))")
     print("ratio: strategy CPU per round / bare loop = \(String(format: "%.1f", cpu * 1000 / max(reference.clientCPUms, 0.001)))x")
 }
 
@@ -152,6 +153,13 @@ private func processCPU() -> Double {
     getrusage(RUSAGE_SELF.rawValue, &usage)
     return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
 }
+
+/// Bytes malloc has handed out and not had back (all arenas).
+private func heapInUse() -> Int {
+    vigil_heap_in_use()
+}
+
+private func kibPerConnection(_ bytes: Int, _ n: Int) -> String { String(format: "%.1f", Double(bytes) / Double(n) / 1024) }
 
 private func format(_ d: Duration) -> String { String(format: "%.2f s", d.seconds) }
 
