@@ -22,6 +22,7 @@ struct ConnectionFigures: Sendable {
     var lastRttMicroseconds: Int64 = -1
     var pings: UInt64 = 0
     var skippedPings: UInt64 = 0
+    var latePings: UInt64 = 0
     var reconnects: UInt64 = 0
     var overruns: UInt64 = 0
     var lastError = ""
@@ -30,6 +31,7 @@ struct ConnectionFigures: Sendable {
         [
             "State": .string(state), "Remote": .string(remote), "Local": .string(local),
             "LastRttUsec": .int(lastRttMicroseconds), "Pings": .uint(pings), "SkippedPings": .uint(skippedPings),
+            "LatePings": .uint(latePings),
             "Reconnects": .uint(reconnects), "Overruns": .uint(overruns), "LastError": .string(lastError),
         ]
     }
@@ -279,6 +281,9 @@ final class VoipConnection: Sendable {
                 continue
             }
             let started = clock.now
+            // The wake came after the window's end: the machine (or the
+            // scheduler) was late, and this ping goes out late.
+            if started > latest { await update { $0.latePings += 1 } }
             let deadline = started + settings.handlerTimeout
             let ping = settings.ping
             let expectsPong = !settings.expect.isEmpty

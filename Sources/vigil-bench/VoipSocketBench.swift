@@ -94,13 +94,22 @@ func voipSocketBench(_ args: [String]) async throws {
     let serverCPU = Double(server.cpuNanoseconds - serverBefore) / 1e9
     let rss = residentBytes() - rssBefore
     let round = server.lastRound()
-    let active = await registry.active.count
+    let leases = await registry.active
+    let active = leases.count
+    // Each connection counts the handler runs that started after their
+    // window's end (LatePings in its status): the exact check, from where the
+    // window is known (it starts at the previous pong's arrival).
+    func figure(_ key: String) -> UInt64 { leases.reduce(0) { total, lease in
+        if case .uint(let v)? = lease.status[key] { return total + v } else { return total }
+    } }
+    let latePings = figure("LatePings"), sentPings = figure("Pings"), overruns = figure("Overruns")
     print("")
     print("memory per connection:   \(String(format: "%.1f", Double(rss) / Double(n) / 1024)) KiB (RSS +\(rss / 1_048_576) MiB for \(n); target <= 16 KiB)")
     print("leases held:             \(active)")
     print("round of \(n) pings:       first to last ping \(String(format: "%.1f", round.spreadMs)) ms (target <= 1000 ms)")
     print("CPU per round:           \(String(format: "%.1f", cpu * 1000)) ms strategy side (\(String(format: "%.2f", cpu / Double(n) * 1e6)) us per ping); server process \(String(format: "%.1f", serverCPU * 1000)) ms")
     print("pings inside window:     \(round.insideWindow(interval: Double(interval)))/\(round.gaps.count) with gap in [0.8, 1.0] x \(interval) s (+ round spread); latest \(String(format: "%.1f", round.maxLatenessMs(interval: Double(interval)))) ms after the window end; earliest gap \(String(format: "%.3f", (round.gaps.min() ?? 0))) s")
+    print("late pings (strategy):   \(latePings) of \(sentPings) pings so far started after their window's end; overruns \(overruns)")
     let stats = await scheduler.statistics
     print("wake scheduler:          \(stats.batchesFired) batches for \(stats.requestsFired) wakes")
     await supervisor.stopAll()
