@@ -4,14 +4,26 @@ import VigilKit
 /// A configured `voip-socket` instance: one logical connection, kept open for
 /// as long as the strategy runs.
 public struct VoipSocket: KeepAliveStrategy {
-    let settings: VoipSocketSettings
+    /// Shared by reference with the running connection: the settings are a
+    /// few hundred bytes, and 10,000 connections would otherwise hold a copy
+    /// each next to the strategy's.
+    let shared: SharedSettings
+    var settings: VoipSocketSettings { shared.settings }
+
+    init(settings: VoipSocketSettings) { shared = SharedSettings(settings) }
 
     public func run(in context: StrategyContext) async throws {
         // This frame lives as long as the strategy: keep it to one reference.
-        let connection = try await VoipConnection.start(settings: settings, context: context)
+        let connection = try await VoipConnection.start(settings: shared, context: context)
         await connection.run()
         await connection.lease.release()
     }
+}
+
+/// A strategy's settings, held by reference.
+final class SharedSettings: Sendable {
+    let settings: VoipSocketSettings
+    init(_ settings: VoipSocketSettings) { self.settings = settings }
 }
 
 /// The live figures of one connection, published as its lease's status.
@@ -39,7 +51,8 @@ struct ConnectionFigures: Sendable {
 
 /// Runs one connection: connect, keep alive, notice death, back off, repeat.
 final class VoipConnection: Sendable {
-    let settings: VoipSocketSettings
+    private let shared: SharedSettings
+    var settings: VoipSocketSettings { shared.settings }
     let context: StrategyContext
     let lease: any LeaseHandle
     private let figures: Mutex<ConnectionFigures>
@@ -51,19 +64,19 @@ final class VoipConnection: Sendable {
     /// here, that memory goes back when the child ends instead of staying
     /// with the strategy's task for the life of the connection.
     @inline(never)
-    static func start(settings: VoipSocketSettings, context: StrategyContext) async throws -> VoipConnection {
+    static func start(settings: SharedSettings, context: StrategyContext) async throws -> VoipConnection {
         try await inChildTask {
             let lease = try await context.leases.acquire(LeaseRequest(
-                holds: "tcp connection to \(settings.endpoint)", reason: settings.reason))
+                holds: "tcp connection to \(settings.settings.endpoint)", reason: settings.settings.reason))
             return VoipConnection(settings: settings, context: context, lease: lease)
         }
     }
 
-    init(settings: VoipSocketSettings, context: StrategyContext, lease: any LeaseHandle) {
-        self.settings = settings
+    init(settings: SharedSettings, context: StrategyContext, lease: any LeaseHandle) {
+        self.shared = settings
         self.context = context
         self.lease = lease
-        self.figures = Mutex(ConnectionFigures(remote: settings.endpoint.description))
+        self.figures = Mutex(ConnectionFigures(remote: settings.settings.endpoint.description))
     }
 
     /// Changes the figures and publishes them as the lease's status.
