@@ -4,15 +4,26 @@ import VigilKit
 /// A configured `voip-socket` instance: one logical connection, kept open for
 /// as long as the strategy runs.
 public struct VoipSocket: KeepAliveStrategy {
-    let settings: VoipSocketSettings
+    /// Shared by reference with the running connection: the settings are a
+    /// few hundred bytes, and 10,000 connections would otherwise hold a copy
+    /// each next to the strategy's.
+    let shared: SharedSettings
+    var settings: VoipSocketSettings { shared.settings }
+
+    init(settings: VoipSocketSettings) { shared = SharedSettings(settings) }
 
     public func run(in context: StrategyContext) async throws {
-        let lease = try await context.leases.acquire(LeaseRequest(
-            holds: "tcp connection to \(settings.endpoint)", reason: settings.reason))
-        let connection = VoipConnection(settings: settings, context: context, lease: lease)
+        // This frame lives as long as the strategy: keep it to one reference.
+        let connection = try await VoipConnection.start(settings: shared, context: context)
         await connection.run()
-        await lease.release()
+        await connection.lease.release()
     }
+}
+
+/// A strategy's settings, held by reference.
+final class SharedSettings: Sendable {
+    let settings: VoipSocketSettings
+    init(_ settings: VoipSocketSettings) { self.settings = settings }
 }
 
 /// The live figures of one connection, published as its lease's status.
@@ -23,6 +34,7 @@ struct ConnectionFigures: Sendable {
     var lastRttMicroseconds: Int64 = -1
     var pings: UInt64 = 0
     var skippedPings: UInt64 = 0
+    var latePings: UInt64 = 0
     var reconnects: UInt64 = 0
     var overruns: UInt64 = 0
     var lastError = ""
@@ -31,6 +43,7 @@ struct ConnectionFigures: Sendable {
         [
             "State": .string(state), "Remote": .string(remote), "Local": .string(local),
             "LastRttUsec": .int(lastRttMicroseconds), "Pings": .uint(pings), "SkippedPings": .uint(skippedPings),
+            "LatePings": .uint(latePings),
             "Reconnects": .uint(reconnects), "Overruns": .uint(overruns), "LastError": .string(lastError),
         ]
     }
@@ -38,16 +51,32 @@ struct ConnectionFigures: Sendable {
 
 /// Runs one connection: connect, keep alive, notice death, back off, repeat.
 final class VoipConnection: Sendable {
-    let settings: VoipSocketSettings
+    private let shared: SharedSettings
+    var settings: VoipSocketSettings { shared.settings }
     let context: StrategyContext
     let lease: any LeaseHandle
     private let figures: Mutex<ConnectionFigures>
 
-    init(settings: VoipSocketSettings, context: StrategyContext, lease: any LeaseHandle) {
-        self.settings = settings
+    /// Acquires the connection's lease and makes the connection.
+    ///
+    /// In a child task: a task keeps the memory of its deepest call stack
+    /// until it ends, and the host's lease registry has large frames. Done
+    /// here, that memory goes back when the child ends instead of staying
+    /// with the strategy's task for the life of the connection.
+    @inline(never)
+    static func start(settings: SharedSettings, context: StrategyContext) async throws -> VoipConnection {
+        try await inChildTask {
+            let lease = try await context.leases.acquire(LeaseRequest(
+                holds: "tcp connection to \(settings.settings.endpoint)", reason: settings.settings.reason))
+            return VoipConnection(settings: settings, context: context, lease: lease)
+        }
+    }
+
+    init(settings: SharedSettings, context: StrategyContext, lease: any LeaseHandle) {
+        self.shared = settings
         self.context = context
         self.lease = lease
-        self.figures = Mutex(ConnectionFigures(remote: settings.endpoint.description))
+        self.figures = Mutex(ConnectionFigures(remote: settings.settings.endpoint.description))
     }
 
     /// Changes the figures and publishes them as the lease's status.
@@ -59,62 +88,105 @@ final class VoipConnection: Sendable {
         await lease.setStatus(status)
     }
 
+    // Memory: an async function's frame holds every local of everything
+    // inlined into it, and the frames of `run` and `session` live as long as
+    // the connection (10,000 connections: every byte counts 10,000 times).
+    // So the steps that run once per connection (connect, hooks, events,
+    // backoff) are `@inline(never)` functions whose frames are freed when
+    // they return, and `run` keeps only the link and a few counters.
+
     func run() async {
-        let clock = context.clock
         var attempt = 0
         await update { _ in }
         while !Task.isCancelled {
             let link: TCPLink
-            do {
-                link = try await connect()
-            } catch is CancellationError {
-                return
-            } catch {
-                let message = "\(error)"
-                context.log.warning("cannot connect to \(settings.endpoint): \(message)")
-                await context.events.record("connect-failed", ["remote": settings.endpoint.description, "error": message])
-                guard await backOff(attempt: attempt, after: message) else { return }
-                attempt += 1
-                continue
+            switch await connectOrBackOff(attempt: &attempt) {
+            case .connected(let l): link = l
+            case .retry: continue
+            case .stop: return
             }
-            let (local, remote) = link.addresses
-            await update { f in
-                f.state = "up"
-                f.local = local
-                f.remote = remote
-            }
-            context.log.info("connected \(local) -> \(remote)")
-            await context.events.record("connected", ["local": local, "remote": remote])
-            if let onConnect = settings.onConnect {
-                let result = await context.hooks.run(
-                    HookCommand(argv: onConnect, timeout: settings.hookTimeout), event: "connect",
-                    variables: ["local": local, "remote": remote])
-                if !result.exit.succeeded { context.log.warning("on_connect \(result.exit)") }
-            }
-            let pingsBefore = figures.withLock { $0.pings }
-            let reason = await session(on: link, connectedAt: clock.now)
+            // Hooks and events run once per connection, in a child task
+            // for the reason given at `start`.
+            let pingsBefore = await inChildTask { await self.announceConnected(link) }
+            let reason = await session(on: link, connectedAt: context.clock.now)
             link.close()
             if Task.isCancelled || reason == Self.cancelled { return }
-            // A connection that proved itself (something came back, or a ping
-            // went out) resets the backoff; one that dies at once does not.
-            let proven = link.bytesReceived > 0 || figures.withLock { $0.pings } > pingsBefore
-            if proven { attempt = 0 }
-            context.log.warning("connection \(local) -> \(remote) ended: \(reason)")
-            await context.events.record("disconnected", ["local": local, "remote": remote, "reason": reason])
-            if let onDisconnect = settings.onDisconnect {
-                let result = await context.hooks.run(
-                    HookCommand(argv: onDisconnect, timeout: settings.hookTimeout), event: "disconnect",
-                    variables: ["local": local, "remote": remote, "reason": reason])
-                if !result.exit.succeeded { context.log.warning("on_disconnect \(result.exit)") }
-            }
-            guard await backOff(attempt: attempt, after: reason) else { return }
-            attempt += 1
+            guard await announceDisconnected(link, reason: reason, pingsBefore: pingsBefore, attempt: &attempt) else { return }
         }
+    }
+
+    private enum ConnectOutcome {
+        case connected(TCPLink)
+        /// It failed and the backoff passed.
+        case retry
+        /// Cancelled.
+        case stop
+    }
+
+    /// Connects; on failure logs it and backs off.
+    @inline(never)
+    private func connectOrBackOff(attempt: inout Int) async -> ConnectOutcome {
+        do {
+            return .connected(try await connect())
+        } catch is CancellationError {
+            return .stop
+        } catch {
+            let message = "\(error)"
+            context.log.warning("cannot connect to \(settings.endpoint): \(message)")
+            await context.events.record("connect-failed", ["remote": settings.endpoint.description, "error": message])
+            guard await backOff(attempt: attempt, after: message) else { return .stop }
+            attempt += 1
+            return .retry
+        }
+    }
+
+    /// Status, log, event and `on_connect` for a fresh link; returns the
+    /// ping count before the session.
+    @inline(never)
+    private func announceConnected(_ link: TCPLink) async -> UInt64 {
+        let (local, remote) = link.addresses
+        await update { f in
+            f.state = "up"
+            f.local = local
+            f.remote = remote
+        }
+        context.log.info("connected \(local) -> \(remote)")
+        await context.events.record("connected", ["local": local, "remote": remote])
+        if let onConnect = settings.onConnect {
+            let result = await context.hooks.run(
+                HookCommand(argv: onConnect, timeout: settings.hookTimeout), event: "connect",
+                variables: ["local": local, "remote": remote])
+            if !result.exit.succeeded { context.log.warning("on_connect \(result.exit)") }
+        }
+        return figures.withLock { $0.pings }
+    }
+
+    /// Log, event and `on_disconnect` for an ended link, then the backoff;
+    /// false when cancelled.
+    @inline(never)
+    private func announceDisconnected(_ link: TCPLink, reason: String, pingsBefore: UInt64, attempt: inout Int) async -> Bool {
+        let (local, remote) = figures.withLock { ($0.local, $0.remote) }
+        // A connection that proved itself (something came back, or a ping
+        // went out) resets the backoff; one that dies at once does not.
+        let proven = link.bytesReceived > 0 || figures.withLock { $0.pings } > pingsBefore
+        if proven { attempt = 0 }
+        context.log.warning("connection \(local) -> \(remote) ended: \(reason)")
+        await context.events.record("disconnected", ["local": local, "remote": remote, "reason": reason])
+        if let onDisconnect = settings.onDisconnect {
+            let result = await context.hooks.run(
+                HookCommand(argv: onDisconnect, timeout: settings.hookTimeout), event: "disconnect",
+                variables: ["local": local, "remote": remote, "reason": reason])
+            if !result.exit.succeeded { context.log.warning("on_disconnect \(result.exit)") }
+        }
+        guard await backOff(attempt: attempt, after: reason) else { return false }
+        attempt += 1
+        return true
     }
 
     private static let cancelled = "cancelled"
 
     /// Waits out the backoff delay for `attempt`; false when cancelled.
+    @inline(never)
     private func backOff(attempt: Int, after error: String) async -> Bool {
         let delay = settings.reconnect.delay(attempt: attempt)
         await update { f in
@@ -139,6 +211,7 @@ final class VoipConnection: Sendable {
 
     /// Resolves the endpoint and connects to its first address that answers,
     /// all within `connect_timeout`.
+    @inline(never)
     private func connect() async throws -> TCPLink {
         let settings = self.settings
         let clock = context.clock
@@ -170,25 +243,40 @@ final class VoipConnection: Sendable {
     }
 
     /// Keeps `link` alive until it dies; returns why it ended.
+    @inline(never)
     private func session(on link: TCPLink, connectedAt: VigilInstant) async -> String {
-        await withTaskGroup(of: String.self) { group in
-            if settings.onData != nil {
+        if settings.onData != nil {
+            return await withTaskGroup(of: String.self) { group in
                 // The data loop ends when the link ended and every byte went
                 // to the hook; it stands in for awaitEnd so the last data
                 // before a close still reaches on_data.
                 group.addTask { await self.deliverData(from: link) }
-            } else {
-                group.addTask { await link.awaitEnd() }
+                group.addTask { await self.keepAlive(link, since: connectedAt) }
+                let first = await group.next() ?? Self.cancelled
+                group.cancelAll()
+                return first
             }
-            group.addTask { await self.keepAlive(link, since: connectedAt) }
-            let first = await group.next() ?? Self.cancelled
+        }
+        // Without on_data this task waits for the end itself and the
+        // keep-alive loop is the only child: one task fewer per connection
+        // (each costs about a kilobyte for as long as the connection lives).
+        // The loop closes the link when it gives up, which ends the wait.
+        return await withTaskGroup(of: String.self) { group in
+            group.addTask {
+                let reason = await self.keepAlive(link, since: connectedAt)
+                if reason != Self.cancelled { link.close(reason: reason) }
+                return reason
+            }
+            let ended = await link.awaitEnd()
             group.cancelAll()
-            return first
+            let gaveUp = await group.next() ?? Self.cancelled
+            return gaveUp != Self.cancelled ? gaveUp : ended
         }
     }
 
     /// The keep-alive loop: at each deadline, skip (traffic proved the link
     /// alive) or run the ping handler within `handler_timeout`.
+    @inline(never)
     private func keepAlive(_ link: TCPLink, since connectedAt: VigilInstant) async -> String {
         let clock = context.clock
         var base = connectedAt
@@ -206,13 +294,16 @@ final class VoipConnection: Sendable {
                 continue
             }
             let started = clock.now
+            // The wake came after the window's end: the machine (or the
+            // scheduler) was late, and this ping goes out late.
+            if started > latest { await update { $0.latePings += 1 } }
             let deadline = started + settings.handlerTimeout
             let ping = settings.ping
             let expectsPong = !settings.expect.isEmpty
             if expectsPong { link.expectPong() }
             let finished: VigilInstant?
             do {
-                finished = try await withDeadline(deadline, clock: clock) {
+                finished = try await link.withHandlerDeadline(deadline) {
                     try await link.send(ping)
                     return expectsPong ? try await link.awaitPong() : clock.now
                 }
@@ -277,6 +368,28 @@ final class VoipConnection: Sendable {
             if !result.exit.succeeded { context.log.warning("on_data \(result.exit)") }
             await context.events.record("data", ["bytes": String(bytes.count), "exit": result.exit.description])
         }
+    }
+}
+
+/// Runs `body` in a child task and returns its result: the memory of its
+/// call stack is freed when it ends, while the calling task would keep it
+/// for as long as it lives.
+func inChildTask<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    try await withThrowingTaskGroup(of: T.self) { group in
+        group.addTask { try await body() }
+        guard let value = try await group.next() else { throw CancellationError() }  // one task was added
+        return value
+    }
+}
+
+/// ``inChildTask(_:)`` for a body that cannot throw.
+func inChildTask<T: Sendable>(_ body: @escaping @Sendable () async -> T) async -> T {
+    await withTaskGroup(of: T.self) { group in
+        group.addTask { await body() }
+        // One task was added, so `next()` has a value; the fallback runs the
+        // body here should that ever not hold.
+        if let value = await group.next() { return value }
+        return await body()
     }
 }
 

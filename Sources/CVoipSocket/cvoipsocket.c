@@ -132,3 +132,9 @@ int vigil_socket_address(int fd, int peer, char *buffer, int size) {
     if (rc != 0) return -1;
     return vigil_format_address((const struct sockaddr *)&storage, buffer, size);
 }
+
+#include <malloc.h>
+long vigil_heap_in_use(void) {
+    struct mallinfo2 info = mallinfo2();
+    return (long)(info.uordblks + info.hblkhd);
+}

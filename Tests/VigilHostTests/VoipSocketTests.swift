@@ -119,6 +119,30 @@ import VigilKit
         await h.supervisor.stopAll()
     }
 
+    /// A handler that starts after its window's end is counted as late; one
+    /// that starts at the end exactly is not (test clock).
+    @Test func lateHandlerStartsAreCounted() async throws {
+        let clock = ManualClock()
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let h = try VoipHarness(clock: clock, scheduler: WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock)))
+        try await h.start([
+            "connect": .string(server.address), "keepalive_interval": .string("60s"), "jitter": .integer(0),
+            "handler_timeout": .string("10s"), "expect": .string("\r\n"),
+        ])
+        #expect(await h.waitForStatus { $0["State"]?.stringValue == "up" }["State"]?.stringValue == "up")
+        await clock.settle()
+        await clock.advance(by: .seconds(60))
+        let onTime = await h.waitForStatus { $0["Pings"]?.uintValue ?? 0 >= 1 }
+        #expect(onTime["Pings"]?.uintValue == 1 && onTime["LatePings"]?.uintValue == 0, "\(onTime)")
+        // One jump past the next window's end (a frozen process): the wake
+        // fires 1 s late.
+        await clock.jump(by: .seconds(61))
+        let late = await h.waitForStatus { $0["Pings"]?.uintValue ?? 0 >= 2 }
+        #expect(late["Pings"]?.uintValue == 2 && late["LatePings"]?.uintValue == 1, "\(late)")
+        await h.supervisor.stopAll()
+    }
+
     /// A pong that stops coming makes the strategy reconnect.
     @Test func missingPongLeadsToReconnect() async throws {
         let server = try LoopbackServer()

@@ -82,4 +82,8 @@ int vigil_format_address(const struct sockaddr *address, char *buffer, int size)
 /// The local (`peer` = 0) or remote (`peer` = 1) address of `fd`, formatted as
 /// above. 0, or -1 with errno set.
 int vigil_socket_address(int fd, int peer, char *buffer, int size);
+
+/// Bytes malloc has handed out and not had back, over all arenas
+/// (mallinfo2; benchmarks tell live memory from freed-but-kept pages).
+long vigil_heap_in_use(void);
 #endif

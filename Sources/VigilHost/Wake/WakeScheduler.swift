@@ -212,10 +212,15 @@ public actor WakeScheduler: WakeScheduling {
 
     /// Fires every pending request with `earliest <= target`.
     private func fireBatch(at target: VigilInstant, now: VigilInstant, onAlarm: Bool) {
-        var due: [UInt64: Pending] = [:]
+        // Resumed in order of earliest time (ties: order of request), not in
+        // a dictionary's hash order: in a large batch the last resumed runs
+        // hundreds of milliseconds after the first, and a periodic requester
+        // should keep its place from batch to batch, or its period stretches
+        // by that much.
+        var due: [Pending] = []
         while let first = byEarliest.cleanTop({ pending[$0] == nil }), first.at <= target {
             byEarliest.pop()
-            due[first.id] = pending.removeValue(forKey: first.id)
+            if let entry = pending.removeValue(forKey: first.id) { due.append(entry) }
         }
         let firing = WakeFiring(target: target, firedAt: now, batchSize: due.count, onAlarmClock: onAlarm)
         statistics.batchesFired += 1
@@ -224,7 +229,7 @@ public actor WakeScheduler: WakeScheduling {
         if onAlarm { statistics.alarmBatches += 1 }
         statistics.totalLateness += firing.lateness
         statistics.maxLateness = max(statistics.maxLateness, firing.lateness)
-        for entry in due.values { entry.continuation.resume(returning: firing) }
+        for entry in due { entry.continuation.resume(returning: firing) }
     }
 
     /// Arms the timers for the current pending set, touching a timer only
