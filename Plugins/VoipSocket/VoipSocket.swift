@@ -294,9 +294,10 @@ final class VoipConnection: Sendable {
                 continue
             }
             let started = clock.now
-            // The wake came after the window's end: the machine (or the
-            // scheduler) was late, and this ping goes out late.
-            if started > latest { await update { $0.latePings += 1 } }
+            // The wake came after the window's end (base + interval; `latest`
+            // is only this round's random target inside the window): the
+            // machine or the process was busy or frozen, and the ping is late.
+            if started > base + settings.interval { await update { $0.latePings += 1 } }
             let deadline = started + settings.handlerTimeout
             let ping = settings.ping
             let expectsPong = !settings.expect.isEmpty
