@@ -341,8 +341,13 @@ final class VoipConnection: Sendable {
         let interval = settings.interval
         let earliest = base + .nanoseconds(Int64(Double(interval.nanoseconds) * (1 - settings.jitter)))
         let end = base + interval
-        if settings.align != nil || earliest >= end { return (earliest, end) }
-        let pick = Int64.random(in: earliest.nanoseconds...end.nanoseconds)
+        guard earliest < end else { return (earliest, end) }
+        // Aim a little before the window's end: a batch of thousands of
+        // sockets (coalesced or aligned wakes) takes a few hundred ms to go
+        // through, and the last of them must still ping inside the window.
+        let target = end - min((end - earliest) / 4, .seconds(1))
+        if settings.align != nil { return (earliest, target) }
+        let pick = Int64.random(in: earliest.nanoseconds...target.nanoseconds)
         return (earliest, VigilInstant(nanoseconds: pick))
     }
 

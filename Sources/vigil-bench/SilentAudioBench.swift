@@ -23,6 +23,21 @@ private func processCost(_ pid: pid_t) -> [Int: (cpuNanos: Int64, voluntary: Int
     return out
 }
 
+/// CPU time (schedstat, ns) and voluntary switches of the threads of `pid`
+/// named `name`: libpulse's `threaded-ml` is the thread that streams.
+private func threadCost(_ pid: pid_t, named name: String) -> (cpuNanos: Int64, voluntary: Int) {
+    let dir = "/proc/\(pid)/task"
+    var cpu: Int64 = 0, voluntary = 0
+    for (tid, sample) in sampleThreads(pid: pid) {
+        let comm = (try? String(contentsOfFile: "\(dir)/\(tid)/comm", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard comm == name else { continue }
+        let s = (try? String(contentsOfFile: "\(dir)/\(tid)/schedstat", encoding: .utf8)) ?? ""
+        cpu += s.split(separator: " ").first.flatMap { Int64($0) } ?? 0
+        voluntary += sample.voluntary
+    }
+    return (cpu, voluntary)
+}
+
 /// Growth between two samples: threads that ended in between are not
 /// counted (their last figures are gone), new threads count in full.
 private func costDelta(_ before: [Int: (cpuNanos: Int64, voluntary: Int)], _ after: [Int: (cpuNanos: Int64, voluntary: Int)]) -> (Int64, Int) {
@@ -74,7 +89,8 @@ func silentAudioBench(_ args: [String]) async throws {
     ]
     print("silent-audio: \(Int(seconds)) s per signal, default buffer 2s (request size 1s), s16le 2ch 48000 Hz on a null sink")
     print("reference: pacat --raw --latency-msec=2000 --process-time-msec=1000 /dev/zero, same sink and format, measured in the same windows\n")
-    print("signal        vigild CPU s/h  wakeups/s   pacat CPU s/h  wakeups/s   vigild/pacat CPU")
+    print("              whole vigild               its audio thread          pacat (reference)")
+    print("signal        CPU s/h  wakeups/s        CPU s/h  wakeups/s        CPU s/h  wakeups/s   audio thread/pacat CPU")
     for (label, options) in signals {
         let config = """
         [host]
@@ -97,10 +113,10 @@ func silentAudioBench(_ args: [String]) async throws {
         ], environment: env)
         // Start-up (plugin load, connection, first buffer) is not streaming.
         try await Task.sleep(for: .seconds(3))
-        let hostBefore = processCost(host), pacatBefore = processCost(pacat)
+        let hostBefore = processCost(host), pacatBefore = processCost(pacat), audioBefore = threadCost(host, named: "threaded-ml")
         let start = ContinuousClock.now
         try await Task.sleep(for: .seconds(seconds))
-        let hostAfter = processCost(host), pacatAfter = processCost(pacat)
+        let hostAfter = processCost(host), pacatAfter = processCost(pacat), audioAfter = threadCost(host, named: "threaded-ml")
         let window = (ContinuousClock.now - start).seconds
         stop(host)
         stop(pacat)
@@ -110,8 +126,12 @@ func silentAudioBench(_ args: [String]) async throws {
         }
         let (hostCPU, hostWakes) = perHour(hostBefore, hostAfter)
         let (pacatCPU, pacatWakes) = perHour(pacatBefore, pacatAfter)
+        let audioCPU = Double(audioAfter.cpuNanos - audioBefore.cpuNanos) / 1e9 / window * 3600
+        let audioWakes = Double(audioAfter.voluntary - audioBefore.voluntary) / window
         print(label.padding(toLength: 14, withPad: " ", startingAt: 0)
-              + String(format: "%14.2f %10.2f %15.2f %10.2f %18.2f", hostCPU, hostWakes, pacatCPU, pacatWakes, pacatCPU > 0 ? hostCPU / pacatCPU : .infinity))
+              + String(format: "%7.2f %10.2f %14.2f %10.2f %14.2f %10.2f %24.2f", hostCPU, hostWakes, audioCPU, audioWakes,
+                       pacatCPU, pacatWakes, pacatCPU > 0 ? audioCPU / pacatCPU : .infinity))
     }
-    print("\nvigild's figures include the whole host (heartbeat every 60 s, D-Bus off): what a user pays for the strategy.")
+    print("\nwhole vigild: every thread of the host (its heartbeat every 60 s and start-up leftovers included);")
+    print("audio thread: libpulse's threaded-ml thread of the silent-audio plugin, which does all the streaming: the figure compared with pacat.")
 }
