@@ -54,42 +54,58 @@ final class LoopbackServer: @unchecked Sendable {
     let pong: [UInt8]
     let greeting: [UInt8]
     let closeOnAccept: Bool
+    let ipv6: Bool
     let clock: any VigilClock
     private var thread: Thread?
 
+    /// Listens on 127.0.0.1, or on ::1 with `ipv6`, on a free port.
     init(ping: [UInt8] = Array("\r\n\r\n".utf8), pong: [UInt8] = Array("\r\n".utf8), greeting: [UInt8] = [],
-         closeOnAccept: Bool = false, answering: Bool = true, clock: any VigilClock = SystemClock()) throws {
+         closeOnAccept: Bool = false, answering: Bool = true, ipv6: Bool = false, clock: any VigilClock = SystemClock()) throws {
         self.ping = ping
         self.pong = pong
         self.greeting = greeting
         self.closeOnAccept = closeOnAccept
         self.clock = clock
         self.answeringFlag = answering
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        self.ipv6 = ipv6
+        let fd = socket(ipv6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw DescribedError("socket: \(errno)") }
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        var storage = sockaddr_storage()
+        let size: Int
+        if ipv6 {
+            var address = sockaddr_in6()
+            address.sin6_family = sa_family_t(AF_INET6)
+            address.sin6_addr = in6addr_loopback
+            withUnsafeMutableBytes(of: &storage) { $0.storeBytes(of: address, as: sockaddr_in6.self) }
+            size = MemoryLayout<sockaddr_in6>.size
+        } else {
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            withUnsafeMutableBytes(of: &storage) { $0.storeBytes(of: address, as: sockaddr_in.self) }
+            size = MemoryLayout<sockaddr_in>.size
+        }
+        let bound = withUnsafePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(size)) }
         }
         guard bound == 0, listen(fd, 64) == 0 else { throw DescribedError("bind/listen: \(errno)") }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        _ = withUnsafeMutablePointer(to: &storage) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
         }
         listenFD = fd
-        port = UInt16(bigEndian: address.sin_port)
+        port = withUnsafeBytes(of: &storage) { raw in
+            ipv6 ? UInt16(bigEndian: raw.load(as: sockaddr_in6.self).sin6_port) : UInt16(bigEndian: raw.load(as: sockaddr_in.self).sin_port)
+        }
         let t = Thread { [self] in serve() }
         t.name = "loopback-server"
         thread = t
         t.start()
     }
 
-    var address: String { "127.0.0.1:\(port)" }
+    var address: String { ipv6 ? "[::1]:\(port)" : "127.0.0.1:\(port)" }
 
     /// Whether pings get their pong.
     var answering: Bool {

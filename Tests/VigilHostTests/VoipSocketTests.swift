@@ -35,6 +35,24 @@ import VigilKit
         #expect(try VoipSocketPlugin.problems(["connect": .string("[::1]:5060"), "align": .boolean(true), "jitter": .string("10%")]).isEmpty)
     }
 
+    /// An IPv6 peer (`[::1]:port`): connected, pinged and answered; the
+    /// lease shows both IPv6 addresses.
+    @Test func connectsToAnIPv6Peer() async throws {
+        let server = try LoopbackServer(ipv6: true)
+        defer { server.stop() }
+        let h = try VoipHarness()
+        try await h.start([
+            "connect": .string(server.address), "keepalive_interval": .string("200ms"), "jitter": .integer(0),
+            "handler_timeout": .string("150ms"), "expect": .string("\r\n"),
+        ])
+        #expect(await server.count(.ping, atLeast: 2))
+        let status = await h.waitForStatus { $0["Pings"]?.uintValue ?? 0 >= 2 }
+        await h.supervisor.stopAll()
+        #expect(status["Remote"]?.stringValue == server.address, "\(status)")
+        #expect(status["Local"]?.stringValue.hasPrefix("[::1]:") == true, "\(status)")
+        #expect(status["Overruns"]?.uintValue == 0)
+    }
+
     /// Pings come at a random 80–100 % of the interval, each with its pong;
     /// the lease shows the figures.
     @Test func pingsArriveInsideTheJitterWindow() async throws {
