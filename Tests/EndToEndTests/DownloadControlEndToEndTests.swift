@@ -170,6 +170,8 @@ extension EndToEnd.DownloadSessionEndToEndTests {
         try h.config("progress_interval = \"250ms\"")
         let daemon = try h.start()
         try await daemon.waitForLine(containing: "serving org.vigil.Vigil1")
+        // The strategy registers its D-Bus methods before it says what it knows.
+        try await daemon.waitForLine(containing: " known, ")
         let watch = try await BusWatch(h.bus)
         let download = try await watch.enqueue("\(h.nginx.baseURL)/slow/paused.bin", "paused.bin",
                                                ["sha256": .string(digest), "size": .uint64(UInt64(size))])
@@ -248,6 +250,8 @@ extension EndToEnd.DownloadSessionEndToEndTests {
         try h.config("")
         let daemon = try h.start()
         try await daemon.waitForLine(containing: "serving org.vigil.Vigil1")
+        // The strategy registers its D-Bus methods before it says what it knows.
+        try await daemon.waitForLine(containing: " known, ")
         let watch = try await BusWatch(h.bus)
         let download = try await watch.enqueue("\(h.nginx.baseURL)/slow/cancelled.bin", "sub/cancelled.bin")
         let part = h.downloads + "/sub/cancelled.bin.part"
