@@ -3,7 +3,7 @@ import CPulse
 import Glibc
 #endif
 
-/// What libpulse tells the strategy, in order, from its main-loop thread.
+/// What libpulse tells the strategy, in order, from the loop thread.
 enum PulseEvent: Sendable {
     case contextReady
     /// The connection could not be made or was lost (server gone, killed).
@@ -52,24 +52,27 @@ struct StreamSpec: Sendable {
 }
 
 /// One connection to a PulseAudio (or PipeWire-pulse) server through
-/// libpulse's asynchronous API on a `pa_threaded_mainloop`: libpulse runs its
-/// own thread, so neither libdispatch nor Swift's executors are involved
-/// while the stream plays, and connection and stream state changes arrive as
-/// ``PulseEvent``s instead of being polled.
+/// libpulse's asynchronous API on a plain `pa_mainloop` running on its own
+/// thread (``PulseLoop``): neither libdispatch nor Swift's executors are
+/// involved while the stream plays, and connection and stream state changes
+/// arrive as ``PulseEvent``s instead of being polled.
 ///
 /// Used once: connect, open one stream, ``close()``. A lost connection is
 /// replaced by a new `PulseConnection`.
 final class PulseConnection: @unchecked Sendable {
     // Invariant: every pa_* object and every `var` below is touched only on
-    // libpulse's main-loop thread (inside callbacks, which libpulse runs with
-    // the main-loop lock held) or by other threads while holding that lock
-    // (`withLock`). `mainloop` itself is immutable and thread-safe to lock.
-    private let mainloop: OpaquePointer
+    // the loop's thread: inside libpulse callbacks, or in closures other
+    // threads run there through `onLoop` (`loop.sync`). `loop` is immutable
+    // and thread-safe.
+    private let loop: PulseLoop
     private var context: OpaquePointer?
     private var stream: OpaquePointer?
     private var renderer: SignalRenderer?
     private var pendingReplies: [ObjectIdentifier: any PendingReply] = [:]
     private var watchedSink: UInt32?
+    /// The last state reported for the watched sink, so that repeated
+    /// CHANGE events (volume, latency, ...) with the same state are dropped.
+    private var reportedSinkState: String?
     private var closed = false
     /// Underruns of the current stream.
     private var underflowCount: UInt64 = 0
@@ -78,18 +81,12 @@ final class PulseConnection: @unchecked Sendable {
     private let continuation: AsyncStream<PulseEvent>.Continuation
 
     init() throws(SilentAudioError) {
-        guard let loop = pa_threaded_mainloop_new() else { throw .pulse("pa_threaded_mainloop_new failed") }
-        mainloop = loop
+        loop = try PulseLoop()
         (events, continuation) = AsyncStream.makeStream(of: PulseEvent.self)
-        guard pa_threaded_mainloop_start(loop) == 0 else {
-            pa_threaded_mainloop_free(loop)
-            throw .pulse("cannot start libpulse's main-loop thread")
-        }
     }
 
     deinit {
         close()
-        pa_threaded_mainloop_free(mainloop)
     }
 
     private var userdata: UnsafeMutableRawPointer { Unmanaged.passUnretained(self).toOpaque() }
@@ -98,10 +95,9 @@ final class PulseConnection: @unchecked Sendable {
         p.map { Unmanaged<PulseConnection>.fromOpaque($0).takeUnretainedValue() }
     }
 
-    private func withLock<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
-        pa_threaded_mainloop_lock(mainloop)
-        defer { pa_threaded_mainloop_unlock(mainloop) }
-        return try body()
+    /// Runs `body` on the loop thread, where libpulse may be used.
+    private func onLoop<T, E: Error>(_ body: @escaping () throws(E) -> T) throws(E) -> T {
+        try loop.sync(body)
     }
 
     fileprivate func emit(_ event: PulseEvent) { continuation.yield(event) }
@@ -112,9 +108,8 @@ final class PulseConnection: @unchecked Sendable {
     /// `server` is a libpulse server string (`unix:/run/user/1000/pulse/native`);
     /// nil uses libpulse's default ($PULSE_SERVER, then the user's runtime dir).
     func connect(server: String?, applicationName: String) throws(SilentAudioError) {
-        try withLock { () throws(SilentAudioError) in
-            guard let api = pa_threaded_mainloop_get_api(mainloop),
-                  let ctx = pa_context_new(api, applicationName)
+        try onLoop { [self] () throws(SilentAudioError) in
+            guard let ctx = pa_context_new(loop.api, applicationName)
             else { throw .pulse("pa_context_new failed") }
             context = ctx
             pa_context_set_state_callback(ctx, contextStateCallback, userdata)
@@ -138,7 +133,7 @@ final class PulseConnection: @unchecked Sendable {
 
     /// The server's socket path or address, once connected.
     var serverAddress: String? {
-        withLock { context.flatMap { pa_context_get_server($0) }.map { String(cString: $0) } }
+        onLoop { [self] in context.flatMap { pa_context_get_server($0) }.map { String(cString: $0) } }
     }
 
     // MARK: queries
@@ -154,10 +149,10 @@ final class PulseConnection: @unchecked Sendable {
 
     /// Sends one introspection request and collects its replies. If the
     /// connection fails first, the answer is empty.
-    private func request<T: Sendable>(_ send: (OpaquePointer, UnsafeMutableRawPointer) -> OpaquePointer?) async -> [T] {
+    private func request<T: Sendable>(_ send: @escaping (OpaquePointer, UnsafeMutableRawPointer) -> OpaquePointer?) async -> [T] {
         await withCheckedContinuation { (c: CheckedContinuation<[T], Never>) in
             let reply = Reply<T>(c, owner: self)
-            let sent: Bool = withLock {
+            let sent: Bool = onLoop { [self] in
                 guard let ctx = context, !closed, pa_context_get_state(ctx) == PA_CONTEXT_READY else { return false }
                 guard let op = send(ctx, Unmanaged.passUnretained(reply).toOpaque()) else { return false }
                 pa_operation_unref(op)
@@ -183,14 +178,24 @@ final class PulseConnection: @unchecked Sendable {
 
     /// Reports changes of sink `index` (state) and its removal as events.
     func watchSink(_ index: UInt32) {
-        withLock {
+        onLoop { [self] in
             watchedSink = index
+            reportedSinkState = nil
             guard let ctx = context else { return }
             pa_context_set_subscribe_callback(ctx, subscribeCallback, userdata)
             if let op = pa_context_subscribe(ctx, PA_SUBSCRIPTION_MASK_SINK, nil, nil) { pa_operation_unref(op) }
             // The state may have changed before the subscription: report it now.
             if let op = pa_context_get_sink_info_by_index(ctx, index, changedSinkCallback, userdata) { pa_operation_unref(op) }
         }
+    }
+
+    /// Reports the watched sink's description when its state differs from
+    /// the one reported last: the strategy shows only the state.
+    fileprivate func sinkInfoArrived(_ info: UnsafePointer<pa_sink_info>) {
+        let sink = SinkInfo(info)
+        guard sink.index == watchedSink, sink.state != reportedSinkState else { return }
+        reportedSinkState = sink.state
+        emit(.sinkChanged(sink))
     }
 
     fileprivate func sinkEvent(_ type: UInt32, index: UInt32) {
@@ -208,7 +213,7 @@ final class PulseConnection: @unchecked Sendable {
     /// Opens the playback stream; `.streamReady` or `.streamFailed` follows.
     /// The write callback fills the buffer from `renderer`.
     func openStream(_ spec: StreamSpec, renderer: SignalRenderer) throws(SilentAudioError) {
-        try withLock { () throws(SilentAudioError) in
+        try onLoop { [self] () throws(SilentAudioError) in
             guard let ctx = context else { throw .pulse("not connected") }
             var sampleSpec = pa_sample_spec(format: spec.format.pulseFormat, rate: UInt32(spec.rate), channels: UInt8(spec.channels))
             guard let s = pa_stream_new(ctx, spec.name, &sampleSpec, nil) else {
@@ -251,9 +256,7 @@ final class PulseConnection: @unchecked Sendable {
     }
 
     fileprivate func write(_ s: OpaquePointer, _ requested: Int) {
-        guard var renderer else { return }
-        defer { self.renderer = renderer }
-        let frameBytes = renderer.bytesPerFrame
+        guard let frameBytes = renderer?.bytesPerFrame else { return }
         var remaining = requested - requested % frameBytes
         while remaining > 0 {
             var data: UnsafeMutableRawPointer?
@@ -262,7 +265,8 @@ final class PulseConnection: @unchecked Sendable {
             guard pa_stream_begin_write(s, &data, &size) == 0, let data else { return }
             size -= size % frameBytes
             guard size > 0 else { pa_stream_cancel_write(s); return }
-            renderer.render(into: data, frames: size / frameBytes)
+            // In place: no copy of the renderer (and its buffers' references) per callback.
+            renderer?.render(into: data, frames: size / frameBytes)
             guard pa_stream_write(s, data, size, nil, 0, PA_SEEK_RELATIVE) == 0 else { return }
             remaining -= size
         }
@@ -278,14 +282,15 @@ final class PulseConnection: @unchecked Sendable {
         let index = pa_stream_get_device_index(s)
         let name = pa_stream_get_device_name(s).map { String(cString: $0) } ?? "?"
         watchedSink = index
+        reportedSinkState = nil
         emit(.streamMoved(sink: index, name: name))
     }
 
-    var underruns: UInt64 { withLock { underflowCount } }
+    var underruns: UInt64 { onLoop { [self] in underflowCount } }
 
     /// The sink the stream plays on, once ready.
     var streamSink: (index: UInt32, name: String)? {
-        withLock {
+        onLoop { [self] in
             guard let s = stream, pa_stream_get_state(s) == PA_STREAM_READY else { return nil }
             return (pa_stream_get_device_index(s), pa_stream_get_device_name(s).map { String(cString: $0) } ?? "?")
         }
@@ -293,7 +298,7 @@ final class PulseConnection: @unchecked Sendable {
 
     /// The buffer the server granted: target length and request size.
     var bufferAttributes: (tlength: Int, minreq: Int)? {
-        withLock {
+        onLoop { [self] in
             guard let s = stream, let attr = pa_stream_get_buffer_attr(s) else { return nil }
             return (Int(attr.pointee.tlength), Int(attr.pointee.minreq))
         }
@@ -302,7 +307,7 @@ final class PulseConnection: @unchecked Sendable {
     /// Pauses or resumes playback. Resuming drops what was buffered and
     /// starts the next burst from its fade-in.
     func setPlaying(_ playing: Bool) {
-        withLock {
+        onLoop { [self] in
             guard let s = stream else { return }
             if playing {
                 if let op = pa_stream_flush(s, nil, nil) { pa_operation_unref(op) }
@@ -314,10 +319,9 @@ final class PulseConnection: @unchecked Sendable {
         }
     }
 
-    /// Disconnects the stream and the context. The main-loop thread stops
-    /// when the connection is deinitialised.
+    /// Disconnects the stream and the context and stops the loop thread.
     func close() {
-        let wasOpen: Bool = withLock {
+        let wasOpen: Bool = onLoop { [self] in
             guard !closed else { return false }
             closed = true
             if let s = stream {
@@ -341,7 +345,7 @@ final class PulseConnection: @unchecked Sendable {
         }
         guard wasOpen else { return }
         continuation.finish()
-        pa_threaded_mainloop_stop(mainloop)
+        loop.stop()
     }
 
     static func errorText(_ code: Int32) -> String {
@@ -375,7 +379,7 @@ private final class Reply<T: Sendable>: PendingReply, @unchecked Sendable {
     }
 }
 
-// MARK: C callbacks (libpulse's main-loop thread, lock held)
+// MARK: C callbacks (the loop thread)
 
 private let contextStateCallback: pa_context_notify_cb_t = { _, userdata in
     PulseConnection.from(userdata)?.contextStateChanged()
@@ -419,7 +423,7 @@ private let sinkInfoCallback: pa_sink_info_cb_t = { _, info, eol, userdata in
 
 private let changedSinkCallback: pa_sink_info_cb_t = { _, info, _, userdata in
     guard let info else { return }
-    PulseConnection.from(userdata)?.emit(.sinkChanged(SinkInfo(info)))
+    PulseConnection.from(userdata)?.sinkInfoArrived(info)
 }
 
 /// Replies do not know their connection; they finish themselves.
@@ -438,7 +442,7 @@ private func sinkReply(_ item: SinkInfo?, eol: Bool, _ p: UnsafeMutableRawPointe
 }
 
 extension Reply {
-    /// Finishes from a libpulse callback (lock held): no longer pending.
+    /// Finishes from a libpulse callback (loop thread): no longer pending.
     func finishFromCallback() {
         owner?.forget(self)
         finish()

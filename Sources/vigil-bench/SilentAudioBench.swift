@@ -24,7 +24,8 @@ private func processCost(_ pid: pid_t) -> [Int: (cpuNanos: Int64, voluntary: Int
 }
 
 /// CPU time (schedstat, ns) and voluntary switches of the threads of `pid`
-/// named `name`: libpulse's `threaded-ml` is the thread that streams.
+/// named `name`: the plugin's `vigil-audio` thread (its `pa_mainloop`) is
+/// the thread that streams.
 private func threadCost(_ pid: pid_t, named name: String) -> (cpuNanos: Int64, voluntary: Int) {
     let dir = "/proc/\(pid)/task"
     var cpu: Int64 = 0, voluntary = 0
@@ -58,6 +59,8 @@ private func costDelta(_ before: [Int: (cpuNanos: Int64, voluntary: Int)], _ aft
 /// (measured over the window and scaled up) and wakeups per second.
 /// Default 30 s per signal (2 minutes in all).
 func silentAudioBench(_ args: [String]) async throws {
+    // The name PulseLoop gives its thread (Plugins/SilentAudio/PulseLoop.swift).
+    let audioThreadName = "vigil-audio"
     let seconds = args.first.flatMap(Double.init) ?? 30
     let bin = URL(fileURLWithPath: PluginLoader.executableDirectory() ?? ".")
     var template = Array("/tmp/vigil-audio-bench-XXXXXX".utf8CString)
@@ -113,10 +116,10 @@ func silentAudioBench(_ args: [String]) async throws {
         ], environment: env)
         // Start-up (plugin load, connection, first buffer) is not streaming.
         try await Task.sleep(for: .seconds(3))
-        let hostBefore = processCost(host), pacatBefore = processCost(pacat), audioBefore = threadCost(host, named: "threaded-ml")
+        let hostBefore = processCost(host), pacatBefore = processCost(pacat), audioBefore = threadCost(host, named: audioThreadName)
         let start = ContinuousClock.now
         try await Task.sleep(for: .seconds(seconds))
-        let hostAfter = processCost(host), pacatAfter = processCost(pacat), audioAfter = threadCost(host, named: "threaded-ml")
+        let hostAfter = processCost(host), pacatAfter = processCost(pacat), audioAfter = threadCost(host, named: audioThreadName)
         let window = (ContinuousClock.now - start).seconds
         stop(host)
         stop(pacat)
@@ -133,5 +136,5 @@ func silentAudioBench(_ args: [String]) async throws {
                        pacatCPU, pacatWakes, pacatCPU > 0 ? audioCPU / pacatCPU : .infinity))
     }
     print("\nwhole vigild: every thread of the host (its heartbeat every 60 s and start-up leftovers included);")
-    print("audio thread: libpulse's threaded-ml thread of the silent-audio plugin, which does all the streaming: the figure compared with pacat.")
+    print("audio thread: the silent-audio plugin's \(audioThreadName) thread (a plain pa_mainloop), which does all the streaming: the figure compared with pacat.")
 }
