@@ -1,4 +1,5 @@
 import Foundation
+import VigilTestSupport
 import Glibc
 import Testing
 import VigilHost
@@ -39,12 +40,10 @@ struct ServerEvent: Sendable {
 /// `answering` is on, can greet, can close every connection at once, and
 /// records what happened so tests can await it.
 final class LoopbackServer: @unchecked Sendable {
-    // Invariant: `events`, `waiters`, `answering`, `outgoing` and `stopped`
-    // are only touched while holding `lock`; the fds belong to the thread.
+    // Invariant: `answering`, `outgoing` and `stopped` are only touched while
+    // holding `lock` (`events` locks itself); the fds belong to the thread.
     private let lock = NSLock()
-    private var events: [ServerEvent] = []
-    private var waiters: [(id: UInt64, check: ([ServerEvent]) -> Bool, c: CheckedContinuation<Bool, Never>)] = []
-    private var nextWaiter: UInt64 = 0
+    private let events = WaitableLog<ServerEvent>()
     private var answeringFlag = true
     private var outgoing: [[UInt8]] = []
     private var stopped = false
@@ -118,44 +117,14 @@ final class LoopbackServer: @unchecked Sendable {
 
     func stop() { lock.withLock { stopped = true } }
 
-    var all: [ServerEvent] { lock.withLock { events } }
+    var all: [ServerEvent] { events.all }
     func all(_ kind: ServerEvent.Kind) -> [ServerEvent] { all.filter { $0.kind == kind } }
 
-    private func record(_ event: ServerEvent) {
-        let ready: [CheckedContinuation<Bool, Never>] = lock.withLock {
-            events.append(event)
-            let snapshot = events
-            var out: [CheckedContinuation<Bool, Never>] = []
-            waiters.removeAll { w in
-                guard w.check(snapshot) else { return false }
-                out.append(w.c)
-                return true
-            }
-            return out
-        }
-        for c in ready { c.resume(returning: true) }
-    }
+    private func record(_ event: ServerEvent) { events.append(event) }
 
     /// Waits until `condition` holds for the events so far; false after `timeout`.
     func wait(timeout: Duration = .seconds(10), until condition: @escaping @Sendable ([ServerEvent]) -> Bool) async -> Bool {
-        let id: UInt64 = lock.withLock { nextWaiter += 1; return nextWaiter }
-        let timer = Task {
-            try? await Task.sleep(for: timeout)
-            let w = lock.withLock { () -> CheckedContinuation<Bool, Never>? in
-                guard let i = waiters.firstIndex(where: { $0.id == id }) else { return nil }
-                return waiters.remove(at: i).c
-            }
-            w?.resume(returning: false)
-        }
-        defer { timer.cancel() }
-        return await withCheckedContinuation { c in
-            let now: Bool = lock.withLock {
-                if condition(events) { return true }
-                waiters.append((id, condition, c))
-                return false
-            }
-            if now { c.resume(returning: true) }
-        }
+        await events.wait(timeout: timeout, until: condition)
     }
 
     func count(_ kind: ServerEvent.Kind, atLeast n: Int, timeout: Duration = .seconds(10)) async -> Bool {
@@ -272,48 +241,14 @@ extension StatusValue {
 func strings(_ values: [String]) -> ConfigValue { .array(values.map(ConfigValue.string)) }
 
 /// Survival-log events kept in memory, with a bounded wait for a condition.
-final class WaitableEvents: EventRecording, @unchecked Sendable {
-    // Invariant: `events` and `waiters` are only touched while holding `lock`.
-    private let lock = NSLock()
-    private var events: [(String, [String: String])] = []
-    private var waiters: [(id: UInt64, check: ([(String, [String: String])]) -> Bool, c: CheckedContinuation<Bool, Never>)] = []
-    private var nextID: UInt64 = 0
+final class WaitableEvents: EventRecording, Sendable {
+    private let log = WaitableLog<(String, [String: String])>()
 
-    func record(_ event: String, _ fields: [String: String]) async {
-        let ready: [CheckedContinuation<Bool, Never>] = lock.withLock {
-            events.append((event, fields))
-            var out: [CheckedContinuation<Bool, Never>] = []
-            let snapshot = events
-            waiters.removeAll { w in
-                guard w.check(snapshot) else { return false }
-                out.append(w.c)
-                return true
-            }
-            return out
-        }
-        for c in ready { c.resume(returning: true) }
-    }
+    func record(_ event: String, _ fields: [String: String]) async { log.append((event, fields)) }
 
-    var all: [(String, [String: String])] { lock.withLock { events } }
+    var all: [(String, [String: String])] { log.all }
 
     func wait(timeout: Duration, until condition: @escaping @Sendable ([(String, [String: String])]) -> Bool) async -> Bool {
-        let id: UInt64 = lock.withLock { nextID += 1; return nextID }
-        let timer = Task {
-            try? await Task.sleep(for: timeout)
-            let w = lock.withLock { () -> CheckedContinuation<Bool, Never>? in
-                guard let i = waiters.firstIndex(where: { $0.id == id }) else { return nil }
-                return waiters.remove(at: i).c
-            }
-            w?.resume(returning: false)
-        }
-        defer { timer.cancel() }
-        return await withCheckedContinuation { c in
-            let now: Bool = lock.withLock {
-                if condition(events) { return true }
-                waiters.append((id, condition, c))
-                return false
-            }
-            if now { c.resume(returning: true) }
-        }
+        await log.wait(timeout: timeout, until: condition)
     }
 }
