@@ -54,8 +54,9 @@ private func costDelta(_ before: [Int: (cpuNanos: Int64, voluntary: Int)], _ aft
 /// vigil-bench silent-audio [seconds per signal]: for each signal, vigild
 /// with one silent-audio instance at the default buffer (2 s) on a null sink
 /// of a private user-mode PulseAudio, measured side by side with the
-/// reference `pacat` streaming /dev/zero with the same buffer, request size
-/// and sample format to the same sink. Prints CPU time per hour of streaming
+/// references: `pacat` streaming /dev/zero with the same buffer and sample
+/// format to the same sink (A), and the same with the plugin's request size
+/// too (B). Prints CPU time per hour of streaming
 /// (measured over the window and scaled up) and wakeups per second.
 /// Default 30 s per signal (2 minutes in all).
 func silentAudioBench(_ args: [String]) async throws {
@@ -91,9 +92,11 @@ func silentAudioBench(_ args: [String]) async throws {
         ("pink noise", "signal = \"noise\"\nnoise = \"pink\"\namplitude = \"-60dBFS\""),
     ]
     print("silent-audio: \(Int(seconds)) s per signal, default buffer 2s (request size 1s), s16le 2ch 48000 Hz on a null sink")
-    print("reference: pacat --raw --latency-msec=2000 --process-time-msec=1000 /dev/zero, same sink and format, measured in the same windows\n")
-    print("              whole vigild               its audio thread          pacat (reference)")
-    print("signal        CPU s/h  wakeups/s        CPU s/h  wakeups/s        CPU s/h  wakeups/s   audio thread/pacat CPU")
+    print("references, same sink and format, measured in the same windows, streaming /dev/zero:")
+    print("  pacat A: pacat --raw --latency-msec=2000 /dev/zero (the same buffer, pacat's own request size)")
+    print("  pacat B: pacat --raw --latency-msec=2000 --process-time-msec=1000 /dev/zero (the same buffer and request size)\n")
+    print("              whole vigild       its audio thread      pacat A               pacat B               audio thread / pacat")
+    print("signal        CPU s/h  wakes/s   CPU s/h  wakes/s      CPU s/h  wakes/s      CPU s/h  wakes/s       A       B")
     for (label, options) in signals {
         let config = """
         [host]
@@ -110,31 +113,36 @@ func silentAudioBench(_ args: [String]) async throws {
         let configPath = "\(dir)/vigil.toml"
         try config.write(toFile: configPath, atomically: true, encoding: .utf8)
         let host = try spawnQuietly(bin.appendingPathComponent("vigild").path, ["--config", configPath, "--log-level", "warning"], environment: env)
-        let pacat = try spawnQuietly("/usr/bin/pacat", [
-            "--raw", "-d", "nullsink", "--format=s16le", "--rate=48000", "--channels=2",
-            "--latency-msec=2000", "--process-time-msec=1000", "/dev/zero",
-        ], environment: env)
+        let pacatArguments = ["--raw", "-d", "nullsink", "--format=s16le", "--rate=48000", "--channels=2", "--latency-msec=2000"]
+        let stockPacat = try spawnQuietly("/usr/bin/pacat", pacatArguments + ["/dev/zero"], environment: env)
+        let pacat = try spawnQuietly("/usr/bin/pacat", pacatArguments + ["--process-time-msec=1000", "/dev/zero"], environment: env)
         // Start-up (plugin load, connection, first buffer) is not streaming.
         try await Task.sleep(for: .seconds(3))
         let hostBefore = processCost(host), pacatBefore = processCost(pacat), audioBefore = threadCost(host, named: audioThreadName)
+        let stockBefore = processCost(stockPacat)
         let start = ContinuousClock.now
         try await Task.sleep(for: .seconds(seconds))
         let hostAfter = processCost(host), pacatAfter = processCost(pacat), audioAfter = threadCost(host, named: audioThreadName)
+        let stockAfter = processCost(stockPacat)
         let window = (ContinuousClock.now - start).seconds
         stop(host)
         stop(pacat)
+        stop(stockPacat)
         func perHour(_ a: [Int: (cpuNanos: Int64, voluntary: Int)], _ b: [Int: (cpuNanos: Int64, voluntary: Int)]) -> (Double, Double) {
             let (cpu, voluntary) = costDelta(a, b)
             return (Double(cpu) / 1e9 / window * 3600, Double(voluntary) / window)
         }
         let (hostCPU, hostWakes) = perHour(hostBefore, hostAfter)
         let (pacatCPU, pacatWakes) = perHour(pacatBefore, pacatAfter)
+        let (stockCPU, stockWakes) = perHour(stockBefore, stockAfter)
         let audioCPU = Double(audioAfter.cpuNanos - audioBefore.cpuNanos) / 1e9 / window * 3600
         let audioWakes = Double(audioAfter.voluntary - audioBefore.voluntary) / window
         print(label.padding(toLength: 14, withPad: " ", startingAt: 0)
-              + String(format: "%7.2f %10.2f %14.2f %10.2f %14.2f %10.2f %24.2f", hostCPU, hostWakes, audioCPU, audioWakes,
-                       pacatCPU, pacatWakes, pacatCPU > 0 ? audioCPU / pacatCPU : .infinity))
+              + String(format: "%7.2f %8.2f %9.2f %8.2f %12.2f %8.2f %12.2f %8.2f %9.2f %7.2f", hostCPU, hostWakes, audioCPU, audioWakes,
+                       stockCPU, stockWakes, pacatCPU, pacatWakes,
+                       stockCPU > 0 ? audioCPU / stockCPU : .infinity, pacatCPU > 0 ? audioCPU / pacatCPU : .infinity))
     }
     print("\nwhole vigild: every thread of the host (its heartbeat every 60 s and start-up leftovers included);")
     print("audio thread: the silent-audio plugin's \(audioThreadName) thread (a plain pa_mainloop), which does all the streaming: the figure compared with pacat.")
+    print("A is the issue's reference (pacat with the same buffer); B also copies the plugin's request size (1 s), the stricter comparison.")
 }
