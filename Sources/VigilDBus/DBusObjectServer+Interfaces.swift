@@ -14,13 +14,7 @@ extension DBusObjectServer {
             objects[path] = existing + interfaces
             return managers.filter { Self.isStrictDescendant(path, of: $0) }
         }
-        guard !managerPaths.isEmpty else { return }
-        let added = await Self.interfacesAndProperties(interfaces)
-        for manager in managerPaths {
-            try await connection.emitSignal(
-                path: manager, interface: DBusStandardInterfaces.objectManager, name: "InterfacesAdded",
-                arguments: [.objectPath(path), added])
-        }
+        try await announceAdded(interfaces, at: path, to: managerPaths)
     }
 
     /// Removes the named interfaces from the object at `path` (the object
@@ -34,10 +28,6 @@ extension DBusObjectServer {
             return (removed, managers.filter { Self.isStrictDescendant(path, of: $0) })
         }
         guard !removed.isEmpty else { return }
-        for manager in managerPaths {
-            try await connection.emitSignal(
-                path: manager, interface: DBusStandardInterfaces.objectManager, name: "InterfacesRemoved",
-                arguments: [.objectPath(path), removed.dbusValue])
-        }
+        try await announceRemoved(removed, at: path, to: managerPaths)
     }
 }

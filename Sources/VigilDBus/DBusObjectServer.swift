@@ -64,13 +64,7 @@ public final class DBusObjectServer: @unchecked Sendable {
             objects[path] = interfaces
             return managers.filter { Self.isStrictDescendant(path, of: $0) }
         }
-        guard !managerPaths.isEmpty else { return }
-        let added = await Self.interfacesAndProperties(interfaces)
-        for manager in managerPaths {
-            try await connection.emitSignal(
-                path: manager, interface: DBusStandardInterfaces.objectManager, name: "InterfacesAdded",
-                arguments: [.objectPath(path), added])
-        }
+        try await announceAdded(interfaces, at: path, to: managerPaths)
     }
 
     /// Removes the object at `path`. Under an ObjectManager this emits
@@ -80,10 +74,27 @@ public final class DBusObjectServer: @unchecked Sendable {
             guard let removed = objects.removeValue(forKey: path) else { throw DBusError.unknownObject("no object is exported at \(path)") }
             return (removed, managers.filter { Self.isStrictDescendant(path, of: $0) })
         }
+        try await announceRemoved(removed.map(\.name), at: path, to: managerPaths)
+    }
+
+    /// Emits `InterfacesAdded` (with the interfaces' properties) for `path`
+    /// from each ObjectManager in `managerPaths`.
+    func announceAdded(_ interfaces: [DBusInterface], at path: String, to managerPaths: [String]) async throws {
+        guard !managerPaths.isEmpty else { return }
+        let added = await Self.interfacesAndProperties(interfaces)
+        for manager in managerPaths {
+            try await connection.emitSignal(
+                path: manager, interface: DBusStandardInterfaces.objectManager, name: "InterfacesAdded",
+                arguments: [.objectPath(path), added])
+        }
+    }
+
+    /// Emits `InterfacesRemoved` for `path` from each ObjectManager in `managerPaths`.
+    func announceRemoved(_ names: [String], at path: String, to managerPaths: [String]) async throws {
         for manager in managerPaths {
             try await connection.emitSignal(
                 path: manager, interface: DBusStandardInterfaces.objectManager, name: "InterfacesRemoved",
-                arguments: [.objectPath(path), removed.map(\.name).dbusValue])
+                arguments: [.objectPath(path), names.dbusValue])
         }
     }
 

@@ -7,6 +7,7 @@
 // the same run: recounting the same figures with one full scan of the
 // heartbeat table (window functions).
 import Foundation
+import VigilTestSupport
 import VigilHost
 
 func survivalReportBench(_ arguments: [String]) async throws {
@@ -173,15 +174,3 @@ private func timeSingleHeartbeats(path: String, count: Int) async throws -> [Dur
     return times.sorted()
 }
 
-/// A small deterministic generator so every run of the benchmark writes the same year.
-private struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}

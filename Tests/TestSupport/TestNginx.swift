@@ -191,11 +191,11 @@ public final class SilentServer: @unchecked Sendable {
     public func stop() { close(fd) }
 }
 
-/// SplitMix64: fast, seedable test data.
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
+/// SplitMix64: fast, seedable test data (and a benchmark's reproducible data).
+public struct SplitMix {
+    public var state: UInt64
+    public init(seed: UInt64) { state = seed }
+    public mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
         var z = state
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9

@@ -106,10 +106,7 @@ public actor ClientLeases {
         guard mine.count < settings.maxLeasesPerUID else {
             throw ClientLeaseError(.limitExceeded, "uid \(identity.uid) already holds \(mine.count) client leases, the most allowed ([host] client_max_leases_per_uid = \(settings.maxLeasesPerUID)); end one first")
         }
-        let granted = mine.reduce(Duration.zero) { $0 + $1.budget }
-        guard granted + budget <= settings.maxBudgetPerUID else {
-            throw ClientLeaseError(.limitExceeded, "a budget of \(budget.vigilDescription) would bring uid \(identity.uid)'s client leases to \((granted + budget).vigilDescription), over the limit of \(settings.maxBudgetPerUID.vigilDescription) ([host] client_max_budget_per_uid); \(granted.vigilDescription) is granted now")
-        }
+        try checkTotalBudget(uid: identity.uid, adding: budget, besides: nil)
 
         let pipe: (token: UInt64, writeEnd: Int32)
         do {
@@ -143,11 +140,7 @@ public actor ClientLeases {
     public func renew(_ id: LeaseID, caller: String, privileged: Bool, budgetMicros: UInt64) async throws(ClientLeaseError) {
         let budget = try Self.budget(budgetMicros)
         let entry = try owned(id, caller: caller, privileged: privileged, action: "renew")
-        let others = held.filter { $0.key != id && $0.value.identity.uid == entry.identity.uid }.values
-        let granted = others.reduce(Duration.zero) { $0 + $1.budget }
-        guard granted + budget <= settings.maxBudgetPerUID else {
-            throw ClientLeaseError(.limitExceeded, "a budget of \(budget.vigilDescription) would bring uid \(entry.identity.uid)'s client leases to \((granted + budget).vigilDescription), over the limit of \(settings.maxBudgetPerUID.vigilDescription) ([host] client_max_budget_per_uid)")
-        }
+        try checkTotalBudget(uid: entry.identity.uid, adding: budget, besides: id)
         do {
             try await registry.renew(id, budget: budget)
         } catch let error as LeaseError where error.code == .ended {
@@ -212,6 +205,15 @@ public actor ClientLeases {
         }
         // Beyond Int64 microseconds no limit could allow it anyway.
         return .microseconds(Int64(clamping: micros))
+    }
+
+    /// Throws unless `uid`'s granted budgets (without lease `replaced`, whose
+    /// share a renewal replaces) plus `budget` stay within the limit.
+    private func checkTotalBudget(uid: UInt32, adding budget: Duration, besides replaced: LeaseID?) throws(ClientLeaseError) {
+        let granted = held.filter { $0.key != replaced && $0.value.identity.uid == uid }.values.reduce(Duration.zero) { $0 + $1.budget }
+        guard granted + budget <= settings.maxBudgetPerUID else {
+            throw ClientLeaseError(.limitExceeded, "a budget of \(budget.vigilDescription) would bring uid \(uid)'s client leases to \((granted + budget).vigilDescription), over the limit of \(settings.maxBudgetPerUID.vigilDescription) ([host] client_max_budget_per_uid); \(granted.vigilDescription) is granted now")
+        }
     }
 
     private func owned(_ id: LeaseID, caller: String, privileged: Bool, action: String) throws(ClientLeaseError) -> Held {
