@@ -30,6 +30,8 @@ let package = Package(
         .target(name: "CTimer", path: "Sources/CTimer"),
         .target(name: "CExecutor", path: "Sources/CExecutor"),
         .target(name: "CVoipSocket", path: "Sources/CVoipSocket"),
+        // OpenSSL (libssl-dev) for voip-socket's TLS and SIP digest.
+        .target(name: "CVoipTLS", path: "Sources/CVoipTLS", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
         .systemLibrary(
             name: "CDBus",
             path: "Sources/CDBus",
@@ -97,7 +99,7 @@ let package = Package(
         ),
         .target(
             name: "VoipSocket",
-            dependencies: [.product(name: "VigilKit", package: "VigilKit"), "CVoipSocket"],
+            dependencies: [.product(name: "VigilKit", package: "VigilKit"), "CVoipSocket", "CVoipTLS"],
             path: "Plugins/VoipSocket",
             swiftSettings: strict
         ),

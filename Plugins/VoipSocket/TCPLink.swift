@@ -1,4 +1,5 @@
 import CVoipSocket
+import CVoipTLS
 import Glibc
 import Synchronization
 import VigilKit
@@ -6,7 +7,14 @@ import VigilKit
 /// Why a link stopped or an operation on it failed, in words for people.
 struct LinkError: Error, CustomStringConvertible, Equatable {
     var description: String
-    init(_ description: String) { self.description = description }
+    /// Trying again at once will not help (a certificate that does not
+    /// verify, credentials the server refused): the strategy waits the
+    /// longest backoff before the next attempt.
+    var permanent = false
+    init(_ description: String, permanent: Bool = false) {
+        self.description = description
+        self.permanent = permanent
+    }
 }
 
 /// Socket options applied before connecting.
@@ -15,20 +23,20 @@ struct LinkOptions: Sendable, Hashable {
     var keepalive: (idle: Int32, interval: Int32, count: Int32)?
     /// TCP_USER_TIMEOUT in milliseconds; 0 leaves the kernel default.
     var userTimeoutMilliseconds: UInt32
-    /// The pong bytes to look for after a ping; empty: no pong expected.
-    var expect: [UInt8]
+    /// How incoming bytes are framed, and what the pong is.
+    var framing: FramingOptions
     /// Keep incoming bytes for `nextData()` (an `on_data` hook is configured).
     var collectsData: Bool
 
     static func == (a: Self, b: Self) -> Bool {
         a.keepalive?.idle == b.keepalive?.idle && a.keepalive?.interval == b.keepalive?.interval
             && a.keepalive?.count == b.keepalive?.count && a.userTimeoutMilliseconds == b.userTimeoutMilliseconds
-            && a.expect == b.expect && a.collectsData == b.collectsData
+            && a.framing == b.framing && a.collectsData == b.collectsData
     }
 
     func hash(into h: inout Hasher) {
         h.combine(keepalive?.idle); h.combine(keepalive?.interval); h.combine(keepalive?.count)
-        h.combine(userTimeoutMilliseconds); h.combine(expect); h.combine(collectsData)
+        h.combine(userTimeoutMilliseconds); h.combine(framing); h.combine(collectsData)
     }
 }
 
@@ -40,13 +48,16 @@ struct LinkOptions: Sendable, Hashable {
 /// data and await the end of the connection; each wait is cancellable, so the
 /// strategy can race it against a deadline on the host's clock.
 final class TCPLink: Sendable {
-    private enum Phase { case connecting, open, ended }
+    private enum Phase { case connecting, handshaking, open, ended }
 
     private struct State {
         var fd: Int32
         var token: UInt64 = 0
         var phase = Phase.connecting
-        var connectOutcome: Int32?
+        /// The TLS session, with `tls = true`.
+        var tls: TLSSession?
+        /// Set once the connection (and its TLS handshake) succeeded or failed.
+        var connectResult: Result<Void, LinkError>?
         var connectWaiter: CheckedContinuation<Void, any Error>?
         var outEdges: UInt64 = 0
         var writeWaiter: CheckedContinuation<Void, any Error>?
@@ -54,13 +65,18 @@ final class TCPLink: Sendable {
         var endWaiter: CheckedContinuation<String, Never>?
         var lastReceived: VigilInstant?
         var bytesReceived: UInt64 = 0
+        /// When the strategy last sent something other than a ping.
+        var lastSent: VigilInstant?
+        var framer: Framer
         var awaitingPong = false
-        var pongScan: [UInt8] = []
         var pongAt: VigilInstant?
         var pongWaiter: CheckedContinuation<VigilInstant, any Error>?
-        var data: [UInt8] = []
+        var control: [[UInt8]] = []
+        var controlWaiter: CheckedContinuation<[UInt8], any Error>?
+        var data: [DataFrame] = []
+        var dataBytes = 0
         var droppedData = 0
-        var dataWaiter: CheckedContinuation<[UInt8], any Error>?
+        var dataWaiter: CheckedContinuation<DataFrame, any Error>?
         /// The running ping handler's deadline passed: its waits fail.
         var handlerExpired = false
     }
@@ -77,16 +93,19 @@ final class TCPLink: Sendable {
     private let loop: SocketEventLoop
     private let state: Mutex<State>
 
-    private init(fd: Int32, clock: any VigilClock, options: LinkOptions, loop: SocketEventLoop) {
+    private init(fd: Int32, tls: TLSSession?, clock: any VigilClock, options: LinkOptions, loop: SocketEventLoop) {
         self.clock = clock
         self.options = options
         self.loop = loop
-        self.state = Mutex(State(fd: fd))
+        self.state = Mutex(State(fd: fd, tls: tls, framer: options.framing.makeFramer()))
     }
 
     /// Opens a socket to `address` with `options` and waits until it is
     /// connected. Cancelling the caller (a connect timeout) closes the socket.
-    static func connect(to address: SocketAddress, options: LinkOptions, clock: any VigilClock, loop: SocketEventLoop = .shared) async throws -> TCPLink {
+    /// With `tls`, the TLS handshake is part of connecting.
+    static func connect(
+        to address: SocketAddress, options: LinkOptions, tls: TLSSettings? = nil, clock: any VigilClock, loop: SocketEventLoop = .shared
+    ) async throws -> TCPLink {
         let fd = vigil_tcp_socket(address.family)
         guard fd >= 0 else { throw LinkError("cannot create a socket for \(address): \(String(cString: strerror(errno)))") }
         if let k = options.keepalive {
@@ -107,7 +126,14 @@ final class TCPLink: Sendable {
             Glibc.close(fd)
             throw LinkError("connect to \(address) failed: \(String(cString: strerror(rc)))")
         }
-        let link = TCPLink(fd: fd, clock: clock, options: options, loop: loop)
+        var session: TLSSession?
+        if let tls {
+            switch TLSSession.make(tls, fd: fd) {
+            case .success(let made): session = made
+            case .failure(let error): Glibc.close(fd); throw error
+            }
+        }
+        let link = TCPLink(fd: fd, tls: session, clock: clock, options: options, loop: loop)
         do {
             let token = try loop.register(link, fd: fd)
             link.state.withLock { $0.token = token }
@@ -116,14 +142,18 @@ final class TCPLink: Sendable {
             throw error
         }
         if rc == 0 {
-            link.state.withLock { if $0.phase == .connecting { $0.phase = .open } }
-            return link
+            var resumes: [() -> Void] = []
+            link.state.withLock { s in if s.phase == .connecting { link.connected(&s, resumes: &resumes) } }
+            for resume in resumes { resume() }
         }
         do {
             try await link.awaitConnected()
         } catch is CancellationError {
             link.close()
             throw CancellationError()
+        } catch let error as LinkError {
+            link.close()
+            throw LinkError("connect to \(address) failed: \(error)", permanent: error.permanent)
         } catch {
             link.close()
             throw LinkError("connect to \(address) failed: \(error)")
@@ -141,30 +171,76 @@ final class TCPLink: Sendable {
             if s.phase == .connecting {
                 guard events & (vigil_EV_OUT | vigil_EV_ERR | vigil_EV_HUP) != 0 else { return }
                 let error = vigil_socket_error(s.fd)
-                s.connectOutcome = error
-                if error == 0 { s.phase = .open }
-                if let w = s.connectWaiter {
-                    s.connectWaiter = nil
-                    resumes.append(error == 0 ? { w.resume() } : { w.resume(throwing: LinkError(String(cString: strerror(error)))) })
+                if error != 0 {
+                    finishConnect(&s, .failure(LinkError(String(cString: strerror(error)))), resumes: &resumes)
+                    return
                 }
-                if error != 0 { return }
+                connected(&s, resumes: &resumes)
+            } else if s.phase == .handshaking {
+                stepHandshake(&s, resumes: &resumes)
             }
-            if events & vigil_EV_OUT != 0 {
+            guard s.phase == .open else { return }
+            // TLS: a write may wait for input (and a read for output), so
+            // any event may let a waiting sender go on.
+            if events & vigil_EV_OUT != 0 || s.tls != nil {
                 s.outEdges &+= 1
                 if let w = s.writeWaiter {
                     s.writeWaiter = nil
                     resumes.append { w.resume() }
                 }
             }
-            if events & (vigil_EV_IN | vigil_EV_RDHUP | vigil_EV_HUP | vigil_EV_ERR) != 0, s.phase == .open {
+            if events & (vigil_EV_IN | vigil_EV_RDHUP | vigil_EV_HUP | vigil_EV_ERR) != 0 || s.tls != nil {
                 drain(&s, buffer: buffer, resumes: &resumes)
             }
         }
         for resume in resumes { resume() }
     }
 
+    /// The TCP connection is up: open, or on to the TLS handshake.
+    private func connected(_ s: inout State, resumes: inout [() -> Void]) {
+        if s.tls == nil {
+            s.phase = .open
+            finishConnect(&s, .success(()), resumes: &resumes)
+        } else {
+            s.phase = .handshaking
+            stepHandshake(&s, resumes: &resumes)
+        }
+    }
+
+    /// Drives the non-blocking TLS handshake as far as the socket allows.
+    private func stepHandshake(_ s: inout State, resumes: inout [() -> Void]) {
+        guard let tls = s.tls else { return }
+        withUnsafeTemporaryAllocation(of: CChar.self, capacity: 512) { error in
+            error[0] = 0
+            let rc = vigil_tls_handshake(tls.pointer, error.baseAddress, 512)
+            switch rc {
+            case vigil_TLS_OK:
+                s.phase = .open
+                finishConnect(&s, .success(()), resumes: &resumes)
+            case vigil_TLS_WANT_READ, vigil_TLS_WANT_WRITE:
+                return
+            default:
+                let message = String(cString: error.baseAddress!)  // a capacity-512 allocation, NUL-terminated by the shim
+                finishConnect(&s, .failure(LinkError(message, permanent: rc == vigil_TLS_VERIFY_FAILED)), resumes: &resumes)
+            }
+        }
+    }
+
+    private func finishConnect(_ s: inout State, _ result: Result<Void, LinkError>, resumes: inout [() -> Void]) {
+        s.connectResult = result
+        if case .failure = result { s.phase = .ended }
+        if let w = s.connectWaiter {
+            s.connectWaiter = nil
+            resumes.append { w.resume(with: result.mapError { $0 as any Error }) }
+        }
+    }
+
     /// Reads until the socket has nothing more (edge-triggered epoll).
     private func drain(_ s: inout State, buffer: UnsafeMutableRawBufferPointer, resumes: inout [() -> Void]) {
+        if let tls = s.tls {
+            drainTLS(&s, tls, buffer: buffer, resumes: &resumes)
+            return
+        }
         while true {
             let n = vigil_recv(s.fd, buffer.baseAddress, UInt(buffer.count))
             if n > 0 {
@@ -186,42 +262,71 @@ final class TCPLink: Sendable {
         }
     }
 
+    private func drainTLS(_ s: inout State, _ tls: TLSSession, buffer: UnsafeMutableRawBufferPointer, resumes: inout [() -> Void]) {
+        withUnsafeTemporaryAllocation(of: CChar.self, capacity: 512) { error in
+            while s.phase == .open {
+                var status: Int32 = 0
+                error[0] = 0
+                let n = vigil_tls_read(tls.pointer, buffer.baseAddress, UInt(buffer.count), &status, error.baseAddress, 512)
+                if n > 0 {
+                    deliver(&s, UnsafeRawBufferPointer(rebasing: buffer[0..<n]), resumes: &resumes)
+                    continue
+                }
+                if status == vigil_TLS_WANT_READ || status == vigil_TLS_WANT_WRITE { return }
+                end(&s, String(cString: error.baseAddress!), resumes: &resumes)  // NUL-terminated by the shim
+                return
+            }
+        }
+    }
+
     private func deliver(_ s: inout State, _ bytes: UnsafeRawBufferPointer, resumes: inout [() -> Void]) {
         let now = clock.now
         s.lastReceived = now
         s.bytesReceived &+= UInt64(bytes.count)
-        var forData: [UInt8] = []
-        if s.awaitingPong {
-            s.pongScan.append(contentsOf: bytes)
-            if let match = s.pongScan.firstRange(of: options.expect) {
-                s.awaitingPong = false
+        var frames: [Frame] = []
+        do {
+            try s.framer.feed(bytes, awaitingPong: &s.awaitingPong, into: &frames)
+        } catch {
+            end(&s, error.description, resumes: &resumes)
+            return
+        }
+        for frame in frames {
+            switch frame {
+            case .pong:
                 s.pongAt = now
-                forData = Array(s.pongScan[..<match.lowerBound]) + s.pongScan[match.upperBound...]
-                s.pongScan = []
                 if let w = s.pongWaiter {
                     s.pongWaiter = nil
                     resumes.append { w.resume(returning: now) }
                 }
-            } else if s.pongScan.count > 64 * 1024 {
-                // Not a pong: keep only a tail that could still start one.
-                let keep = max(0, options.expect.count - 1)
-                forData = Array(s.pongScan.dropLast(keep))
-                s.pongScan = Array(s.pongScan.suffix(keep))
+            case .control(let message):
+                if let w = s.controlWaiter {
+                    s.controlWaiter = nil
+                    resumes.append { w.resume(returning: message) }
+                } else if s.control.count < 64 {
+                    s.control.append(message)
+                }
+            case .data(let frame):
+                guard options.collectsData else { continue }
+                if frame.mergeable, let last = s.data.last, last.mergeable {
+                    s.data[s.data.count - 1].bytes += frame.bytes
+                } else {
+                    s.data.append(frame)
+                }
+                s.dataBytes += frame.bytes.count
+                // The hook fell behind: drop the oldest whole frames (the
+                // newest is kept even if it alone is over the cap).
+                while s.dataBytes > Self.dataCap, s.data.count > 1 {
+                    let dropped = s.data.removeFirst()
+                    s.dataBytes -= dropped.bytes.count
+                    s.droppedData += dropped.bytes.count
+                }
             }
-        } else if options.collectsData {
-            forData = Array(bytes)
         }
-        guard options.collectsData, !forData.isEmpty else { return }
-        s.data.append(contentsOf: forData)
-        if s.data.count > Self.dataCap {
-            s.droppedData += s.data.count - Self.dataCap
-            s.data.removeFirst(s.data.count - Self.dataCap)
-        }
-        if let w = s.dataWaiter {
+        if let w = s.dataWaiter, !s.data.isEmpty {
             s.dataWaiter = nil
-            let data = s.data
-            s.data = []
-            resumes.append { w.resume(returning: data) }
+            let frame = s.data.removeFirst()
+            s.dataBytes -= frame.bytes.count
+            resumes.append { w.resume(returning: frame) }
         }
     }
 
@@ -234,14 +339,15 @@ final class TCPLink: Sendable {
         if let w = s.pongWaiter { s.pongWaiter = nil; resumes.append { w.resume(throwing: error) } }
         if let w = s.writeWaiter { s.writeWaiter = nil; resumes.append { w.resume(throwing: error) } }
         if let w = s.connectWaiter { s.connectWaiter = nil; resumes.append { w.resume(throwing: error) } }
+        if let w = s.controlWaiter { s.controlWaiter = nil; resumes.append { w.resume(throwing: error) } }
         if let w = s.dataWaiter {
             s.dataWaiter = nil
             if s.data.isEmpty {
                 resumes.append { w.resume(throwing: error) }
             } else {
-                let data = s.data
-                s.data = []
-                resumes.append { w.resume(returning: data) }
+                let frame = s.data.removeFirst()
+                s.dataBytes -= frame.bytes.count
+                resumes.append { w.resume(returning: frame) }
             }
         }
     }
@@ -253,9 +359,7 @@ final class TCPLink: Sendable {
             try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
                 let now: Result<Void, any Error>? = state.withLock { s in
                     if Task.isCancelled { return .failure(CancellationError()) }
-                    if let outcome = s.connectOutcome {
-                        return outcome == 0 ? .success(()) : .failure(LinkError(String(cString: strerror(outcome))))
-                    }
+                    if let result = s.connectResult { return result.mapError { $0 as any Error } }
                     if let reason = s.endReason { return .failure(LinkError(reason)) }
                     s.connectWaiter = c
                     return nil
@@ -287,8 +391,13 @@ final class TCPLink: Sendable {
     /// Bytes the `on_data` queue dropped because the hook fell behind.
     var droppedData: Int { state.withLock { $0.droppedData } }
 
+    /// When the strategy last sent something other than a ping, if ever.
+    var lastSent: VigilInstant? { state.withLock { $0.lastSent } }
+
     /// Sends all of `bytes`, waiting for room when the socket buffer is full.
-    func send(_ bytes: [UInt8]) async throws {
+    /// `isPing`: a keep-alive ping, which does not count as client traffic.
+    func send(_ bytes: [UInt8], isPing: Bool = false) async throws {
+        defer { if !isPing { let now = clock.now; state.withLock { $0.lastSent = now } } }
         var offset = 0
         var pendingResumes: [() -> Void] = []
         defer { for resume in pendingResumes { resume() } }
@@ -296,6 +405,7 @@ final class TCPLink: Sendable {
             let (count, error, edges): (Int, Int32, UInt64) = try state.withLock { s in
                 if let reason = s.endReason { throw LinkError(reason) }
                 guard s.fd >= 0 else { throw LinkError("the connection is closed") }
+                if let tls = s.tls { return try sendTLS(&s, tls, bytes, offset, &pendingResumes) }
                 let n = bytes.withUnsafeBytes { raw in vigil_send(s.fd, raw.baseAddress! + offset, UInt(raw.count - offset)) }  // non-empty: offset < count
                 let error = n < 0 ? errno : 0
                 if n < 0, error != EAGAIN, error != EWOULDBLOCK {
@@ -313,6 +423,22 @@ final class TCPLink: Sendable {
                 continue
             }
             throw LinkError("send failed: \(String(cString: strerror(error)))")
+        }
+    }
+
+    /// One SSL_write; (count, EAGAIN when it must wait for an event, edges).
+    private func sendTLS(_ s: inout State, _ tls: TLSSession, _ bytes: [UInt8], _ offset: Int, _ pending: inout [() -> Void]) throws -> (Int, Int32, UInt64) {
+        try withUnsafeTemporaryAllocation(of: CChar.self, capacity: 512) { error in
+            var status: Int32 = 0
+            error[0] = 0
+            let n = bytes.withUnsafeBytes { raw in
+                vigil_tls_write(tls.pointer, raw.baseAddress! + offset, UInt(raw.count - offset), &status, error.baseAddress, 512)  // non-empty: offset < count
+            }
+            if n > 0 { return (n, 0, s.outEdges) }
+            if status == vigil_TLS_WANT_READ || status == vigil_TLS_WANT_WRITE { return (0, EAGAIN, s.outEdges) }
+            let reason = String(cString: error.baseAddress!)  // NUL-terminated by the shim
+            end(&s, reason, resumes: &pending)
+            throw LinkError(reason)
         }
     }
 
@@ -340,7 +466,7 @@ final class TCPLink: Sendable {
     func expectPong() {
         state.withLock { s in
             s.awaitingPong = true
-            s.pongScan = []
+            s.framer.pingSent()
             s.pongAt = nil
         }
     }
@@ -406,22 +532,21 @@ final class TCPLink: Sendable {
 
     /// Stops looking for a pong (the handler overran).
     func abandonPong() {
-        state.withLock { s in
-            s.awaitingPong = false
-            s.pongScan = []
-        }
+        state.withLock { s in s.awaitingPong = false }
     }
 
-    /// Waits for incoming bytes (not pongs) and takes all that are queued.
+    /// Waits for the next unit of incoming data (not pongs, not control
+    /// messages): a protocol message, or the raw bytes queued so far.
     /// Throws when the link ended and nothing is left.
-    func nextData() async throws -> [UInt8] {
+    func nextData() async throws -> DataFrame {
         try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (c: CheckedContinuation<[UInt8], any Error>) in
-                let now: Result<[UInt8], any Error>? = state.withLock { s in
+            try await withCheckedThrowingContinuation { (c: CheckedContinuation<DataFrame, any Error>) in
+                let now: Result<DataFrame, any Error>? = state.withLock { s in
                     if Task.isCancelled { return .failure(CancellationError()) }
                     if !s.data.isEmpty {
-                        defer { s.data = [] }
-                        return .success(s.data)
+                        let frame = s.data.removeFirst()
+                        s.dataBytes -= frame.bytes.count
+                        return .success(frame)
                     }
                     if let reason = s.endReason { return .failure(LinkError(reason)) }
                     s.dataWaiter = c
@@ -431,6 +556,26 @@ final class TCPLink: Sendable {
             }
         } onCancel: {
             let w = state.withLock { s in defer { s.dataWaiter = nil }; return s.dataWaiter }
+            w?.resume(throwing: CancellationError())
+        }
+    }
+
+    /// Waits for the next control message (CONNACK, SUBACK, a SIP response).
+    /// Throws when the link ended.
+    func nextControl() async throws -> [UInt8] {
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (c: CheckedContinuation<[UInt8], any Error>) in
+                let now: Result<[UInt8], any Error>? = state.withLock { s in
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    if !s.control.isEmpty { return .success(s.control.removeFirst()) }
+                    if let reason = s.endReason { return .failure(LinkError(reason)) }
+                    s.controlWaiter = c
+                    return nil
+                }
+                if let now { c.resume(with: now) }
+            }
+        } onCancel: {
+            let w = state.withLock { s in defer { s.controlWaiter = nil }; return s.controlWaiter }
             w?.resume(throwing: CancellationError())
         }
     }
@@ -460,6 +605,8 @@ final class TCPLink: Sendable {
         state.withLock { s in
             guard s.fd >= 0 else { return }
             loop.unregister(token: s.token, fd: s.fd)
+            s.tls?.free()
+            s.tls = nil
             Glibc.close(s.fd)
             s.fd = -1
             end(&s, reason, resumes: &resumes)
@@ -472,6 +619,8 @@ final class TCPLink: Sendable {
         state.withLock { s in
             if s.fd >= 0 {
                 loop.unregister(token: s.token, fd: s.fd)
+                s.tls?.free()
+                s.tls = nil
                 Glibc.close(s.fd)
                 s.fd = -1
             }

@@ -37,7 +37,9 @@ struct ConnectionFigures: Sendable {
     var latePings: UInt64 = 0
     var reconnects: UInt64 = 0
     var overruns: UInt64 = 0
+    var registrations: UInt64 = 0
     var lastError = ""
+    var wire = "raw"
 
     var status: [String: StatusValue] {
         [
@@ -45,6 +47,7 @@ struct ConnectionFigures: Sendable {
             "LastRttUsec": .int(lastRttMicroseconds), "Pings": .uint(pings), "SkippedPings": .uint(skippedPings),
             "LatePings": .uint(latePings),
             "Reconnects": .uint(reconnects), "Overruns": .uint(overruns), "LastError": .string(lastError),
+            "Protocol": .string(wire), "Registrations": .uint(registrations),
         ]
     }
 }
@@ -76,7 +79,9 @@ final class VoipConnection: Sendable {
         self.shared = settings
         self.context = context
         self.lease = lease
-        self.figures = Mutex(ConnectionFigures(remote: settings.settings.endpoint.description))
+        self.figures = Mutex(ConnectionFigures(
+            remote: settings.settings.endpoint.description,
+            wire: settings.settings.wire.rawValue + (settings.settings.tls != nil ? "+tls" : "")))
     }
 
     /// Changes the figures and publishes them as the lease's status.
@@ -100,15 +105,16 @@ final class VoipConnection: Sendable {
         await update { _ in }
         while !Task.isCancelled {
             let link: TCPLink
+            let plan: SessionPlan
             switch await connectOrBackOff(attempt: &attempt) {
-            case .connected(let l): link = l
+            case .connected(let l, let p): (link, plan) = (l, p)
             case .retry: continue
             case .stop: return
             }
             // Hooks and events run once per connection, in a child task
             // for the reason given at `start`.
             let pingsBefore = await inChildTask { await self.announceConnected(link) }
-            let reason = await session(on: link, connectedAt: context.clock.now)
+            let reason = await session(on: link, plan: plan, connectedAt: context.clock.now)
             link.close()
             if Task.isCancelled || reason == Self.cancelled { return }
             guard await announceDisconnected(link, reason: reason, pingsBefore: pingsBefore, attempt: &attempt) else { return }
@@ -116,7 +122,7 @@ final class VoipConnection: Sendable {
     }
 
     private enum ConnectOutcome {
-        case connected(TCPLink)
+        case connected(TCPLink, SessionPlan)
         /// It failed and the backoff passed.
         case retry
         /// Cancelled.
@@ -127,14 +133,18 @@ final class VoipConnection: Sendable {
     @inline(never)
     private func connectOrBackOff(attempt: inout Int) async -> ConnectOutcome {
         do {
-            return .connected(try await connect())
+            let (link, plan) = try await connect()
+            return .connected(link, plan)
         } catch is CancellationError {
             return .stop
         } catch {
             let message = "\(error)"
-            context.log.warning("cannot connect to \(settings.endpoint): \(message)")
+            // A refusal that will not change by itself (a certificate that
+            // does not verify, bad credentials) waits the longest backoff.
+            let permanent = (error as? LinkError)?.permanent == true
+            context.log.warning("cannot connect to \(settings.endpoint): \(message)\(permanent ? " (not transient: retrying at the longest backoff)" : "")")
             await context.events.record("connect-failed", ["remote": settings.endpoint.description, "error": message])
-            guard await backOff(attempt: attempt, after: message) else { return .stop }
+            guard await backOff(attempt: permanent ? Self.longestBackoff : attempt, after: message) else { return .stop }
             attempt += 1
             return .retry
         }
@@ -184,6 +194,8 @@ final class VoipConnection: Sendable {
     }
 
     private static let cancelled = "cancelled"
+    /// An attempt number whose backoff is the configured maximum.
+    private static let longestBackoff = 64
 
     /// Waits out the backoff delay for `attempt`; false when cancelled.
     @inline(never)
@@ -209,49 +221,166 @@ final class VoipConnection: Sendable {
         return true
     }
 
-    /// Resolves the endpoint and connects to its first address that answers,
-    /// all within `connect_timeout`.
+    /// Resolves the endpoint, connects to its first address that answers
+    /// (with TLS, completes the handshake) and opens the protocol's session
+    /// (MQTT CONNECT and SUBSCRIBE, SIP REGISTER, raw `send_on_connect`), all
+    /// within `connect_timeout`.
     @inline(never)
-    private func connect() async throws -> TCPLink {
+    private func connect() async throws -> (TCPLink, SessionPlan) {
         let settings = self.settings
         let clock = context.clock
         let deadline = clock.now + settings.connectTimeout
-        let link = try await withDeadline(deadline, clock: clock) {
+        let opened = try await withDeadline(deadline, clock: clock) { () -> (TCPLink, SessionPlan) in
             let addresses = try await AddressResolver.resolve(settings.endpoint)
             var failures: [String] = []
+            var link: TCPLink?
             for address in addresses {
                 do {
-                    return try await TCPLink.connect(to: address, options: settings.linkOptions, clock: clock)
+                    link = try await TCPLink.connect(to: address, options: settings.linkOptions, tls: settings.tls, clock: clock)
+                    break
                 } catch let error as LinkError {
+                    // A certificate that does not verify fails the same on every address.
+                    if error.permanent { throw error }
                     failures.append(error.description)
                 }
             }
-            throw LinkError(failures.joined(separator: "; "))
-        }
-        guard let link else {
-            throw LinkError("connect to \(settings.endpoint) timed out after \(settings.connectTimeout.vigilDescription) (connect_timeout)")
-        }
-        if !settings.sendOnConnect.isEmpty {
+            guard let link else { throw LinkError(failures.joined(separator: "; ")) }
             do {
-                try await link.send(settings.sendOnConnect)
+                return (link, try await self.openSession(on: link))
             } catch {
                 link.close()
-                throw LinkError("send_on_connect failed: \(error)")
+                throw error
             }
         }
-        return link
+        guard let opened else {
+            throw LinkError("connect to \(settings.endpoint) timed out after \(settings.connectTimeout.vigilDescription) (connect_timeout)")
+        }
+        return opened
+    }
+
+    /// The protocol's opening exchange on a fresh link.
+    private func openSession(on link: TCPLink) async throws -> SessionPlan {
+        switch settings.wire {
+        case .raw:
+            if !settings.sendOnConnect.isEmpty {
+                do {
+                    try await link.send(settings.sendOnConnect)
+                } catch {
+                    throw LinkError("send_on_connect failed: \(error)")
+                }
+            }
+            return SessionPlan(interval: settings.interval)
+        case .mqtt:
+            try await openMQTT(on: link)
+            return SessionPlan(interval: settings.interval)
+        case .sip:
+            guard let sip = settings.sip, sip.aor != nil else { return SessionPlan(interval: settings.interval) }
+            var registration = SIPRegistration(settings: sip, transport: settings.tls != nil ? "tls" : "tcp")
+            let (expires, flowTimer) = try await register(&registration, on: link)
+            context.log.info("registered \(sip.aor ?? "") for \(expires.vigilDescription)\(flowTimer.map { ", Flow-Timer \($0.vigilDescription)" } ?? "")")
+            return SessionPlan(interval: flowTimer ?? settings.interval, registration: registration, registeredFor: expires)
+        }
+    }
+
+    /// CONNECT, CONNACK, then SUBSCRIBE and SUBACK when topics are configured.
+    private func openMQTT(on link: TCPLink) async throws {
+        guard let mqtt = settings.mqtt else { return }
+        var password = mqtt.password
+        if let file = mqtt.passwordFile { password = try readSecret(file).get() }
+        let keepAlive = UInt16(clamping: settings.interval.components.seconds)
+        try await link.send(MQTTPacket.connect(mqtt, keepAliveSeconds: keepAlive, password: password))
+        if let refusal = MQTTPacket.connackRefusal(try await link.nextControl()) {
+            throw LinkError(refusal.message, permanent: refusal.permanent)
+        }
+        guard !mqtt.subscriptions.isEmpty else { return }
+        try await link.send(MQTTPacket.subscribe(mqtt.subscriptions, packetID: 1))
+        while true {
+            let packet = try await link.nextControl()
+            guard packet.first == 0x90 else { continue }  // e.g. a stray PUBACK; SUBACK is what is awaited
+            if let refusal = MQTTPacket.subackRefusal(packet, topics: mqtt.subscriptions, packetID: 1) {
+                throw LinkError(refusal, permanent: true)
+            }
+            return
+        }
+    }
+
+    /// One REGISTER transaction (answering one digest challenge); returns
+    /// what the registrar granted.
+    private func register(_ registration: inout SIPRegistration, on link: TCPLink) async throws -> (Duration, Duration?) {
+        var password = registration.settings.password
+        if let file = registration.settings.passwordFile { password = try readSecret(file).get() }
+        let local = link.addresses.local
+        try await link.send(registration.request(local: local, password: password))
+        while true {
+            let bytes = try await link.nextControl()
+            let head = SIPFramer.headerEnd(bytes, from: 0).map { String(decoding: bytes[..<$0], as: UTF8.self) } ?? ""
+            let response = SIPMessage(head: head)
+            guard registration.answers(response) else { continue }
+            switch response.statusCode {
+            case 100..<200:
+                continue
+            case 200..<300:
+                await update { $0.registrations += 1 }
+                return registration.granted(by: response)
+            case 401, 407 where registration.take(challengeOf: response, hasPassword: password != nil):
+                try await link.send(registration.request(local: local, password: password))
+            default:
+                let status = "\(response.statusCode) \(response.reason)".trimmingSpaces
+                let hint: String
+                switch response.statusCode {
+                case 401, 407: hint = password == nil ? " (the registrar wants credentials: set sip.password or sip.password_file)" : " (wrong sip.username or password)"
+                case 423: hint = " (sip.expires is too short; the registrar's Min-Expires is \(response.header("min-expires") ?? "not given"))"
+                default: hint = ""
+                }
+                // 5xx and 408 may pass; a refusal of who we are will not.
+                let transient = response.statusCode >= 500 || response.statusCode == 408
+                throw LinkError("the registrar refused REGISTER: \(status)\(hint)", permanent: !transient)
+            }
+        }
+    }
+
+    /// Renews the registration before it expires, on this flow, for as long
+    /// as the session lasts; returns why it stopped.
+    private func renewRegistration(_ plan: SessionPlan, on link: TCPLink) async -> String {
+        guard var registration = plan.registration else { return await link.awaitEnd() }
+        var expires = plan.registeredFor
+        while true {
+            let at = context.clock.now + renewalDelay(for: expires)
+            do {
+                _ = try await context.scheduler.wake(WakeRequest(earliest: at, latest: at, label: "\(context.name) register"))
+            } catch {
+                return Self.cancelled
+            }
+            do {
+                var current = registration
+                let granted = try await withDeadline(context.clock.now + settings.connectTimeout, clock: context.clock) { [current] in
+                    var r = current
+                    let g = try await self.register(&r, on: link)
+                    return (r, g.0)
+                }
+                guard let granted else { return "registration renewal got no answer within connect_timeout (\(settings.connectTimeout.vigilDescription))" }
+                (current, expires) = granted
+                registration = current
+                context.log.info("renewed the registration for \(expires.vigilDescription)")
+            } catch is CancellationError {
+                return Self.cancelled
+            } catch {
+                return "registration renewal failed: \(error)"
+            }
+        }
     }
 
     /// Keeps `link` alive until it dies; returns why it ended.
     @inline(never)
-    private func session(on link: TCPLink, connectedAt: VigilInstant) async -> String {
-        if settings.onData != nil {
+    private func session(on link: TCPLink, plan: SessionPlan, connectedAt: VigilInstant) async -> String {
+        if settings.onData != nil || plan.registration != nil {
             return await withTaskGroup(of: String.self) { group in
                 // The data loop ends when the link ended and every byte went
                 // to the hook; it stands in for awaitEnd so the last data
                 // before a close still reaches on_data.
                 group.addTask { await self.deliverData(from: link) }
-                group.addTask { await self.keepAlive(link, since: connectedAt) }
+                group.addTask { await self.keepAlive(link, interval: plan.interval, since: connectedAt) }
+                if plan.registration != nil { group.addTask { await self.renewRegistration(plan, on: link) } }
                 let first = await group.next() ?? Self.cancelled
                 group.cancelAll()
                 return first
@@ -263,7 +392,7 @@ final class VoipConnection: Sendable {
         // The loop closes the link when it gives up, which ends the wait.
         return await withTaskGroup(of: String.self) { group in
             group.addTask {
-                let reason = await self.keepAlive(link, since: connectedAt)
+                let reason = await self.keepAlive(link, interval: plan.interval, since: connectedAt)
                 if reason != Self.cancelled { link.close(reason: reason) }
                 return reason
             }
@@ -277,19 +406,23 @@ final class VoipConnection: Sendable {
     /// The keep-alive loop: at each deadline, skip (traffic proved the link
     /// alive) or run the ping handler within `handler_timeout`.
     @inline(never)
-    private func keepAlive(_ link: TCPLink, since connectedAt: VigilInstant) async -> String {
+    private func keepAlive(_ link: TCPLink, interval: Duration, since connectedAt: VigilInstant) async -> String {
         let clock = context.clock
         var base = connectedAt
+        // MQTT's keep-alive counts only what the client sends (the broker
+        // drops a client that sent nothing for 1.5 × keep-alive, whatever
+        // the broker itself sent); raw and SIP count what comes back.
+        let clientTraffic = settings.wire == .mqtt
         while true {
-            let (earliest, latest) = window(after: base)
+            let (earliest, latest) = window(after: base, interval: interval)
             do {
                 _ = try await context.scheduler.wake(WakeRequest(
                     earliest: earliest, latest: latest, align: settings.align, label: "\(context.name) keep-alive"))
             } catch {
                 return Self.cancelled
             }
-            if settings.skipPingOnTraffic, let received = link.lastReceived, received > base {
-                base = received
+            if settings.skipPingOnTraffic, let traffic = clientTraffic ? link.lastSent : link.lastReceived, traffic > base {
+                base = traffic
                 await update { $0.skippedPings += 1 }
                 continue
             }
@@ -297,7 +430,7 @@ final class VoipConnection: Sendable {
             // The wake came after the window's end (base + interval; `latest`
             // is only this round's random target inside the window): the
             // machine or the process was busy or frozen, and the ping is late.
-            if started > base + settings.interval { await update { $0.latePings += 1 } }
+            if started > base + interval { await update { $0.latePings += 1 } }
             let deadline = started + settings.handlerTimeout
             let ping = settings.ping
             let expectsPong = !settings.expect.isEmpty
@@ -305,7 +438,7 @@ final class VoipConnection: Sendable {
             let finished: VigilInstant?
             do {
                 finished = try await link.withHandlerDeadline(deadline) {
-                    try await link.send(ping)
+                    try await link.send(ping, isPing: true)
                     return expectsPong ? try await link.awaitPong() : clock.now
                 }
             } catch is CancellationError {
@@ -329,7 +462,7 @@ final class VoipConnection: Sendable {
                 f.pings += 1
                 if expectsPong { f.lastRttMicroseconds = rtt.microseconds }
             }
-            base = max(started, link.lastReceived ?? started)
+            base = clientTraffic ? started : max(started, link.lastReceived ?? started)
         }
     }
 
@@ -337,8 +470,7 @@ final class VoipConnection: Sendable {
     /// random 80–100 % of the interval (for `jitter` 0.2). The scheduler may
     /// fire anywhere in [earliest, latest] to coalesce with other wakes; with
     /// `align`, it prefers a slot boundary, so the window stays whole.
-    private func window(after base: VigilInstant) -> (VigilInstant, VigilInstant) {
-        let interval = settings.interval
+    private func window(after base: VigilInstant, interval: Duration) -> (VigilInstant, VigilInstant) {
         let earliest = base + .nanoseconds(Int64(Double(interval.nanoseconds) * (1 - settings.jitter)))
         let end = base + interval
         guard earliest < end else { return (earliest, end) }
@@ -358,23 +490,34 @@ final class VoipConnection: Sendable {
         guard let onData = settings.onData else { return await link.awaitEnd() }
         var runs = 0
         while true {
-            let bytes: [UInt8]
+            let frame: DataFrame
             do {
-                bytes = try await link.nextData()
+                frame = try await link.nextData()
             } catch is CancellationError {
                 return Self.cancelled
             } catch {
                 return "\(error)"
             }
             runs += 1
+            let bytes = frame.bytes
+            var variables = ["remote": settings.endpoint.description, "bytes": String(bytes.count), "sequence": String(runs)]
+            variables.merge(frame.variables) { old, _ in old }
             let result = await context.hooks.run(
-                HookCommand(argv: onData, timeout: settings.onDataTimeout, stdin: bytes), event: "data",
-                variables: ["remote": settings.endpoint.description, "bytes": String(bytes.count), "sequence": String(runs)])
+                HookCommand(argv: onData, timeout: settings.onDataTimeout, stdin: bytes), event: "data", variables: variables)
             if Task.isCancelled { return Self.cancelled }
             if !result.exit.succeeded { context.log.warning("on_data \(result.exit)") }
             await context.events.record("data", ["bytes": String(bytes.count), "exit": result.exit.description])
         }
     }
+}
+
+/// What a session runs with, from the protocol's opening exchange.
+struct SessionPlan: Sendable {
+    /// The keep-alive interval (SIP: the registrar's Flow-Timer if it sent one).
+    var interval: Duration
+    /// SIP: the registration to renew on this flow.
+    var registration: SIPRegistration?
+    var registeredFor: Duration = .zero
 }
 
 /// Runs `body` in a child task and returns its result: the memory of its

@@ -1,0 +1,309 @@
+import Foundation
+import Glibc
+import Testing
+import VigilHost
+import VigilKit
+import VigilTestSupport
+
+/// voip-socket's protocols (raw framing, MQTT, SIP) and TLS, against the
+/// loopback server and real mosquitto and kamailio processes the tests start.
+@Suite struct VoipSocketProtocolTests {
+    /// An on_data hook that appends each run's stdin and a separator line to a file.
+    static func recorder(_ file: String) -> ConfigValue {
+        strings(["sh", "-c", "cat >> \(file); printf '|%s|%s|%s\\n' \"$VIGIL_BYTES\" \"$VIGIL_TOPIC\" \"$VIGIL_METHOD\" >> \(file)"])
+    }
+
+    static func read(_ file: String) -> String { (try? String(contentsOfFile: file, encoding: .utf8)) ?? "" }
+
+    @Test func protocolOptionsAreCheckedClearly() throws {
+        let text = try VoipSocketPlugin.problems([
+            "connect": .string("127.0.0.1:1883"), "protocol": .string("mqt"), "ca_file": .string("/nonexistent"),
+        ]).joined(separator: "\n")
+        #expect(text.contains("strategy[0].protocol: unknown protocol \"mqt\" (did you mean \"mqtt\"?)"), "\(text)")
+        #expect(text.contains("strategy[0].ca_file: only applies with tls = true"), "\(text)")
+        let mqtt = try VoipSocketPlugin.problems([
+            "connect": .string("127.0.0.1:1883"), "protocol": .string("mqtt"), "ping": .string("x"), "keepalive_interval": .string("1.5s"),
+            "mqtt": .table(["password": .string("p"), "will": .table(["qos": .integer(3)]), "sbuscribe": .array([])]),
+        ]).joined(separator: "\n")
+        #expect(mqtt.contains("strategy[0].ping: is only for protocol = \"raw\""), "\(mqtt)")
+        #expect(mqtt.contains("strategy[0].keepalive_interval: is MQTT's keep-alive"), "\(mqtt)")
+        #expect(mqtt.contains("strategy[0].mqtt.username: MQTT 3.1.1 sends a password only with a user name"), "\(mqtt)")
+        #expect(mqtt.contains("strategy[0].mqtt.will.topic: missing required key"), "\(mqtt)")
+        #expect(mqtt.contains("strategy[0].mqtt.will.qos: expected an integer in 0...2, found 3"), "\(mqtt)")
+        #expect(mqtt.contains("strategy[0].mqtt.sbuscribe: unknown key \"sbuscribe\" (did you mean \"subscribe\"?)"), "\(mqtt)")
+        let sip = try VoipSocketPlugin.problems([
+            "connect": .string("127.0.0.1:5060"), "protocol": .string("sip"), "tls": .boolean(true), "ca_file": .string("/nonexistent/ca.pem"),
+            "sip": .table(["aor": .string("alice@example.org"), "expires": .string("1.5s")]),
+        ]).joined(separator: "\n")
+        #expect(sip.contains("strategy[0].sip.aor: expected an address of record such as \"sip:alice@example.org\""), "\(sip)")
+        #expect(sip.contains("strategy[0].sip.expires: expected whole seconds"), "\(sip)")
+        let tls = try VoipSocketPlugin.problems([
+            "connect": .string("127.0.0.1:5061"), "tls": .boolean(true), "ca_file": .string("/nonexistent/ca.pem"),
+        ]).joined(separator: "\n")
+        #expect(tls.contains("strategy[0].ca_file: cannot load the CA certificates from /nonexistent/ca.pem"), "\(tls)")
+    }
+
+    // MARK: raw
+
+    /// With a delimiter, a line that arrives before the pong is data, byte
+    /// for byte, and the pong is still recognised after it.
+    @Test func rawPongAfterInterleavedDataWithADelimiter() async throws {
+        let dir = try makeTemporaryDirectory("voip-raw")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let out = dir + "/data"
+        let server = try LoopbackServer(ping: Array("PING\n".utf8), pong: Array("note: PONG later\nPONG\n".utf8))
+        defer { server.stop() }
+        let h = try VoipHarness()
+        try await h.start([
+            "connect": .string(server.address), "keepalive_interval": .string("300ms"), "jitter": .integer(0),
+            "handler_timeout": .string("250ms"), "ping": .string("PING\n"), "expect": .string("PONG"), "delimiter": .string("\n"),
+            "skip_ping_on_traffic": .boolean(false), "on_data": Self.recorder(out),
+        ])
+        let status = await h.waitForStatus { $0["Pings"]?.uintValue ?? 0 >= 3 }
+        #expect(await h.waitForEvent("data", count: 2))
+        await h.supervisor.stopAll()
+        #expect(status["Overruns"]?.uintValue == 0, "\(status)")
+        #expect(status["Reconnects"]?.uintValue == 0, "\(status)")
+        let runs = Self.read(out).split(separator: "\n", omittingEmptySubsequences: false)
+        let payload = runs.filter { !$0.hasPrefix("|") && !$0.isEmpty }
+        #expect(!payload.isEmpty && payload.allSatisfy { $0 == "note: PONG later" }, "\(runs)")
+    }
+
+    /// Without a delimiter the pong counts only as the first bytes after the
+    /// ping: data first means no pong this round (the handler overruns), and
+    /// the pong bytes inside the data reach on_data untouched.
+    @Test func rawPongIsNeverFoundInsideOtherData() async throws {
+        let dir = try makeTemporaryDirectory("voip-raw")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let out = dir + "/data"
+        let server = try LoopbackServer(ping: Array("PING".utf8), pong: Array("xPONG".utf8))
+        defer { server.stop() }
+        let h = try VoipHarness()
+        try await h.start([
+            "connect": .string(server.address), "keepalive_interval": .string("300ms"), "jitter": .integer(0),
+            "handler_timeout": .string("200ms"), "ping": .string("PING"), "expect": .string("PONG"),
+            "skip_ping_on_traffic": .boolean(false), "on_data": Self.recorder(out),
+            "reconnect": .table(["initial": .string("50ms"), "max": .string("100ms")]),
+        ])
+        #expect(await h.waitForEvent("handler-overrun"))
+        #expect(await h.waitForEvent("data"))
+        await h.supervisor.stopAll()
+        #expect(Self.read(out).hasPrefix("xPONG|5|"), "\(Self.read(out).debugDescription)")
+    }
+
+    // MARK: SIP framing
+
+    /// A SIP request that arrives just before the CRLF pong reaches on_data
+    /// whole (request line, headers, body), and the pong is still the pong.
+    @Test func sipRequestBeforeThePongIsDeliveredWhole() async throws {
+        let dir = try makeTemporaryDirectory("voip-sip")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let out = dir + "/data"
+        let message = "MESSAGE sip:alice@example.org SIP/2.0\r\nVia: SIP/2.0/TCP 127.0.0.1:5060;branch=z9hG4bK1\r\nl: 5\r\n\r\nhello"
+        let server = try LoopbackServer(pong: Array((message + "\r\n").utf8))
+        defer { server.stop() }
+        let h = try VoipHarness()
+        try await h.start([
+            "connect": .string(server.address), "protocol": .string("sip"), "keepalive_interval": .string("300ms"), "jitter": .integer(0),
+            "handler_timeout": .string("250ms"), "skip_ping_on_traffic": .boolean(false), "on_data": Self.recorder(out),
+        ])
+        let status = await h.waitForStatus { $0["Pings"]?.uintValue ?? 0 >= 2 }
+        #expect(await h.waitForEvent("data", count: 2))
+        await h.supervisor.stopAll()
+        #expect(status["Overruns"]?.uintValue == 0, "\(status)")
+        #expect(status["LastRttUsec"]?.intValue ?? -1 >= 0, "\(status)")
+        let text = Self.read(out)
+        #expect(text.hasPrefix(message + "|\(message.utf8.count)||MESSAGE\n" + message + "|"), "\(text.debugDescription)")
+    }
+
+    // MARK: MQTT against mosquitto
+
+    /// The broker sees the configured keep-alive; PINGREQ/PINGRESP keep the
+    /// session through several intervals while the broker publishes every
+    /// second (which must not postpone the ping), and each message reaches
+    /// on_data whole.
+    @Test(arguments: [false, true]) func mqttKeepsASessionWithMosquitto(tls: Bool) async throws {
+        let dir = try makeTemporaryDirectory("voip-mqtt")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let certificates = tls ? try TestCertificates() : nil
+        defer { certificates?.remove() }
+        let broker = try TestMosquitto.start(in: dir, certificates: certificates)
+        defer { broker.server.stop() }
+        let out = dir + "/data"
+        var values: [String: ConfigValue] = [
+            "connect": .string("127.0.0.1:\(tls ? broker.tlsPort ?? 0 : broker.port)"), "protocol": .string("mqtt"),
+            "keepalive_interval": .string("2s"), "handler_timeout": .string("1s"), "on_data": Self.recorder(out),
+            "mqtt": .table(["client_id": .string("vigil-test"), "subscribe": strings(["vigil/test/#"])]),
+        ]
+        if let certificates { values["tls"] = .boolean(true); values["ca_file"] = .string(certificates.caCertificate) }
+        let h = try VoipHarness()
+        try await h.start(values)
+        #expect(await broker.server.waitForLog("as vigil-test (p2, c1, k2)"), "\(broker.server.log)")
+        #expect(await broker.server.waitForLog("Received SUBSCRIBE from vigil-test"))
+        let publisher = Task {
+            for i in 1...7 {
+                try TestMosquitto.publish(port: broker.port, topic: "vigil/test/\(i)", message: "message \(i) with spaces\nand a line")
+                try await Task.sleep(for: .seconds(1))
+            }
+        }
+        try await publisher.value
+        #expect(await broker.server.waitForLog("Received PINGREQ from vigil-test", count: 3))
+        #expect(await h.waitForEvent("data", count: 7))
+        let status = await h.status()
+        await h.supervisor.stopAll()
+        #expect(broker.server.lines(containing: "exceeded timeout").isEmpty, "\(broker.server.log)")
+        #expect(status["Reconnects"]?.uintValue == 0, "\(status)")
+        #expect(status["Pings"]?.uintValue ?? 0 >= 3, "\(status)")
+        #expect(status["Protocol"]?.stringValue == (tls ? "mqtt+tls" : "mqtt"), "\(status)")
+        let text = Self.read(out)
+        for i in 1...7 {
+            let body = "message \(i) with spaces\nand a line"
+            #expect(text.contains(body + "|\(body.utf8.count)|vigil/test/\(i)||\n"), "\(i): \(text.debugDescription)")
+        }
+    }
+
+    /// A wrong password: CONNACK's refusal is the LastError, and the retry
+    /// waits the longest backoff instead of hammering the broker.
+    @Test func mqttWrongPasswordIsAClearErrorAndRetriesSlowly() async throws {
+        let dir = try makeTemporaryDirectory("voip-mqtt")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let broker = try TestMosquitto.start(in: dir, user: ("alice", "right"))
+        defer { broker.server.stop() }
+        let h = try VoipHarness()
+        try await h.start([
+            "connect": .string("127.0.0.1:\(broker.port)"), "protocol": .string("mqtt"), "keepalive_interval": .string("5s"),
+            "mqtt": .table(["username": .string("alice"), "password": .string("wrong")]),
+            "reconnect": .table(["initial": .string("50ms"), "max": .string("1500ms"), "jitter": .boolean(false)]),
+        ])
+        #expect(await h.waitForEvent("connect-failed", count: 2, timeout: .seconds(20)))
+        let status = await h.status()
+        await h.supervisor.stopAll()
+        #expect(status["LastError"]?.stringValue == "the broker refused the connection: bad user name or password (username, password)", "\(status)")
+        // The second attempt came after the longest backoff (1.5 s), not 50 ms.
+        let attempts = broker.server.lines(containing: "New connection from 127.0.0.1")
+        #expect(attempts.count >= 2)
+        let stamps = attempts.compactMap { Double($0.split(separator: ":").first ?? "") }
+        if stamps.count >= 2 { #expect(stamps[1] - stamps[0] >= 1, "\(attempts)") }
+    }
+
+    // MARK: SIP against kamailio
+
+    /// REGISTER with digest authentication is accepted (200), renewed before
+    /// it expires, the Flow-Timer sets the ping interval, and CRLF
+    /// keep-alives get their pong.
+    @Test(arguments: [false, true]) func sipRegistersAndKeepsTheFlowWithKamailio(tls: Bool) async throws {
+        let dir = try makeTemporaryDirectory("voip-sip")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let certificates = tls ? try TestCertificates() : nil
+        defer { certificates?.remove() }
+        let registrar = try TestKamailio.start(in: dir, password: "secret", flowTimer: 1, certificates: certificates)
+        defer { registrar.server.stop() }
+        var values: [String: ConfigValue] = [
+            "connect": .string("127.0.0.1:\(tls ? registrar.tlsPort ?? 0 : registrar.port)"), "protocol": .string("sip"),
+            "keepalive_interval": .string("30s"), "handler_timeout": .string("500ms"),
+            "sip": .table(["aor": .string("sip:alice@example.org"), "password": .string("secret"), "expires": .string("2s")]),
+        ]
+        if let certificates { values["tls"] = .boolean(true); values["ca_file"] = .string(certificates.caCertificate) }
+        let h = try VoipHarness()
+        try await h.start(values)
+        // Registered, then renewed twice (every second for a 2 s expiry).
+        let status = await h.waitForStatus(timeout: .seconds(20)) { $0["Registrations"]?.uintValue ?? 0 >= 3 && $0["Pings"]?.uintValue ?? 0 >= 3 }
+        await h.supervisor.stopAll()
+        #expect(status["Registrations"]?.uintValue ?? 0 >= 3, "\(status)\n\(registrar.server.log)")
+        // Pings every ~1 s (Flow-Timer: 1), not every 30 s, each answered.
+        #expect(status["Pings"]?.uintValue ?? 0 >= 3, "\(status)")
+        #expect(status["Overruns"]?.uintValue == 0, "\(status)")
+        #expect(status["Reconnects"]?.uintValue == 0, "\(status)")
+        #expect(!registrar.server.lines(containing: "registered sip:alice@example.org contact <sip:alice@127.0.0.1:").isEmpty, "\(registrar.server.log)")
+        #expect(registrar.server.lines(containing: "over \(tls ? "tls" : "tcp") cseq").count >= 4, "\(registrar.server.log)")
+    }
+
+    /// A wrong SIP password is a clear LastError.
+    @Test func sipWrongPasswordIsAClearError() async throws {
+        let dir = try makeTemporaryDirectory("voip-sip")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let registrar = try TestKamailio.start(in: dir, password: "secret")
+        defer { registrar.server.stop() }
+        let h = try VoipHarness()
+        try await h.start([
+            "connect": .string("127.0.0.1:\(registrar.port)"), "protocol": .string("sip"),
+            "sip": .table(["aor": .string("sip:alice@example.org"), "password": .string("wrong")]),
+        ])
+        #expect(await h.waitForEvent("connect-failed"))
+        let status = await h.status()
+        await h.supervisor.stopAll()
+        #expect(status["LastError"]?.stringValue.hasPrefix("the registrar refused REGISTER: 401 Unauthorized (wrong sip.username or password)") == true, "\(status)")
+    }
+
+    // MARK: TLS failures
+
+    /// A certificate from another CA, and a certificate for another name:
+    /// each a clear error on the first attempt.
+    @Test func tlsVerificationFailuresAreClearAtOnce() async throws {
+        let dir = try makeTemporaryDirectory("voip-tls")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let certificates = try TestCertificates()
+        let stranger = try TestCertificates()
+        defer { certificates.remove(); stranger.remove() }
+        let broker = try TestMosquitto.start(in: dir, certificates: certificates)
+        defer { broker.server.stop() }
+        for (name, extra, expected) in [
+            ("untrusted", ["ca_file": ConfigValue.string(stranger.caCertificate)], "TLS certificate verification failed: unable to get local issuer certificate"),
+            ("wrong-name", ["ca_file": .string(certificates.caCertificate), "server_name": .string("broker.example.org")],
+             "TLS certificate verification failed: hostname mismatch"),
+        ] {
+            let h = try VoipHarness()
+            try await h.start([
+                "connect": .string("127.0.0.1:\(broker.tlsPort ?? 0)"), "protocol": .string("mqtt"), "tls": .boolean(true),
+                "reconnect": .table(["initial": .string("50ms"), "max": .string("30s")]),
+            ].merging(extra) { $1 }, name: name)
+            #expect(await h.waitForEvent("connect-failed"), "\(name)")
+            let status = await h.waitForStatus(name) { $0["State"]?.stringValue == "backoff" }
+            await h.supervisor.stopAll()
+            #expect(status["LastError"]?.stringValue.hasSuffix(expected) == true, "\(name): \(status)")
+            #expect(h.recorded("connect-failed").count == 1, "\(name): retried at once")
+        }
+    }
+
+    /// A server that accepts TCP and never answers the handshake is cut off
+    /// at connect_timeout.
+    @Test func tlsHandshakeThatStallsIsCutAtConnectTimeout() async throws {
+        let server = try LoopbackServer(answering: false)
+        defer { server.stop() }
+        let h = try VoipHarness()
+        try await h.start([
+            "connect": .string(server.address), "tls": .boolean(true), "connect_timeout": .string("500ms"),
+            "reconnect": .table(["initial": .string("10s")]),
+        ])
+        #expect(await h.waitForEvent("connect-failed"))
+        let status = await h.status()
+        await h.supervisor.stopAll()
+        #expect(await server.count(.accepted, atLeast: 1))
+        #expect(status["LastError"]?.stringValue.hasSuffix("timed out after 500ms (connect_timeout)") == true, "\(status)")
+    }
+
+    /// After the broker restarts, the TLS session comes back.
+    @Test func tlsResumesAfterAServerRestart() async throws {
+        let dir = try makeTemporaryDirectory("voip-tls")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let certificates = try TestCertificates()
+        defer { certificates.remove() }
+        let broker = try TestMosquitto.start(in: dir, certificates: certificates)
+        defer { broker.server.stop() }
+        let h = try VoipHarness()
+        try await h.start([
+            "connect": .string("127.0.0.1:\(broker.tlsPort ?? 0)"), "protocol": .string("mqtt"), "tls": .boolean(true),
+            "ca_file": .string(certificates.caCertificate), "keepalive_interval": .string("2s"),
+            "mqtt": .table(["client_id": .string("vigil-restart")]),
+            "reconnect": .table(["initial": .string("100ms"), "max": .string("300ms")]),
+        ])
+        #expect(await broker.server.waitForLog("as vigil-restart"))
+        broker.server.stop()
+        #expect(await h.waitForEvent("disconnected"))
+        try broker.server.start()
+        #expect(await broker.server.waitForLog("as vigil-restart"), "\(broker.server.log)")
+        let status = await h.waitForStatus { $0["State"]?.stringValue == "up" && $0["Reconnects"]?.uintValue ?? 0 >= 1 }
+        await h.supervisor.stopAll()
+        #expect(status["State"]?.stringValue == "up", "\(status)")
+    }
+}

@@ -1,0 +1,231 @@
+import Foundation
+import Glibc
+import VigilKit
+import VigilTestSupport
+
+/// A real server process (mosquitto, kamailio) the voip-socket tests start
+/// in a temporary directory on loopback, and stop by its pid.
+final class TestServerProcess: @unchecked Sendable {
+    // Invariant: `pid` is only changed by start/stop, which the test calls
+    // from one task; the log file is read, never written, by the test.
+    let directory: String
+    let program: String
+    let arguments: [String]
+    let logFile: String
+    let ports: [Int]
+    private var pid: pid_t = 0
+
+    init(program: String, arguments: [String], directory: String, ports: [Int]) throws {
+        self.program = program
+        self.arguments = arguments
+        self.directory = directory
+        self.ports = ports
+        logFile = directory + "/server.log"
+        try start()
+    }
+
+    func start() throws {
+        pid = try spawnQuietly(program, arguments, environment: ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": directory],
+                               stdout: logFile + ".out", stderr: logFile)
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline {
+            if ports.allSatisfy({ TestNginx.canConnect(port: $0) }) { return }
+            var status: Int32 = 0
+            if waitpid(pid, &status, WNOHANG) == pid {
+                pid = 0
+                throw DescribedError("\(program) exited at start: \(log)")
+            }
+            usleep(20_000)
+        }
+        stop()
+        throw DescribedError("\(program) did not listen on \(ports) within 20 s: \(log)")
+    }
+
+    func stop() {
+        guard pid > 0 else { return }
+        kill(pid, SIGTERM)
+        var status: Int32 = 0
+        for _ in 0..<200 {
+            if waitpid(pid, &status, WNOHANG) == pid { pid = 0; return }
+            usleep(10_000)
+        }
+        kill(pid, SIGKILL)
+        waitpid(pid, &status, 0)
+        pid = 0
+    }
+
+    var log: String { (try? String(contentsOfFile: logFile, encoding: .utf8)) ?? "" }
+
+    func lines(containing text: String) -> [String] { log.split(separator: "\n").map(String.init).filter { $0.contains(text) } }
+
+    /// Waits (bounded) until the log has `count` lines containing `text`.
+    /// The server is another process: its log file is the event to watch.
+    func waitForLog(_ text: String, count: Int = 1, timeout: Duration = .seconds(15)) async -> Bool {
+        let end = ContinuousClock.now + timeout
+        while ContinuousClock.now < end {
+            if lines(containing: text).count >= count { return true }
+            try? await Task.sleep(for: .milliseconds(50))
+        }
+        return lines(containing: text).count >= count
+    }
+
+    deinit { stop() }
+}
+
+/// A temporary directory removed by `remove()`.
+func makeTemporaryDirectory(_ prefix: String) throws -> String {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("\(prefix)-\(UUID().uuidString)").path
+    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    return path
+}
+
+/// mosquitto on 127.0.0.1 (plain, and TLS with `certificates`), logging
+/// every packet, optionally with one user and password.
+enum TestMosquitto {
+    static func start(in directory: String, user: (String, String)? = nil, certificates: TestCertificates? = nil,
+                      port: Int? = nil, tlsPort: Int? = nil) throws -> (server: TestServerProcess, port: Int, tlsPort: Int?) {
+        let port = try port ?? TestNginx.freePort()
+        var config = """
+            log_dest stderr
+            log_type all
+            connection_messages true
+            per_listener_settings false
+            listener \(port) 127.0.0.1
+
+            """
+        var tls: Int?
+        if let certificates {
+            let p = try tlsPort ?? TestNginx.freePort()
+            tls = p
+            config += """
+                listener \(p) 127.0.0.1
+                cafile \(certificates.caCertificate)
+                certfile \(certificates.serverCertificate)
+                keyfile \(certificates.serverKey)
+
+                """
+        }
+        if let (name, password) = user {
+            let file = directory + "/passwords"
+            try "".write(toFile: file, atomically: true, encoding: .utf8)
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: "/usr/bin/mosquitto_passwd")
+            p.arguments = ["-b", file, name, password]
+            try p.run()
+            p.waitUntilExit()
+            guard p.terminationStatus == 0 else { throw DescribedError("mosquitto_passwd failed") }
+            config += "allow_anonymous false\npassword_file \(file)\n"
+        } else {
+            config += "allow_anonymous true\n"
+        }
+        try config.write(toFile: directory + "/mosquitto.conf", atomically: true, encoding: .utf8)
+        let server = try TestServerProcess(
+            program: "/usr/sbin/mosquitto", arguments: ["-c", directory + "/mosquitto.conf"], directory: directory,
+            ports: [port] + (tls.map { [$0] } ?? []))
+        return (server, port, tls)
+    }
+
+    /// Publishes `message` to `topic` with mosquitto_pub (a third-party client).
+    static func publish(port: Int, topic: String, message: String, user: (String, String)? = nil) throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/mosquitto_pub")
+        p.arguments = ["-h", "127.0.0.1", "-p", String(port), "-t", topic, "-m", message, "-i", "test-publisher"]
+            + (user.map { ["-u", $0.0, "-P", $0.1] } ?? [])
+        p.standardOutput = FileHandle.nullDevice
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        p.waitUntilExit()
+    }
+}
+
+/// kamailio on 127.0.0.1 as a SIP registrar over TCP (and TLS with
+/// `certificates`): REGISTER is saved in memory (usrloc), with a digest
+/// challenge when `password` is set; `flowTimer` adds a Flow-Timer header
+/// to the 200; MESSAGE requests are relayed to the registered contact.
+enum TestKamailio {
+    static func start(in directory: String, password: String? = nil, flowTimer: Int? = nil,
+                      certificates: TestCertificates? = nil) throws -> (server: TestServerProcess, port: Int, tlsPort: Int?) {
+        let port = try TestNginx.freePort()
+        let tlsPort = try certificates.map { _ in try TestNginx.freePort() }
+        var listen = "listen=tcp:127.0.0.1:\(port)\n"
+        var tlsModule = ""
+        if let certificates, let tlsPort {
+            listen += "listen=tls:127.0.0.1:\(tlsPort)\nenable_tls=yes\n"
+            try """
+                [server:default]
+                method = TLSv1.2+
+                verify_certificate = no
+                require_certificate = no
+                private_key = \(certificates.serverKey)
+                certificate = \(certificates.serverCertificate)
+
+                [client:default]
+                verify_certificate = no
+                require_certificate = no
+
+                """.write(toFile: directory + "/tls.cfg", atomically: true, encoding: .utf8)
+            tlsModule = "loadmodule \"tls.so\"\nmodparam(\"tls\", \"config\", \"\(directory)/tls.cfg\")\n"
+        }
+        let auth = password.map { p in
+            """
+                    if (!pv_www_authenticate("$td", "\(p)", "0")) {
+                        www_challenge("$td", "1");
+                        exit;
+                    }
+
+            """
+        } ?? ""
+        let flow = flowTimer.map { "        append_to_reply(\"Flow-Timer: \($0)\\r\\n\");\n" } ?? ""
+        try """
+            #!KAMAILIO
+            debug=2
+            log_stderror=yes
+            fork=yes
+            children=1
+            tcp_children=2
+            disable_sctp=yes
+            auto_aliases=no
+            alias="example.org"
+            \(listen)
+            mpath="/usr/lib/x86_64-linux-gnu/kamailio/modules/"
+            loadmodule "tm.so"
+            loadmodule "sl.so"
+            loadmodule "pv.so"
+            loadmodule "xlog.so"
+            loadmodule "textops.so"
+            loadmodule "usrloc.so"
+            loadmodule "registrar.so"
+            loadmodule "auth.so"
+            \(tlsModule)
+            modparam("registrar", "min_expires", 1)
+            modparam("registrar", "default_expires", 60)
+
+            request_route {
+                xlog("L_INFO", "received $rm from $si:$sp over $pr cseq $cs\\n");
+                if (is_method("REGISTER")) {
+            \(auth)\(flow)
+                    if (!save("location")) {
+                        sl_reply_error();
+                    }
+                    xlog("L_INFO", "registered $tu contact $ct expires $hdr(Expires)\\n");
+                    exit;
+                }
+                if (is_method("MESSAGE")) {
+                    if (!lookup("location")) {
+                        sl_send_reply("404", "Not Found");
+                        exit;
+                    }
+                    t_relay();
+                    exit;
+                }
+                sl_send_reply("405", "Method Not Allowed");
+            }
+
+            """.write(toFile: directory + "/kamailio.cfg", atomically: true, encoding: .utf8)
+        let server = try TestServerProcess(
+            program: "/usr/sbin/kamailio",
+            arguments: ["-f", directory + "/kamailio.cfg", "-DD", "-E", "-w", directory, "-Y", directory, "-P", directory + "/kamailio.pid"],
+            directory: directory, ports: [port] + (tlsPort.map { [$0] } ?? []))
+        return (server, port, tlsPort)
+    }
+}
