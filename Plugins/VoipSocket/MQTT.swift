@@ -61,7 +61,7 @@ enum MQTTPacket {
         case 2: return ("the broker refused the connection: client identifier rejected (client_id)", true)
         case 3: return ("the broker refused the connection: server unavailable", false)
         case 4: return ("the broker refused the connection: bad user name or password (username, password)", true)
-        case 5: return ("the broker refused the connection: not authorized", true)
+        case 5: return ("the broker refused the connection: not authorized (username, password, or the broker's access rules)", true)
         case let code: return ("the broker refused the connection: return code \(code)", true)
         }
     }

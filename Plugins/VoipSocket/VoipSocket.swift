@@ -311,6 +311,7 @@ final class VoipConnection: Sendable {
         if let file = registration.settings.passwordFile { password = try readSecret(file).get() }
         let local = link.addresses.local
         try await link.send(registration.request(local: local, password: password))
+        var challenges = 0
         while true {
             let bytes = try await link.nextControl()
             let head = SIPFramer.headerEnd(bytes, from: 0).map { String(decoding: bytes[..<$0], as: UTF8.self) } ?? ""
@@ -322,21 +323,31 @@ final class VoipConnection: Sendable {
             case 200..<300:
                 await update { $0.registrations += 1 }
                 return registration.granted(by: response)
-            case 401, 407 where registration.take(challengeOf: response, hasPassword: password != nil):
+            case 401, 407:
+                // One challenge, and one more for a stale nonce; a third means the credentials are wrong.
+                guard challenges < 2, registration.take(challengeOf: response, hasPassword: password != nil) else {
+                    throw Self.refusal(response, hasPassword: password != nil)
+                }
+                challenges += 1
                 try await link.send(registration.request(local: local, password: password))
             default:
-                let status = "\(response.statusCode) \(response.reason)".trimmingSpaces
-                let hint: String
-                switch response.statusCode {
-                case 401, 407: hint = password == nil ? " (the registrar wants credentials: set sip.password or sip.password_file)" : " (wrong sip.username or password)"
-                case 423: hint = " (sip.expires is too short; the registrar's Min-Expires is \(response.header("min-expires") ?? "not given"))"
-                default: hint = ""
-                }
-                // 5xx and 408 may pass; a refusal of who we are will not.
-                let transient = response.statusCode >= 500 || response.statusCode == 408
-                throw LinkError("the registrar refused REGISTER: \(status)\(hint)", permanent: !transient)
+                throw Self.refusal(response, hasPassword: password != nil)
             }
         }
+    }
+
+    /// A registrar's final refusal as a LastError.
+    private static func refusal(_ response: SIPMessage, hasPassword: Bool) -> LinkError {
+        let status = "\(response.statusCode) \(response.reason)".trimmingSpaces
+        let hint: String
+        switch response.statusCode {
+        case 401, 407: hint = hasPassword ? " (wrong sip.username or password)" : " (the registrar wants credentials: set sip.password or sip.password_file)"
+        case 423: hint = " (sip.expires is too short; the registrar's Min-Expires is \(response.header("min-expires") ?? "not given"))"
+        default: hint = ""
+        }
+        // 5xx and 408 may pass; a refusal of who we are will not.
+        let transient = response.statusCode >= 500 || response.statusCode == 408
+        return LinkError("the registrar refused REGISTER: \(status)\(hint)", permanent: !transient)
     }
 
     /// Renews the registration before it expires, on this flow, for as long

@@ -86,6 +86,7 @@ enum TestMosquitto {
                       port: Int? = nil, tlsPort: Int? = nil) throws -> (server: TestServerProcess, port: Int, tlsPort: Int?) {
         let port = try port ?? TestNginx.freePort()
         var config = """
+            user root
             log_dest stderr
             log_type all
             connection_messages true
