@@ -236,6 +236,71 @@ import VigilTestSupport
         #expect(status["LastError"]?.stringValue.hasPrefix("the registrar refused REGISTER: 401 Unauthorized (wrong sip.username or password)") == true, "\(status)")
     }
 
+    // MARK: shipped examples
+
+    /// The strategies of a shipped example, with `replacements` applied to its text.
+    static func example(_ name: String, _ replacements: [(String, String)]) throws -> [String: [String: ConfigValue]] {
+        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Configs/examples/\(name)").path
+        var text = try String(contentsOfFile: path, encoding: .utf8)
+        for (from, to) in replacements { text = text.replacingOccurrences(of: from, with: to) }
+        let document = try ConfigLoader.parseDocument(text: text, path: path)
+        var out: [String: [String: ConfigValue]] = [:]
+        for table in document.strategies { out[table.name ?? ""] = table.values }
+        return out
+    }
+
+    /// Configs/examples/sip-keepalive.toml, both strategies, against kamailio
+    /// (only the registrar's address and the test CA changed): registered, up.
+    @Test func shippedSIPExampleRegistersWithKamailio() async throws {
+        let dir = try makeTemporaryDirectory("voip-example")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let certificates = try TestCertificates()
+        defer { certificates.remove() }
+        let registrar = try TestKamailio.start(in: dir, password: "change-me", certificates: certificates)
+        defer { registrar.server.stop() }
+        let strategies = try Self.example("sip-keepalive.toml", [
+            ("sip.example.org:5060", "127.0.0.1:\(registrar.port)"), ("sip.example.org:5061", "127.0.0.1:\(registrar.tlsPort ?? 0)"),
+            ("# ca_file = \"/etc/vigil/sip-ca.pem\"", "ca_file = \"\(certificates.caCertificate)\""),
+        ])
+        #expect(strategies.keys.sorted() == ["sip", "sip-tls"])
+        let h = try VoipHarness()
+        for (name, values) in strategies { try await h.start(values, name: name) }
+        for name in strategies.keys {
+            let status = await h.waitForStatus(name, timeout: .seconds(20)) { $0["Registrations"]?.uintValue ?? 0 >= 1 && $0["State"]?.stringValue == "up" }
+            #expect(status["Registrations"]?.uintValue ?? 0 >= 1, "\(name): \(status)\n\(registrar.server.log)")
+        }
+        await h.supervisor.stopAll()
+        #expect(registrar.server.lines(containing: "registered sip:alice@example.org").count >= 2, "\(registrar.server.log)")
+    }
+
+    /// Configs/examples/mqtt-keepalive.toml, both strategies, against
+    /// mosquitto (only the broker's address and the test CA changed):
+    /// connected with the configured keep-alive, subscribed.
+    @Test func shippedMQTTExampleConnectsToMosquitto() async throws {
+        let dir = try makeTemporaryDirectory("voip-example")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let certificates = try TestCertificates()
+        defer { certificates.remove() }
+        let broker = try TestMosquitto.start(in: dir, user: ("vigil", "change-me"), anonymous: true, certificates: certificates)
+        defer { broker.server.stop() }
+        let strategies = try Self.example("mqtt-keepalive.toml", [
+            ("broker.example.org:1883", "127.0.0.1:\(broker.port)"), ("broker.example.org:8883", "127.0.0.1:\(broker.tlsPort ?? 0)"),
+            ("# ca_file = \"/etc/vigil/broker-ca.pem\"", "ca_file = \"\(certificates.caCertificate)\""),
+        ])
+        #expect(strategies.keys.sorted() == ["mqtt", "mqtt-tls"])
+        let h = try VoipHarness()
+        for (name, values) in strategies { try await h.start(values, name: name) }
+        #expect(await broker.server.waitForLog("as vigil-home (p2, c1, k60)."), "\(broker.server.log)")
+        #expect(await broker.server.waitForLog("as vigil-home-tls (p2, c1, k60, u'vigil')"), "\(broker.server.log)")
+        #expect(await broker.server.waitForLog("Received SUBSCRIBE from vigil-home-tls"))
+        #expect(await broker.server.waitForLog("Received SUBSCRIBE from vigil-home"))
+        for name in strategies.keys {
+            let status = await h.waitForStatus(name) { $0["State"]?.stringValue == "up" }
+            #expect(status["State"]?.stringValue == "up", "\(name): \(status)")
+        }
+        await h.supervisor.stopAll()
+    }
+
     // MARK: TLS failures
 
     /// A certificate from another CA, and a certificate for another name:

@@ -82,7 +82,9 @@ func makeTemporaryDirectory(_ prefix: String) throws -> String {
 /// mosquitto on 127.0.0.1 (plain, and TLS with `certificates`), logging
 /// every packet, optionally with one user and password.
 enum TestMosquitto {
-    static func start(in directory: String, user: (String, String)? = nil, certificates: TestCertificates? = nil,
+    /// With `user`, clients that give a user name must give its password;
+    /// clients without one are let in only with `anonymous`.
+    static func start(in directory: String, user: (String, String)? = nil, anonymous: Bool = false, certificates: TestCertificates? = nil,
                       port: Int? = nil, tlsPort: Int? = nil) throws -> (server: TestServerProcess, port: Int, tlsPort: Int?) {
         let port = try port ?? TestNginx.freePort()
         var config = """
@@ -115,7 +117,7 @@ enum TestMosquitto {
             try p.run()
             p.waitUntilExit()
             guard p.terminationStatus == 0 else { throw DescribedError("mosquitto_passwd failed") }
-            config += "allow_anonymous false\npassword_file \(file)\n"
+            config += "allow_anonymous \(anonymous)\npassword_file \(file)\n"
         } else {
             config += "allow_anonymous true\n"
         }
