@@ -54,6 +54,23 @@ final class TestServerProcess: @unchecked Sendable {
         pid = 0
     }
 
+    /// Freezes (SIGSTOP) or thaws (SIGCONT) the server and its children
+    /// (kamailio's workers), each by its pid.
+    func freeze(_ frozen: Bool) {
+        guard pid > 0 else { return }
+        var pids = [pid]
+        if let entries = try? FileManager.default.contentsOfDirectory(atPath: "/proc") {
+            for entry in entries {
+                guard let child = pid_t(entry), let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
+                    let close = stat.lastIndex(of: ")")
+                else { continue }
+                let fields = stat[stat.index(after: close)...].split(separator: " ")
+                if fields.count > 1, pid_t(fields[1]) == pid { pids.append(child) }
+            }
+        }
+        for p in pids { kill(p, frozen ? SIGSTOP : SIGCONT) }
+    }
+
     var log: String { (try? String(contentsOfFile: logFile, encoding: .utf8)) ?? "" }
 
     func lines(containing text: String) -> [String] { log.split(separator: "\n").map(String.init).filter { $0.contains(text) } }
