@@ -68,7 +68,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "vigil-bench",
-            dependencies: ["VigilHost", "VigilDBus", "VigilTestSupport", "CVoipSocket", .product(name: "VigilKit", package: "VigilKit")],
+            dependencies: ["VigilHost", "VigilDBus", "VigilTestSupport", "CVoipSocket", "CVoipTLS", .product(name: "VigilKit", package: "VigilKit")],
             swiftSettings: strict
         ),
         .target(

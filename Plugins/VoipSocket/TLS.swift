@@ -1,4 +1,6 @@
 import CVoipTLS
+import Glibc
+import Synchronization
 
 /// `tls = true`: one OpenSSL client context per strategy, shared by its
 /// connections, and the name their certificates must carry.
@@ -16,6 +18,30 @@ final class TLSContext: @unchecked Sendable {
     let pointer: UnsafeMutableRawPointer
 
     private init(pointer: UnsafeMutableRawPointer) { self.pointer = pointer }
+
+    /// The context for these files, shared by every strategy that names the
+    /// same files with the same modification times: a context holds the
+    /// parsed CA store (tens of KiB), and 10,000 connections to one server
+    /// should not hold 10,000 copies. A changed file (a renewed CA) makes a
+    /// new context; an unused one is freed.
+    static func shared(caFile: String?, certFile: String?, keyFile: String?) -> Result<TLSContext, LinkError> {
+        func stamp(_ path: String?) -> String {
+            guard let path else { return "-" }
+            var info = stat()
+            guard stat(path, &info) == 0 else { return path }
+            return "\(path)@\(info.st_mtim.tv_sec).\(info.st_mtim.tv_nsec):\(info.st_size)"
+        }
+        let key = [stamp(caFile), stamp(certFile), stamp(keyFile)].joined(separator: "|")
+        return contextCache.withLock { cache in
+            if let context = cache[key]?.context { return .success(context) }
+            let made = make(caFile: caFile, certFile: certFile, keyFile: keyFile)
+            if case .success(let context) = made {
+                cache = cache.filter { $0.value.context != nil }
+                cache[key] = WeakContext(context: context)
+            }
+            return made
+        }
+    }
 
     static func make(caFile: String?, certFile: String?, keyFile: String?) -> Result<TLSContext, LinkError> {
         var error = [CChar](repeating: 0, count: 512)
@@ -46,3 +72,10 @@ struct TLSSession: @unchecked Sendable {
 
     func free() { vigil_tls_session_free(pointer) }
 }
+
+private struct WeakContext {
+    weak var context: TLSContext?
+}
+
+/// Contexts in use, by their files (see ``TLSContext/shared``).
+private let contextCache = Mutex<[String: WeakContext]>([:])

@@ -229,7 +229,7 @@ public struct VoipSocketKind: StrategyKind {
             config.problem("server_name", "expected a host name or address, found \"\(serverName)\"")
         }
         guard !config.hasProblems else { return nil }
-        switch TLSContext.make(caFile: ca, certFile: cert, keyFile: key) {
+        switch TLSContext.shared(caFile: ca, certFile: cert, keyFile: key) {
         case .success(let context): return TLSSettings(context: context, serverName: serverName)
         case .failure(let e):
             config.problem(cert != nil && e.description.contains(cert ?? "") ? "cert_file" : "ca_file", e.description)

@@ -1,10 +1,11 @@
 import CVoipSocket
+import CVoipTLS
 import Foundation
 import Glibc
 import VigilHost
 import VigilKit
 
-/// vigil-bench voip-socket [connections] [interval-seconds]: that many
+/// vigil-bench voip-socket [connections] [interval-seconds] [--tls]: that many
 /// voip-socket instances (default 10,000) in this process, each holding one
 /// keep-alive connection to a pong server on 127.0.0.1 (an epoll loop in a
 /// child process, ``PongServerProcess``, so this process needs only n
@@ -20,16 +21,22 @@ import VigilKit
 /// Reference, same run and server: the same round done by a bare epoll loop
 /// over n plain sockets (send n pings, wait for n pongs), no strategy
 /// machinery.
-func voipSocketBench(_ args: [String]) async throws {
-    if args.first == PongServerProcess.childFlag {
+///
+/// With `--tls`, every connection is TLS: nginx's stream module terminates
+/// it in front of the same pong server (``VoipTLSTerminator``), and the
+/// reference loop runs OpenSSL sessions through the same nginx.
+func voipSocketBench(_ arguments: [String]) async throws {
+    if arguments.first == PongServerProcess.childFlag {
         try runPongServerChild()
         return
     }
+    let tls = arguments.contains("--tls")
+    let args = arguments.filter { $0 != "--tls" }
     var n = args.first.flatMap(Int.init) ?? 10_000
     let interval = args.dropFirst().first.flatMap(Int64.init) ?? 10
     // The pong server runs in a child process, so this process needs about
     // n descriptors (the connections) and the child another n.
-    let wanted = rlim_t(n + 300)
+    let wanted = rlim_t(n + 300 + (tls ? n : 0))
     var current = rlimit()
     getrlimit(Int32(RLIMIT_NOFILE.rawValue), &current)
     if current.rlim_cur < wanted {
@@ -49,9 +56,12 @@ func voipSocketBench(_ args: [String]) async throws {
             exit(1)
         }
     }
-    let server = try PongServerProcess(capacity: n + 400)
+    let server = try PongServerProcess(capacity: n + 400 + (tls ? n : 0))
     defer { server.stop() }
-    print("voip-socket: \(n) connections to \(server.address), keepalive_interval \(interval)s, aligned to \(interval)s slots")
+    let terminator = tls ? try VoipTLSTerminator(upstreamPort: server.port, connections: n + 100) : nil
+    defer { terminator?.stop() }
+    let target = terminator?.address ?? server.address
+    print("voip-socket: \(n) \(tls ? "TLS " : "")connections to \(target)\(tls ? " (nginx TLS in front of \(server.address))" : ""), keepalive_interval \(interval)s, aligned to \(interval)s slots")
 
     let kind = try PluginLoader(searchPath: [PluginLoader.executableDirectory() ?? "."]).loadKind("voip-socket").get()
     let clock = SystemClock()
@@ -63,10 +73,12 @@ func voipSocketBench(_ args: [String]) async throws {
     var strategies: [SupervisedStrategy] = []
     strategies.reserveCapacity(n)
     for i in 0..<n {
-        let reader = ConfigReader(strategyName: "voip\(i)", keyPath: "strategy[\(i)]", values: [
-            "connect": .string(server.address), "keepalive_interval": .integer(interval), "align": .boolean(true),
+        var values: [String: ConfigValue] = [
+            "connect": .string(target), "keepalive_interval": .integer(interval), "align": .boolean(true),
             "handler_timeout": .string("\(max(1, interval / 2))s"), "expect": .string("\r\n"), "connect_timeout": .string("30s"),
-        ])
+        ]
+        if let terminator { values["tls"] = .boolean(true); values["ca_file"] = .string(terminator.certificates.caCertificate) }
+        let reader = ConfigReader(strategyName: "voip\(i)", keyPath: "strategy[\(i)]", values: values)
         let strategy = try kind.makeStrategy(reader)
         guard reader.problems.isEmpty else { throw BenchError("config: \(reader.problems)") }
         strategies.append(SupervisedStrategy(name: "voip\(i)", kind: "voip-socket", strategy: strategy))
@@ -104,7 +116,7 @@ func voipSocketBench(_ args: [String]) async throws {
     } }
     let latePings = figure("LatePings"), sentPings = figure("Pings"), overruns = figure("Overruns")
     print("")
-    print("memory per connection:   \(String(format: "%.1f", Double(rss) / Double(n) / 1024)) KiB (RSS +\(rss / 1_048_576) MiB for \(n); target <= 16 KiB)")
+    print("memory per connection:   \(String(format: "%.1f", Double(rss) / Double(n) / 1024)) KiB (RSS +\(rss / 1_048_576) MiB for \(n); target <= \(tls ? 64 : 16) KiB)")
     print("leases held:             \(active)")
     print("round of \(n) pings:       first to last ping \(String(format: "%.1f", round.spreadMs)) ms (target <= 1000 ms)")
     print("CPU per round:           \(String(format: "%.1f", cpu * 1000)) ms strategy side (\(String(format: "%.2f", cpu / Double(n) * 1e6)) us per ping); server process \(String(format: "%.1f", serverCPU * 1000)) ms")
@@ -115,9 +127,9 @@ func voipSocketBench(_ args: [String]) async throws {
     await supervisor.stopAll()
 
     // Reference: the same round from a bare epoll loop over plain sockets.
-    let reference = try bareEpollRound(n: n, port: server.port, server: server)
+    let reference = try bareEpollRound(n: n, port: UInt16(terminator?.port ?? Int(server.port)), server: server, tls: terminator)
     print("")
-    print("reference (bare epoll loop, same server, \(n) sockets):")
+    print("reference (bare epoll loop, same server, \(n) \(tls ? "OpenSSL sessions through the same nginx" : "sockets")):")
     print("  round: \(String(format: "%.1f", reference.wallMs)) ms; CPU \(String(format: "%.1f", reference.clientCPUms)) ms client side (\(String(format: "%.2f", reference.clientCPUms * 1000 / Double(n))) us per ping), server process \(String(format: "%.1f", reference.serverCPUms)) ms; memory \(String(format: "%.2f", reference.rssPerConnection / 1024)) KiB per connection (malloc in use +\(kibPerConnection(heapInUse() - heapBefore, n)))")
     print("ratio: strategy CPU per round / bare loop = \(String(format: "%.1f", cpu * 1000 / max(reference.clientCPUms, 0.001)))x")
 }
@@ -324,7 +336,7 @@ private struct ReferenceFigures {
 }
 
 /// One ping round over n plain non-blocking sockets with one epoll loop.
-private func bareEpollRound(n: Int, port: UInt16, server: PongServerProcess) throws -> ReferenceFigures {
+private func bareEpollRound(n: Int, port: UInt16, server: PongServerProcess, tls: VoipTLSTerminator?) throws -> ReferenceFigures {
     server.resetFigures()
     let rssBefore = residentBytes()
     var address = sockaddr_in()
@@ -332,6 +344,13 @@ private func bareEpollRound(n: Int, port: UInt16, server: PongServerProcess) thr
     address.sin_addr.s_addr = inet_addr("127.0.0.1")
     address.sin_port = port.bigEndian
     let ep = vigil_epoll_create()
+    var context: UnsafeMutableRawPointer?
+    if let tls {
+        var error = [CChar](repeating: 0, count: 512)
+        context = vigil_tls_context_new(tls.certificates.caCertificate, nil, nil, &error, 512)
+        guard context != nil else { throw BenchError("reference TLS context: \(errorText(error))") }
+    }
+    var sessions: [Int32: UnsafeMutableRawPointer] = [:]
     var fds: [Int32] = []
     fds.reserveCapacity(n)
     for _ in 0..<n {
@@ -340,6 +359,14 @@ private func bareEpollRound(n: Int, port: UInt16, server: PongServerProcess) thr
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
         guard fd >= 0, rc == 0 else { throw BenchError("reference connect: \(String(cString: strerror(errno)))") }
+        if let context {
+            // A blocking handshake: setup, not part of the measured round.
+            var error = [CChar](repeating: 0, count: 512)
+            guard let session = vigil_tls_session_new(context, fd, "127.0.0.1", &error, 512),
+                vigil_tls_handshake(session, &error, 512) == vigil_TLS_OK
+            else { throw BenchError("reference TLS handshake: \(errorText(error))") }
+            sessions[fd] = session
+        }
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
         _ = vigil_epoll_add(ep, fd, UInt64(fd))
         fds.append(fd)
@@ -351,7 +378,15 @@ private func bareEpollRound(n: Int, port: UInt16, server: PongServerProcess) thr
     let cpuBefore = processCPU(), serverBefore = server.cpuNanoseconds
     let t0 = monotonicNanoseconds()
     let ping: [UInt8] = [13, 10, 13, 10]
-    for fd in fds { _ = vigil_send(fd, ping, 4) }
+    var status: Int32 = 0
+    var error = [CChar](repeating: 0, count: 512)
+    for fd in fds {
+        if let session = sessions[fd] {
+            _ = vigil_tls_write(session, ping, 4, &status, &error, 512)
+        } else {
+            _ = vigil_send(fd, ping, 4)
+        }
+    }
     var pongs = 0
     var buffer = [UInt8](repeating: 0, count: 256)
     while pongs < n {
@@ -359,8 +394,9 @@ private func bareEpollRound(n: Int, port: UInt16, server: PongServerProcess) thr
         if count <= 0 { break }
         for i in 0..<Int(count) {
             let fd = Int32(truncatingIfNeeded: events[i].token)
+            let session = sessions[fd]
             while true {
-                let r = vigil_recv(fd, &buffer, UInt(buffer.count))
+                let r = session.map { vigil_tls_read($0, &buffer, UInt(buffer.count), &status, &error, 512) } ?? vigil_recv(fd, &buffer, UInt(buffer.count))
                 if r > 0 { pongs += r / 2; continue }
                 break
             }
@@ -370,7 +406,14 @@ private func bareEpollRound(n: Int, port: UInt16, server: PongServerProcess) thr
     Thread.sleep(forTimeInterval: 0.2)  // let the server thread publish its CPU time
     let cpu = (processCPU() - cpuBefore) * 1000
     let serverCPU = Double(server.cpuNanoseconds - serverBefore) / 1e6
+    for session in sessions.values { vigil_tls_session_free(session) }
+    if let context { vigil_tls_context_free(context) }
     for fd in fds { close(fd) }
     close(ep)
     return ReferenceFigures(wallMs: wall, clientCPUms: cpu, serverCPUms: serverCPU, rssPerConnection: Double(rss) / Double(n))
+}
+
+/// A NUL-terminated C message buffer as text.
+private func errorText(_ buffer: [CChar]) -> String {
+    String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
 }

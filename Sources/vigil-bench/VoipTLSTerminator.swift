@@ -1,0 +1,59 @@
+import Foundation
+import Glibc
+import VigilTestSupport
+
+/// `vigil-bench voip-socket --tls`: nginx's stream module terminating TLS on
+/// 127.0.0.1 in front of the plain pong server, with a throw-away CA
+/// (``TestCertificates``), so the strategy and the bare reference loop both
+/// run the same TLS sessions against the same server.
+final class VoipTLSTerminator {
+    let certificates: TestCertificates
+    let port: Int
+    private let process = Process()
+
+    init(upstreamPort: UInt16, connections: Int) throws {
+        certificates = try TestCertificates()
+        let dir = certificates.directory
+        port = try TestNginx.freePort()
+        try """
+            load_module /usr/lib/nginx/modules/ngx_stream_module.so;
+            user root;
+            daemon off;
+            worker_processes 1;
+            worker_rlimit_nofile \(2 * connections + 1_000);
+            pid \(dir)/nginx.pid;
+            error_log \(dir)/error.log warn;
+            events { worker_connections \(2 * connections + 500); }
+            stream {
+                server {
+                    listen 127.0.0.1:\(port) ssl backlog=4096;
+                    ssl_certificate \(certificates.serverCertificate);
+                    ssl_certificate_key \(certificates.serverKey);
+                    proxy_pass 127.0.0.1:\(upstreamPort);
+                }
+            }
+            """.write(toFile: dir + "/nginx.conf", atomically: true, encoding: .utf8)
+        process.executableURL = URL(fileURLWithPath: "/usr/sbin/nginx")
+        process.arguments = ["-p", dir, "-c", dir + "/nginx.conf", "-e", dir + "/error.log"]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        for _ in 0..<500 {
+            if TestNginx.canConnect(port: port) { return }
+            usleep(10_000)
+        }
+        stop()
+        let log = (try? String(contentsOfFile: dir + "/error.log", encoding: .utf8)) ?? ""
+        throw BenchError("nginx (TLS terminator) did not listen on 127.0.0.1:\(port): \(log)")
+    }
+
+    var address: String { "127.0.0.1:\(port)" }
+
+    func stop() {
+        if process.isRunning {
+            kill(process.processIdentifier, SIGTERM)
+            process.waitUntilExit()
+        }
+        certificates.remove()
+    }
+}
