@@ -338,7 +338,9 @@ final class VoipConnection: Sendable {
 
     /// A registrar's final refusal as a LastError.
     private static func refusal(_ response: SIPMessage, hasPassword: Bool) -> LinkError {
-        let status = "\(response.statusCode) \(response.reason)".trimmingSpaces
+        // The reason phrase comes from the server: printable ASCII only, bounded.
+        let reason = String(String.UnicodeScalarView(response.reason.unicodeScalars.prefix(120).filter { $0.value >= 0x20 && $0.value < 0x7F }))
+        let status = "\(response.statusCode) \(reason)".trimmingSpaces
         let hint: String
         switch response.statusCode {
         case 401, 407: hint = hasPassword ? " (wrong sip.username or password)" : " (the registrar wants credentials: set sip.password or sip.password_file)"

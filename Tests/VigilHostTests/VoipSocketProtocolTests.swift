@@ -205,8 +205,18 @@ import VigilTestSupport
             "sip": .table(["aor": .string("sip:alice@example.org"), "password": .string("secret"), "expires": .string("2s")]),
         ]
         if let certificates { values["tls"] = .boolean(true); values["ca_file"] = .string(certificates.caCertificate) }
+        let out = dir + "/data"
+        values["on_data"] = Self.recorder(out)
         let h = try VoipHarness()
         try await h.start(values)
+        // A MESSAGE from another client, relayed by kamailio to the
+        // registered contact over this flow, reaches on_data whole.
+        _ = await h.waitForStatus(timeout: .seconds(20)) { $0["Registrations"]?.uintValue ?? 0 >= 1 }
+        let message = try Self.sendMessage(to: registrar.port, body: "hello over \(tls ? "tls" : "tcp")")
+        #expect(await h.waitForEvent("data"))
+        let delivered = Self.read(out)
+        #expect(delivered.hasPrefix("MESSAGE sip:alice@127.0.0.1:") && delivered.contains("Call-ID: \(message)\r\n")
+            && delivered.contains("\r\n\r\nhello over \(tls ? "tls" : "tcp")|") && delivered.hasSuffix("||MESSAGE\n"), "\(delivered.debugDescription)")
         // Registered, then renewed twice (every second for a 2 s expiry).
         let status = await h.waitForStatus(timeout: .seconds(20)) { $0["Registrations"]?.uintValue ?? 0 >= 3 && $0["Pings"]?.uintValue ?? 0 >= 3 }
         await h.supervisor.stopAll()
@@ -217,6 +227,32 @@ import VigilTestSupport
         #expect(status["Reconnects"]?.uintValue == 0, "\(status)")
         #expect(!registrar.server.lines(containing: "registered sip:alice@example.org contact <sip:alice@127.0.0.1:").isEmpty, "\(registrar.server.log)")
         #expect(registrar.server.lines(containing: "over \(tls ? "tls" : "tcp") cseq").count >= 4, "\(registrar.server.log)")
+    }
+
+    /// Sends a MESSAGE for sip:alice@example.org to kamailio over a TCP
+    /// connection of its own (python3's socket module: another client);
+    /// returns its Call-ID.
+    static func sendMessage(to port: Int, body: String) throws -> String {
+        let callID = "msg-\(UInt32.random(in: 0...UInt32.max))"
+        let script = """
+            import socket, sys
+            s = socket.create_connection(("127.0.0.1", \(port)))
+            local = "%s:%d" % s.getsockname()
+            body = sys.argv[2]
+            request = ("MESSAGE sip:alice@example.org SIP/2.0\\r\\nVia: SIP/2.0/TCP " + local + ";branch=z9hG4bK" + sys.argv[1] + "\\r\\n"
+                "Max-Forwards: 70\\r\\nFrom: <sip:bob@example.org>;tag=b1\\r\\nTo: <sip:alice@example.org>\\r\\n"
+                "Call-ID: " + sys.argv[1] + "\\r\\nCSeq: 1 MESSAGE\\r\\nContent-Type: text/plain\\r\\n"
+                "Content-Length: %d\\r\\n\\r\\n" % len(body)) + body
+            s.sendall(request.encode())
+            s.close()
+            """
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        p.arguments = ["-c", script, callID, body]
+        try p.run()
+        p.waitUntilExit()
+        guard p.terminationStatus == 0 else { throw DescribedError("python3 MESSAGE client failed") }
+        return callID
     }
 
     /// A wrong SIP password is a clear LastError.
