@@ -178,7 +178,10 @@ public struct VoipSocketKind: StrategyKind {
         }
         let host = s.aor.flatMap { SIPSettings.parts(of: $0)?.host } ?? ""
         s.registrar = r.string("registrar", default: "sip:\(host)")
-        if SIPSettings.parts(of: s.registrar) == nil { r.problem("registrar", "expected a SIP URI such as \"sip:example.org\", found \"\(s.registrar)\"") }
+        // (A registrar derived from a bad aor is not reported twice.)
+        if SIPSettings.parts(of: s.registrar) == nil, r.values["registrar"] != nil || !host.isEmpty {
+            r.problem("registrar", "expected a SIP URI such as \"sip:example.org\", found \"\(s.registrar)\"")
+        }
         s.expires = r.positiveDuration("expires", default: .seconds(600))
         if s.expires.components.attoseconds != 0 || s.expires > .seconds(4_294_967) {
             r.problem("expires", "expected whole seconds (SIP counts in seconds), found \(s.expires.vigilDescription)")
