@@ -399,13 +399,14 @@ final class VoipConnection: Sendable {
                 return first
             }
         }
+        let interval = plan.interval
         // Without on_data this task waits for the end itself and the
         // keep-alive loop is the only child: one task fewer per connection
         // (each costs about a kilobyte for as long as the connection lives).
         // The loop closes the link when it gives up, which ends the wait.
         return await withTaskGroup(of: String.self) { group in
             group.addTask {
-                let reason = await self.keepAlive(link, interval: plan.interval, since: connectedAt)
+                let reason = await self.keepAlive(link, interval: interval, since: connectedAt)
                 if reason != Self.cancelled { link.close(reason: reason) }
                 return reason
             }
@@ -525,12 +526,23 @@ final class VoipConnection: Sendable {
 }
 
 /// What a session runs with, from the protocol's opening exchange.
-struct SessionPlan: Sendable {
+///
+/// A class: it travels through `connect`'s deadline race and the frames of
+/// `run` and `session`, which the strategy's task keeps for the life of the
+/// connection; a reference keeps them one word wide instead of a few
+/// hundred bytes of SIP registration state each.
+final class SessionPlan: Sendable {
     /// The keep-alive interval (SIP: the registrar's Flow-Timer if it sent one).
-    var interval: Duration
+    let interval: Duration
     /// SIP: the registration to renew on this flow.
-    var registration: SIPRegistration?
-    var registeredFor: Duration = .zero
+    let registration: SIPRegistration?
+    let registeredFor: Duration
+
+    init(interval: Duration, registration: SIPRegistration? = nil, registeredFor: Duration = .zero) {
+        self.interval = interval
+        self.registration = registration
+        self.registeredFor = registeredFor
+    }
 }
 
 /// Runs `body` in a child task and returns its result: the memory of its

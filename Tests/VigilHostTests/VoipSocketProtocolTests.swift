@@ -249,12 +249,7 @@ import VigilTestSupport
             s.sendall(request.encode())
             s.close()
             """
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        p.arguments = ["-c", script, callID, body]
-        try p.run()
-        p.waitUntilExit()
-        guard p.terminationStatus == 0 else { throw DescribedError("python3 MESSAGE client failed") }
+        try runTool("/usr/bin/python3", ["-c", script, callID, body])
         return callID
     }
 

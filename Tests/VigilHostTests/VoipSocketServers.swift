@@ -89,7 +89,23 @@ final class TestServerProcess: @unchecked Sendable {
     deinit { stop() }
 }
 
-/// A temporary directory removed by `remove()`.
+/// Runs a third-party tool to its end; throws with its output when it fails.
+func runTool(_ path: String, _ arguments: [String]) throws {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: path)
+    process.arguments = arguments
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    process.standardError = pipe
+    try process.run()
+    let output = pipe.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    guard process.terminationStatus == 0 else {
+        throw DescribedError("\(path) \(arguments.joined(separator: " ")) failed: \(String(decoding: output, as: UTF8.self))")
+    }
+}
+
+/// A temporary directory (the caller removes it).
 func makeTemporaryDirectory(_ prefix: String) throws -> String {
     let path = FileManager.default.temporaryDirectory.appendingPathComponent("\(prefix)-\(UUID().uuidString)").path
     try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
@@ -128,12 +144,7 @@ enum TestMosquitto {
         if let (name, password) = user {
             let file = directory + "/passwords"
             try "".write(toFile: file, atomically: true, encoding: .utf8)
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: "/usr/bin/mosquitto_passwd")
-            p.arguments = ["-b", file, name, password]
-            try p.run()
-            p.waitUntilExit()
-            guard p.terminationStatus == 0 else { throw DescribedError("mosquitto_passwd failed") }
+            try runTool("/usr/bin/mosquitto_passwd", ["-b", file, name, password])
             config += "allow_anonymous \(anonymous)\npassword_file \(file)\n"
         } else {
             config += "allow_anonymous true\n"
@@ -147,14 +158,8 @@ enum TestMosquitto {
 
     /// Publishes `message` to `topic` with mosquitto_pub (a third-party client).
     static func publish(port: Int, topic: String, message: String, user: (String, String)? = nil) throws {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/mosquitto_pub")
-        p.arguments = ["-h", "127.0.0.1", "-p", String(port), "-t", topic, "-m", message, "-i", "test-publisher"]
-            + (user.map { ["-u", $0.0, "-P", $0.1] } ?? [])
-        p.standardOutput = FileHandle.nullDevice
-        p.standardError = FileHandle.nullDevice
-        try p.run()
-        p.waitUntilExit()
+        try runTool("/usr/bin/mosquitto_pub", ["-h", "127.0.0.1", "-p", String(port), "-t", topic, "-m", message, "-i", "test-publisher"]
+            + (user.map { ["-u", $0.0, "-P", $0.1] } ?? []))
     }
 }
 
