@@ -47,7 +47,7 @@ func voipSocketBench(_ arguments: [String]) async throws {
             if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 {
                 limit = raised
             } else {
-                n = Int(current.rlim_max) - 300
+                n = (Int(current.rlim_max) - 300) / (tls ? 2 : 1)
                 print("note: RLIMIT_NOFILE hard limit is \(current.rlim_max) (raising it needs CAP_SYS_RESOURCE): \(n) connections")
             }
         }
