@@ -36,6 +36,8 @@ public actor HostRuntime {
     public nonisolated let logSink: any LogSink
     private let readings: @Sendable () -> ClockReadings
     private var background: [Task<Void, Never>] = []
+    /// Sees each system resume and records what woke the system.
+    private var resumeWatcher: ResumeWatcher?
     private var stopped = false
     /// Resolves kinds on reload: the loader that resolved the first config,
     /// so a kind's library is never registered twice.
@@ -114,7 +116,7 @@ public actor HostRuntime {
         let log = StrategyLogger(source: "vigild", sink: env.logSink)
         try FileManager.default.createDirectory(atPath: config.host.stateDir, withIntermediateDirectories: true)
         let store = try SurvivalStore(path: HostPaths.survivalStore(stateDir: config.host.stateDir))
-        let runId = UUID().uuidString.lowercased()
+        let runId = try RunID.generate()
         let startReadings = env.readings()
         let began = try await store.beginRun(RunStart(
             runId: runId, pid: getpid(), bootID: (try? BootID.current()) ?? "unknown", version: env.version,
@@ -125,6 +127,7 @@ public actor HostRuntime {
         }
         let host = HostRuntime(config: config, env: env, store: store, began: began, runId: runId, startedWallMicros: startReadings.wallMicros)
         await host.startBackground(leaseEvents: await host.registry.events())
+        await host.startResumeWatch(startBoottimeMicros: startReadings.boottimeMicros)
         await host.clientLeases.start()
         await host.supervisor.start(config.strategies.map {
             SupervisedStrategy(name: $0.name, kind: $0.kind, strategy: $0.strategy)
@@ -157,7 +160,9 @@ public actor HostRuntime {
                 }
                 do {
                     try await store.heartbeat(readings(), leases: leases)
-                    log.debug("heartbeat \(k) written (\(leases.count) active lease\(leases.count == 1 ? "" : "s"))")
+                    // The sequence, not the slot k: slots skip across a suspend.
+                    let seq = await store.lastSequence ?? 0
+                    log.debug("heartbeat \(seq) written (\(leases.count) active lease\(leases.count == 1 ? "" : "s"))")
                 } catch {
                     log.error("cannot write heartbeat: \(error)")
                 }
@@ -175,6 +180,21 @@ public actor HostRuntime {
                 try? await store.recordEvent("lease-\(event.kind.rawValue)", strategy: event.lease.strategy, fields: fields, readings: readings())
             }
         })
+    }
+
+    /// Watches for resumes (see ``ResumeWatcher``); without the timerfd the
+    /// host runs on and the survival log still shows suspends, without cause.
+    private func startResumeWatch(startBoottimeMicros: Int64) {
+        let log = StrategyLogger(source: "vigild", sink: logSink)
+        let recorder = ResumeRecorder(
+            store: store, scheduler: scheduler as? WakeScheduler, runStartBoottimeMicros: startBoottimeMicros, log: log)
+        do {
+            resumeWatcher = try ResumeWatcher(readings: readings) { resume, slept in
+                await recorder.resumed(resume, suspendedMicros: slept)
+            }
+        } catch {
+            log.warning("cannot watch for system resumes, so wakes are not attributed: \(error)")
+        }
     }
 
     /// The configured strategy called `name` in the config in effect.
@@ -263,6 +283,7 @@ public actor HostRuntime {
         await registry.releaseEverything(detail: "host shutting down")
         await clientLeases.stop()
         await clock.settleIfManual()
+        resumeWatcher?.invalidate()
         for task in background { task.cancel() }
         for task in background { await task.value }
         do { try await store.endRun(reason: reason, readings: readings()) } catch {
