@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 
-TOTAL_BOUND = 420          # whole run, seconds (boot ~10 s, three phases ~150 s under TCG)
+TOTAL_BOUND = 900          # whole run, seconds (about 100 s on an idle 2-core machine; 420 s seen under load 20)
 SELF_WAKE_BOUND = 60       # rtcwake / alarm phases: the guest must wake by itself within this
 NEGATIVE_ASLEEP = 25       # negative phase: must still sleep this long, then the driver wakes it
 
@@ -55,7 +55,7 @@ def main():
         "qemu-system-x86_64", "-machine", "pc", "-accel", "tcg", "-global", "PIIX4_PM.disable_s3=0",
         "-m", "1024", "-smp", "1", "-display", "none", "-no-reboot", "-nodefaults",
         "-kernel", kernel, "-initrd", initramfs,
-        "-append", "console=ttyS0 panic=-1 quiet loglevel=4 rdinit=/init",
+        "-append", "console=ttyS0 panic=-1 loglevel=4 no_timer_check rdinit=/init",
         "-chardev", f"socket,id=qmp,path={qmp_path}", "-mon", "chardev=qmp,mode=control",
         "-serial", "stdio",
         "-chardev", f"socket,id=proto,path={proto_path}", "-serial", "chardev:proto",
@@ -109,6 +109,7 @@ def drive(qemu, listeners, started):
                 if kind == "expect-self-wake":
                     g.failures.append(f"phase {phase}: no WAKEUP within {SELF_WAKE_BOUND} s of SUSPEND; woken by the driver")
                 g.woken_by_driver[phase] = True
+                log(f"{now():6.1f} s  driver: system_wakeup ({kind})")
                 qmp_send({"execute": "system_wakeup"})
                 wake_deadline = None
                 continue
@@ -145,6 +146,7 @@ def drive(qemu, listeners, started):
                     if not event:
                         continue
                     g.events.append((now(), event))
+                    log(f"{now():6.1f} s  QMP {event}")
                     if event == "SUSPEND":
                         phase = g.phase
                         g.suspends.setdefault(phase, []).append(now())
@@ -172,6 +174,7 @@ def drive(qemu, listeners, started):
                     continue
                 text = line[3:]
                 g.lines.append((now(), text))
+                log(f"{now():6.1f} s  guest: {text}")
                 words = text.split()
                 if words[0] == "begin":
                     block = (words[1], [])
@@ -211,7 +214,9 @@ def check(g, work):
     if run:
         expect(run["endReason"] == "stopped", f"phase rtcwake: run ended {run['endReason']}, expected stopped")
         expect(run["suspends"] == 1, f"phase rtcwake: suspends {run['suspends']}, expected 1")
-        expect(run["stalls"] == 0, f"phase rtcwake: stalls {run['stalls']}, expected 0 (a suspend taken for a stall?)")
+        # (Stalls are not checked: a guest starved of CPU on a loaded host
+        # really stalls; a suspend taken for a stall fails the two checks
+        # around this comment.)
         secs = run["suspendedMicros"] / 1e6
         expect(9.0 <= secs <= 13.0, f"phase rtcwake: suspended {secs:.2f} s, expected about 10 s")
         host = host_sleep("rtcwake")
@@ -294,6 +299,10 @@ def check(g, work):
         return 1
     print("guest test passed")
     return 0
+
+
+def log(text):
+    print(text, flush=True)
 
 
 def parse_ticks(text):
