@@ -121,7 +121,7 @@ struct RunIDTests {
         #expect(!a.hasPrefix("00000000"))
     }
 
-    @Test func noRandomnessRefusesWithBothReasons() {
+    @Test func noRandomnessRefusesWithBothReasons() throws {
         let none: RunID.Source = { _ in .failure(RunID.RandomnessUnavailable(reasons: ["getrandom(2): Function not implemented"])) }
         let noDev: RunID.Source = { _ in .failure(RunID.RandomnessUnavailable(reasons: ["/dev/urandom: cannot open (No such file or directory)"])) }
         #expect {
