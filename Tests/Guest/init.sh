@@ -75,26 +75,27 @@ run status-text vigilctl status
 run status-json vigilctl status --json
 stop_vigild rtcwake
 
-# 2. alarm: nothing but vigild's wake_system alarm can wake the guest.
-start_vigild alarm
-say "phase alarm"
-say "suspend-at $(cut -d' ' -f1 /proc/uptime)"
-echo mem > /sys/power/state
-say "resumed-at $(cut -d' ' -f1 /proc/uptime)"
-wait_for /tmp/vigild.alarm.log "system resumed" 30
-# The tick's command runs after the resume, then once more while awake
-# (the lateness without suspend, for the figures).
-wait_for /tmp/tick.log "^2 " 60
-stop_vigild alarm
+# suspend_phase NAME TICKS: vigild on NAME.toml, then suspend to RAM with
+# no alarm but vigild's; after the resume, wait until the tick's command has
+# run TICKS times.
+suspend_phase() {
+    start_vigild $1
+    say "phase $1"
+    say "suspend-at $(cut -d' ' -f1 /proc/uptime)"
+    echo mem > /sys/power/state
+    say "resumed-at $(cut -d' ' -f1 /proc/uptime)"
+    wait_for /tmp/vigild.$1.log "system resumed" 30
+    wait_for /tmp/tick.log "^$2 " 60
+    stop_vigild $1
+}
+
+# 2. alarm: nothing but vigild's wake_system alarm can wake the guest. The
+# tick's command runs after the resume, then once more while awake (the
+# lateness without suspend, for the figures).
+suspend_phase alarm 2
 
 # 3. negative: wake_system = false; the driver wakes the guest over QMP.
-start_vigild negative
-say "phase negative"
-echo mem > /sys/power/state
-say "resumed-at $(cut -d' ' -f1 /proc/uptime)"
-wait_for /tmp/vigild.negative.log "system resumed" 30
-wait_for /tmp/tick.log "^1 " 60
-stop_vigild negative
+suspend_phase negative 1
 
 run survival-text vigilctl survival --state-dir /var/lib/vigil --runs 0 --width 100
 say "done $(cut -d' ' -f1 /proc/uptime)"
