@@ -12,16 +12,19 @@ the logs between "@@ begin NAME" / "@@ end NAME" markers.
 Everything here waits on events (QMP, the serial port) with generous bounds;
 qemu is killed in every case (finally).
 
-How each check was seen to fail (tried by breaking the code, then reverting):
-- the suspended classification: GapRule.classify returning the suspended time
-  as a stall (suspendedMicros 0, stallMicros = Δboot) made phase rtcwake fail
-  with "suspends 0, expected 1" and "stalls 1";
-- the ALARM clock: WakeClockProbe arming the wake_system timer on
-  CLOCK_BOOTTIME instead of CLOCK_BOOTTIME_ALARM: the guest did not wake by
-  itself in phase alarm ("no WAKEUP within 60 s of SUSPEND; woken by the
-  driver") and its wake was attributed to something else;
-- the wake attribution: SystemWake.attribute ignoring the alarms made phase
-  alarm fail with "cause other, expected vigil-alarm".
+How each check was seen to fail (tried on 2026-11-23 by breaking the code,
+running Scripts/guest-test --no-build, then reverting):
+- the suspended classification: GapRule.classify returning no suspended time
+  and Δboot as a stall: "phase rtcwake: suspends 0, expected 1" and
+  "suspended 0.00 s, expected about 10 s" (and suspends 0 in the other phases);
+- the ALARM clock: WakeClockProbe creating the wake_system timer on
+  CLOCK_BOOTTIME instead of CLOCK_BOOTTIME_ALARM: "phase alarm: no WAKEUP
+  within 60 s of SUSPEND; woken by the driver", and the wake was attributed to
+  something else, naming tick periodic-wake as the missed alarm (44 s);
+- the wake attribution: ResumeRecorder passing no alarms to
+  SystemWake.attribute: "phase alarm: cause other, expected vigil-alarm" and
+  "vigilctl survival text does not show the alarm wake".
+The same two runs (the first two breaks together) are how this was found.
 """
 import json
 import os
