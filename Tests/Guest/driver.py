@@ -262,6 +262,11 @@ def check(g, work):
     host = host_sleep("negative")
     expect(host is not None and host >= NEGATIVE_ASLEEP - 1, f"phase negative: asleep {host} s by qemu's events, expected >= {NEGATIVE_ASLEEP}")
 
+    # Run ids from the kernel's randomness (the guest has a bare devtmpfs;
+    # Foundation's UUID() once gave all zeros in a root without /dev).
+    ids = [r["runId"] for r in (survival_quiet(g, p) for p in ("rtcwake", "alarm", "negative")) if r]
+    expect(len(set(ids)) == len(ids) and not any(i.startswith("00000000-0000") for i in ids), f"run ids not random: {ids}")
+
     # vigilctl in text and JSON, in a root without time zone data.
     for name in ("status-text", "status-json", "survival-json-rtcwake", "survival-text"):
         expect(g.rc.get(name) == 0, f"vigilctl {name}: exit status {g.rc.get(name)}:\n{g.blocks.get(name, '')}")
@@ -306,6 +311,13 @@ def check(g, work):
 
 def log(text):
     print(text, flush=True)
+
+
+def survival_quiet(g, phase):
+    try:
+        return json.loads(g.blocks.get(f"survival-json-{phase}", ""))[0]
+    except (ValueError, IndexError):
+        return None
 
 
 def parse_ticks(text):
