@@ -293,7 +293,9 @@ def check(g, work):
         if s is not None:
             print(f"  {phase}: qemu SUSPEND -> WAKEUP {s:.2f} s{' (woken by the driver)' if g.woken_by_driver.get(phase) else ''}")
     if alarm_wake and alarm_wake.get("latenessMicros") is not None:
-        print(f"  alarm wake across suspend: resume {alarm_wake['latenessMicros'] / 1000:.0f} ms after the alarm's deadline (vigild's attribution)")
+        late = alarm_wake["latenessMicros"] / 1000
+        when = f"{late:.0f} ms after" if late >= 0 else f"{-late:.0f} ms before (the RTC counts whole seconds)"
+        print(f"  alarm wake across suspend: resume {when} the alarm's deadline (vigild's attribution)")
     if len(ticks) >= 2:
         print(f"  periodic-wake lateness (VIGIL_LATENESS_MS): across suspend {ticks[0][1]} ms; same wake without suspend {ticks[1][1]} ms (reference, same run)")
     with open(os.path.join(work, "guest-report.txt"), "w") as f:
