@@ -92,7 +92,8 @@ struct WakeAttributionTests {
         let clock = ManualClock()
         let timer = ClockDrivenWakeTimer(clock: clock, clockName: "CLOCK_BOOTTIME")
         let alarmTimer = ClockDrivenWakeTimer(clock: clock, clockName: "CLOCK_BOOTTIME_ALARM")
-        let scheduler = WakeScheduler(clock: clock, timer: timer, alarmTimer: alarmTimer)
+        let canWake = WakeClockInfo(clock: "CLOCK_BOOTTIME_ALARM", canWakeSystem: true, reason: "test RTC")
+        let scheduler = WakeScheduler(clock: clock, timer: timer, alarmTimer: alarmTimer, clockInfo: canWake)
         let now = clock.now
         let waking = WakeRequest(earliest: now + .seconds(10), latest: now + .seconds(20), wakeSystem: true, label: "tick")
         let ordinary = WakeRequest(earliest: now + .seconds(5), latest: now + .seconds(6), label: "heartbeat")
@@ -105,9 +106,18 @@ struct WakeAttributionTests {
         #expect(await scheduler.systemWakeAlarms(since: now) == [SystemWakeAlarm(label: "tick", deadline: waking.latest, firedAt: waking.latest)])
         #expect(await scheduler.systemWakeAlarms(since: waking.latest + .seconds(1)).isEmpty)
 
-        // Without an alarm clock nothing of Vigil's can wake the system.
+        // Without an alarm clock, or without an RTC behind it, nothing of
+        // Vigil's can wake the system.
         let plain = WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock))
         #expect(await plain.systemWakeAlarms(since: now).isEmpty)
+        let ordinaryTimer = ClockDrivenWakeTimer(clock: clock), rtcLess = ClockDrivenWakeTimer(clock: clock)
+        let noRTC = WakeScheduler(clock: clock, timer: ordinaryTimer, alarmTimer: rtcLess)
+        let lone = WakeRequest(earliest: clock.now + .seconds(10), latest: clock.now + .seconds(20), wakeSystem: true, label: "tick")
+        async let loneFiring = noRTC.wake(lone)
+        await WakeTesting.quiesce(noRTC, clock, timers: [ordinaryTimer, rtcLess], pending: 1)
+        #expect(await noRTC.systemWakeAlarms(since: now).isEmpty)
+        await WakeTesting.advance(clock, to: lone.latest, timers: [ordinaryTimer, rtcLess])
+        _ = try await loneFiring
     }
 }
 

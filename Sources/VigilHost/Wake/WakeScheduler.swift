@@ -121,10 +121,11 @@ public actor WakeScheduler: WakeScheduling {
 
     /// The system-waking alarms armed or fired since `since` (boottime): the
     /// pending `wakeSystem` requests and those that fired after `since`, each
-    /// at the time the alarm clock was armed for. Empty when the alarm clock
-    /// is not in use (nothing of Vigil's could have woken the system).
+    /// at the time the alarm clock was armed for. Empty when no alarm clock
+    /// can wake the system here (no alarm timer, or no RTC: nothing of
+    /// Vigil's could have woken it).
     public func systemWakeAlarms(since: VigilInstant) -> [SystemWakeAlarm] {
-        guard alarmTimer != nil else { return [] }
+        guard alarmTimer != nil, clockInfo.canWakeSystem else { return [] }
         let waiting = pending.values.filter(\.request.wakeSystem).map {
             SystemWakeAlarm(label: $0.request.label, deadline: $0.preferred, firedAt: nil)
         }
