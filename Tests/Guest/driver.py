@@ -24,7 +24,7 @@ running Scripts/guest-test --no-build, then reverting):
 - the wake attribution: ResumeRecorder passing no alarms to
   SystemWake.attribute: "phase alarm: cause other, expected vigil-alarm" and
   "vigilctl survival text does not show the alarm wake".
-The same two runs (the first two breaks together) are how this was found.
+The first two breaks were tried together in one run, the third alone in another.
 """
 import json
 import os
