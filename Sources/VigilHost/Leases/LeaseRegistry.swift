@@ -82,6 +82,7 @@ public actor LeaseRegistry {
     private var nextID: UInt64 = 1
     private var subscribers: [UInt64: AsyncStream<LeaseEvent>.Continuation] = [:]
     private var nextSubscriber: UInt64 = 0
+    private var observer: (@Sendable (LeaseEvent) -> Void)?
     /// The most recent events, oldest first (bounded).
     public private(set) var history: [LeaseEvent] = []
     private let historyLimit: Int
@@ -107,6 +108,13 @@ public actor LeaseRegistry {
     }
 
     private func unsubscribe(_ key: UInt64) { subscribers[key] = nil }
+
+    /// Sees every event as it is published, on the registry: the metrics
+    /// count events this way without a task of their own. `body` must be
+    /// quick and must not call back into the registry.
+    public func observe(_ body: @escaping @Sendable (LeaseEvent) -> Void) {
+        observer = body
+    }
 
     /// Active (and expiring) leases, by id.
     public var active: [LeaseSnapshot] {
@@ -290,6 +298,7 @@ public actor LeaseRegistry {
         let event = LeaseEvent(kind: kind, lease: snapshot, at: clock.now, forced: forced, detail: detail)
         if kind != .status { history.append(event) }
         if history.count > historyLimit { history.removeFirst(history.count - historyLimit) }
+        observer?(event)
         for continuation in subscribers.values { continuation.yield(event) }
     }
 }

@@ -78,6 +78,14 @@ public actor WakeScheduler: WakeScheduling {
 
     /// Counters since start.
     public private(set) var statistics = WakeStatistics()
+    /// Sees each batch's lateness as it fires (the metrics histogram).
+    private var latenessObserver: (@Sendable (Duration) -> Void)?
+
+    /// Calls `body` with the lateness of every batch fired from now on, on
+    /// the scheduler; it must be quick and must not call back.
+    public func observeLateness(_ body: @escaping @Sendable (Duration) -> Void) {
+        latenessObserver = body
+    }
 
     /// - Parameters:
     ///   - clock: the host clock; its `now` is the timeline timers are armed on,
@@ -229,6 +237,7 @@ public actor WakeScheduler: WakeScheduling {
         if onAlarm { statistics.alarmBatches += 1 }
         statistics.totalLateness += firing.lateness
         statistics.maxLateness = max(statistics.maxLateness, firing.lateness)
+        latenessObserver?(firing.lateness)
         for entry in due { entry.continuation.resume(returning: firing) }
     }
 
