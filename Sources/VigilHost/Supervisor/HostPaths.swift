@@ -14,6 +14,14 @@ public enum HostPaths {
     }
 
     /// The survival log inside a state directory.
+    /// Where vigild looks for its config when given none, in order:
+    /// `/etc/vigil/vigil.toml` for root, else the user's then the system's.
+    public static func defaultConfigCandidates(environment env: [String: String] = ProcessInfo.processInfo.environment) -> [String] {
+        getuid() == 0
+            ? ["/etc/vigil/vigil.toml"]
+            : [(env["XDG_CONFIG_HOME"] ?? NSHomeDirectory() + "/.config") + "/vigil/vigil.toml", "/etc/vigil/vigil.toml"]
+    }
+
     public static func survivalStore(stateDir: String) -> String {
         (stateDir as NSString).appendingPathComponent("survival.sqlite")
     }
