@@ -66,6 +66,7 @@ extension EndToEnd {
 
             daemon.signal(SIGTERM)
             #expect(await daemon.waitForExit() == 0)
+            await prometheus.stopAndWait()
         }
 
         @Test func nodeExporterReadsTheTextfile() async throws {
@@ -261,5 +262,11 @@ final class TestPrometheus: Sendable {
 
     func stop() {
         process.signal(SIGTERM)
+    }
+
+    /// Stops the server and waits for it, before its data directory goes.
+    func stopAndWait() async {
+        stop()
+        _ = await process.waitForExit()
     }
 }

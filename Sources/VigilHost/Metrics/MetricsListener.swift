@@ -35,21 +35,10 @@ public final class MetricsListener: @unchecked Sendable {
         guard fd >= 0 else { throw MetricsListenerError(address, "socket", errno) }
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        var bound: Int32
         if address.isIPv6 {
             setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &one, socklen_t(MemoryLayout<Int32>.size))
-            var sa = sockaddr_in6()
-            sa.sin6_family = sa_family_t(AF_INET6)
-            sa.sin6_port = address.port.bigEndian
-            _ = address.host.withCString { inet_pton(AF_INET6, $0, &sa.sin6_addr) }
-            bound = withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) } }
-        } else {
-            var sa = sockaddr_in()
-            sa.sin_family = sa_family_t(AF_INET)
-            sa.sin_port = address.port.bigEndian
-            _ = address.host.withCString { inet_pton(AF_INET, $0, &sa.sin_addr) }
-            bound = withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
         }
+        let bound = address.withSocketAddress { bind(fd, $0, $1) }
         if bound != 0 || listen(fd, 16) != 0 {
             let code = errno
             close(fd)

@@ -56,6 +56,22 @@ public struct MetricsListenAddress: Sendable, Hashable, CustomStringConvertible 
 
     public var description: String { isIPv6 ? "[\(host)]:\(port)" : "\(host):\(port)" }
 
+    /// Calls `body` with this address as a socket address (for bind, connect).
+    func withSocketAddress<R>(_ body: (UnsafePointer<sockaddr>, socklen_t) -> R) -> R {
+        if isIPv6 {
+            var sa = sockaddr_in6()
+            sa.sin6_family = sa_family_t(AF_INET6)
+            sa.sin6_port = port.bigEndian
+            _ = host.withCString { inet_pton(AF_INET6, $0, &sa.sin6_addr) }
+            return withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_in6>.size)) } }
+        }
+        var sa = sockaddr_in()
+        sa.sin_family = sa_family_t(AF_INET)
+        sa.sin_port = port.bigEndian
+        _ = host.withCString { inet_pton(AF_INET, $0, &sa.sin_addr) }
+        return withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+    }
+
     /// Parses `host:port` with a numeric host; names are refused so that
     /// binding never depends on a resolver.
     public static func parse(_ text: String) -> Result<MetricsListenAddress, MetricsAddressError> {
