@@ -83,8 +83,8 @@ import VigilKit
         let text = String(decoding: metrics.exposition(Self.snapshot(strategies: [sip], leases: await registry.active)), as: UTF8.self)
         let uids = text.split(separator: "\n").filter { $0.hasPrefix("vigil_client_leases{") }
         #expect(uids.count == HostMetrics.maxClientUIDs + 1)
-        #expect(uids.contains(#"vigil_client_leases{uid="1007"} 4"#))
-        #expect(uids.contains(#"vigil_client_leases{uid="other"} 10"#))
+        #expect(uids.contains(#"vigil_client_leases{uid="1007"} 4.0"#))
+        #expect(uids.contains(#"vigil_client_leases{uid="other"} 10.0"#))
         #expect(text.contains(#"vigil_lease_events_total{strategy="sip",event="expiring"} 1"#))
         #expect(text.contains(#"vigil_lease_events_total{strategy="sip",event="force_released"} 1"#))
         #expect(text.contains(#"vigil_lease_events_total{strategy="sip",event="expired"} 0"#))

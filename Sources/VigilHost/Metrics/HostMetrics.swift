@@ -116,6 +116,20 @@ public final class HostMetrics: Sendable {
         public var strategies: [StrategyStatus]
         public var leases: [LeaseSnapshot]
         public var survival: SurvivalTotals?
+
+        public init(
+            version: String, upSeconds: Double, powerBackend: String, wakeClock: String, canWakeSystem: Bool,
+            strategies: [StrategyStatus], leases: [LeaseSnapshot], survival: SurvivalTotals?
+        ) {
+            self.version = version
+            self.upSeconds = upSeconds
+            self.powerBackend = powerBackend
+            self.wakeClock = wakeClock
+            self.canWakeSystem = canWakeSystem
+            self.strategies = strategies
+            self.leases = leases
+            self.survival = survival
+        }
     }
 
     /// Reads the host's state now.
