@@ -84,8 +84,6 @@ extension EndToEnd {
             // The textfile is written right after each heartbeat, so it is
             // there once the second heartbeat is.
             try await daemon.waitForLine(containing: "heartbeat 2 written")
-            let entries = try FileManager.default.contentsOfDirectory(atPath: textDir)
-            #expect(entries == ["vigil.prom"], "only the textfile, no temporary left: \(entries)")
 
             let exporterPort = try freeLoopbackPort()
             let exporter = try Daemon(arguments: [
@@ -109,6 +107,8 @@ extension EndToEnd {
 
             daemon.signal(SIGTERM)
             #expect(await daemon.waitForExit() == 0)
+            let entries = try FileManager.default.contentsOfDirectory(atPath: textDir)
+            #expect(entries == ["vigil.prom"], "only the textfile, no temporary left: \(entries)")
             // The last textfile, written at shutdown, says the run stopped.
             let last = try String(contentsOfFile: "\(textDir)/vigil.prom", encoding: .utf8)
             #expect(last.contains(#"vigil_runs_total{end="stopped"} 1"#), "\(last)")

@@ -1,7 +1,8 @@
 import Foundation
 
 /// A one-shot HTTP GET of a metrics endpoint, for `vigilctl metrics` and the
-/// benchmark: numeric address, `Connection: close`, bounded answer.
+/// benchmark: numeric address, bounded answer. HTTP/1.0, so servers answer
+/// with the body up to the close, never chunked.
 public enum MetricsScrape {
     /// The largest answer read (64 MiB).
     public static let maxAnswerBytes = 64 << 20
@@ -18,7 +19,7 @@ public enum MetricsScrape {
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
         let connected = address.withSocketAddress { connect(fd, $0, $1) }
         guard connected == 0 else { throw fail("connect", errno) }
-        let request = Array("GET \(path) HTTP/1.1\r\nHost: \(address)\r\nConnection: close\r\n\r\n".utf8)
+        let request = Array("GET \(path) HTTP/1.0\r\nHost: \(address)\r\n\r\n".utf8)
         guard request.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }) == request.count else {
             throw fail("send", errno)
         }
@@ -39,6 +40,10 @@ public enum MetricsScrape {
         let fields = statusLine.split(separator: " ")
         guard fields.count >= 2, fields[0].hasPrefix("HTTP/"), let status = Int(fields[1]) else {
             throw MetricsScrapeError("http://\(address)\(path): not an HTTP status line")
+        }
+        let head = String(decoding: answer[..<headEnd], as: UTF8.self).lowercased()
+        guard !head.contains("transfer-encoding: chunked") else {
+            throw MetricsScrapeError("http://\(address)\(path): answered with a chunked body to an HTTP/1.0 request")
         }
         return (status, Array(answer[(headEnd + 4)...]))
     }
