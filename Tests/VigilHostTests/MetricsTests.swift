@@ -10,7 +10,7 @@ import VigilKit
     /// 10 KiB with quotes, backslashes, newlines and a terminal escape.
     static let hostile = "evil\"} 1\nvigil_fake 1\n\\\u{1b}[2J" + String(repeating: "x\"\\\n", count: 2_560)
 
-    static func snapshot(strategies: [StrategyStatus] = [], leases: [LeaseSnapshot]) -> HostMetrics.Snapshot {
+    static func snapshot(strategies: [StrategyStatus] = [], leases: LeaseTotals) -> HostMetrics.Snapshot {
         HostMetrics.Snapshot(
             version: "0.1.0", upSeconds: 12, powerBackend: "none", wakeClock: "CLOCK_BOOTTIME", canWakeSystem: false,
             strategies: strategies, leases: leases,
@@ -27,7 +27,7 @@ import VigilKit
         }
         // A strategy name from a config is a label: cut and escaped.
         let weird = StrategyStatus(name: Self.hostile, kind: "periodic-wake", state: .running, restarts: 2, lastError: nil, startedAt: nil)
-        let text = String(decoding: metrics.exposition(Self.snapshot(strategies: [weird], leases: await registry.active)), as: UTF8.self)
+        let text = String(decoding: metrics.exposition(Self.snapshot(strategies: [weird], leases: LeaseTotals(await registry.active))), as: UTF8.self)
 
         #expect(!text.contains("vigil_fake 1\n"))
         #expect(!text.contains("\u{1b}"))
@@ -68,7 +68,7 @@ import VigilKit
         await registry.setStatus(stuck, ["Pings": .uint(1), "LastRttUsec": .int(9_000), "Reconnects": .uint(4)])
         await registry.setStatus(stuck, ["Pings": .uint(2), "LastRttUsec": .int(30_000), "Reconnects": .uint(5)])
         let sip = StrategyStatus(name: "sip", kind: "voip-socket", state: .backoff, restarts: 1, lastError: "x", startedAt: nil)
-        let during = String(decoding: metrics.exposition(Self.snapshot(strategies: [sip], leases: await registry.active)), as: UTF8.self)
+        let during = String(decoding: metrics.exposition(Self.snapshot(strategies: [sip], leases: LeaseTotals(await registry.active))), as: UTF8.self)
         #expect(during.contains(#"vigil_voip_reconnects_total{strategy="sip"} 5"#))
         #expect(during.contains(#"vigil_voip_pings_total{strategy="sip"} 2"#))
         #expect(during.contains(#"vigil_strategy_up{strategy="sip",kind="voip-socket"} 0"#))
@@ -80,7 +80,7 @@ import VigilKit
         await clock.advance(by: .seconds(11))
         #expect(await registry.lease(stuck) == nil)
 
-        let text = String(decoding: metrics.exposition(Self.snapshot(strategies: [sip], leases: await registry.active)), as: UTF8.self)
+        let text = String(decoding: metrics.exposition(Self.snapshot(strategies: [sip], leases: LeaseTotals(await registry.active))), as: UTF8.self)
         let uids = text.split(separator: "\n").filter { $0.hasPrefix("vigil_client_leases{") }
         #expect(uids.count == HostMetrics.maxClientUIDs + 1)
         #expect(uids.contains(#"vigil_client_leases{uid="1007"} 4.0"#))

@@ -123,6 +123,14 @@ public actor LeaseRegistry {
 
     public func lease(_ id: LeaseID) -> LeaseSnapshot? { entries[id]?.snapshot }
 
+    /// Folds the active leases in place, in no order (no copy, no sort), for
+    /// aggregates such as the metrics.
+    public func reduceActive<Result: Sendable>(into initial: Result, _ update: @Sendable (inout Result, LeaseSnapshot) -> Void) -> Result {
+        var result = initial
+        for entry in entries.values { update(&result, entry.snapshot) }
+        return result
+    }
+
     /// The state of a lease, also after it ended (while it is in the history).
     public func state(of id: LeaseID) -> LeaseState? {
         entries[id]?.snapshot.state ?? history.last(where: { $0.lease.id == id })?.lease.state

@@ -114,12 +114,12 @@ public final class HostMetrics: Sendable {
         public var wakeClock: String
         public var canWakeSystem: Bool
         public var strategies: [StrategyStatus]
-        public var leases: [LeaseSnapshot]
+        public var leases: LeaseTotals
         public var survival: SurvivalTotals?
 
         public init(
             version: String, upSeconds: Double, powerBackend: String, wakeClock: String, canWakeSystem: Bool,
-            strategies: [StrategyStatus], leases: [LeaseSnapshot], survival: SurvivalTotals?
+            strategies: [StrategyStatus], leases: LeaseTotals, survival: SurvivalTotals?
         ) {
             self.version = version
             self.upSeconds = upSeconds
@@ -148,7 +148,7 @@ public final class HostMetrics: Sendable {
             wakeClock: host.scheduler.clockInfo.clock,
             canWakeSystem: host.scheduler.clockInfo.canWakeSystem,
             strategies: await host.supervisor.statuses,
-            leases: await host.registry.active,
+            leases: await host.registry.reduceActive(into: LeaseTotals()) { $0.add($1) },
             survival: survival
         )
     }
@@ -205,24 +205,17 @@ public final class HostMetrics: Sendable {
                 .increment(by: Int64(st.restarts))
         }
 
+        // Per strategy, then labels: the label work is per strategy, not per lease.
         var leases: [String: Int] = [:]
         var figures: [Pair: Double] = [:]
         var playing: [String: Double] = [:]
-        var clientUIDs: [UInt32: Int] = [:]
-        for lease in s.leases {
-            let strategy = Self.label(lease.strategy)
-            leases[strategy, default: 0] += 1
-            if let client = lease.client { clientUIDs[client.uid, default: 0] += 1 }
-            for (key, value) in lease.status {
-                guard let metric = Self.statusFigures[key], let number = value.number else {
-                    if key == "Stream", case .string(let state) = value {
-                        playing[strategy, default: 0] += state == "playing" ? 1 : 0
-                    }
-                    continue
-                }
-                figures[Pair(strategy: strategy, name: metric), default: 0] += number
-            }
+        for (raw, totals) in s.leases.byStrategy {
+            let strategy = Self.label(raw)
+            leases[strategy, default: 0] += totals.leases
+            for (metric, value) in totals.figures { figures[Pair(strategy: strategy, name: metric), default: 0] += value }
+            if let streams = totals.playing { playing[strategy, default: 0] += streams }
         }
+        let clientUIDs = s.leases.clientUIDs
         for (name, kind) in kinds {
             r.makeGauge(name: "vigil_leases", labels: [("strategy", name), ("kind", kind)],
                         help: "Active leases (expiring ones included).").set(Int64(leases[name] ?? 0))
@@ -321,6 +314,46 @@ public final class HostMetrics: Sendable {
             bytes += size
         }
         return out
+    }
+}
+
+/// The active leases added up per strategy (what the metrics show of them).
+public struct LeaseTotals: Sendable {
+    public struct PerStrategy: Sendable {
+        public var leases = 0
+        /// Summed numeric statuses, by metric name (``HostMetrics/statusFigures``).
+        public var figures: [String: Double] = [:]
+        /// silent-audio streams playing; nil when no lease has a `Stream` status.
+        public var playing: Double?
+    }
+
+    /// By the strategy name as the registry has it (labels are made later).
+    public var byStrategy: [String: PerStrategy] = [:]
+    /// Client leases by uid.
+    public var clientUIDs: [UInt32: Int] = [:]
+
+    public init() {}
+
+    public init(_ leases: some Sequence<LeaseSnapshot>) {
+        for lease in leases { add(lease) }
+    }
+
+    public mutating func add(_ lease: LeaseSnapshot) {
+        if let client = lease.client { clientUIDs[client.uid, default: 0] += 1 }
+        byStrategy[lease.strategy, default: PerStrategy()].add(lease.status)
+    }
+}
+
+extension LeaseTotals.PerStrategy {
+    mutating func add(_ status: [String: StatusValue]) {
+        leases += 1
+        for (key, value) in status {
+            if let metric = HostMetrics.statusFigures[key], let number = value.number {
+                figures[metric, default: 0] += number
+            } else if key == "Stream", case .string(let state) = value {
+                playing = (playing ?? 0) + (state == "playing" ? 1 : 0)
+            }
+        }
     }
 }
 
