@@ -3,9 +3,11 @@ import Foundation
 
 /// Writes the exposition for node_exporter's textfile collector: to a
 /// temporary file beside the target (a name node_exporter ignores, not
-/// ending in `.prom`), flushed, then renamed over the target, so a scrape
-/// never reads half a file. The format has no timestamps, as the collector
-/// requires.
+/// ending in `.prom`), then renamed over the target, so a scrape never reads
+/// half a file. The format has no timestamps, as the collector requires.
+/// No fsync: readers need the rename to be atomic, not durable; after a
+/// power cut the file may hold an older exposition until the next heartbeat,
+/// and an idle host is spared a blocking flush per heartbeat.
 public enum MetricsTextfile {
     public static func write(_ bytes: [UInt8], to path: String) throws(MetricsTextfileError) {
         let temporary = path + ".tmp"
@@ -28,12 +30,7 @@ public enum MetricsTextfile {
         }
         // Mode 0644 whatever the umask: node_exporter often runs as another user.
         fchmod(fd, 0o644)
-        let synced = fsync(fd) == 0 ? 0 : errno
         close(fd)
-        guard synced == 0 else {
-            unlink(temporary)
-            throw MetricsTextfileError(path, "cannot flush \(temporary)", synced)
-        }
         guard rename(temporary, path) == 0 else {
             let code = errno
             unlink(temporary)
