@@ -132,26 +132,13 @@ private func idleFigures(seconds: Double) async throws {
     let dir = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-metrics-idle-\(getpid())")
     try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: dir) }
-    var strategies = ""
-    for i in 0..<5 {
-        strategies += """
-
-            [[strategy]]
-            name = "sync\(i)"
-            kind = "periodic-wake"
-            every = "10m"
-            tolerance = "1m"
-            run = ["true"]
-
-            """
-    }
     func start(_ name: String, metrics: String) throws -> Process {
         let config = """
             [host]
             state_dir = "\(dir.path)/\(name)"
             survival_interval = "60s"
             \(metrics)
-            \(strategies)
+            \(idleStrategies)
             """
         let path = dir.appendingPathComponent("\(name).toml").path
         try config.write(toFile: path, atomically: true, encoding: .utf8)

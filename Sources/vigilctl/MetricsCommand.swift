@@ -71,10 +71,8 @@ struct MetricsCommand: ParsableCommand {
 
     private func configPath() throws -> String {
         if let config { return config }
-        let env = ProcessInfo.processInfo.environment
-        if let path = env["VIGIL_CONFIG"], !path.isEmpty { return path }
-        let candidates = HostPaths.defaultConfigCandidates(environment: env)
-        if let found = candidates.first(where: { FileManager.default.fileExists(atPath: $0) }) { return found }
+        let (found, candidates) = HostPaths.defaultConfig()
+        if let found { return found }
         throw ValidationError("no config file: pass --config FILE or --listen ADDRESS (looked for \(candidates.joined(separator: ", ")))")
     }
 

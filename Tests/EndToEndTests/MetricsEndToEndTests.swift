@@ -177,19 +177,10 @@ func seriesNames(_ exposition: String) -> Set<String> {
     })
 }
 
-/// A loopback TCP port nobody listens on now (the kernel's choice).
+/// A loopback TCP port nobody listens on now (the kernel's choice, bound
+/// and released again).
 func freeLoopbackPort() throws -> UInt16 {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(fd) }
-    var sa = sockaddr_in()
-    sa.sin_family = sa_family_t(AF_INET)
-    sa.sin_addr.s_addr = inet_addr("127.0.0.1")
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let ok = withUnsafeMutablePointer(to: &sa) { p in
-        p.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
-    }
-    guard ok else { throw POSIXError(.EADDRINUSE) }
-    return UInt16(bigEndian: sa.sin_port)
+    try MetricsListener(address: MetricsListenAddress(host: "127.0.0.1", port: 0)).port
 }
 
 /// A Prometheus server on loopback with its data in a temporary directory,

@@ -22,6 +22,15 @@ public enum HostPaths {
             : [(env["XDG_CONFIG_HOME"] ?? NSHomeDirectory() + "/.config") + "/vigil/vigil.toml", "/etc/vigil/vigil.toml"]
     }
 
+    /// The config to use when none is given: `$VIGIL_CONFIG`, else the first
+    /// of ``defaultConfigCandidates(environment:)`` that exists; nil and the
+    /// places looked at when there is none.
+    public static func defaultConfig(environment env: [String: String] = ProcessInfo.processInfo.environment) -> (path: String?, candidates: [String]) {
+        if let path = env["VIGIL_CONFIG"], !path.isEmpty { return (path, [path]) }
+        let candidates = defaultConfigCandidates(environment: env)
+        return (candidates.first { FileManager.default.fileExists(atPath: $0) }, candidates)
+    }
+
     public static func survivalStore(stateDir: String) -> String {
         (stateDir as NSString).appendingPathComponent("survival.sqlite")
     }
