@@ -105,8 +105,18 @@ extension EndToEnd {
             let exported = seriesNames(text).filter { $0.hasPrefix("vigil_") }
             #expect(!ownSeries.isEmpty && ownSeries == exported, "vigild: \(ownSeries.sorted())\nnode_exporter: \(exported.sorted())")
 
+            // vigilctl metrics: from the endpoint the config names, then,
+            // once vigild is gone, from the textfile.
+            let live = try runCommand(Build.vigilctl, ["metrics", "--config", config])
+            #expect(live.status == 0, "\(live.stderr)")
+            #expect(live.stdout.contains(#"vigil_runs_total{end="running"} 1"#))
+
             daemon.signal(SIGTERM)
             #expect(await daemon.waitForExit() == 0)
+            let after = try runCommand(Build.vigilctl, ["metrics", "--config", config])
+            #expect(after.status == 0)
+            #expect(after.stderr.contains("printing [metrics] textfile instead"), "\(after.stderr)")
+            #expect(after.stdout.contains(#"vigil_runs_total{end="stopped"} 1"#))
             let entries = try FileManager.default.contentsOfDirectory(atPath: textDir)
             #expect(entries == ["vigil.prom"], "only the textfile, no temporary left: \(entries)")
             // The last textfile, written at shutdown, says the run stopped.
