@@ -13,6 +13,7 @@ let benchmarks: [String: (_ arguments: [String]) async throws -> Void] = [
     "download": downloadBench,
     "voip-socket": voipSocketBench,
     "silent-audio": silentAudioBench,
+    "metrics": metricsBench,
 ]
 
 let arguments = Array(CommandLine.arguments.dropFirst())

@@ -208,12 +208,8 @@ struct Vigild: AsyncParsableCommand {
 
     func resolveConfigPath() throws -> String {
         if let config { return config }
-        let env = ProcessInfo.processInfo.environment
-        if let path = env["VIGIL_CONFIG"], !path.isEmpty { return path }
-        let candidates = getuid() == 0
-            ? ["/etc/vigil/vigil.toml"]
-            : [(env["XDG_CONFIG_HOME"] ?? NSHomeDirectory() + "/.config") + "/vigil/vigil.toml", "/etc/vigil/vigil.toml"]
-        if let found = candidates.first(where: { FileManager.default.fileExists(atPath: $0) }) { return found }
+        let (found, candidates) = HostPaths.defaultConfig()
+        if let found { return found }
         throw ValidationError("no config file: pass --config FILE (looked for \(candidates.joined(separator: ", ")))")
     }
 }

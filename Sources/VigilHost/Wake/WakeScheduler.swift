@@ -82,6 +82,14 @@ public actor WakeScheduler: WakeScheduling {
     /// `firedAlarmMemory`), for the wake attribution after a resume.
     private var firedAlarms: [SystemWakeAlarm] = []
     private static let firedAlarmMemory = 32
+    /// Sees each batch's lateness as it fires (the metrics histogram).
+    private var latenessObserver: (@Sendable (Duration) -> Void)?
+
+    /// Calls `body` with the lateness of every batch fired from now on, on
+    /// the scheduler; it must be quick and must not call back.
+    public func observeLateness(_ body: @escaping @Sendable (Duration) -> Void) {
+        latenessObserver = body
+    }
 
     /// - Parameters:
     ///   - clock: the host clock; its `now` is the timeline timers are armed on,
@@ -252,6 +260,7 @@ public actor WakeScheduler: WakeScheduling {
             }
             if firedAlarms.count > Self.firedAlarmMemory { firedAlarms.removeFirst(firedAlarms.count - Self.firedAlarmMemory) }
         }
+        latenessObserver?(firing.lateness)
         for entry in due { entry.continuation.resume(returning: firing) }
     }
 
