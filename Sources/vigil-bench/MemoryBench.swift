@@ -83,6 +83,7 @@ func idleMemoryBench(_ args: [String]) async throws {
         let m = ProcessMemory(pid: p.processIdentifier)
         p.terminate()
         p.waitUntilExit()
+        FileHandle.standardError.write(Data("measured vigild (\(label))\n".utf8))
         return m
     }
 
@@ -130,7 +131,8 @@ func idleMemoryBench(_ args: [String]) async throws {
     try await Task.sleep(for: .seconds(settle))
     let echoMemory = ProcessMemory(pid: echo.processIdentifier)
     let sleepMemory = ProcessMemory(pid: sleeper.processIdentifier)
-    for p in [echo, sleeper] { p.terminate(); p.waitUntilExit() }
+    // SIGKILL: the references hold nothing worth a clean stop.
+    for p in [echo, sleeper] { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() }
 
     func row(_ label: String, _ m: ProcessMemory) {
         print(String(format: "%-44@ RSS %6.1f MB  PSS %6.1f MB  private %6.1f MB  threads %2d",
