@@ -15,15 +15,15 @@ struct ProcessMemory {
     var byMapping: [String: Int] = [:]
 
     init(pid: Int32) {
-        if let rollup = try? String(contentsOfFile: "/proc/\(pid)/smaps_rollup", encoding: .utf8) {
+        if let rollup = Self.read("/proc/\(pid)/smaps_rollup") {
             rssKiB = Self.field(rollup, "Rss:")
             pssKiB = Self.field(rollup, "Pss:")
             privateKiB = Self.field(rollup, "Private_Clean:") + Self.field(rollup, "Private_Dirty:")
         }
-        if let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) {
+        if let status = Self.read("/proc/\(pid)/status") {
             threads = Self.field(status, "Threads:")
         }
-        if let smaps = try? String(contentsOfFile: "/proc/\(pid)/smaps", encoding: .utf8) {
+        if let smaps = Self.read("/proc/\(pid)/smaps") {
             var current = "[anon]"
             for line in smaps.split(separator: "\n") {
                 let parts = line.split(separator: " ", omittingEmptySubsequences: true)
@@ -37,9 +37,16 @@ struct ProcessMemory {
         }
     }
 
+    /// /proc files report size 0: read to EOF.
+    private static func read(_ path: String) -> String? {
+        guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
+        defer { try? handle.close() }
+        return String(decoding: handle.readDataToEndOfFile(), as: UTF8.self)
+    }
+
     private static func field(_ text: String, _ key: String) -> Int {
         for line in text.split(separator: "\n") where line.hasPrefix(key) {
-            return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "") ?? 0
+            return Int(line.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "") ?? 0
         }
         return 0
     }
@@ -135,8 +142,9 @@ func idleMemoryBench(_ args: [String]) async throws {
     for p in [echo, sleeper] { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() }
 
     func row(_ label: String, _ m: ProcessMemory) {
-        print(String(format: "%-44@ RSS %6.1f MB  PSS %6.1f MB  private %6.1f MB  threads %2d",
-                     label as NSString, Double(m.rssKiB) / 1024, Double(m.pssKiB) / 1024, Double(m.privateKiB) / 1024, m.threads))
+        let padded = label.padding(toLength: 44, withPad: " ", startingAt: 0)
+        print(padded + String(format: " RSS %6.1f MB  PSS %6.1f MB  private %6.1f MB  threads %2d",
+                     Double(m.rssKiB) / 1024, Double(m.pssKiB) / 1024, Double(m.privateKiB) / 1024, m.threads))
     }
     row("vigild, no strategy", none)
     row("vigild, all five kinds", five)
