@@ -7,6 +7,7 @@ let benchmarks: [String: (_ arguments: [String]) async throws -> Void] = [
     "survival-report": survivalReportBench,
     "idle-cost": idleCostBench,
     "idle-reference": idleReference,
+    "idle-memory": idleMemoryBench,
     "dbus": dbusBench,
     "dbus-api": dbusAPIBench,
     "background-task": backgroundTaskBench,
