@@ -7,12 +7,14 @@ let benchmarks: [String: (_ arguments: [String]) async throws -> Void] = [
     "survival-report": survivalReportBench,
     "idle-cost": idleCostBench,
     "idle-reference": idleReference,
+    "idle-memory": idleMemoryBench,
     "dbus": dbusBench,
     "dbus-api": dbusAPIBench,
     "background-task": backgroundTaskBench,
     "download": downloadBench,
     "voip-socket": voipSocketBench,
     "silent-audio": silentAudioBench,
+    "metrics": metricsBench,
 ]
 
 let arguments = Array(CommandLine.arguments.dropFirst())

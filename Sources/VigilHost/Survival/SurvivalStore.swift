@@ -266,6 +266,10 @@ public actor SurvivalStore {
     /// The id of the active run, if any.
     public var activeRunId: String? { active?.uuid }
 
+    /// The sequence number of the active run's latest heartbeat (0 = its
+    /// start), if a run is active.
+    public var lastSequence: Int64? { active?.lastSeq }
+
     // MARK: Writing
 
     private static func writeHeartbeat(_ sample: HeartbeatSample, run: inout ActiveRun, _ db: Database) throws {
