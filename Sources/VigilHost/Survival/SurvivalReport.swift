@@ -10,6 +10,8 @@ public struct TimelineSegment: Codable, Sendable, Hashable {
         case suspended
         /// Frozen or stalled: awake but no heartbeat for far longer than the interval.
         case stalled
+        /// Alive, but the store could not be written (disk full, I/O errors).
+        case unwritable
     }
 
     public var kind: Kind
@@ -62,7 +64,11 @@ public struct RunSummary: Codable, Sendable, Hashable {
     public var longestStallMicros: Int64
     /// Events recorded during the run.
     public var events: Int
-    /// awake / suspended / stalled segments covering the run from start to last heartbeat.
+    /// Stretches when the store could not be written (disk full, I/O errors).
+    public var unwritableGaps: Int
+    /// Their total length.
+    public var unwritableMicros: Int64
+    /// awake / suspended / stalled / unwritable segments covering the run from start to last heartbeat.
     public var timeline: [TimelineSegment]
 
     public var alive: Duration { .microseconds(aliveMicros) }
@@ -132,6 +138,8 @@ public struct SurvivalReport {
             stalledMicros: run.stalledMicros,
             longestStallMicros: run.longestStallMicros,
             events: Int(run.eventCount),
+            unwritableGaps: gaps.filter { $0.kind == TimelineSegment.Kind.unwritable.rawValue }.count,
+            unwritableMicros: gaps.filter { $0.kind == TimelineSegment.Kind.unwritable.rawValue }.reduce(0) { $0 + $1.durationMicros },
             timeline: timeline(gaps: gaps, aliveMicros: alive, startWall: run.startWall))
     }
 
