@@ -41,9 +41,10 @@ actor LeaseKeeper {
         self.budgetMicros = budgetMicros
         self.held = first
         var fds: [Int32] = [-1, -1]
-        // Invariant: pipe2 fails only without free fds; then stop() cannot
+        // Invariant: pipe fails only without free fds; then stop() cannot
         // wake the wait, and the process is ending anyway.
-        _ = pipe2(&fds, O_CLOEXEC)
+        _ = pipe(&fds)
+        for fd in fds where fd >= 0 { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         stopPipe = (fds[0], fds[1])
     }
 

@@ -69,7 +69,7 @@ struct TOMLPrecheck {
     }
 
     private func starts(with s: StaticString) -> Bool {
-        let count = s.utf8CodeUnitsCount
+        let count = s.utf8CodeUnitCount
         guard position + count <= bytes.count else { return false }
         return (0..<count).allSatisfy { bytes[position + $0] == s.utf8Start[$0] }
     }
