@@ -16,7 +16,7 @@ public enum StateDirectory {
         func problem(_ text: String) -> Problem { Problem(description: "state_dir \(path): \(text)") }
         var info = stat()
         if lstat(path, &info) != 0 {
-            guard errno == ENOENT else {
+            guard errno == ENOENT || errno == ENOTDIR else {
                 throw problem("cannot look at it: \(String(cString: strerror(errno))); check the permissions of its parent directories")
             }
             do {
