@@ -13,6 +13,8 @@ let benchmarks: [String: (_ arguments: [String]) async throws -> Void] = [
     "download": downloadBench,
     "voip-socket": voipSocketBench,
     "silent-audio": silentAudioBench,
+    "store-wal": storeWALBench,
+    "config-check": configCheckBench,
 ]
 
 let arguments = Array(CommandLine.arguments.dropFirst())

@@ -271,6 +271,7 @@ public actor HostRuntime {
         stopped = true
         let log = StrategyLogger(source: "vigild", sink: logSink)
         log.notice("shutting down")
+        await clientLeases.refuseNewLeases()
         await supervisor.stopAll()
         await registry.releaseEverything(detail: "host shutting down")
         await clientLeases.stop()
