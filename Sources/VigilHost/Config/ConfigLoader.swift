@@ -237,9 +237,18 @@ private struct DocumentBuilder {
 func unknownKeys(_ table: [String: ConfigValue], known: [String], reader: ConfigReader) -> [ConfigProblem] {
     let knownKeys = Set(known).union(reader.consultedKeys)
     let candidates = knownKeys.sorted()
-    return table.keys.sorted().filter { !knownKeys.contains($0) }.map { key in
-        let hint = Spelling.suggestion(for: key, among: candidates).map { " (did you mean \"\($0)\"?)" }
-            ?? "; known keys: \(candidates.joined(separator: ", "))"
+    // In file order: only the first ones can be listed (ConfigError shows
+    // at most maxReportedProblems, in file order), so only they get the
+    // costly did-you-mean search; 80,000 unknown keys took 16.7 s with it.
+    let unknown = table.keys.filter { !knownKeys.contains($0) }.sorted { a, b in
+        let la = reader.location(of: a).map { ($0.line, $0.column) } ?? (0, 0)
+        let lb = reader.location(of: b).map { ($0.line, $0.column) } ?? (0, 0)
+        return la != lb ? la < lb : a < b
+    }
+    return unknown.enumerated().map { index, key in
+        let hint = index >= ConfigLimits.maxReportedProblems ? ""
+            : Spelling.suggestion(for: key, among: candidates).map { " (did you mean \"\($0)\"?)" }
+                ?? "; known keys: \(candidates.joined(separator: ", "))"
         return ConfigProblem(
             location: reader.location(of: key), keyPath: "\(reader.keyPath).\(key)", message: "unknown key \"\(key)\"\(hint)"
         )
