@@ -304,6 +304,26 @@ extension EndToEnd {
             #expect(await daemon.waitForExit() == 0)
         }
 
+        /// A real full filesystem (a 4 MiB tmpfs over the download dir, in
+        /// vigild's own mount namespace): the download fails saying so and
+        /// its part is removed, so the filesystem is not left full.
+        @Test func noSpaceRemovesThePart() async throws {
+            let h = try Harness()
+            defer { h.stop() }
+            try h.nginx.makeFile("large.bin", size: 24 << 20)
+            try h.config("downloads = [{ url = \"\(h.nginx.baseURL)/large.bin\" }]")
+            try FileManager.default.createDirectory(atPath: h.downloads, withIntermediateDirectories: true)
+            let daemon = try h.start(["/usr/bin/unshare", "-m", "/bin/sh", "-c",
+                                      "mount -t tmpfs -o size=4m vigil-dl \"$0\" && exec \"$@\"", h.downloads, Build.vigild])
+            let failed = try await daemon.waitForLine(containing: "download 1 failed")
+            #expect(failed.contains("No space left on device") && failed.contains("the partial file was removed"), "\(failed)")
+            let seen = "/proc/\(daemon.pid)/root" + h.downloads
+            #expect(h.size(seen + "/large.bin.part") == -1)
+            #expect(try h.property(1, "LastError").contains("partial file was removed"))
+            daemon.signal(SIGTERM)
+            #expect(await daemon.waitForExit() == 0)
+        }
+
         @Test func aFullDiskFailsTheDownloadAndTheHostKeepsRunning() async throws {
             let h = try Harness()
             defer { h.stop() }
