@@ -104,6 +104,20 @@ public actor SurvivalStore {
     /// Set while writes fail for lack of space or I/O errors.
     private var unwritable: Unwritable?
 
+    /// Longest string the store keeps (bytes of UTF-8): names, reasons and
+    /// event fields can come from D-Bus clients, and the store must not
+    /// depend on the bus door alone to bound them.
+    public static let maxStoredStringBytes = 1024
+
+    /// `text` cut to ``maxStoredStringBytes`` on a character boundary, with
+    /// a marker saying how much was cut.
+    static func bounded(_ text: String) -> String {
+        guard text.utf8.count > maxStoredStringBytes else { return text }
+        var kept = Substring(text)
+        while kept.utf8.count > maxStoredStringBytes - 32 { kept = kept.dropLast(max(1, (kept.utf8.count - maxStoredStringBytes + 32) / 4)) }
+        return kept + "… (\(text.utf8.count - kept.utf8.count) bytes cut)"
+    }
+
     /// The default of `walCheckpointBytes`: 256 KiB, a few minutes of
     /// heartbeats with many leases.
     public static let defaultWALCheckpointBytes: Int64 = 256 * 1024
@@ -281,7 +295,10 @@ public actor SurvivalStore {
             throw SurvivalStoreError(.invalidArgument, path: path, "event name is empty")
         }
         do {
-            let fieldsJSON = try Self.json(fields)
+            var boundedFields: [String: String] = [:]
+            for (key, value) in fields { boundedFields[Self.bounded(key)] = Self.bounded(value) }
+            let fieldsJSON = try Self.json(boundedFields)
+            let event = Self.bounded(event), strategy = strategy.map(Self.bounded)
             try database.write { db in
                 var record = EventRecord(
                     id: nil, runId: run.key, seq: run.lastSeq, wall: readings.wallMicros,
@@ -366,7 +383,10 @@ public actor SurvivalStore {
             ])
 
         var open: [UInt64: OpenSpan] = [:]
-        for lease in sample.leases where open[lease.id] == nil {
+        for var lease in sample.leases where open[lease.id] == nil {
+            lease.strategy = bounded(lease.strategy)
+            lease.holds = bounded(lease.holds)
+            lease.state = bounded(lease.state)
             if let span = run.openSpans[lease.id],
                span.strategy == lease.strategy, span.holds == lease.holds, span.state == lease.state {
                 try db.cachedStatement(sql: "UPDATE leaseSpan SET lastSeq = ? WHERE runId = ? AND firstSeq = ? AND leaseId = ?")
