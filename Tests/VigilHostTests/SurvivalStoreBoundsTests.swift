@@ -35,3 +35,20 @@ struct SurvivalStoreBoundsTests {
         #expect(SurvivalStore.bounded("short") == "short")
     }
 }
+
+@Suite("Survival report warnings")
+struct SurvivalReportWarningsTests {
+    @Test func aNewerSchemaIsNamed() async throws {
+        let dir = try SurvivalTempDir()
+        let clocks = FakeClocks()
+        let store = try SurvivalStore(path: dir.store)
+        _ = try await store.beginRun(runStart(at: clocks.readings))
+        try await store.endRun(reason: .stopped, readings: clocks.readings)
+        #expect(SurvivalReport.warnings(path: dir.store).isEmpty)
+        let queue = try DatabaseQueue(path: dir.store)
+        try await queue.write { db in try db.execute(sql: "INSERT INTO grdb_migrations VALUES ('v99-from-the-future')") }
+        try queue.close()
+        let warnings = SurvivalReport.warnings(path: dir.store)
+        #expect(warnings == ["the store was written by a newer Vigil (unknown migrations: v99-from-the-future); what that version added is not shown"])
+    }
+}

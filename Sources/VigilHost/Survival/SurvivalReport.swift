@@ -164,6 +164,32 @@ public struct SurvivalReport {
         return segments
     }
 
+    /// Warnings about the store itself, for people: corruption found by
+    /// `PRAGMA quick_check`, and migrations this version does not know (a
+    /// newer Vigil wrote it, so figures it added are not shown). Empty when
+    /// all is well or there is no store.
+    public static func warnings(path: String) -> [String] {
+        guard let reader = try? openReader(path: path) else { return [] }
+        defer { try? reader.close() }
+        var out: [String] = []
+        do {
+            try reader.read { db in
+                let check = try String.fetchAll(db, sql: "PRAGMA quick_check")
+                if check != ["ok"] {
+                    out.append("the store is damaged (quick_check: \(check.prefix(3).joined(separator: "; "))\(check.count > 3 ? "; ..." : "")); the figures below may be wrong or incomplete; move it aside and vigild starts a new one")
+                }
+                let migrator = SurvivalSchema.migrator
+                let unknown = try migrator.appliedIdentifiers(db).subtracting(migrator.migrations).sorted()
+                if !unknown.isEmpty {
+                    out.append("the store was written by a newer Vigil (unknown migrations: \(unknown.joined(separator: ", "))); what that version added is not shown")
+                }
+            }
+        } catch {
+            out.append("the store could not be checked: \(SurvivalStoreError.wrap(error, path: path, doing: "checking the store"))")
+        }
+        return out
+    }
+
     /// Opens the store read-only; nil for an empty SQLite file (nothing
     /// recorded yet). `immutable` skips straight to the fallback (for tests).
     static func openReader(path: String, immutable: Bool = false) throws -> DatabaseQueue? {
