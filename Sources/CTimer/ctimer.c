@@ -45,3 +45,17 @@ int64_t vigil_timerfd_read(int fd) {
     }
     return (int64_t)count;
 }
+
+int vigil_timerfd_arm_cancel_on_set(int fd, int64_t ns) {
+    struct itimerspec spec;
+    memset(&spec, 0, sizeof spec);
+    spec.it_value.tv_sec = ns / 1000000000LL;
+    spec.it_value.tv_nsec = ns % 1000000000LL;
+    return timerfd_settime(fd, TFD_TIMER_ABSTIME | TFD_TIMER_CANCEL_ON_SET, &spec, NULL);
+}
+
+#include <sys/random.h>
+
+long vigil_getrandom_nonblock(void *buffer, size_t length) {
+    return (long)getrandom(buffer, length, GRND_NONBLOCK);
+}

@@ -48,18 +48,7 @@ func idleCostBench(_ args: [String]) async throws {
     survival_interval = "\(Int(interval))s"
 
     """
-    for i in 0..<5 {
-        config += """
-
-        [[strategy]]
-        name = "sync\(i)"
-        kind = "periodic-wake"
-        every = "10m"
-        tolerance = "1m"
-        run = ["true"]
-
-        """
-    }
+    config += idleStrategies
     let configPath = dir.appendingPathComponent("vigil.toml").path
     try config.write(toFile: configPath, atomically: true, encoding: .utf8)
 
@@ -123,6 +112,21 @@ func idleCostBench(_ args: [String]) async throws {
     what remains is the scheduled wakes themselves.
     """)
 }
+
+/// Five periodic-wake instances at 10-minute intervals: the idle host's
+/// `[[strategy]]` tables (idle-cost, metrics).
+let idleStrategies = (0..<5).map { i in
+    """
+
+    [[strategy]]
+    name = "sync\(i)"
+    kind = "periodic-wake"
+    every = "10m"
+    tolerance = "1m"
+    run = ["true"]
+
+    """
+}.joined()
 
 /// vigil-bench idle-reference SECONDS: sleeps SECONDS at a time, forever.
 /// The Swift-runtime reference for idle-cost.

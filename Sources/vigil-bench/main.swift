@@ -7,6 +7,7 @@ let benchmarks: [String: (_ arguments: [String]) async throws -> Void] = [
     "survival-report": survivalReportBench,
     "idle-cost": idleCostBench,
     "idle-reference": idleReference,
+    "idle-memory": idleMemoryBench,
     "dbus": dbusBench,
     "dbus-api": dbusAPIBench,
     "background-task": backgroundTaskBench,
@@ -15,6 +16,7 @@ let benchmarks: [String: (_ arguments: [String]) async throws -> Void] = [
     "silent-audio": silentAudioBench,
     "store-wal": storeWALBench,
     "config-check": configCheckBench,
+    "metrics": metricsBench,
 ]
 
 let arguments = Array(CommandLine.arguments.dropFirst())

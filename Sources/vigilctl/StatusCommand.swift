@@ -73,7 +73,7 @@ struct StatusCommand: AsyncParsableCommand {
     static func text(_ s: Status, now: UInt64) -> String {
         let states = s.strategyStates.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", ")
         func withReason(_ value: String, _ reason: String) -> String { reason.isEmpty ? value : "\(value) (\(reason))" }
-        return "vigild \(s.version) on \(s.bus)\n" + TableFormat.fields([
+        var rows: [(String, String)] = [
             ("run id", s.runId),
             ("started", s.startedAt == 0 ? "-" : "\(TableFormat.wallClock(micros: s.startedAt)) (\(TableFormat.relative(micros: s.startedAt, now: now)))"),
             ("alive", TableFormat.duration(micros: s.survivalSeconds * 1_000_000)),
@@ -83,6 +83,8 @@ struct StatusCommand: AsyncParsableCommand {
             ("config", s.configPath),
             ("strategies", s.strategies == 0 ? "0" : "\(s.strategies) (\(states))"),
             ("leases", "\(s.leases) active"),
-        ])
+        ]
+        if let note = TableFormat.displayZone.note { rows.append(("note", note)) }
+        return "vigild \(s.version) on \(s.bus)\n" + TableFormat.fields(rows)
     }
 }

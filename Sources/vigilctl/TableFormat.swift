@@ -72,8 +72,12 @@ enum TableFormat {
         micros >= now ? "in " + duration(micros: micros - now) : duration(micros: now - micros) + " ago"
     }
 
+    /// The zone wall times are shown in (UTC when the system has no time
+    /// zone data; `displayZone.note` says so).
+    static let displayZone = DisplayTimeZone.resolve()
+
     /// Wall-clock time in the local zone, "2025-11-21 13:52:03".
-    static func wallClock(micros: UInt64, timeZone: TimeZone = .current) -> String {
+    static func wallClock(micros: UInt64, timeZone: TimeZone = displayZone.zone) -> String {
         let formatter = DateFormatter()
         formatter.locale = Locale(identifier: "en_US_POSIX")
         formatter.timeZone = timeZone
@@ -82,7 +86,7 @@ enum TableFormat {
     }
 
     /// Time of day only, "13:52:03", for event lines.
-    static func timeOfDay(_ date: Date = Date(), timeZone: TimeZone = .current) -> String {
+    static func timeOfDay(_ date: Date = Date(), timeZone: TimeZone = displayZone.zone) -> String {
         let formatter = DateFormatter()
         formatter.locale = Locale(identifier: "en_US_POSIX")
         formatter.timeZone = timeZone

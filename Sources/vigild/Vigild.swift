@@ -52,12 +52,15 @@ struct Vigild: AsyncParsableCommand {
     /// Installs Vigil's global executor before any task exists, then runs
     /// the command as ArgumentParser would. See Sources/CExecutor for why.
     static func main() async {
+        // A reader of stdout/stderr that goes away must not kill the host:
+        // writes then fail with EPIPE, which the log sink counts.
+        signal(SIGPIPE, SIG_IGN)
         let workers = Int32(max(2, min(8, ProcessInfo.processInfo.activeProcessorCount)))
         // VIGIL_DEFAULT_EXECUTOR=1 keeps Swift's default executor (diagnosis).
         if ProcessInfo.processInfo.environment["VIGIL_DEFAULT_EXECUTOR"] == "1" {
             // keep the default executor
         } else if vigil_executor_install(workers) != 0 {
-            FileHandle.standardError.write(Data("vigild: warning: cannot install Vigil's executor (\(String(cString: strerror(errno)))); using the default one, which wakes every second\n".utf8))
+            StderrLogSink().log(.warning, source: "vigild", "cannot install Vigil's executor (\(String(cString: strerror(errno)))); using the default one, which wakes every second")
         }
         do {
             var command = try parseAsRoot()
@@ -81,7 +84,7 @@ struct Vigild: AsyncParsableCommand {
         do {
             loaded = try ConfigLoader.loadWithPlugins(path: path)
         } catch {
-            FileHandle.standardError.write(Data("vigild: invalid config\n\(error)\n".utf8))
+            writeStderr("vigild: invalid config\n\(error)\n")
             throw ExitCode(78)
         }
         var config = loaded.config
@@ -172,6 +175,20 @@ struct Vigild: AsyncParsableCommand {
         sleepWatch?.cancel()
         await host.shutdown(reason: .stopped)
         await bus.stop()
+        sink.flush()
+        if sink.droppedLines > 0 {
+            log.notice("\(sink.droppedLines) log line\(sink.droppedLines == 1 ? "" : "s") could not be written (stderr full or closed)")
+        }
+    }
+
+    /// Writes to stderr without trapping on EPIPE/ENOSPC (unlike
+    /// FileHandle.write): the text is multi-line config diagnostics.
+    func writeStderr(_ text: String) {
+        var bytes = Array(text.utf8)[...]
+        while !bytes.isEmpty {
+            let n = bytes.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
+            if n > 0 { bytes = bytes.dropFirst(n) } else if n < 0 && errno == EINTR { continue } else { return }
+        }
     }
 
     /// The systemd notifier when vigild runs under a service manager
@@ -208,12 +225,8 @@ struct Vigild: AsyncParsableCommand {
 
     func resolveConfigPath() throws -> String {
         if let config { return config }
-        let env = ProcessInfo.processInfo.environment
-        if let path = env["VIGIL_CONFIG"], !path.isEmpty { return path }
-        let candidates = getuid() == 0
-            ? ["/etc/vigil/vigil.toml"]
-            : [(env["XDG_CONFIG_HOME"] ?? NSHomeDirectory() + "/.config") + "/vigil/vigil.toml", "/etc/vigil/vigil.toml"]
-        if let found = candidates.first(where: { FileManager.default.fileExists(atPath: $0) }) { return found }
+        let (found, candidates) = HostPaths.defaultConfig()
+        if let found { return found }
         throw ValidationError("no config file: pass --config FILE (looked for \(candidates.joined(separator: ", ")))")
     }
 }

@@ -188,7 +188,7 @@ struct ConfigTests {
         .init(fixture: "strategy-not-table", keyPath: "strategy[0]", line: 2, column: 13,
               message: "expected a table written as a [[strategy]] section, found a string"),
         .init(fixture: "unknown-top-level-table", keyPath: "hosts", line: 2, column: 1,
-              message: "unknown top-level table \"hosts\" (did you mean \"host\"?); a config holds a [host] table and [[strategy]] tables"),
+              message: "unknown top-level table \"hosts\" (did you mean \"host\"?); a config holds a [host] table, [[strategy]] tables and a [metrics] table"),
         .init(fixture: "host-key-at-top-level", keyPath: "state_dir", line: 2, column: 1,
               message: "\"state_dir\" is a [host] key: move it below a [host] header"),
         .init(fixture: "survival-interval-too-short", keyPath: "host.survival_interval", line: 3, column: 1,

@@ -5,6 +5,7 @@
 #include <sys/timerfd.h>
 #include <time.h>
 #include <stdint.h>
+#include <stddef.h>
 
 static const int vigil_CLOCK_BOOTTIME = CLOCK_BOOTTIME;
 static const int vigil_CLOCK_BOOTTIME_ALARM = CLOCK_BOOTTIME_ALARM;
@@ -27,7 +28,16 @@ int vigil_timerfd_arm_abs(int fd, int64_t ns);
 /// every `interval_ns` (a plain periodic timer; the wake benchmark's reference).
 int vigil_timerfd_arm_periodic(int fd, int64_t first_ns, int64_t interval_ns);
 
+/// Arms a CLOCK_REALTIME `fd` at absolute `ns` with TFD_TIMER_CANCEL_ON_SET:
+/// a read then fails with ECANCELED when the wall clock is set and after each
+/// system resume (the kernel treats resume as a clock change).
+int vigil_timerfd_arm_cancel_on_set(int fd, int64_t ns);
+
 /// Reads the expiration count of `fd`: the count (>= 1), or -1 with errno set
 /// (EAGAIN on a non-blocking fd that has not expired since it was last armed).
 int64_t vigil_timerfd_read(int fd);
+/// getrandom(2) with GRND_NONBLOCK (not in Glibc's Swift module): the
+/// number of bytes written, or -1 with errno set (EAGAIN while the kernel's
+/// pool is not initialised, ENOSYS before Linux 3.17). For run ids.
+long vigil_getrandom_nonblock(void *buffer, size_t length);
 #endif

@@ -9,7 +9,7 @@ import VigilKit
 /// expected. Nothing above this layer sees TOMLKit: values are ``ConfigValue``s.
 public enum ConfigLoader {
     /// The top-level tables a config may hold.
-    static let topLevelKeys = ["host", "strategy"]
+    static let topLevelKeys = ["host", "strategy", "metrics"]
 
     /// Reads and parses the file and validates `[host]` and the document's
     /// shape; strategy tables are only collected.
@@ -132,7 +132,8 @@ private struct DocumentBuilder {
 
     mutating func build(_ root: [String: ConfigValue]) -> ConfigDocument {
         checkTopLevelKeys(root)
-        let host = readHost(root["host"])
+        var host = readHost(root["host"])
+        host.metrics = readMetrics(root["metrics"])
         let strategies = collectStrategies(root["strategy"])
         return ConfigDocument(
             path: path, host: host, hostValues: hostValues(root["host"]), strategies: strategies, problems: problems
@@ -158,7 +159,7 @@ private struct DocumentBuilder {
                 if case .table = root[key] { what = "table" } else { what = "key" }
                 let hint = Spelling.suggestion(for: key, among: ConfigLoader.topLevelKeys)
                     .map { " (did you mean \"\($0)\"?)" } ?? ""
-                message = "unknown top-level \(what) \"\(key)\"\(hint); a config holds a [host] table and [[strategy]] tables"
+                message = "unknown top-level \(what) \"\(key)\"\(hint); a config holds a [host] table, [[strategy]] tables and a [metrics] table"
             }
             problem([.key(key)], key, message)
         }
@@ -183,6 +184,23 @@ private struct DocumentBuilder {
         }
         problems += reader.problems
         problems += unknownKeys(table, known: HostSettings.keyNames, reader: reader)
+        return settings
+    }
+
+    /// `[metrics]` (docs/metrics.md): where the Prometheus metrics go.
+    private mutating func readMetrics(_ value: ConfigValue?) -> MetricsSettings {
+        guard let value else { return MetricsSettings() }
+        guard case .table(let table) = value else {
+            problem([.key("metrics")], "metrics", "expected a table written as a [metrics] section, found \(value.typeName)")
+            return MetricsSettings()
+        }
+        let reader = ConfigReader(
+            strategyName: "metrics", keyPath: "metrics", values: table,
+            locations: keyLocations([.key("metrics")], table), tableLocation: locator.location(of: [.key("metrics")])
+        )
+        let settings = MetricsSettings.read(reader, configDirectory: absoluteDirectory(of: path))
+        problems += reader.problems
+        problems += unknownKeys(table, known: MetricsSettings.keyNames, reader: reader)
         return settings
     }
 

@@ -29,6 +29,9 @@ public struct HostSettings: Sendable, Equatable {
     /// How long `on_sleep` may run (`on_sleep_timeout`); logind's own limit
     /// (InhibitDelayMaxUSec, 5 s by default) still applies.
     public var onSleepTimeout: Duration = .seconds(5)
+    /// The `[metrics]` table (its own table, kept here so reload compares it
+    /// like a `[host]` key: a change needs a restart).
+    public var metrics = MetricsSettings()
 
     /// The defaults used for keys the config leaves out.
     public init(stateDir: String = HostPaths.defaultStateDir()) {

@@ -82,6 +82,7 @@ public actor LeaseRegistry {
     private var nextID: UInt64 = 1
     private var subscribers: [UInt64: AsyncStream<LeaseEvent>.Continuation] = [:]
     private var nextSubscriber: UInt64 = 0
+    private var observer: (@Sendable (LeaseEvent) -> Void)?
     /// The most recent events, oldest first (bounded).
     public private(set) var history: [LeaseEvent] = []
     private let historyLimit: Int
@@ -108,12 +109,27 @@ public actor LeaseRegistry {
 
     private func unsubscribe(_ key: UInt64) { subscribers[key] = nil }
 
+    /// Sees every event as it is published, on the registry: the metrics
+    /// count events this way without a task of their own. `body` must be
+    /// quick and must not call back into the registry.
+    public func observe(_ body: @escaping @Sendable (LeaseEvent) -> Void) {
+        observer = body
+    }
+
     /// Active (and expiring) leases, by id.
     public var active: [LeaseSnapshot] {
         entries.values.map(\.snapshot).sorted { $0.id < $1.id }
     }
 
     public func lease(_ id: LeaseID) -> LeaseSnapshot? { entries[id]?.snapshot }
+
+    /// Folds the active leases in place, in no order (no copy, no sort), for
+    /// aggregates such as the metrics.
+    public func reduceActive<Result: Sendable>(into initial: Result, _ update: @Sendable (inout Result, LeaseSnapshot) -> Void) -> Result {
+        var result = initial
+        for entry in entries.values { update(&result, entry.snapshot) }
+        return result
+    }
 
     /// The state of a lease, also after it ended (while it is in the history).
     public func state(of id: LeaseID) -> LeaseState? {
@@ -290,6 +306,7 @@ public actor LeaseRegistry {
         let event = LeaseEvent(kind: kind, lease: snapshot, at: clock.now, forced: forced, detail: detail)
         if kind != .status { history.append(event) }
         if history.count > historyLimit { history.removeFirst(history.count - historyLimit) }
+        observer?(event)
         for continuation in subscribers.values { continuation.yield(event) }
     }
 }

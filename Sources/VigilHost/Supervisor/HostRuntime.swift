@@ -34,8 +34,14 @@ public actor HostRuntime {
     public nonisolated let began: RunBegan
     /// Where the host and its strategies log.
     public nonisolated let logSink: any LogSink
+    /// The Prometheus metrics (docs/metrics.md).
+    public nonisolated let metrics: HostMetrics
+    /// The `[metrics] listen` endpoint, when configured.
+    private var metricsListener: MetricsListener?
     private let readings: @Sendable () -> ClockReadings
     private var background: [Task<Void, Never>] = []
+    /// Sees each system resume and records what woke the system.
+    private var resumeWatcher: ResumeWatcher?
     private var stopped = false
     /// Resolves kinds on reload: the loader that resolved the first config,
     /// so a kind's library is never registered twice.
@@ -96,12 +102,16 @@ public actor HostRuntime {
         self.registry = registry
         self.clientLeases = ClientLeases(registry: registry, settings: config.host.clientLeases)
         let logSink = env.logSink
+        let metrics = HostMetrics()
+        self.metrics = metrics
         let strategyBus = StrategyBusBridge(clock: env.clock, logSink: env.logSink)
         self.strategyBus = strategyBus
         var services = StrategyServices(
             registry: registry, scheduler: env.scheduler, clock: env.clock, logSink: env.logSink,
             hooks: { name, log in HookRunner(strategy: name, log: log) },
-            events: { name in StoreEvents(store: store, strategy: name, readings: env.readings, log: StrategyLogger(source: name, sink: logSink)) }
+            events: { name in MetricsCountedEvents(
+                inner: StoreEvents(store: store, strategy: name, readings: env.readings, log: StrategyLogger(source: name, sink: logSink)),
+                metrics: metrics, strategy: name) }
         )
         services.store = { name in HostStrategyStore(store: store, strategy: name) }
         services.bus = { name in strategyBus.bus(for: name) }
@@ -113,8 +123,10 @@ public actor HostRuntime {
     public static func start(config: VigilConfig, environment env: Environment) async throws -> HostRuntime {
         let log = StrategyLogger(source: "vigild", sink: env.logSink)
         try FileManager.default.createDirectory(atPath: config.host.stateDir, withIntermediateDirectories: true)
+        // Bound before the run begins, so a taken port fails the start cleanly.
+        let listener = try config.host.metrics.listen.map { address throws(MetricsListenerError) in try MetricsListener(address: address) }
         let store = try SurvivalStore(path: HostPaths.survivalStore(stateDir: config.host.stateDir))
-        let runId = UUID().uuidString.lowercased()
+        let runId = try RunID.generate()
         let startReadings = env.readings()
         let began = try await store.beginRun(RunStart(
             runId: runId, pid: getpid(), bootID: (try? BootID.current()) ?? "unknown", version: env.version,
@@ -124,13 +136,43 @@ public actor HostRuntime {
             log.warning("previous run \(run.runId) (pid \(run.pid)) had no clean end: \(run.endReason.rawValue); it was alive for \(run.alive.vigilDescription)")
         }
         let host = HostRuntime(config: config, env: env, store: store, began: began, runId: runId, startedWallMicros: startReadings.wallMicros)
+        await host.startMetrics(listener: listener)
         await host.startBackground(leaseEvents: await host.registry.events())
+        await host.startResumeWatch(startBoottimeMicros: startReadings.boottimeMicros)
         await host.clientLeases.start()
         await host.supervisor.start(config.strategies.map {
             SupervisedStrategy(name: $0.name, kind: $0.kind, strategy: $0.strategy)
         })
         log.notice("run \(runId) started with \(config.strategies.count) strateg\(config.strategies.count == 1 ? "y" : "ies"); wake clock \(env.scheduler.clockInfo.clock) (\(env.scheduler.clockInfo.reason)); power backend \(env.power.name) (\(env.power.reason))")
         return host
+    }
+
+    private func startMetrics(listener: MetricsListener?) async {
+        let metrics = self.metrics
+        await registry.observe { metrics.observe($0) }
+        if let scheduler = scheduler as? WakeScheduler {
+            await scheduler.observeLateness { metrics.observeLateness($0) }
+        }
+        if let listener {
+            listener.start { [weak self] in await self?.metricsExposition() ?? [] }
+            metricsListener = listener
+            StrategyLogger(source: "vigild", sink: logSink).notice("metrics on http://\(MetricsListenAddress(host: listener.address.host, port: listener.port))/metrics")
+        }
+    }
+
+    /// The Prometheus exposition of the host now.
+    public func metricsExposition() async -> [UInt8] {
+        await metrics.exposition(of: self)
+    }
+
+    /// Writes `[metrics] textfile`, if configured (at each heartbeat).
+    func writeMetricsTextfile() async {
+        guard let path = config.host.metrics.textfile else { return }
+        do {
+            try MetricsTextfile.write(await metricsExposition(), to: path)
+        } catch {
+            StrategyLogger(source: "vigild", sink: logSink).error("\(error)")
+        }
     }
 
     private func startBackground(leaseEvents: AsyncStream<LeaseEvent>) {
@@ -160,7 +202,9 @@ public actor HostRuntime {
                 do {
                     let now = readings()
                     try await store.heartbeat(now, leases: leases)
-                    log.debug("heartbeat \(k) written (\(leases.count) active lease\(leases.count == 1 ? "" : "s"))")
+                    // The sequence, not the slot k: slots skip across a suspend.
+                    let seq = await store.lastSequence ?? 0
+                    log.debug("heartbeat \(seq) written (\(leases.count) active lease\(leases.count == 1 ? "" : "s"))")
                     outageReported = false
                     if let outage {
                         let seconds = Duration.microseconds(now.monotonicMicros - outage.lastWritten.monotonicMicros)
@@ -173,6 +217,7 @@ public actor HostRuntime {
                 } catch {
                     log.error("cannot write heartbeat: \(error)")
                 }
+                await self.writeMetricsTextfile()
                 // After a stall or suspend, continue with the next future slot.
                 let elapsed = clock.now - start
                 k = max(k + 1, Int64(elapsed / interval) + 1)
@@ -187,6 +232,21 @@ public actor HostRuntime {
                 try? await store.recordEvent("lease-\(event.kind.rawValue)", strategy: event.lease.strategy, fields: fields, readings: readings())
             }
         })
+    }
+
+    /// Watches for resumes (see ``ResumeWatcher``); without the timerfd the
+    /// host runs on and the survival log still shows suspends, without cause.
+    private func startResumeWatch(startBoottimeMicros: Int64) {
+        let log = StrategyLogger(source: "vigild", sink: logSink)
+        let recorder = ResumeRecorder(
+            store: store, scheduler: scheduler as? WakeScheduler, runStartBoottimeMicros: startBoottimeMicros, log: log)
+        do {
+            resumeWatcher = try ResumeWatcher(readings: readings) { resume, slept in
+                await recorder.resumed(resume, suspendedMicros: slept)
+            }
+        } catch {
+            log.warning("cannot watch for system resumes, so wakes are not attributed: \(error)")
+        }
     }
 
     /// The configured strategy called `name` in the config in effect.
@@ -276,11 +336,15 @@ public actor HostRuntime {
         await registry.releaseEverything(detail: "host shutting down")
         await clientLeases.stop()
         await clock.settleIfManual()
+        resumeWatcher?.invalidate()
         for task in background { task.cancel() }
         for task in background { await task.value }
+        metricsListener?.stop()
         do { try await store.endRun(reason: reason, readings: readings()) } catch {
             log.error("cannot record the end of run \(runId): \(error)")
         }
+        // The last textfile says the run stopped.
+        await writeMetricsTextfile()
         log.notice("run \(runId) ended: \(reason.rawValue)")
     }
 }

@@ -32,6 +32,15 @@ public struct StrategyStatus: Sendable, Hashable {
     public var restarts: Int
     public var lastError: String?
     public var startedAt: VigilInstant?
+
+    public init(name: String, kind: String, state: StrategyRunState, restarts: Int, lastError: String? = nil, startedAt: VigilInstant? = nil) {
+        self.name = name
+        self.kind = kind
+        self.state = state
+        self.restarts = restarts
+        self.lastError = lastError
+        self.startedAt = startedAt
+    }
 }
 
 /// Everything the supervisor gives each strategy besides its own name.

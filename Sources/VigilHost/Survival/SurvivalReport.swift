@@ -70,6 +70,9 @@ public struct RunSummary: Codable, Sendable, Hashable {
     public var unwritableMicros: Int64
     /// awake / suspended / stalled / unwritable segments covering the run from start to last heartbeat.
     public var timeline: [TimelineSegment]
+    /// What woke the system after each suspend the running host saw
+    /// (`system-resumed` events), oldest first; nil when there were none.
+    public var wakes: [SystemWake]? = nil
 
     public var alive: Duration { .microseconds(aliveMicros) }
     public var awake: Duration { .microseconds(awakeMicros) }
@@ -112,7 +115,20 @@ public struct SurvivalReport {
             .order(GapRecord.Columns.runId, Column("startOffsetMicros"), GapRecord.Columns.seq)
             .fetchAll(db)
         let gapsByRun = Dictionary(grouping: gaps, by: \.runId)
-        return records.map { summary(of: $0, gaps: gapsByRun[$0.id ?? -1] ?? []) }
+        let resumes = try EventRecord
+            .filter(keys.contains(Column("runId")) && Column("name") == SystemWake.eventName)
+            .order(Column("runId"), Column("id"))
+            .fetchAll(db)
+        let resumesByRun = Dictionary(grouping: resumes, by: \.runId)
+        return records.map { run in
+            var summary = summary(of: run, gaps: gapsByRun[run.id ?? -1] ?? [])
+            let wakes = (resumesByRun[run.id ?? -1] ?? []).compactMap { event -> SystemWake? in
+                let fields = event.fields.flatMap { try? JSONDecoder().decode([String: String].self, from: Data($0.utf8)) } ?? [:]
+                return SystemWake(fields: fields, wall: event.wall, startOffsetMicros: max(0, event.boot - run.startBoot))
+            }
+            summary.wakes = wakes.isEmpty ? nil : wakes
+            return summary
+        }
     }
 
     static func summary(of run: RunRecord, gaps: [GapRecord]) -> RunSummary {

@@ -16,13 +16,15 @@ public enum SurvivalReportFormat {
     /// timeline bar scaled to the run's alive time, followed by how it ended.
     /// `width` is the terminal width in columns (at least 40 is used).
     public static func text(_ runs: [RunSummary], width: Int) -> String {
-        text(runs, width: width, nowWall: Int64(Date().timeIntervalSince1970 * 1_000_000), timeZone: .current)
+        let display = DisplayTimeZone.resolve()
+        return text(runs, width: width, nowWall: Int64(Date().timeIntervalSince1970 * 1_000_000), timeZone: display.zone, note: display.note)
     }
 
     /// `text` with the clock and time zone given (for tests).
-    public static func text(_ runs: [RunSummary], width: Int, nowWall: Int64, timeZone: TimeZone) -> String {
+    public static func text(_ runs: [RunSummary], width: Int, nowWall: Int64, timeZone: TimeZone, note: String? = nil) -> String {
         let width = max(width, 40)
         guard !runs.isEmpty else { return "No runs recorded in the survival log.\n" }
+        let noteLine = note.map { "Note: \($0).\n" } ?? ""
         let dates = DateFormatter()
         dates.locale = Locale(identifier: "en_US_POSIX")
         dates.timeZone = timeZone
@@ -31,7 +33,7 @@ public enum SurvivalReportFormat {
             dates.string(from: Date(timeIntervalSince1970: Double(micros) / 1_000_000))
         }
 
-        var out = "Survival log: \(runs.count) run\(runs.count == 1 ? "" : "s"), newest first.\n"
+        var out = "Survival log: \(runs.count) run\(runs.count == 1 ? "" : "s"), newest first.\n" + noteLine
         out += "Timeline: [\(symbol(.awake))] awake  [\(symbol(.suspended))] suspended  [\(symbol(.stalled))] frozen/stalled  [\(symbol(.unwritable))] store unwritable; one bar per run, scaled to its alive time.\n"
         for run in runs {
             out += "\n"
@@ -64,8 +66,36 @@ public enum SurvivalReportFormat {
             let label = run.endReason.rawValue
             let cells = max(10, width - 5 - label.count)
             out += "  [\(bar(run.timeline, aliveMicros: run.aliveMicros, cells: cells))] \(label)\n"
+            let wakes = run.wakes ?? []
+            for wake in wakes.suffix(maxWakeLines) {
+                out += "  woke \(wall(wake.wall)) after \(duration(wake.suspendedMicros)) suspended: \(wakeCause(wake))\n"
+            }
+            if wakes.count > maxWakeLines {
+                out += "  (\(wakes.count - maxWakeLines) earlier wake\(wakes.count - maxWakeLines == 1 ? "" : "s") not shown; --json lists all)\n"
+            }
         }
         return out
+    }
+
+    /// Wake lines shown per run (the newest); `--json` has all.
+    static let maxWakeLines = 5
+
+    /// What woke the system, for people: "Vigil alarm of tick periodic-wake,
+    /// 0.4s late" or "something else (pm_wakeup_irq 8)".
+    public static func wakeCause(_ wake: SystemWake) -> String {
+        switch wake.cause {
+        case .vigilAlarm:
+            let late = wake.latenessMicros ?? 0
+            let when = late >= 0 ? "\(duration(late)) late" : "\(duration(-late)) early"
+            return "Vigil alarm of \(wake.alarm ?? "?"), \(when)"
+        case .other:
+            var text = "woken by something else"
+            if let source = wake.kernelSource { text += " (\(source))" }
+            if let missed = wake.missedAlarm {
+                text += "; Vigil alarm of \(missed) was due \(duration(wake.missedByMicros ?? 0)) earlier and did not wake it"
+            }
+            return text
+        }
     }
 
     /// The runs as a JSON array of `RunSummary` (pretty, keys sorted).

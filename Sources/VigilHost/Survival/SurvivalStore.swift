@@ -340,6 +340,10 @@ public actor SurvivalStore {
     /// The id of the active run, if any.
     public var activeRunId: String? { active?.uuid }
 
+    /// The sequence number of the active run's latest heartbeat (0 = its
+    /// start), if a run is active.
+    public var lastSequence: Int64? { active?.lastSeq }
+
     // MARK: Writing
 
     /// `unwritable`: the heartbeats before this one could not be written, so

@@ -78,6 +78,18 @@ public actor WakeScheduler: WakeScheduling {
 
     /// Counters since start.
     public private(set) var statistics = WakeStatistics()
+    /// The latest system-waking requests that fired, newest last (at most
+    /// `firedAlarmMemory`), for the wake attribution after a resume.
+    private var firedAlarms: [SystemWakeAlarm] = []
+    private static let firedAlarmMemory = 32
+    /// Sees each batch's lateness as it fires (the metrics histogram).
+    private var latenessObserver: (@Sendable (Duration) -> Void)?
+
+    /// Calls `body` with the lateness of every batch fired from now on, on
+    /// the scheduler; it must be quick and must not call back.
+    public func observeLateness(_ body: @escaping @Sendable (Duration) -> Void) {
+        latenessObserver = body
+    }
 
     /// - Parameters:
     ///   - clock: the host clock; its `now` is the timeline timers are armed on,
@@ -113,6 +125,19 @@ public actor WakeScheduler: WakeScheduling {
         let (probe, alarmTimer) = WakeClockProbe.run(rtcDirectory: rtcDirectory)
         let timer = try TimerFDWakeTimer()
         return WakeScheduler(clock: clock, timer: timer, alarmTimer: alarmTimer, clockInfo: probe.clockInfo)
+    }
+
+    /// The system-waking alarms armed or fired since `since` (boottime): the
+    /// pending `wakeSystem` requests and those that fired after `since`, each
+    /// at the time the alarm clock was armed for. Empty when no alarm clock
+    /// can wake the system here (no alarm timer, or no RTC: nothing of
+    /// Vigil's could have woken it).
+    public func systemWakeAlarms(since: VigilInstant) -> [SystemWakeAlarm] {
+        guard alarmTimer != nil, clockInfo.canWakeSystem else { return [] }
+        let waiting = pending.values.filter(\.request.wakeSystem).map {
+            SystemWakeAlarm(label: $0.request.label, deadline: $0.preferred, firedAt: nil)
+        }
+        return firedAlarms.filter { ($0.firedAt ?? $0.deadline) >= since } + waiting
     }
 
     /// Number of requests waiting.
@@ -229,6 +254,13 @@ public actor WakeScheduler: WakeScheduling {
         if onAlarm { statistics.alarmBatches += 1 }
         statistics.totalLateness += firing.lateness
         statistics.maxLateness = max(statistics.maxLateness, firing.lateness)
+        if alarmTimer != nil {
+            for entry in due where entry.request.wakeSystem {
+                firedAlarms.append(SystemWakeAlarm(label: entry.request.label, deadline: entry.preferred, firedAt: now))
+            }
+            if firedAlarms.count > Self.firedAlarmMemory { firedAlarms.removeFirst(firedAlarms.count - Self.firedAlarmMemory) }
+        }
+        latenessObserver?(firing.lateness)
         for entry in due { entry.continuation.resume(returning: firing) }
     }
 

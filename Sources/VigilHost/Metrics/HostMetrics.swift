@@ -1,0 +1,382 @@
+import Foundation
+import Prometheus
+import Synchronization
+import VigilKit
+
+/// The host's Prometheus metrics (docs/metrics.md).
+///
+/// Nothing here polls. Gauges and totals are read from the host's own state
+/// (registry, supervisor, scheduler, survival store) when someone asks for
+/// the exposition: a scrape or a heartbeat writing the textfile. The few
+/// things that only exist as moments (lease events, strategy events, each
+/// wake's lateness, each VoIP ping's round trip) are counted as they happen,
+/// by observers the registry, the scheduler and the event recorder call
+/// synchronously, so they add no task and no wakeup of their own.
+///
+/// Label values are bounded: strategy names and kinds come from the config
+/// (plus `client`), client leases are counted by uid (the most frequent
+/// ``maxClientUIDs``, the rest as `other`), and every value is cut to
+/// ``maxLabelBytes`` bytes without control characters. A client's lease name
+/// never becomes a label.
+public final class HostMetrics: Sendable {
+    /// The most uids `vigil_client_leases` shows by name.
+    public static let maxClientUIDs = 20
+    /// The longest label value, in UTF-8 bytes.
+    public static let maxLabelBytes = 128
+
+    static let latenessBuckets: [Double] = [0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30]
+    static let rttBuckets: [Double] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]
+
+    /// The lease event labels, in the order they are listed.
+    static let leaseEventNames = ["acquired", "renewed", "expiring", "expired", "released", "force_released", "failed"]
+
+    /// Counted as they happen (strategy names are bounded by the config).
+    private struct Counted {
+        var leaseEvents: [Pair: Int] = [:]
+        var strategyEvents: [Pair: Int] = [:]
+        /// The `Pings` figure last seen per VoIP lease, to record a round
+        /// trip once per ping.
+        var pings: [LeaseID: UInt64] = [:]
+        var rtt: [String: ValueHistogram] = [:]
+    }
+
+    struct Pair: Hashable {
+        var strategy: String
+        var name: String
+    }
+
+    private let counted = Mutex(Counted())
+    /// Histograms live across scrapes; everything else is rebuilt per scrape.
+    private let histograms = PrometheusCollectorRegistry()
+    private let lateness: ValueHistogram
+
+    public init() {
+        lateness = histograms.makeValueHistogram(
+            name: "vigil_wake_lateness_seconds", buckets: Self.latenessBuckets,
+            help: "How late each batch of the wake scheduler fired after its planned time.")
+    }
+
+    // MARK: observers
+
+    /// A lease event (``LeaseRegistry/observe(_:)``).
+    public func observe(_ event: LeaseEvent) {
+        let strategy = Self.label(event.lease.strategy)
+        counted.withLock { c in
+            switch event.kind {
+            case .status:
+                guard case .uint(let pings)? = event.lease.status["Pings"],
+                      case .int(let rtt)? = event.lease.status["LastRttUsec"] else { return }
+                let before = c.pings.updateValue(pings, forKey: event.lease.id) ?? 0
+                guard pings > before, rtt >= 0 else { return }
+                let histogram = c.rtt[strategy] ?? histograms.makeValueHistogram(
+                    name: "vigil_voip_rtt_seconds", labels: [("strategy", strategy)], buckets: Self.rttBuckets,
+                    help: "Round trip of each answered VoIP ping.")
+                c.rtt[strategy] = histogram
+                histogram.record(Double(rtt) / 1e6)
+                return
+            case .released, .expired, .failed:
+                c.pings[event.lease.id] = nil
+            case .acquired, .renewed, .expiring:
+                break
+            }
+            let name = event.kind == .expired && event.forced ? "force_released" : event.kind.rawValue
+            c.leaseEvents[Pair(strategy: strategy, name: name), default: 0] += 1
+        }
+    }
+
+    /// A strategy's survival-log event; only the few that metrics show are kept.
+    public func observeStrategyEvent(strategy: String, event: String, fields: [String: String]) {
+        let name: String
+        switch event {
+        case "download-retry": name = "download_retry"
+        case "download-completed": name = "download_completed"
+        case "download-failed": name = (fields["error"] ?? "").contains("sha256 mismatch") ? "download_hash_failure" : "download_failed"
+        case "audio-lost": name = "audio_lost"
+        case "strategy-failed": name = "strategy_failed"
+        default: return
+        }
+        let key = Pair(strategy: Self.label(strategy), name: name)
+        counted.withLock { $0.strategyEvents[key, default: 0] += 1 }
+    }
+
+    /// One batch of the wake scheduler fired `lateness` late.
+    public func observeLateness(_ lateness: Duration) {
+        self.lateness.record(max(0, lateness.seconds))
+    }
+
+    // MARK: exposition
+
+    /// Host state read for one exposition.
+    public struct Snapshot: Sendable {
+        public var version: String
+        public var upSeconds: Double
+        public var powerBackend: String
+        public var wakeClock: String
+        public var canWakeSystem: Bool
+        public var strategies: [StrategyStatus]
+        public var leases: LeaseTotals
+        public var survival: SurvivalTotals?
+
+        public init(
+            version: String, upSeconds: Double, powerBackend: String, wakeClock: String, canWakeSystem: Bool,
+            strategies: [StrategyStatus], leases: LeaseTotals, survival: SurvivalTotals?
+        ) {
+            self.version = version
+            self.upSeconds = upSeconds
+            self.powerBackend = powerBackend
+            self.wakeClock = wakeClock
+            self.canWakeSystem = canWakeSystem
+            self.strategies = strategies
+            self.leases = leases
+            self.survival = survival
+        }
+    }
+
+    /// Reads the host's state now.
+    public static func snapshot(of host: HostRuntime) async -> Snapshot {
+        let survival: SurvivalTotals?
+        do {
+            survival = try await host.store.metricTotals()
+        } catch {
+            StrategyLogger(source: "metrics", sink: host.logSink).error("cannot read the survival totals: \(error)")
+            survival = nil
+        }
+        return Snapshot(
+            version: host.version,
+            upSeconds: (host.clock.now - host.startedAt).seconds,
+            powerBackend: host.registry.backend.name,
+            wakeClock: host.scheduler.clockInfo.clock,
+            canWakeSystem: host.scheduler.clockInfo.canWakeSystem,
+            strategies: await host.supervisor.statuses,
+            leases: await host.registry.reduceActive(into: LeaseTotals()) { $0.add($1) },
+            survival: survival
+        )
+    }
+
+    /// The exposition (Prometheus text format 0.0.4, no timestamps) of `host` now.
+    public func exposition(of host: HostRuntime) async -> [UInt8] {
+        exposition(await Self.snapshot(of: host))
+    }
+
+    /// The exposition of a snapshot, with what was counted so far.
+    public func exposition(_ s: Snapshot) -> [UInt8] {
+        let r = PrometheusCollectorRegistry()
+        r.makeGauge(name: "vigil_build_info", labels: [("version", Self.label(s.version))],
+                    help: "Always 1; the vigild version.").set(1.0)
+        r.makeGauge(name: "vigil_up_seconds", help: "Seconds since this run of vigild started.").set(s.upSeconds)
+        r.makeGauge(name: "vigil_power_backend", labels: [("backend", Self.label(s.powerBackend))],
+                    help: "Always 1; what leases hold on the system.").set(1.0)
+        r.makeGauge(name: "vigil_wake_clock", labels: [("clock", Self.label(s.wakeClock)), ("can_wake_system", s.canWakeSystem ? "true" : "false")],
+                    help: "Always 1; the clock of the wake scheduler.").set(1.0)
+
+        if let t = s.survival {
+            if let wall = t.lastHeartbeatWallMicros {
+                r.makeGauge(name: "vigil_last_heartbeat_timestamp_seconds",
+                            help: "Unix time of the last heartbeat written to the survival log.").set(Double(wall) / 1e6)
+            }
+            for reason in RunEndReason.allCases {
+                r.makeCounter(name: "vigil_runs_total", labels: [("end", reason.rawValue)],
+                              help: "Runs in the survival log by how they ended (running: the current one).")
+                    .increment(by: Int64(t.runs[reason] ?? 0))
+            }
+            let gaps = [("suspended", t.suspends, t.suspendedMicros), ("frozen", t.stalls, t.stalledMicros)]
+            for (gapClass, count, micros) in gaps {
+                r.makeCounter(name: "vigil_gaps_total", labels: [("class", gapClass)],
+                              help: "Gaps between heartbeats: suspended (system sleep) or frozen (SIGSTOP, freezer, overload).")
+                    .increment(by: Int64(count))
+                r.makeCounter(name: "vigil_gap_seconds_total", labels: [("class", gapClass)],
+                              help: "Seconds lost in gaps between heartbeats, by class.")
+                    .increment(by: Double(micros) / 1e6)
+            }
+        }
+
+        // Strategies, and `client` for the leases D-Bus clients hold.
+        var kinds: [(name: String, kind: String)] = s.strategies.map { (Self.label($0.name), Self.label($0.kind)) }
+        if !kinds.contains(where: { $0.name == ClientLeases.strategyName }) {
+            kinds.append((ClientLeases.strategyName, ClientLeases.strategyName))
+        }
+        for st in s.strategies {
+            let name = Self.label(st.name)
+            r.makeGauge(name: "vigil_strategy_up", labels: [("strategy", name), ("kind", Self.label(st.kind))],
+                        help: "1 while the strategy runs, 0 while it backs off, finished or stopped.")
+                .set(st.state == .running ? 1.0 : 0.0)
+            r.makeCounter(name: "vigil_strategy_restarts_total", labels: [("strategy", name)],
+                          help: "Times the supervisor restarted the strategy after it failed.")
+                .increment(by: Int64(st.restarts))
+        }
+
+        // Per strategy, then labels: the label work is per strategy, not per lease.
+        var leases: [String: Int] = [:]
+        var figures: [Pair: Double] = [:]
+        var playing: [String: Double] = [:]
+        for (raw, totals) in s.leases.byStrategy {
+            let strategy = Self.label(raw)
+            leases[strategy, default: 0] += totals.leases
+            for (metric, value) in totals.figures { figures[Pair(strategy: strategy, name: metric), default: 0] += value }
+            if let streams = totals.playing { playing[strategy, default: 0] += streams }
+        }
+        let clientUIDs = s.leases.clientUIDs
+        for (name, kind) in kinds {
+            r.makeGauge(name: "vigil_leases", labels: [("strategy", name), ("kind", kind)],
+                        help: "Active leases (expiring ones included).").set(Int64(leases[name] ?? 0))
+        }
+        let (counts, events) = counted.withLock { ($0.leaseEvents, $0.strategyEvents) }
+        for (name, _) in kinds {
+            for event in Self.leaseEventNames {
+                r.makeCounter(name: "vigil_lease_events_total", labels: [("strategy", name), ("event", event)],
+                              help: "Lease life-cycle events since vigild started.")
+                    .increment(by: Int64(counts[Pair(strategy: name, name: event)] ?? 0))
+            }
+        }
+        // Strategies that are gone still had leases: keep their counts.
+        for (pair, count) in counts.sorted(by: { ($0.key.strategy, $0.key.name) < ($1.key.strategy, $1.key.name) })
+        where !kinds.contains(where: { $0.name == pair.strategy }) {
+            r.makeCounter(name: "vigil_lease_events_total", labels: [("strategy", pair.strategy), ("event", pair.name)],
+                          help: "Lease life-cycle events since vigild started.").increment(by: Int64(count))
+        }
+
+        for uid in Self.boundedUIDs(clientUIDs) {
+            r.makeGauge(name: "vigil_client_leases", labels: [("uid", uid.label)],
+                        help: "Active client leases (BeginBackgroundTask) by the client's uid.").set(Int64(uid.count))
+        }
+
+        for (pair, value) in figures.sorted(by: { ($0.key.strategy, $0.key.name) < ($1.key.strategy, $1.key.name) }) {
+            let help = Self.statusHelp[pair.name] ?? ""
+            if pair.name.hasSuffix("_total") {
+                r.makeCounter(name: pair.name, labels: [("strategy", pair.strategy)], help: help).increment(by: value)
+            } else {
+                r.makeGauge(name: pair.name, labels: [("strategy", pair.strategy)], help: help).set(value)
+            }
+        }
+        for (strategy, value) in playing.sorted(by: { $0.key < $1.key }) {
+            r.makeGauge(name: "vigil_audio_streams_playing", labels: [("strategy", strategy)],
+                        help: "silent-audio streams playing now (0: paused or waiting for a sink).").set(value)
+        }
+        for (pair, count) in events.sorted(by: { ($0.key.strategy, $0.key.name) < ($1.key.strategy, $1.key.name) }) {
+            let (metric, help) = Self.eventMetrics[pair.name] ?? ("vigil_strategy_events_total", "")
+            r.makeCounter(name: metric, labels: [("strategy", pair.strategy)], help: help).increment(by: Int64(count))
+        }
+
+        var buffer = r.emitToBuffer()
+        histograms.emit(into: &buffer)
+        return buffer
+    }
+
+    /// Lease status keys that strategies publish (LeaseHandle.setStatus),
+    /// summed per strategy into these metrics.
+    static let statusFigures: [String: String] = [
+        "Pings": "vigil_voip_pings_total",
+        "LatePings": "vigil_voip_late_pings_total",
+        "Overruns": "vigil_voip_overruns_total",
+        "Reconnects": "vigil_voip_reconnects_total",
+        "BytesDone": "vigil_download_bytes",
+        "Underruns": "vigil_audio_underruns_total",
+    ]
+
+    static let statusHelp: [String: String] = [
+        "vigil_voip_pings_total": "VoIP pings sent by the connections open now.",
+        "vigil_voip_late_pings_total": "VoIP pings answered after their deadline, by the connections open now.",
+        "vigil_voip_overruns_total": "VoIP ping handlers that overran their deadline, by the connections open now.",
+        "vigil_voip_reconnects_total": "VoIP reconnects of the connections open now.",
+        "vigil_download_bytes": "Bytes fetched so far of the downloads in progress.",
+        "vigil_audio_underruns_total": "Underruns of the silent-audio streams open now.",
+    ]
+
+    static let eventMetrics: [String: (String, String)] = [
+        "download_retry": ("vigil_download_retries_total", "Downloads retried (resumed with Range) since vigild started."),
+        "download_completed": ("vigil_download_completed_total", "Downloads verified and published since vigild started."),
+        "download_hash_failure": ("vigil_download_hash_failures_total", "Downloads refused for a sha256 mismatch since vigild started."),
+        "download_failed": ("vigil_download_failures_total", "Downloads that failed for other reasons since vigild started."),
+        "audio_lost": ("vigil_audio_lost_total", "Times a silent-audio stream lost its server or sink since vigild started."),
+        "strategy_failed": ("vigil_strategy_failures_total", "Times a strategy's run threw since vigild started."),
+    ]
+
+    /// The uids with most client leases, the rest summed as `other`.
+    static func boundedUIDs(_ counts: [UInt32: Int]) -> [(label: String, count: Int)] {
+        let sorted = counts.sorted { ($0.value, $1.key) > ($1.value, $0.key) }
+        var out = sorted.prefix(maxClientUIDs).map { (label: String($0.key), count: $0.value) }
+        let rest = sorted.dropFirst(maxClientUIDs).reduce(0) { $0 + $1.value }
+        if rest > 0 { out.append((label: "other", count: rest)) }
+        return out
+    }
+
+    /// A label value: at most ``maxLabelBytes`` UTF-8 bytes (cut at a
+    /// character boundary), control characters replaced by `?`. Quotes,
+    /// backslashes and newlines left are escaped by the exposition writer.
+    public static func label(_ value: String) -> String {
+        var out = ""
+        var bytes = 0
+        for scalar in value.unicodeScalars {
+            let c: Unicode.Scalar = scalar.properties.generalCategory == .control ? "?" : scalar
+            let size = UTF8.width(c)
+            if bytes + size > maxLabelBytes { break }
+            out.unicodeScalars.append(c)
+            bytes += size
+        }
+        return out
+    }
+}
+
+/// The active leases added up per strategy (what the metrics show of them).
+public struct LeaseTotals: Sendable {
+    public struct PerStrategy: Sendable {
+        public var leases = 0
+        /// Summed numeric statuses, by metric name (``HostMetrics/statusFigures``).
+        public var figures: [String: Double] = [:]
+        /// silent-audio streams playing; nil when no lease has a `Stream` status.
+        public var playing: Double?
+    }
+
+    /// By the strategy name as the registry has it (labels are made later).
+    public var byStrategy: [String: PerStrategy] = [:]
+    /// Client leases by uid.
+    public var clientUIDs: [UInt32: Int] = [:]
+
+    public init() {}
+
+    public init(_ leases: some Sequence<LeaseSnapshot>) {
+        for lease in leases { add(lease) }
+    }
+
+    public mutating func add(_ lease: LeaseSnapshot) {
+        if let client = lease.client { clientUIDs[client.uid, default: 0] += 1 }
+        byStrategy[lease.strategy, default: PerStrategy()].add(lease.status)
+    }
+}
+
+extension LeaseTotals.PerStrategy {
+    mutating func add(_ status: [String: StatusValue]) {
+        leases += 1
+        for (key, value) in status {
+            if let metric = HostMetrics.statusFigures[key], let number = value.number {
+                figures[metric, default: 0] += number
+            } else if key == "Stream", case .string(let state) = value {
+                playing = (playing ?? 0) + (state == "playing" ? 1 : 0)
+            }
+        }
+    }
+}
+
+extension StatusValue {
+    /// The value as a number, for numeric statuses.
+    var number: Double? {
+        switch self {
+        case .int(let v): Double(v)
+        case .uint(let v): Double(v)
+        case .double(let v): v.isFinite ? v : nil
+        case .bool, .string: nil
+        }
+    }
+}
+
+/// A strategy's event recorder that also shows the event to the metrics.
+struct MetricsCountedEvents: EventRecording {
+    let inner: any EventRecording
+    let metrics: HostMetrics
+    let strategy: String
+
+    func record(_ event: String, _ fields: [String: String]) async {
+        metrics.observeStrategyEvent(strategy: strategy, event: event, fields: fields)
+        await inner.record(event, fields)
+    }
+}

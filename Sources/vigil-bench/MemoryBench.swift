@@ -1,0 +1,157 @@
+// vigil-bench idle-memory: RSS and thread count of an idle vigild (this
+// build's, so build it in release: `swift build -c release`), with no
+// strategy and then with one of each of the five kinds, next to two
+// references measured in the same run: `dbus-test-tool echo` (a C libdbus
+// service) and `sleep` (a C process doing nothing). Also prints where the
+// host's RSS goes, by mapping (the Swift runtime, Foundation, ICU, GRDB...).
+import Foundation
+import VigilHost
+import VigilTestSupport
+
+/// Memory figures of one process from /proc.
+struct ProcessMemory {
+    var rssKiB = 0, pssKiB = 0, privateKiB = 0, threads = 0
+    /// Resident KiB per mapped file (anonymous memory as "[anon]", heap as "[heap]").
+    var byMapping: [String: Int] = [:]
+
+    init(pid: Int32) {
+        if let rollup = Self.read("/proc/\(pid)/smaps_rollup") {
+            rssKiB = Self.field(rollup, "Rss:")
+            pssKiB = Self.field(rollup, "Pss:")
+            privateKiB = Self.field(rollup, "Private_Clean:") + Self.field(rollup, "Private_Dirty:")
+        }
+        if let status = Self.read("/proc/\(pid)/status") {
+            threads = Self.field(status, "Threads:")
+        }
+        if let smaps = Self.read("/proc/\(pid)/smaps") {
+            var current = "[anon]"
+            for line in smaps.split(separator: "\n") {
+                let parts = line.split(separator: " ", omittingEmptySubsequences: true)
+                if let first = parts.first, first.contains("-"), parts.count >= 5 {
+                    // A mapping header: address perms offset dev inode [path].
+                    current = parts.count >= 6 ? String(parts[5]).components(separatedBy: "/").last ?? "?" : "[anon]"
+                } else if line.hasPrefix("Rss:") {
+                    byMapping[current, default: 0] += Int(parts[1]) ?? 0
+                }
+            }
+        }
+    }
+
+    /// /proc files report size 0: read to EOF.
+    private static func read(_ path: String) -> String? {
+        guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
+        defer { try? handle.close() }
+        return String(decoding: handle.readDataToEndOfFile(), as: UTF8.self)
+    }
+
+    private static func field(_ text: String, _ key: String) -> Int {
+        for line in text.split(separator: "\n") where line.hasPrefix(key) {
+            return Int(line.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "") ?? 0
+        }
+        return 0
+    }
+}
+
+func idleMemoryBench(_ args: [String]) async throws {
+    let settle = args.first.flatMap(Double.init) ?? 3
+    let bin = URL(fileURLWithPath: PluginLoader.executableDirectory() ?? ".")
+    let dir = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-memory-\(getpid())")
+    try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: dir) }
+    let bus = try TestDBusDaemon()
+    defer { bus.stop() }
+
+    func host(_ label: String, strategies: String) async throws -> ProcessMemory {
+        let state = dir.appendingPathComponent(label).path
+        let config = """
+        [host]
+        bus = "\(bus.address)"
+        state_dir = "\(state)"
+        power = "none"
+        \(strategies)
+        """
+        let path = dir.appendingPathComponent("\(label).toml").path
+        try config.write(toFile: path, atomically: true, encoding: .utf8)
+        let p = Process()
+        p.executableURL = bin.appendingPathComponent("vigild")
+        p.arguments = ["--config", path, "--log-level", "notice"]
+        let err = Pipe()
+        p.standardError = err
+        try p.run()
+        // Ready once it serves the bus (its notice line); then let the
+        // strategies start and settle.
+        var seen = Data()
+        while !String(decoding: seen, as: UTF8.self).contains("serving org.vigil.Vigil1") {
+            let chunk = err.fileHandleForReading.availableData
+            if chunk.isEmpty { throw BenchError("vigild exited before serving the bus: \(String(decoding: seen, as: UTF8.self))") }
+            seen.append(chunk)
+        }
+        try await Task.sleep(for: .seconds(settle))
+        let m = ProcessMemory(pid: p.processIdentifier)
+        p.terminate()
+        p.waitUntilExit()
+        FileHandle.standardError.write(Data("measured vigild (\(label))\n".utf8))
+        return m
+    }
+
+    let all = """
+    [[strategy]]
+    name = "wake"
+    kind = "periodic-wake"
+    every = "10m"
+    run = ["true"]
+
+    [[strategy]]
+    name = "task"
+    kind = "background-task"
+    max_duration = "1h"
+
+    [[strategy]]
+    name = "audio"
+    kind = "silent-audio"
+    server = "unix:\(dir.path)/no-pulse"
+
+    [[strategy]]
+    name = "sip"
+    kind = "voip-socket"
+    connect = "127.0.0.1:9"
+
+    [[strategy]]
+    name = "fetch"
+    kind = "download-session"
+    dir = "\(dir.path)/downloads"
+    """
+
+    let none = try await host("none", strategies: "")
+    let five = try await host("five", strategies: all)
+
+    // References, on the same machine in the same run.
+    let echo = Process()
+    echo.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-test-tool")
+    echo.arguments = ["echo", "--name=org.vigil.BenchEcho"]
+    echo.environment = ["DBUS_SESSION_BUS_ADDRESS": bus.address]
+    let sleeper = Process()
+    sleeper.executableURL = URL(fileURLWithPath: "/bin/sleep")
+    sleeper.arguments = ["1000"]
+    try echo.run()
+    try sleeper.run()
+    try await Task.sleep(for: .seconds(settle))
+    let echoMemory = ProcessMemory(pid: echo.processIdentifier)
+    let sleepMemory = ProcessMemory(pid: sleeper.processIdentifier)
+    // SIGKILL: the references hold nothing worth a clean stop.
+    for p in [echo, sleeper] { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() }
+
+    func row(_ label: String, _ m: ProcessMemory) {
+        let padded = label.padding(toLength: 44, withPad: " ", startingAt: 0)
+        print(padded + String(format: " RSS %6.1f MB  PSS %6.1f MB  private %6.1f MB  threads %2d",
+                     Double(m.rssKiB) / 1024, Double(m.pssKiB) / 1024, Double(m.privateKiB) / 1024, m.threads))
+    }
+    row("vigild, no strategy", none)
+    row("vigild, all five kinds", five)
+    row("dbus-test-tool echo (C libdbus, reference)", echoMemory)
+    row("sleep (C, reference)", sleepMemory)
+    print("\nwhere an idle vigild's RSS goes (no strategy), top mappings:")
+    for (name, kib) in none.byMapping.sorted(by: { $0.value > $1.value }).prefix(12) {
+        print(String(format: "  %7.1f MB  %@", Double(kib) / 1024, name as NSString))
+    }
+}

@@ -1,0 +1,100 @@
+import Foundation
+import Testing
+import VigilHost
+
+/// vigild's log: priority prefixes only when stderr is the journal, and a
+/// stderr that is full or whose reader went away never stops the host.
+extension EndToEnd {
+    @Suite(.serialized) struct LoggingEndToEndTests {
+        /// Runs vigild with stderr redirected by bash (`redirect`), which
+        /// then execs vigild, so the Daemon's pid is vigild's.
+        func redirected(_ redirect: String, config: String) throws -> Daemon {
+            try Daemon(arguments: ["--config", config],
+                       executable: ["/bin/bash", "-c", "exec \"$0\" \"$@\" \(redirect)", Build.vigild])
+        }
+
+        @Test func stderrOnDevFullKeepsTheHostRunning() async throws {
+            let dir = try TempDir()
+            let store = dir.file("state/survival.sqlite")
+            let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state")))
+            // Every heartbeat logs a debug line, and every one fails (ENOSPC).
+            let daemon = try redirected("2>/dev/full", config: config)
+            try await waitForHeartbeats(store, atLeast: 5, daemon: daemon)
+            daemon.signal(SIGTERM)
+            #expect(await daemon.waitForExit() == 0)
+            let runs = try SurvivalReport.load(path: store, runs: nil, sinceWallMicros: nil)
+            #expect(runs.count == 1)
+            #expect(runs.first?.endReason == .stopped)
+        }
+
+        @Test func stderrPipeWhoseReaderExitedKeepsTheHostRunning() async throws {
+            let dir = try TempDir()
+            let store = dir.file("state/survival.sqlite")
+            let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state")))
+            // The reader takes one byte and exits: every later write gets
+            // EPIPE (and SIGPIPE, were it not ignored).
+            let daemon = try redirected("2> >(head -c 1 >/dev/null)", config: config)
+            try await waitForHeartbeats(store, atLeast: 5, daemon: daemon)
+            daemon.signal(SIGTERM)
+            #expect(await daemon.waitForExit() == 0)
+            let runs = try SurvivalReport.load(path: store, runs: nil, sinceWallMicros: nil)
+            #expect(runs.first?.endReason == .stopped)
+        }
+
+        @Test func journalPrefixesOnlyWhenStderrIsTheJournal() async throws {
+            let dir = try TempDir()
+            let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state")))
+
+            // Plain stderr, even with a JOURNAL_STREAM naming another stream
+            // (as a child of a service whose stderr was redirected sees it).
+            let plain = try Daemon(arguments: ["--config", config], environment: ["JOURNAL_STREAM": "1:1"])
+            try await plain.waitForLine(containing: "heartbeat 1 written")
+            #expect(plain.output.allSatisfy { !$0.hasPrefix("<") }, "\(plain.output)")
+            #expect(plain.output.contains { $0.hasPrefix("debug vigild: heartbeat") })
+            // Killed, so the next start warns about a run with no clean end.
+            plain.signal(SIGKILL)
+            _ = await plain.waitForExit()
+
+            // JOURNAL_STREAM set to stderr's own device:inode, as systemd does.
+            let journal = ["/bin/bash", "-c", "JOURNAL_STREAM=$(stat -L -c %d:%i /proc/self/fd/2) exec \"$0\" \"$@\"", Build.vigild]
+            let first = try Daemon(arguments: ["--config", config], executable: journal)
+            let warning = try await first.waitForLine(containing: "had no clean end")
+            #expect(warning.hasPrefix("<4>vigild: previous run"), "\(warning)")
+            let debug = try await first.waitForLine(containing: "heartbeat 1 written")
+            #expect(debug.hasPrefix("<7>"), "\(debug)")
+            #expect(first.output.filter { $0.contains("vigild: ") }.allSatisfy { $0.range(of: #"^<[3-7]>vigild: "#, options: .regularExpression) != nil }, "\(first.output)")
+
+            // A second host on the same state dir is refused with an error line.
+            let second = try Daemon(arguments: ["--config", config], executable: journal)
+            #expect(await second.waitForExit() == 1)
+            let error = second.output.first { $0.contains("another vigild") }
+            #expect(error?.hasPrefix("<3>vigild: ") == true, "\(second.output)")
+
+            first.signal(SIGTERM)
+            #expect(await first.waitForExit() == 0)
+            #expect(first.output.contains { $0.hasPrefix("<5>vigild: received SIGTERM") }, "\(first.output)")
+        }
+    }
+}
+
+/// Waits until the survival store holds `atLeast` heartbeats of the current
+/// run. The store is the only witness when stderr goes nowhere, so this polls
+/// it (bounded); fails early if vigild exits.
+func waitForHeartbeats(_ store: String, atLeast count: Int, daemon: Daemon, timeout: Duration = .seconds(60)) async throws {
+    let clock = ContinuousClock()
+    let deadline = clock.now + timeout
+    var seen = 0
+    while clock.now < deadline {
+        if !daemon.process.isRunning {
+            let status = await daemon.waitForExit()
+            Issue.record("vigild exited (status \(status)) after \(seen) heartbeats")
+            return
+        }
+        if FileManager.default.fileExists(atPath: store) {
+            seen = try heartbeatWallTimes(store).count
+            if seen >= count { return }
+        }
+        try await Task.sleep(for: .milliseconds(200))
+    }
+    Issue.record("only \(seen) heartbeats in \(store) after \(timeout)")
+}

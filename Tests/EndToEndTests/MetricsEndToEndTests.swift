@@ -1,0 +1,273 @@
+import Foundation
+import Testing
+import VigilHost
+
+/// The metrics as a fleet sees them: vigild's `/metrics` scraped by a real
+/// Prometheus server (Debian `prometheus`) and queried through its HTTP API;
+/// the textfile read by a real `prometheus-node-exporter`; the exposition,
+/// alert rules and rule tests checked by `promtool`.
+extension EndToEnd {
+    @Suite(.serialized) struct MetricsEndToEndTests {
+        @Test func prometheusFollowsLeasesKilledRunsAndFrozenGaps() async throws {
+            let dir = try TempDir("vigil-metrics")
+            let vigilPort = try freeLoopbackPort()
+            let stop = dir.file("stop-job")
+            let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state"), extra: """
+
+                [metrics]
+                listen = "127.0.0.1:\(vigilPort)"
+
+                [[strategy]]
+                name = "job"
+                kind = "periodic-wake"
+                every = "1h"
+                run_at_start = true
+                run = ["/bin/sh", "-c", "while [ ! -e \(stop) ]; do sleep 0.05; done"]
+                run_timeout = "10m"
+                """))
+            var daemon = try Daemon(arguments: ["--config", config])
+            try await daemon.waitForLine(containing: "heartbeat 1 written")
+            let prometheus = try await TestPrometheus.start(dir: dir, target: "127.0.0.1:\(vigilPort)")
+            defer { prometheus.stop() }
+
+            // The exposition itself passes promtool's linter.
+            let (status, body) = try MetricsScrape.get(MetricsListenAddress(host: "127.0.0.1", port: vigilPort))
+            #expect(status == 200)
+            let lint = try runCommand("/bin/sh", ["-c", "promtool check metrics < \(try dir.write("scrape.prom", String(decoding: body, as: UTF8.self)))"])
+            #expect(lint.status == 0, "promtool check metrics: \(lint.stdout)\(lint.stderr)")
+
+            // 1. A lease acquired, then released, as Prometheus sees it.
+            #expect(try await prometheus.waitFor(#"vigil_leases{strategy="job",kind="periodic-wake"}"#) { $0 == 1 })
+            #expect(try await prometheus.waitFor(#"vigil_lease_events_total{strategy="job",event="acquired"}"#) { $0 >= 1 })
+            FileManager.default.createFile(atPath: stop, contents: nil)
+            #expect(try await prometheus.waitFor(#"vigil_leases{strategy="job",kind="periodic-wake"}"#) { $0 == 0 })
+            #expect(try await prometheus.waitFor(#"vigil_lease_events_total{strategy="job",event="released"}"#) { $0 >= 1 })
+
+            // 2. kill -9 and a restart: one more killed run.
+            #expect(try await prometheus.waitFor(#"vigil_runs_total{end="killed"}"#) { $0 == 0 })
+            daemon.signal(SIGKILL)
+            _ = await daemon.waitForExit()
+            #expect(try await prometheus.waitFor(#"up{job="vigil"}"#) { $0 == 0 })
+            daemon = try Daemon(arguments: ["--config", config])
+            try await daemon.waitForLine(containing: "heartbeat 1 written")
+            #expect(try await prometheus.waitFor(#"vigil_runs_total{end="killed"}"#) { $0 == 1 })
+            #expect(try await prometheus.waitFor(#"vigil_runs_total{end="running"}"#) { $0 == 1 })
+
+            // 3. Frozen for several heartbeat intervals: a frozen gap.
+            #expect(try await prometheus.waitFor(#"vigil_gaps_total{class="frozen"}"#) { $0 == 0 })
+            let written = daemon.output.filter { $0.contains("written") }.count
+            daemon.signal(SIGSTOP)
+            // The stimulus under test: the host frozen for five 1 s intervals.
+            try await Task.sleep(for: .seconds(5))
+            daemon.signal(SIGCONT)
+            try await daemon.waitForLine(containing: "written", after: written)
+            #expect(try await prometheus.waitFor(#"vigil_gaps_total{class="frozen"}"#) { $0 == 1 })
+            #expect(try await prometheus.waitFor(#"vigil_gap_seconds_total{class="frozen"}"#) { $0 >= 4 })
+
+            daemon.signal(SIGTERM)
+            #expect(await daemon.waitForExit() == 0)
+            await prometheus.stopAndWait()
+        }
+
+        @Test func nodeExporterReadsTheTextfile() async throws {
+            let dir = try TempDir("vigil-textfile")
+            let textDir = dir.file("textfile")
+            try FileManager.default.createDirectory(atPath: textDir, withIntermediateDirectories: true)
+            let vigilPort = try freeLoopbackPort()
+            let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state"), extra: """
+
+                [metrics]
+                textfile = "\(textDir)/vigil.prom"
+                listen = "127.0.0.1:\(vigilPort)"
+                """))
+            let daemon = try Daemon(arguments: ["--config", config])
+            // The textfile is written right after each heartbeat, so it is
+            // there once the second heartbeat is.
+            try await daemon.waitForLine(containing: "heartbeat 2 written")
+
+            let exporterPort = try freeLoopbackPort()
+            let exporter = try Daemon(arguments: [
+                "--collector.disable-defaults", "--collector.textfile",
+                "--collector.textfile.directory=\(textDir)", "--web.listen-address=127.0.0.1:\(exporterPort)",
+            ], executable: ["/usr/bin/prometheus-node-exporter"])
+            defer { exporter.signal(SIGTERM) }
+            try await exporter.waitForLine(containing: "Listening on")
+            let (status, body) = try MetricsScrape.get(MetricsListenAddress(host: "127.0.0.1", port: exporterPort))
+            #expect(status == 200)
+            let text = String(decoding: body, as: UTF8.self)
+            #expect(text.contains("node_textfile_scrape_error 0"), "\(text.prefix(2_000))")
+            #expect(text.contains(#"vigil_runs_total{end="running"} 1"#))
+            #expect(text.contains(#"vigil_leases{kind="client",strategy="client"} 0"#))
+
+            // The same series as vigild's own endpoint.
+            let (_, own) = try MetricsScrape.get(MetricsListenAddress(host: "127.0.0.1", port: vigilPort))
+            let ownSeries = seriesNames(String(decoding: own, as: UTF8.self))
+            let exported = seriesNames(text).filter { $0.hasPrefix("vigil_") }
+            #expect(!ownSeries.isEmpty && ownSeries == exported, "vigild: \(ownSeries.sorted())\nnode_exporter: \(exported.sorted())")
+
+            // vigilctl metrics: from the endpoint the config names, then,
+            // once vigild is gone, from the textfile.
+            let live = try runCommand(Build.vigilctl, ["metrics", "--config", config])
+            #expect(live.status == 0, "\(live.stderr)")
+            #expect(live.stdout.contains(#"vigil_runs_total{end="running"} 1"#))
+
+            daemon.signal(SIGTERM)
+            #expect(await daemon.waitForExit() == 0)
+            let after = try runCommand(Build.vigilctl, ["metrics", "--config", config])
+            #expect(after.status == 0)
+            #expect(after.stderr.contains("printing [metrics] textfile instead"), "\(after.stderr)")
+            #expect(after.stdout.contains(#"vigil_runs_total{end="stopped"} 1"#))
+            let entries = try FileManager.default.contentsOfDirectory(atPath: textDir)
+            #expect(entries == ["vigil.prom"], "only the textfile, no temporary left: \(entries)")
+            // The last textfile, written at shutdown, says the run stopped.
+            let last = try String(contentsOfFile: "\(textDir)/vigil.prom", encoding: .utf8)
+            #expect(last.contains(#"vigil_runs_total{end="stopped"} 1"#), "\(last)")
+        }
+
+        @Test func promtoolAcceptsTheRulesAndTheirTests() throws {
+            let rules = Build.packageRoot.appendingPathComponent("Configs/prometheus/vigil-alerts.yml").path
+            let tests = Build.packageRoot.appendingPathComponent("Configs/prometheus/vigil-alerts.test.yml").path
+            let check = try runCommand("/usr/bin/promtool", ["check", "rules", rules])
+            #expect(check.status == 0, "\(check.stdout)\(check.stderr)")
+            let test = try runCommand("/usr/bin/promtool", ["test", "rules", tests], cwd: (tests as NSString).deletingLastPathComponent)
+            #expect(test.status == 0, "\(test.stdout)\(test.stderr)")
+            #expect(test.stdout.contains("SUCCESS"))
+        }
+
+        @Test func rulesAndDashboardUseOnlyMetricsVigildExports() async throws {
+            let dir = try TempDir("vigil-metric-names")
+            let vigilPort = try freeLoopbackPort()
+            let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state"), extra: """
+
+                [metrics]
+                listen = "127.0.0.1:\(vigilPort)"
+                """))
+            let daemon = try Daemon(arguments: ["--config", config])
+            try await daemon.waitForLine(containing: "heartbeat 1 written")
+            let (_, body) = try MetricsScrape.get(MetricsListenAddress(host: "127.0.0.1", port: vigilPort))
+            daemon.signal(SIGTERM)
+            #expect(await daemon.waitForExit() == 0)
+            var known = Set(seriesNames(String(decoding: body, as: UTF8.self)).map(Self.family))
+            // Families that appear only once a strategy of their kind has
+            // leases or events (docs/metrics.md lists them all).
+            known.formUnion(Self.strategyFamilies)
+
+            let folder = Build.packageRoot.appendingPathComponent("Configs/prometheus")
+            let dashboard = try Data(contentsOf: folder.appendingPathComponent("vigil-dashboard.json"))
+            #expect((try JSONSerialization.jsonObject(with: dashboard)) is [String: Any])
+            let docs = try String(contentsOf: Build.packageRoot.appendingPathComponent("docs/metrics.md"), encoding: .utf8)
+            for file in ["vigil-alerts.yml", "vigil-dashboard.json"] {
+                let text = try String(contentsOf: folder.appendingPathComponent(file), encoding: .utf8)
+                let used = Set(text.matches(of: /vigil_[a-z_]+/).map { Self.family(String($0.output)) })
+                #expect(!used.isEmpty)
+                #expect(used.subtracting(known).isEmpty, "\(file) uses unknown metrics: \(used.subtracting(known).sorted())")
+                for name in used { #expect(docs.contains("`\(name)`"), "docs/metrics.md does not list \(name)") }
+            }
+        }
+
+        static let strategyFamilies: Set<String> = [
+            "vigil_strategy_up", "vigil_strategy_restarts_total", "vigil_voip_pings_total", "vigil_voip_late_pings_total",
+            "vigil_voip_overruns_total", "vigil_voip_reconnects_total", "vigil_voip_rtt_seconds", "vigil_download_bytes",
+            "vigil_download_retries_total", "vigil_download_completed_total", "vigil_download_hash_failures_total",
+            "vigil_download_failures_total", "vigil_audio_underruns_total", "vigil_audio_streams_playing",
+            "vigil_audio_lost_total", "vigil_strategy_failures_total", "vigil_client_leases",
+        ]
+
+        /// A histogram's family name for its `_bucket`, `_sum` and `_count` series.
+        static func family(_ name: String) -> String {
+            ["vigil_wake_lateness_seconds", "vigil_voip_rtt_seconds"].first { name.hasPrefix($0 + "_") } ?? name
+        }
+    }
+}
+
+/// The series names (metric name and labels, no value) in an exposition.
+func seriesNames(_ exposition: String) -> Set<String> {
+    Set(exposition.split(separator: "\n").filter { !$0.hasPrefix("#") }.compactMap { line in
+        line.split(separator: " ").first.map { String($0.prefix { $0 != "{" }) }
+    })
+}
+
+/// A loopback TCP port nobody listens on now (the kernel's choice, bound
+/// and released again).
+func freeLoopbackPort() throws -> UInt16 {
+    try MetricsListener(address: MetricsListenAddress(host: "127.0.0.1", port: 0)).port
+}
+
+/// A Prometheus server on loopback with its data in a temporary directory,
+/// scraping one target every second.
+final class TestPrometheus: Sendable {
+    let process: Daemon
+    let port: UInt16
+
+    private init(process: Daemon, port: UInt16) {
+        self.process = process
+        self.port = port
+    }
+
+    static func start(dir: TempDir, target: String) async throws -> TestPrometheus {
+        let config = try dir.write("prometheus.yml", """
+            global:
+              scrape_interval: 1s
+              scrape_timeout: 900ms
+            scrape_configs:
+              - job_name: vigil
+                static_configs:
+                  - targets: ["\(target)"]
+            """)
+        let port = try freeLoopbackPort()
+        let process = try Daemon(arguments: [
+            "--config.file=\(config)", "--storage.tsdb.path=\(dir.file("prometheus-data"))",
+            "--web.listen-address=127.0.0.1:\(port)", "--query.lookback-delta=3s",
+        ], executable: ["/usr/bin/prometheus"])
+        let prometheus = TestPrometheus(process: process, port: port)
+        do {
+            try await process.waitForLine(containing: "Server is ready to receive web requests", timeout: .seconds(60))
+        } catch {
+            prometheus.stop()
+            throw DaemonError("prometheus did not start: \(error)\n\(process.output.suffix(20).joined(separator: "\n"))")
+        }
+        return prometheus
+    }
+
+    /// The value of an instant query with one result, or nil when it has none.
+    func query(_ expression: String) throws -> Double? {
+        var components = URLComponents()
+        components.path = "/api/v1/query"
+        components.queryItems = [URLQueryItem(name: "query", value: expression)]
+        let pathAndQuery = components.percentEncodedPath + "?" + (components.percentEncodedQuery ?? "")
+            .replacingOccurrences(of: "+", with: "%2B")
+        let (status, body) = try MetricsScrape.get(MetricsListenAddress(host: "127.0.0.1", port: port), path: pathAndQuery)
+        guard status == 200,
+              let json = try JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
+              let data = json["data"] as? [String: Any], let result = data["result"] as? [[String: Any]] else {
+            throw DaemonError("query \(expression): HTTP \(status): \(String(decoding: body.prefix(500), as: UTF8.self))")
+        }
+        guard result.count == 1, let value = result[0]["value"] as? [Any], let text = value.last as? String else { return nil }
+        return Double(text)
+    }
+
+    /// Re-runs the query (Prometheus scrapes every second) until `condition`
+    /// holds for its value; false after `timeout`.
+    func waitFor(_ expression: String, timeout: Duration = .seconds(30), _ condition: (Double) -> Bool) async throws -> Bool {
+        let clock = ContinuousClock()
+        let deadline = clock.now + timeout
+        var last: Double?
+        while clock.now < deadline {
+            last = try query(expression)
+            if let last, condition(last) { return true }
+            try await Task.sleep(for: .milliseconds(250))
+        }
+        Issue.record("\(expression) is still \(last.map { String($0) } ?? "absent") after \(timeout)")
+        return false
+    }
+
+    func stop() {
+        process.signal(SIGTERM)
+    }
+
+    /// Stops the server and waits for it, before its data directory goes.
+    func stopAndWait() async {
+        stop()
+        _ = await process.waitForExit()
+    }
+}
