@@ -65,9 +65,9 @@ public struct RunSummary: Codable, Sendable, Hashable {
     /// Events recorded during the run.
     public var events: Int
     /// Stretches when the store could not be written (disk full, I/O errors).
-    public var unwritableGaps: Int
+    public var unwritableGaps: Int = 0
     /// Their total length.
-    public var unwritableMicros: Int64
+    public var unwritableMicros: Int64 = 0
     /// awake / suspended / stalled / unwritable segments covering the run from start to last heartbeat.
     public var timeline: [TimelineSegment]
     /// What woke the system after each suspend the running host saw
