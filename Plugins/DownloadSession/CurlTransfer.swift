@@ -16,8 +16,12 @@ struct TransferRequest: Sendable {
     /// `If-Range` value (a strong ETag or an HTTP date) when resuming; nil
     /// means no resume: the part is truncated and the transfer starts at 0.
     var ifRange: String?
+    /// The resource's full length as the response that began the part said;
+    /// a 206 that gives another total is refused (only with `ifRange`).
+    var expectedTotal: Int64? = nil
     var connectTimeout: Duration
-    /// Abort when no byte arrives for this long.
+    /// Abort when on average less than 1 byte a second arrived over this
+    /// window (libcurl's low-speed limit).
     var stallTimeout: Duration
     /// libcurl's receive buffer: the largest write to the part file.
     var writeChunk: Int
@@ -47,8 +51,10 @@ enum TransferOutcome: Sendable {
     case badContentRange(String)
     /// libcurl failed: connect, timeout, stall, TLS, protocol...
     case transport(code: Int, message: String)
-    /// Writing the part file failed (disk full, file-size limit, ...).
+    /// Writing the part file failed (file-size limit, I/O error, ...).
     case writeFailed(String)
+    /// The part file's filesystem is full (ENOSPC, EDQUOT).
+    case noSpace(String)
     case cancelled
 }
 
@@ -218,6 +224,13 @@ final class CurlTransfer: @unchecked Sendable {
             guard let start = Self.rangeStart(range), start == resumeFrom else {
                 return .badContentRange("asked for bytes \(resumeFrom)- and the server sent Content-Range \"\(range)\"")
             }
+            let complete = Self.completeLength(range)
+            if let complete, let end = Self.rangeEnd(range), end + 1 != complete {
+                return .badContentRange("asked for bytes \(resumeFrom)- (to the end) and the server sent Content-Range \"\(range)\", which ends before the total")
+            }
+            if let expected = request.expectedTotal, let complete, complete != expected {
+                return .badContentRange("the server's Content-Range \"\(range)\" gives a total of \(complete) bytes, but the response the part began with said \(expected)")
+            }
             bodyToFile = true
         case 200...299:
             if resumeFrom > 0 {
@@ -263,7 +276,8 @@ final class CurlTransfer: @unchecked Sendable {
             let n = write(fd, bytes.baseAddress! + offset, bytes.count - offset)  // base is non-nil: count > 0
             if n < 0 {
                 if errno == EINTR { continue }
-                failure = .writeFailed("cannot write \(request.partPath): \(String(cString: strerror(errno)))")
+                let message = "cannot write \(request.partPath): \(String(cString: strerror(errno)))"
+                failure = errno == ENOSPC || errno == EDQUOT ? .noSpace(message) : .writeFailed(message)
                 return false
             }
             offset += n
@@ -304,6 +318,14 @@ final class CurlTransfer: @unchecked Sendable {
         let spec = header.dropFirst(6)
         guard let dash = spec.firstIndex(of: "-") else { return nil }
         return Int64(spec[..<dash].trimmingCharacters(in: .whitespaces))
+    }
+
+    /// `bytes 100-199/1000` → 199; nil for `bytes */1000` or garbage.
+    static func rangeEnd(_ header: String) -> Int64? {
+        guard header.lowercased().hasPrefix("bytes "), let dash = header.firstIndex(of: "-") else { return nil }
+        let rest = header[header.index(after: dash)...]
+        let end = rest.firstIndex(of: "/").map { rest[..<$0] } ?? rest
+        return Int64(end.trimmingCharacters(in: .whitespaces))
     }
 
     /// `bytes 100-199/1000` or `bytes */1000` → 1000; nil for `*` or garbage.

@@ -353,6 +353,7 @@ actor DownloadManager {
             log.info("download \(id) try \(record.attempts): GET \(record.url)\(partExists && record.ifRange != nil ? " from byte \(partSize(record))" : "")")
             let transfer = CurlTransfer(TransferRequest(
                 url: record.url, partPath: part, ifRange: partExists ? record.ifRange : nil,
+                expectedTotal: partExists && record.ifRange != nil ? record.validators?.totalLength : nil,
                 connectTimeout: settings.connectTimeout, stallTimeout: settings.stallTimeout, writeChunk: settings.writeChunk,
                 caFile: settings.caFile),
                 onResponse: { validators in Task { await self.noteValidators(id, validators) } })
@@ -407,6 +408,11 @@ actor DownloadManager {
             case .writeFailed(let message):
                 await fail(id, message)
                 return
+            case .noSpace(let message):
+                // A kept part would leave the filesystem full.
+                unlink(part)
+                await fail(id, "\(message); the partial file was removed to give the space back (enqueue it again when there is room)")
+                return
             case .cancelled:
                 return
             }
@@ -434,6 +440,11 @@ actor DownloadManager {
         let part = path + ".part"
         record.validators = validators
         record.bytesDone = length
+        if let total = validators.totalLength, total != length {
+            unlink(part)
+            await fail(id, "length mismatch for \(path): the server announced \(total) bytes and sent \(length); the file was not published")
+            return
+        }
         if let size = record.size, size != length {
             unlink(part)
             await fail(id, "size mismatch for \(path): expected \(size) bytes, received \(length); the file was not published")
@@ -463,6 +474,8 @@ actor DownloadManager {
 
     private func fail(_ id: UInt64, _ message: String) async {
         guard var record = records[id] else { return }
+        // An empty part (redirect loop, refused before any byte) is noise.
+        if partSize(record) == 0 { unlink(absolutePath(record) + ".part") }
         record.state = .failed
         record.lastError = message
         record.bytesDone = partSize(record)

@@ -14,6 +14,8 @@ let benchmarks: [String: (_ arguments: [String]) async throws -> Void] = [
     "download": downloadBench,
     "voip-socket": voipSocketBench,
     "silent-audio": silentAudioBench,
+    "store-wal": storeWALBench,
+    "config-check": configCheckBench,
     "metrics": metricsBench,
 ]
 

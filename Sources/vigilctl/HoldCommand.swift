@@ -24,7 +24,12 @@ struct HoldCommand: AsyncParsableCommand {
             vigild's per-uid limits apply ([host] client_max_leases_per_uid, \
             client_max_budget_per_uid); a refused lease is reported and CMD is not run.
 
-            Exit status: CMD's; 1 when no lease could be begun; 127 when CMD cannot be run.
+            If vigild ends the lease under the command (it stopped or restarted), vigilctl \
+            notices at once (the lease fd's pipe closes), begins a new lease as soon as a vigild \
+            answers again (retrying with backoff), and reports the time without one.
+
+            Exit status: CMD's; 1 when no lease could be begun; 127 when CMD cannot be run; \
+            75 when CMD succeeded but ran part of the time without a lease.
 
             Example: vigilctl hold --budget 10m --why "nightly backup" -- restic backup ~/
             """
@@ -79,33 +84,36 @@ struct HoldCommand: AsyncParsableCommand {
         // lease's pipe open after vigilctl ended it.
         _ = fcntl(lease.fd.rawValue, F_SETFD, FD_CLOEXEC)
 
-        // Renew when a quarter of the budget is left.
-        let renewer = Task {
-            let every = budgetValue * 3 / 4
-            while !Task.isCancelled {
-                try? await Task.sleep(for: every)
-                if Task.isCancelled { return }
-                do {
-                    try await client.renewClientLease(lease.path, budgetMicros: budgetMicros)
-                } catch {
-                    FileHandle.standardError.write(Data("vigilctl hold: cannot renew \(lease.path): \(error)\n".utf8))
-                }
-            }
-        }
+        // Renew when a quarter of the budget is left; begin a new lease
+        // whenever vigild ends this one (a restart).
+        let keeper = LeaseKeeper(
+            options: busOptions, name: taskName, reason: reason, budgetMicros: budgetMicros,
+            first: LeaseKeeper.Held(client: client, path: lease.path, fd: lease.fd))
+        let renewing = Task { await keeper.renewLoop(every: budgetValue * 3 / 4) }
+        let keeping = Task { await keeper.keepLoop() }
         let status = await ChildProcess.run(argv)
-        renewer.cancel()
-        do {
-            try await client.endClientLease(lease.path)
-        } catch {
-            FileHandle.standardError.write(Data("vigilctl hold: cannot end \(lease.path): \(error)\n".utf8))
-        }
-        lease.fd.close()
-        await client.close()
+        await keeper.requestStop()
+        renewing.cancel()
+        keeping.cancel()
+        await renewing.value
+        await keeping.value
+        let gaps = await keeper.finish()
         if status.spawnError != nil {
             FileHandle.standardError.write(Data("vigilctl hold: cannot run \(argv[0]): \(status.spawnError ?? "")\n".utf8))
         }
+        if gaps.count > 0 {
+            let ending = gaps.endedWithoutLease ? "; it ended without one" : ""
+            LeaseKeeper.say("\(argv[0]) ran \(LeaseKeeper.seconds(gaps.total)) without a lease (\(gaps.count) gap\(gaps.count == 1 ? "" : "s"))\(ending)")
+            // The command's own failure comes first; a success is not one
+            // when the system was free to sleep under it.
+            throw ExitCode(status.exitCode != 0 ? status.exitCode : Self.leaseGapExit)
+        }
         throw ExitCode(status.exitCode)
     }
+
+    /// Exit status when the command succeeded but ran part of the time
+    /// without a lease (vigild restarted or stopped under it): EX_TEMPFAIL.
+    static let leaseGapExit: Int32 = 75
 }
 
 extension VigilBusClient {

@@ -63,6 +63,9 @@ struct SurvivalCommand: ParsableCommand {
             FileHandle.standardError.write(Data("vigilctl survival: \(error)\n".utf8))
             throw ExitCode(1)
         }
+        for warning in SurvivalReport.warnings(path: path) {
+            FileHandle.standardError.write(Data("vigilctl survival: warning: \(warning)\n".utf8))
+        }
         if json {
             print(SurvivalReportFormat.json(summaries), terminator: "")
         } else {

@@ -20,6 +20,7 @@ enum TableFormat {
     /// Aligned columns separated by two spaces, a header line first. The last
     /// column is not padded, so lines carry no trailing blanks.
     static func table(_ columns: [Column], _ rows: [[String]]) -> String {
+        let rows = rows.map { $0.map(TerminalText.escaped) }
         var widths = columns.map { $0.header.count }
         for row in rows {
             for (i, cell) in row.enumerated() where i < widths.count {

@@ -304,6 +304,79 @@ extension EndToEnd {
             #expect(await daemon.waitForExit() == 0)
         }
 
+        /// A server that first announces 8 MiB (and drops the connection
+        /// after 1 MiB), then answers the resume with a 206 whose total is
+        /// 4 MiB: the 206 is discarded with a clear LastError and nothing
+        /// is published (it used to publish the 4 MiB file as complete).
+        @Test func a206WhoseTotalContradictsTheFirstLengthIsNeverPublished() async throws {
+            let h = try Harness()
+            defer { h.stop() }
+            let server = try Daemon(arguments: [], executable: ["/usr/bin/python3", "-c", """
+                import http.server, sys
+                FULL, SHORT = 8 << 20, 4 << 20
+                class H(http.server.BaseHTTPRequestHandler):
+                    protocol_version = "HTTP/1.1"
+                    def log_message(self, *a): pass
+                    def do_GET(self):
+                        r = self.headers.get("Range")
+                        if r is None:
+                            self.send_response(200)
+                            self.send_header("Content-Length", str(FULL))
+                            self.send_header("ETag", '"v1"')
+                            self.end_headers()
+                            self.wfile.write(b"a" * (1 << 20))
+                            self.close_connection = True
+                            return
+                        start = int(r.split("=")[1].split("-")[0])
+                        self.send_response(206)
+                        self.send_header("Content-Range", "bytes %d-%d/%d" % (start, SHORT - 1, SHORT))
+                        self.send_header("Content-Length", str(SHORT - start))
+                        self.send_header("ETag", '"v1"')
+                        self.end_headers()
+                        self.wfile.write(b"a" * (SHORT - start))
+                        sys.stderr.write("served 206 from %d\\n" % start)
+                        sys.stderr.flush()
+                s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+                sys.stderr.write("port %d\\n" % s.server_address[1])
+                sys.stderr.flush()
+                s.serve_forever()
+                """])
+            defer { server.signal(SIGTERM) }
+            let portLine = try await server.waitForLine(containing: "port ")
+            let url = "http://127.0.0.1:\(portLine.split(separator: " ")[1])/liar.bin"
+            try h.config("max_tries = 2\ndownloads = [{ url = \"\(url)\", dest = \"liar.bin\" }]")
+            let daemon = try h.start()
+            try await server.waitForLine(containing: "served 206 from 1048576")
+            let failed = try await daemon.waitForLine(containing: "download 1 failed")
+            #expect(failed.contains("discarded a 206 answer: the server's Content-Range \"bytes 1048576-4194303/4194304\" gives a total of 4194304 bytes, but the response the part began with said 8388608"), "\(failed)")
+            #expect(!daemon.output.contains { $0.contains("completed") })
+            #expect(h.size(h.downloads + "/liar.bin") == -1)
+            #expect(try h.property(1, "LastError").contains("gives a total of 4194304 bytes"))
+            #expect(try h.property(1, "State") == "s \"failed\"")
+            daemon.signal(SIGTERM)
+            #expect(await daemon.waitForExit() == 0)
+        }
+
+        /// A real full filesystem (a 4 MiB tmpfs over the download dir, in
+        /// vigild's own mount namespace): the download fails saying so and
+        /// its part is removed, so the filesystem is not left full.
+        @Test func noSpaceRemovesThePart() async throws {
+            let h = try Harness()
+            defer { h.stop() }
+            try h.nginx.makeFile("large.bin", size: 24 << 20)
+            try h.config("downloads = [{ url = \"\(h.nginx.baseURL)/large.bin\" }]")
+            try FileManager.default.createDirectory(atPath: h.downloads, withIntermediateDirectories: true)
+            let daemon = try h.start(["/usr/bin/unshare", "-m", "/bin/sh", "-c",
+                                      "mount -t tmpfs -o size=4m vigil-dl \"$0\" && exec \"$@\"", h.downloads, Build.vigild])
+            let failed = try await daemon.waitForLine(containing: "download 1 failed")
+            #expect(failed.contains("No space left on device") && failed.contains("the partial file was removed"), "\(failed)")
+            let seen = "/proc/\(daemon.pid)/root" + h.downloads
+            #expect(h.size(seen + "/large.bin.part") == -1)
+            #expect(try h.property(1, "LastError").contains("partial file was removed"))
+            daemon.signal(SIGTERM)
+            #expect(await daemon.waitForExit() == 0)
+        }
+
         @Test func aFullDiskFailsTheDownloadAndTheHostKeepsRunning() async throws {
             let h = try Harness()
             defer { h.stop() }

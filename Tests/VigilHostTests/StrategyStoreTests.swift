@@ -39,7 +39,7 @@ import VigilKit
     }
 
     @Test func theRecordTableIsANewNamedMigration() throws {
-        #expect(SurvivalSchema.migrationNames == ["v1-run-heartbeat-gap-leaseSpan-event", "v2-strategyRecord"])
+        #expect(SurvivalSchema.migrationNames.prefix(2) == ["v1-run-heartbeat-gap-leaseSpan-event", "v2-strategyRecord"])
     }
 
     @Test func detachedContextsKeepRecordsInMemory() async throws {

@@ -118,11 +118,17 @@ public struct ConfigError: Error, Sendable, CustomStringConvertible {
         self.problems = ConfigError.ordered(problems)
     }
 
+    /// At most ``ConfigLimits/maxReportedProblems`` lines, then how many
+    /// more there were; text from the file is escaped for the terminal.
     public var description: String {
-        var lines = problems.map { problem -> String in
-            problem.location == nil ? "\(path): \(problem)" : problem.description
+        var lines = problems.prefix(ConfigLimits.maxReportedProblems).map { problem -> String in
+            TerminalText.escaped(problem.location == nil ? "\(path): \(problem)" : problem.description)
         }
-        lines.append("\(problems.count) problem\(problems.count == 1 ? "" : "s") in \(path)")
+        let hidden = problems.count - lines.count
+        if hidden > 0 {
+            lines.append("... and \(hidden) more problem\(hidden == 1 ? "" : "s") not shown (at most \(ConfigLimits.maxReportedProblems) are listed)")
+        }
+        lines.append("\(problems.count) problem\(problems.count == 1 ? "" : "s") in \(TerminalText.escaped(path))")
         return lines.joined(separator: "\n")
     }
 

@@ -95,6 +95,10 @@ public actor ClientLeases {
     /// Begins a lease for `identity`. Returns its id and the write end of
     /// the lease pipe, which the caller hands to the client and then closes.
     public func begin(_ identity: ClientIdentity, reason: String, budgetMicros: UInt64) async throws(ClientLeaseError) -> (id: LeaseID, fd: Int32) {
+        guard !refusing else {
+            // A lease begun now would end with the host a moment later.
+            throw ClientLeaseError(.limitExceeded, "vigild is shutting down; begin the lease with the next vigild")
+        }
         guard settings.enabled else {
             throw ClientLeaseError(.limitExceeded, "client leases are turned off in this vigild's config ([host] client_leases = false)")
         }
@@ -188,6 +192,12 @@ public actor ClientLeases {
 
     /// How many client leases are held.
     public var count: Int { held.count }
+
+    /// Set when the host starts shutting down: no new leases.
+    private var refusing = false
+
+    /// Refuses every later `begin` (the host is shutting down).
+    public func refuseNewLeases() { refusing = true }
 
     /// Stops watching fds (host shutdown; the registry releases the leases).
     public func stop() {

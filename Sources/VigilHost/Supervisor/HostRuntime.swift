@@ -188,6 +188,7 @@ public actor HostRuntime {
         background.append(Task {
             let start = clock.now
             var k: Int64 = 1
+            var outageReported = false
             let tolerance = min(interval / 10, .seconds(5))
             while !Task.isCancelled {
                 let target = start + interval * Int(k)
@@ -197,11 +198,22 @@ public actor HostRuntime {
                 let leases = await registry.active.map {
                     HeartbeatLease(id: $0.id.rawValue, strategy: $0.strategy, holds: $0.holds, state: $0.state.rawValue)
                 }
+                let outage = await store.unwritableState
                 do {
-                    try await store.heartbeat(readings(), leases: leases)
+                    let now = readings()
+                    try await store.heartbeat(now, leases: leases)
                     // The sequence, not the slot k: slots skip across a suspend.
                     let seq = await store.lastSequence ?? 0
                     log.debug("heartbeat \(seq) written (\(leases.count) active lease\(leases.count == 1 ? "" : "s"))")
+                    outageReported = false
+                    if let outage {
+                        let seconds = Duration.microseconds(now.monotonicMicros - outage.lastWritten.monotonicMicros)
+                        log.notice("survival store writable again after \(seconds.vigilDescription) (\(outage.failedWrites) writes lost); the gap is recorded as store-unwritable")
+                    }
+                } catch let error as SurvivalStoreError where error.code == .unwritable {
+                    // Once per outage: it lasts until space is freed.
+                    if !outageReported { log.error("\(error); heartbeats resume when it is writable again") }
+                    outageReported = true
                 } catch {
                     log.error("cannot write heartbeat: \(error)")
                 }
@@ -319,6 +331,7 @@ public actor HostRuntime {
         stopped = true
         let log = StrategyLogger(source: "vigild", sink: logSink)
         log.notice("shutting down")
+        await clientLeases.refuseNewLeases()
         await supervisor.stopAll()
         await registry.releaseEverything(detail: "host shutting down")
         await clientLeases.stop()
@@ -353,6 +366,10 @@ struct StoreEvents: EventRecording {
     func record(_ event: String, _ fields: [String: String]) async {
         do {
             try await store.recordEvent(event, strategy: strategy, fields: fields, readings: readings())
+        } catch let error as SurvivalStoreError where error.code == .unwritable {
+            // The heartbeat reports the outage once; an event per lease
+            // change would repeat it many times a second.
+            log.debug("cannot record event \(event): \(error)")
         } catch {
             log.error("cannot record event \(event): \(error)")
         }

@@ -16,7 +16,7 @@ public struct InstanceLock: Sendable {
     }
 
     public static func acquire(stateDir: String) throws -> InstanceLock {
-        try FileManager.default.createDirectory(atPath: stateDir, withIntermediateDirectories: true)
+        try StateDirectory.prepare(stateDir)
         let path = (stateDir as NSString).appendingPathComponent("vigild.lock")
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
         guard fd >= 0 else {

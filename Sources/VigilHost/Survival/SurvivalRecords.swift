@@ -89,7 +89,7 @@ struct GapRecord: Codable, FetchableRecord, PersistableRecord, Sendable, Hashabl
 
     var runId: Int64
     var seq: Int64
-    /// "suspended" or "stalled".
+    /// "suspended", "stalled" or "unwritable".
     var kind: String
     /// Wall time of the heartbeat before the gap.
     var startWall: Int64

@@ -10,6 +10,8 @@ public struct TimelineSegment: Codable, Sendable, Hashable {
         case suspended
         /// Frozen or stalled: awake but no heartbeat for far longer than the interval.
         case stalled
+        /// Alive, but the store could not be written (disk full, I/O errors).
+        case unwritable
     }
 
     public var kind: Kind
@@ -62,7 +64,11 @@ public struct RunSummary: Codable, Sendable, Hashable {
     public var longestStallMicros: Int64
     /// Events recorded during the run.
     public var events: Int
-    /// awake / suspended / stalled segments covering the run from start to last heartbeat.
+    /// Stretches when the store could not be written (disk full, I/O errors).
+    public var unwritableGaps: Int = 0
+    /// Their total length.
+    public var unwritableMicros: Int64 = 0
+    /// awake / suspended / stalled / unwritable segments covering the run from start to last heartbeat.
     public var timeline: [TimelineSegment]
     /// What woke the system after each suspend the running host saw
     /// (`system-resumed` events), oldest first; nil when there were none.
@@ -148,6 +154,8 @@ public struct SurvivalReport {
             stalledMicros: run.stalledMicros,
             longestStallMicros: run.longestStallMicros,
             events: Int(run.eventCount),
+            unwritableGaps: gaps.filter { $0.kind == TimelineSegment.Kind.unwritable.rawValue }.count,
+            unwritableMicros: gaps.filter { $0.kind == TimelineSegment.Kind.unwritable.rawValue }.reduce(0) { $0 + $1.durationMicros },
             timeline: timeline(gaps: gaps, aliveMicros: alive, startWall: run.startWall))
     }
 
@@ -170,6 +178,32 @@ public struct SurvivalReport {
             segments.append(TimelineSegment(kind: .awake, startOffsetMicros: cursor, durationMicros: max(0, aliveMicros - cursor), startWall: startWall + cursor))
         }
         return segments
+    }
+
+    /// Warnings about the store itself, for people: corruption found by
+    /// `PRAGMA quick_check`, and migrations this version does not know (a
+    /// newer Vigil wrote it, so figures it added are not shown). Empty when
+    /// all is well or there is no store.
+    public static func warnings(path: String) -> [String] {
+        guard let reader = try? openReader(path: path) else { return [] }
+        defer { try? reader.close() }
+        var out: [String] = []
+        do {
+            try reader.read { db in
+                let check = try String.fetchAll(db, sql: "PRAGMA quick_check")
+                if check != ["ok"] {
+                    out.append("the store is damaged (quick_check: \(check.prefix(3).joined(separator: "; "))\(check.count > 3 ? "; ..." : "")); the figures below may be wrong or incomplete; move it aside and vigild starts a new one")
+                }
+                let migrator = SurvivalSchema.migrator
+                let unknown = try migrator.appliedIdentifiers(db).subtracting(migrator.migrations).sorted()
+                if !unknown.isEmpty {
+                    out.append("the store was written by a newer Vigil (unknown migrations: \(unknown.joined(separator: ", "))); what that version added is not shown")
+                }
+            }
+        } catch {
+            out.append("the store could not be checked: \(SurvivalStoreError.wrap(error, path: path, doing: "checking the store"))")
+        }
+        return out
     }
 
     /// Opens the store read-only; nil for an empty SQLite file (nothing

@@ -8,6 +8,7 @@ public enum SurvivalReportFormat {
         case .awake: "="
         case .suspended: "z"
         case .stalled: "!"
+        case .unwritable: "#"
         }
     }
 
@@ -33,7 +34,7 @@ public enum SurvivalReportFormat {
         }
 
         var out = "Survival log: \(runs.count) run\(runs.count == 1 ? "" : "s"), newest first.\n" + noteLine
-        out += "Timeline: [\(symbol(.awake))] awake  [\(symbol(.suspended))] suspended  [\(symbol(.stalled))] frozen/stalled; one bar per run, scaled to its alive time.\n"
+        out += "Timeline: [\(symbol(.awake))] awake  [\(symbol(.suspended))] suspended  [\(symbol(.stalled))] frozen/stalled  [\(symbol(.unwritable))] store unwritable; one bar per run, scaled to its alive time.\n"
         for run in runs {
             out += "\n"
             out += "run \(run.runId)  pid \(run.pid)  vigil \(run.version)  heartbeat every \(interval(run.intervalMicros))\n"
@@ -58,6 +59,9 @@ public enum SurvivalReportFormat {
                 : "  stalls \(run.stalls), longest \(duration(run.longestStallMicros))"
             figures += "  heartbeats \(run.heartbeats)"
             if run.events > 0 { figures += "  events \(run.events)" }
+            if run.unwritableGaps > 0 {
+                figures += "  store unwritable \(duration(run.unwritableMicros)) (\(run.unwritableGaps)×)"
+            }
             out += figures + "\n"
             let label = run.endReason.rawValue
             let cells = max(10, width - 5 - label.count)

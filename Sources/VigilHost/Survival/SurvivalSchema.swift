@@ -10,7 +10,8 @@ import GRDB
 ///   same transaction as each heartbeat, so a report never scans heartbeats.
 /// - `heartbeat`: (run, seq) → wall, monotonic and boottime microseconds.
 ///   WITHOUT ROWID and integer-only, about 30 bytes a row.
-/// - `gap`: each suspension or stall found between two heartbeats.
+/// - `gap`: each suspension, stall or unwritable stretch found between two
+///   heartbeats.
 /// - `leaseSpan`: which leases were active at which heartbeats, as runs of
 ///   consecutive heartbeats (firstSeq...lastSeq) with an unchanged state, so a
 ///   lease held for a month costs one row, not 43,200 copies.
@@ -107,6 +108,24 @@ enum SurvivalSchema {
             try db.execute(sql: "CREATE INDEX event_on_runId ON event(runId)")
         }
         StrategyRecordSchema.register(in: &migrator)
+        // A gap kind for time the store could not be written (disk full,
+        // I/O errors): SQLite cannot alter a CHECK, so the table is rebuilt.
+        migrator.registerMigration("v3-gap-unwritable") { db in
+            try db.execute(sql: """
+                CREATE TABLE gap_v3 (
+                    runId INTEGER NOT NULL REFERENCES run(id) ON DELETE CASCADE,
+                    seq INTEGER NOT NULL,
+                    kind TEXT NOT NULL CHECK (kind IN ('suspended', 'stalled', 'unwritable')),
+                    startWall INTEGER NOT NULL,
+                    startOffsetMicros INTEGER NOT NULL CHECK (startOffsetMicros >= 0),
+                    durationMicros INTEGER NOT NULL CHECK (durationMicros > 0),
+                    PRIMARY KEY (runId, seq, kind)
+                ) WITHOUT ROWID
+                """)
+            try db.execute(sql: "INSERT INTO gap_v3 SELECT runId, seq, kind, startWall, startOffsetMicros, durationMicros FROM gap")
+            try db.execute(sql: "DROP TABLE gap")
+            try db.execute(sql: "ALTER TABLE gap_v3 RENAME TO gap")
+        }
         return migrator
     }
 

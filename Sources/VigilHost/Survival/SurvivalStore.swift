@@ -97,6 +97,40 @@ public actor SurvivalStore {
     /// Internal (not private) for the strategy records (StrategyRecords.swift).
     let database: DatabaseQueue
     private var active: ActiveRun?
+    /// WAL size above which a heartbeat ends with a TRUNCATE checkpoint, and
+    /// SQLite's `journal_size_limit`; nil leaves SQLite's defaults (only
+    /// for the benchmark's reference run).
+    public nonisolated let walCheckpointBytes: Int64?
+    /// Set while writes fail for lack of space or I/O errors.
+    private var unwritable: Unwritable?
+
+    /// Longest string the store keeps (bytes of UTF-8): names, reasons and
+    /// event fields can come from D-Bus clients, and the store must not
+    /// depend on the bus door alone to bound them.
+    public static let maxStoredStringBytes = 1024
+
+    /// `text` cut to ``maxStoredStringBytes`` on a character boundary, with
+    /// a marker saying how much was cut.
+    static func bounded(_ text: String) -> String {
+        guard text.utf8.count > maxStoredStringBytes else { return text }
+        var kept = Substring(text)
+        while kept.utf8.count > maxStoredStringBytes - 32 { kept = kept.dropLast(max(1, (kept.utf8.count - maxStoredStringBytes + 32) / 4)) }
+        return kept + "… (\(text.utf8.count - kept.utf8.count) bytes cut)"
+    }
+
+    /// The default of `walCheckpointBytes`: 256 KiB, a few minutes of
+    /// heartbeats with many leases.
+    public static let defaultWALCheckpointBytes: Int64 = 256 * 1024
+
+    /// Since when writes fail, and what was lost meanwhile.
+    public struct Unwritable: Sendable, Hashable {
+        /// The last heartbeat written before the failures.
+        public var lastWritten: ClockReadings
+        /// The first failure, for people.
+        public var firstError: String
+        /// Heartbeats and events that could not be written.
+        public var failedWrites: Int
+    }
 
     /// The run being written, mirrored in memory so a heartbeat needs no reads.
     private struct ActiveRun {
@@ -120,10 +154,14 @@ public actor SurvivalStore {
     /// Opens (creating directories and file if needed) the store at `path`,
     /// in WAL mode, and applies pending migrations. Refuses files that are not
     /// Vigil survival stores, corrupt files, and stores from a newer Vigil.
-    public init(path: String) throws {
+    public init(path: String, walCheckpointBytes: Int64? = SurvivalStore.defaultWALCheckpointBytes) throws {
         self.path = path
-        self.database = try Self.openWriter(path: path)
+        self.walCheckpointBytes = walCheckpointBytes
+        self.database = try Self.openWriter(path: path, journalSizeLimit: walCheckpointBytes)
     }
+
+    /// Non-nil while the store cannot be written (see ``Unwritable``).
+    public var unwritableState: Unwritable? { unwritable }
 
     // MARK: Runs
 
@@ -205,17 +243,46 @@ public actor SurvivalStore {
         guard var run = active else {
             throw SurvivalStoreError(.noActiveRun, path: path, "heartbeat with no run begun; call beginRun first")
         }
+        // While unwritable, a checkpoint first: it may free the WAL's space.
+        if unwritable != nil { checkpoint() }
+        let wasUnwritable = unwritable != nil
         do {
             try database.write { db in
-                for sample in samples {
-                    try Self.writeHeartbeat(sample, run: &run, db)
+                for (i, sample) in samples.enumerated() {
+                    try Self.writeHeartbeat(sample, run: &run, unwritable: wasUnwritable && i == 0, db)
                 }
             }
             // Only a committed transaction moves the in-memory mirror.
             active = run
+            unwritable = nil
         } catch {
-            throw SurvivalStoreError.wrap(error, path: path, doing: "writing a heartbeat of run \(run.uuid)")
+            throw failed(error, doing: "writing a heartbeat of run \(run.uuid)")
         }
+        if let limit = walCheckpointBytes, walSize() > limit { checkpoint() }
+    }
+
+    /// Wraps a write error; disk-full and I/O errors mark the store unwritable.
+    private func failed(_ error: any Error, doing action: String) -> SurvivalStoreError {
+        let wrapped = SurvivalStoreError.wrap(error, path: path, doing: action)
+        if wrapped.code == .unwritable, let run = active {
+            if unwritable == nil {
+                unwritable = Unwritable(lastWritten: run.last, firstError: wrapped.message, failedWrites: 0)
+            }
+            unwritable?.failedWrites += 1
+        }
+        return wrapped
+    }
+
+    /// Size of the `-wal` file in bytes (0 when there is none).
+    public nonisolated func walSize() -> Int64 {
+        var info = stat()
+        return stat(path + "-wal", &info) == 0 ? Int64(info.st_size) : 0
+    }
+
+    /// Copies the WAL into the database and truncates it to zero bytes.
+    /// Best effort: a failure (no space for the copy) leaves both as they were.
+    private func checkpoint() {
+        _ = try? database.writeWithoutTransaction { db in try db.checkpoint(.truncate) }
     }
 
     /// Records an event of the active run (after its latest heartbeat).
@@ -228,7 +295,10 @@ public actor SurvivalStore {
             throw SurvivalStoreError(.invalidArgument, path: path, "event name is empty")
         }
         do {
-            let fieldsJSON = try Self.json(fields)
+            var boundedFields: [String: String] = [:]
+            for (key, value) in fields { boundedFields[Self.bounded(key)] = Self.bounded(value) }
+            let fieldsJSON = try Self.json(boundedFields)
+            let event = Self.bounded(event), strategy = strategy.map(Self.bounded)
             try database.write { db in
                 var record = EventRecord(
                     id: nil, runId: run.key, seq: run.lastSeq, wall: readings.wallMicros,
@@ -239,7 +309,7 @@ public actor SurvivalStore {
                     .execute(arguments: [run.key])
             }
         } catch {
-            throw SurvivalStoreError.wrap(error, path: path, doing: "recording event \(event) of run \(run.uuid)")
+            throw failed(error, doing: "recording event \(event) of run \(run.uuid)")
         }
     }
 
@@ -251,16 +321,20 @@ public actor SurvivalStore {
         guard reason != .running else {
             throw SurvivalStoreError(.invalidArgument, path: path, "endRun needs an end reason other than running")
         }
+        if unwritable != nil { checkpoint() }
+        let wasUnwritable = unwritable != nil
         do {
             try database.write { db in
-                try Self.writeHeartbeat(HeartbeatSample(readings: readings), run: &run, db)
+                try Self.writeHeartbeat(HeartbeatSample(readings: readings), run: &run, unwritable: wasUnwritable, db)
                 try db.cachedStatement(sql: "UPDATE run SET endReason = ?, endWall = ? WHERE id = ?")
                     .execute(arguments: [reason.rawValue, readings.wallMicros, run.key])
             }
             active = nil
+            unwritable = nil
         } catch {
-            throw SurvivalStoreError.wrap(error, path: path, doing: "ending run \(run.uuid)")
+            throw failed(error, doing: "ending run \(run.uuid)")
         }
+        if walCheckpointBytes != nil { checkpoint() }
     }
 
     /// The id of the active run, if any.
@@ -272,17 +346,23 @@ public actor SurvivalStore {
 
     // MARK: Writing
 
-    private static func writeHeartbeat(_ sample: HeartbeatSample, run: inout ActiveRun, _ db: Database) throws {
+    /// `unwritable`: the heartbeats before this one could not be written, so
+    /// the gap's awake part is recorded as `unwritable`, not as a stall.
+    private static func writeHeartbeat(_ sample: HeartbeatSample, run: inout ActiveRun, unwritable: Bool = false, _ db: Database) throws {
         let readings = sample.readings
         let seq = run.lastSeq + 1
         let gap = run.rule.classify(from: run.last, to: readings)
         try HeartbeatRecord(runId: run.key, seq: seq, readings: readings).insert(db)
 
-        // Where the gap sits on the run's boottime axis: a stall first (the
-        // awake part), then any suspension.
+        // Where the gap sits on the run's boottime axis: a stall (or the
+        // unwritable stretch) first, the awake part, then any suspension.
         let gapStart = max(0, run.last.boottimeMicros - run.startBoot)
         var stallMicros: Int64 = 0
-        if let stall = gap.stallMicros {
+        if unwritable, gap.awakeMicros > 0 {
+            try GapRecord(runId: run.key, seq: seq, kind: TimelineSegment.Kind.unwritable.rawValue,
+                          startWall: run.last.wallMicros, startOffsetMicros: gapStart,
+                          durationMicros: gap.awakeMicros).insert(db)
+        } else if let stall = gap.stallMicros {
             stallMicros = stall
             try GapRecord(runId: run.key, seq: seq, kind: TimelineSegment.Kind.stalled.rawValue,
                           startWall: run.last.wallMicros, startOffsetMicros: gapStart,
@@ -302,12 +382,15 @@ public actor SurvivalStore {
             """).execute(arguments: [
                 seq, readings.wallMicros, readings.monotonicMicros, readings.boottimeMicros,
                 gap.suspendedMicros > 0 ? 1 : 0, gap.suspendedMicros,
-                gap.stallMicros == nil ? 0 : 1, stallMicros, stallMicros,
+                stallMicros == 0 ? 0 : 1, stallMicros, stallMicros,
                 run.key,
             ])
 
         var open: [UInt64: OpenSpan] = [:]
-        for lease in sample.leases where open[lease.id] == nil {
+        for var lease in sample.leases where open[lease.id] == nil {
+            lease.strategy = bounded(lease.strategy)
+            lease.holds = bounded(lease.holds)
+            lease.state = bounded(lease.state)
             if let span = run.openSpans[lease.id],
                span.strategy == lease.strategy, span.holds == lease.holds, span.state == lease.state {
                 try db.cachedStatement(sql: "UPDATE leaseSpan SET lastSeq = ? WHERE runId = ? AND firstSeq = ? AND leaseId = ?")
@@ -339,7 +422,7 @@ public actor SurvivalStore {
 
     // MARK: Opening
 
-    private static func openWriter(path: String) throws -> DatabaseQueue {
+    private static func openWriter(path: String, journalSizeLimit: Int64?) throws -> DatabaseQueue {
         let directory = (path as NSString).deletingLastPathComponent
         if !directory.isEmpty {
             do {
@@ -365,6 +448,11 @@ public actor SurvivalStore {
                 // at most the heartbeat being written (NORMAL could lose hours
                 // of WAL). One fsync a minute is cheap.
                 try db.execute(sql: "PRAGMA synchronous = FULL")
+                // After a checkpoint SQLite reuses the WAL from its start
+                // and shrinks the file to this size.
+                if let journalSizeLimit {
+                    try db.execute(sql: "PRAGMA journal_size_limit = \(journalSizeLimit)")
+                }
             }
             let queue = try DatabaseQueue(path: path, configuration: config)
             if existing {

@@ -9,7 +9,7 @@ public struct SurvivalStoreError: Error, CustomStringConvertible, Sendable {
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Value: String, Hashable, Sendable {
             case missing, notAVigilStore, corrupt, newerSchema, unreadable
-            case noActiveRun, runAlreadyActive, invalidArgument, database
+            case noActiveRun, runAlreadyActive, invalidArgument, database, unwritable
         }
         private let value: Value
         private init(_ value: Value) { self.value = value }
@@ -31,8 +31,12 @@ public struct SurvivalStoreError: Error, CustomStringConvertible, Sendable {
         public static let runAlreadyActive = Code(.runAlreadyActive)
         /// An argument was out of range (interval, end reason, run id).
         public static let invalidArgument = Code(.invalidArgument)
-        /// Any other SQLite failure (disk full, I/O error, ...).
+        /// Any other SQLite failure.
         public static let database = Code(.database)
+        /// The store cannot be written for now: its filesystem is full or
+        /// failing (SQLITE_FULL, SQLITE_IOERR). Heartbeats resume by
+        /// themselves once it is writable again.
+        public static let unwritable = Code(.unwritable)
 
         public var description: String { value.rawValue }
     }
@@ -64,6 +68,11 @@ public struct SurvivalStoreError: Error, CustomStringConvertible, Sendable {
             return SurvivalStoreError(.corrupt, path: path, "the database is corrupt (\(action)): \(dbError.message ?? "SQLITE_CORRUPT"); move it aside and a new store will be created")
         case .SQLITE_CANTOPEN, .SQLITE_PERM, .SQLITE_READONLY, .SQLITE_AUTH:
             return SurvivalStoreError(.unreadable, path: path, "cannot open (\(action)): \(dbError.message ?? "\(dbError.resultCode)")")
+        case .SQLITE_FULL:
+            let directory = (path as NSString).deletingLastPathComponent
+            return SurvivalStoreError(.unwritable, path: path, "cannot write (\(action)): the filesystem of \(directory) is full; free some space there (writing resumes by itself)")
+        case .SQLITE_IOERR:
+            return SurvivalStoreError(.unwritable, path: path, "cannot write (\(action)): I/O error (\(dbError.message ?? "SQLITE_IOERR")); check the disk under \((path as NSString).deletingLastPathComponent)")
         default:
             return SurvivalStoreError(.database, path: path, "\(action): \(dbError.message ?? "\(dbError.resultCode)")")
         }

@@ -1,0 +1,102 @@
+import Foundation
+import Glibc
+import Testing
+
+/// The survival store on a small filesystem the test makes: a 2 MiB tmpfs
+/// mounted in a private mount namespace (`unshare -m`) that only vigild
+/// sees; the test reaches it through /proc/PID/root.
+extension EndToEnd {
+    @Suite struct SurvivalFullDiskEndToEndTests {
+        @Test func walStaysBoundedAndHeartbeatsResumeAfterTheDiskWasFull() async throws {
+            let bus = try BusTestDaemon()
+            defer { bus.stop() }
+            let dir = try TempDir("vigil-fulldisk")
+            let state = dir.file("state")
+            try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
+            // Ten 1 s strategies and a 1 s heartbeat: each wake takes and
+            // releases a lease, and each lease change is an event row.
+            let strategies = (0..<10).map { i in
+                """
+                [[strategy]]
+                name = "tick\(i)"
+                kind = "periodic-wake"
+                every = "1s"
+                tolerance = "0s"
+                run = ["/bin/true"]
+                """
+            }.joined(separator: "\n")
+            let config = try dir.write("vigil.toml", hostConfig(stateDir: state, interval: "1s", extra: "bus = \"\(bus.address)\"") + "\n" + strategies)
+            let daemon = try Daemon(arguments: ["--config", config], executable: [
+                "/usr/bin/unshare", "-m", "/bin/sh", "-c", "mount -t tmpfs -o size=2m vigil-test \"$0\" && exec \"$@\"", state, Build.vigild,
+            ])
+            try await daemon.waitForLine(containing: "serving org.vigil.Vigil1")
+            let seen = "/proc/\(daemon.pid)/root" + state
+            let store = seen + "/survival.sqlite"
+            #expect(FileManager.default.fileExists(atPath: store))
+
+            // The WAL stays bounded under the traffic (it used to grow about
+            // 300 KB/s and fill the 2 MiB in 6 s).
+            var largestWAL: Int64 = 0
+            for k in 0..<10 {
+                try await daemon.waitForLine(containing: "heartbeat \(k + 3) written")
+                largestWAL = max(largestWAL, Self.size(store + "-wal"))
+            }
+            #expect(largestWAL < 768 * 1024, "WAL reached \(largestWAL) bytes")
+
+            // Fill the filesystem: writes fail, one error line says so.
+            let filler = seen + "/filler"
+            #expect(try Self.fill(filler) > 0)
+            let full = try await daemon.waitForLine(containing: "heartbeats resume when it is writable again")
+            #expect(full.contains("error") && full.contains("is full; free some space there"), "\(full)")
+            let failuresBefore = daemon.output.filter { $0.contains("heartbeats resume when it is writable again") }.count
+            // The outage the report must show: about four heartbeats long.
+            try await Task.sleep(for: .seconds(4))
+            #expect(unlink(filler) == 0)
+            let back = try await daemon.waitForLine(containing: "survival store writable again after")
+            #expect(back.contains("the gap is recorded as store-unwritable"), "\(back)")
+            let lines = daemon.output
+            let written = lines.filter { $0.contains(" written (") }.count
+            try await daemon.waitForLine(containing: " written (", after: written)
+            // One error line for the outage, not one per failed write.
+            #expect(lines.filter { $0.contains("heartbeats resume when it is writable again") }.count == failuresBefore)
+
+            // SQLite resolves the /proc/PID/root link, so read the store
+            // from inside vigild's mount namespace.
+            let inside = ["-t", "\(daemon.pid)", "-m", Build.vigilctl, "survival", "--store", state + "/survival.sqlite", "--runs", "1"]
+            let report = try runCommand("/usr/bin/nsenter", inside + ["--json"])
+            #expect(report.status == 0, "\(report.stderr)")
+            let runs = try #require(try JSONSerialization.jsonObject(with: Data(report.stdout.utf8)) as? [[String: Any]])
+            let run = try #require(runs.first)
+            #expect(run["unwritableGaps"] as? Int == 1, "\(report.stdout)")
+            let unwritable = (run["unwritableMicros"] as? Int ?? 0)
+            #expect(unwritable >= 4_000_000 && unwritable < 15_000_000, "unwritable \(unwritable) µs")
+            #expect(run["stalls"] as? Int == 0, "the outage is not a stall: \(report.stdout)")
+            let text = try runCommand("/usr/bin/nsenter", inside + ["--width", "80"])
+            #expect(text.stdout.contains("store unwritable"), "\(text.stdout)")
+            #expect(text.stdout.contains("#"), "\(text.stdout)")
+
+            daemon.signal(SIGTERM)
+            #expect(await daemon.waitForExit() == 0)
+        }
+
+        static func size(_ path: String) -> Int64 {
+            var info = stat()
+            return stat(path, &info) == 0 ? Int64(info.st_size) : 0
+        }
+
+        /// Writes zeros to `path` until the filesystem is full; the bytes written.
+        static func fill(_ path: String) throws -> Int {
+            let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+            guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+            defer { close(fd) }
+            let chunk = [UInt8](repeating: 0, count: 4096)
+            var total = 0
+            while true {
+                let n = chunk.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+                if n > 0 { total += n; continue }
+                if n < 0, errno == EINTR { continue }
+                return total
+            }
+        }
+    }
+}
