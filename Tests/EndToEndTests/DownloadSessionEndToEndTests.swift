@@ -344,14 +344,19 @@ extension EndToEnd {
             defer { server.signal(SIGTERM) }
             let portLine = try await server.waitForLine(containing: "port ")
             let url = "http://127.0.0.1:\(portLine.split(separator: " ")[1])/liar.bin"
-            try h.config("max_tries = 2\ndownloads = [{ url = \"\(url)\", dest = \"liar.bin\" }]")
+            // On a loaded machine the first answer can be cut before its 1 MiB
+            // arrives (the suite runs in parallel), so the resume may start
+            // elsewhere and a try may go to a plain 200: wait for the discard
+            // itself, whichever try meets it.
+            try h.config("max_tries = 4\ndownloads = [{ url = \"\(url)\", dest = \"liar.bin\" }]")
             let daemon = try h.start()
-            try await server.waitForLine(containing: "served 206 from 1048576")
-            let failed = try await daemon.waitForLine(containing: "download 1 failed")
-            #expect(failed.contains("discarded a 206 answer: the server's Content-Range \"bytes 1048576-4194303/4194304\" gives a total of 4194304 bytes, but the response the part began with said 8388608"), "\(failed)")
+            try await server.waitForLine(containing: "served 206 from ")
+            let discarded = try await daemon.waitForLine(containing: "discarded a 206 answer")
+            #expect(discarded.contains("discarded a 206 answer: the server's Content-Range \"bytes "), "\(discarded)")
+            #expect(discarded.contains("-4194303/4194304\" gives a total of 4194304 bytes, but the response the part began with said 8388608"), "\(discarded)")
+            _ = try await daemon.waitForLine(containing: "download 1 failed")
             #expect(!daemon.output.contains { $0.contains("completed") })
             #expect(h.size(h.downloads + "/liar.bin") == -1)
-            #expect(try h.property(1, "LastError").contains("gives a total of 4194304 bytes"))
             #expect(try h.property(1, "State") == "s \"failed\"")
             daemon.signal(SIGTERM)
             #expect(await daemon.waitForExit() == 0)

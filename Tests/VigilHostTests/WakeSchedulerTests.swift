@@ -8,9 +8,12 @@ import VigilKit
 /// not collide with other test files of this target).
 enum WakeTesting {
     /// Waits until `condition` holds, yielding between checks (never sleeping);
-    /// records an issue if it does not hold within 10 s of real time.
+    /// records an issue if it does not hold within 120 s of real time. The
+    /// bound only guards against a hang: in the whole suite other tests keep
+    /// the two cooperative threads busy for seconds at a time (a 100,000-part
+    /// config parse, 10,000 strategies), and the condition's work waits for them.
     static func waitUntil(_ what: String, _ condition: () async -> Bool) async {
-        let giveUp = ContinuousClock.now + .seconds(10)
+        let giveUp = ContinuousClock.now + .seconds(120)
         while ContinuousClock.now < giveUp {
             if await condition() { return }
             await Task.yield()
