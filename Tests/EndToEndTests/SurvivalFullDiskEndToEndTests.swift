@@ -46,7 +46,9 @@ extension EndToEnd {
             // Fill the filesystem: writes fail, one error line says so.
             let filler = seen + "/filler"
             #expect(try Self.fill(filler) > 0)
-            let full = try await daemon.waitForLine(containing: "heartbeats resume when it is writable again")
+            // The first write that needs a new block fails; under a loaded
+            // full suite that can take a while, so the bound is generous.
+            let full = try await daemon.waitForLine(containing: "heartbeats resume when it is writable again", timeout: .seconds(120))
             #expect(full.contains("error") && full.contains("is full; free some space there"), "\(full)")
             let failuresBefore = daemon.output.filter { $0.contains("heartbeats resume when it is writable again") }.count
             // The outage the report must show: about four heartbeats long.
