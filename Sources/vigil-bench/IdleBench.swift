@@ -49,12 +49,7 @@ func idleCostBench(_ args: [String]) async throws {
 
     """
     config += idleStrategies
-    let configPath = dir.appendingPathComponent("vigil.toml").path
-    try config.write(toFile: configPath, atomically: true, encoding: .utf8)
-
-    let host = Process()
-    host.executableURL = bin.appendingPathComponent("vigild")
-    host.arguments = ["--config", configPath, "--log-level", "warning"]
+    let host = try vigildProcess(bin, dir: dir, name: "vigil", config: config, logLevel: "warning")
     // Reference 1: the same Swift runtime doing nothing but sleeping one
     // heartbeat interval at a time (this binary in `idle-reference` mode).
     let swiftReference = Process()

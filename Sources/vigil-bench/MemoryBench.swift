@@ -70,11 +70,7 @@ func idleMemoryBench(_ args: [String]) async throws {
         power = "none"
         \(strategies)
         """
-        let path = dir.appendingPathComponent("\(label).toml").path
-        try config.write(toFile: path, atomically: true, encoding: .utf8)
-        let p = Process()
-        p.executableURL = bin.appendingPathComponent("vigild")
-        p.arguments = ["--config", path, "--log-level", "notice"]
+        let p = try vigildProcess(bin, dir: dir, name: label, config: config, logLevel: "notice")
         let err = Pipe()
         p.standardError = err
         try p.run()

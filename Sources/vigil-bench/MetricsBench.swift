@@ -140,11 +140,7 @@ private func idleFigures(seconds: Double) async throws {
             \(metrics)
             \(idleStrategies)
             """
-        let path = dir.appendingPathComponent("\(name).toml").path
-        try config.write(toFile: path, atomically: true, encoding: .utf8)
-        let p = Process()
-        p.executableURL = bin.appendingPathComponent("vigild")
-        p.arguments = ["--config", path, "--log-level", "warning"]
+        let p = try vigildProcess(bin, dir: dir, name: name, config: config, logLevel: "warning")
         var env = ProcessInfo.processInfo.environment
         env["DBUS_SESSION_BUS_ADDRESS"] = nil
         p.environment = env

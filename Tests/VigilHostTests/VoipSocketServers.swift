@@ -91,17 +91,9 @@ final class TestServerProcess: @unchecked Sendable {
 
 /// Runs a third-party tool to its end; throws with its output when it fails.
 func runTool(_ path: String, _ arguments: [String]) throws {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: path)
-    process.arguments = arguments
-    let pipe = Pipe()
-    process.standardOutput = pipe
-    process.standardError = pipe
-    try process.run()
-    let output = pipe.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    guard process.terminationStatus == 0 else {
-        throw DescribedError("\(path) \(arguments.joined(separator: " ")) failed: \(String(decoding: output, as: UTF8.self))")
+    let result = try runProcessWithStatus(path, arguments)
+    guard result.status == 0 else {
+        throw DescribedError("\(path) \(arguments.joined(separator: " ")) failed: \(result.output)")
     }
 }
 

@@ -328,6 +328,11 @@ import VigilKit
 }
 
 func runProcess(_ path: String, _ arguments: [String]) throws -> String {
+    try runProcessWithStatus(path, arguments).output
+}
+
+/// Runs `path` to its end; its stdout and stderr together, and its exit status.
+func runProcessWithStatus(_ path: String, _ arguments: [String]) throws -> (output: String, status: Int32) {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: path)
     process.arguments = arguments
@@ -337,7 +342,7 @@ func runProcess(_ path: String, _ arguments: [String]) throws -> String {
     try process.run()
     let data = pipe.fileHandleForReading.readDataToEndOfFile()
     process.waitUntilExit()
-    return String(decoding: data, as: UTF8.self)
+    return (String(decoding: data, as: UTF8.self), process.terminationStatus)
 }
 
 /// The pong server as its own process (Tests/Fixtures/voip-pong-server.py),
