@@ -39,6 +39,10 @@ struct StatusCommand: AsyncParsableCommand {
         var strategyStates: [String: Int]
         var leases: Int
         var bus: String
+        /// False while vigild cannot write its survival store (full or failing disk).
+        var storeWritable: Bool
+        /// Log lines vigild could not write (stderr full or closed) since it started.
+        var droppedLogLines: UInt64
     }
 
     func run() async throws {
@@ -60,7 +64,9 @@ struct StatusCommand: AsyncParsableCommand {
                 strategies: strategies.count,
                 strategyStates: Dictionary(strategies.map { ($0.state, 1) }, uniquingKeysWith: +),
                 leases: properties.value("Leases", [DBusObjectPath].self, default: []).count,
-                bus: bus
+                bus: bus,
+                storeWritable: properties.value("StoreWritable", default: true),
+                droppedLogLines: properties.value("DroppedLogLines", default: 0)
             )
             if json {
                 print(try jsonText(status))
@@ -83,7 +89,9 @@ struct StatusCommand: AsyncParsableCommand {
             ("config", s.configPath),
             ("strategies", s.strategies == 0 ? "0" : "\(s.strategies) (\(states))"),
             ("leases", "\(s.leases) active"),
+            ("survival store", s.storeWritable ? "writable" : "UNWRITABLE: heartbeats are not being recorded (see vigild's log)"),
         ]
+        if s.droppedLogLines > 0 { rows.append(("log", "\(s.droppedLogLines) line\(s.droppedLogLines == 1 ? "" : "s") dropped (stderr full or closed)")) }
         if let note = TableFormat.displayZone.note { rows.append(("note", note)) }
         return "vigild \(s.version) on \(s.bus)\n" + TableFormat.fields(rows)
     }

@@ -210,15 +210,23 @@ struct Vigild: AsyncParsableCommand {
     func statusLine(_ host: HostRuntime) async -> String {
         let strategies = await host.config.strategies.count
         let leases = await host.registry.active.count
-        return "\(strategies) strateg\(strategies == 1 ? "y" : "ies"), \(leases) active lease\(leases == 1 ? "" : "s")"
+        let line = "\(strategies) strateg\(strategies == 1 ? "y" : "ies"), \(leases) active lease\(leases == 1 ? "" : "s")"
+        guard let trouble = await host.health().summary else { return line }
+        return line + "; " + trouble
     }
 
-    /// Sends a STATUS= update whenever a lease changes (no timer: idle
-    /// hosts send nothing).
+    /// Sends a STATUS= update whenever a lease changes and when the survival
+    /// store stops or starts being writable (no timer: idle hosts send
+    /// nothing).
     func startStatusUpdates(_ notifier: SystemdNotifier, host: HostRuntime) -> Task<Void, Never> {
         Task {
-            for await _ in await host.registry.events() {
-                notifier.status(await statusLine(host))
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    for await _ in await host.registry.events() { notifier.status(await statusLine(host)) }
+                }
+                group.addTask {
+                    for await _ in await host.healthChanges() { notifier.status(await statusLine(host)) }
+                }
             }
         }
     }

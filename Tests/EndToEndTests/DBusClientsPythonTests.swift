@@ -109,7 +109,7 @@ extension EndToEnd {
                 let lines = Set(result.stdout.split(separator: "\n").map(String.init))
                 let hostTypes = ["Version": "s", "RunId": "s", "StartedAt": "t", "SurvivalSeconds": "t", "PowerBackend": "s",
                                  "PowerBackendReason": "s", "WakeClock": "s", "WakeClockReason": "s", "CanWakeSystem": "b",
-                                 "ConfigPath": "s", "Strategies": "ao", "Leases": "ao"]
+                                 "ConfigPath": "s", "StoreWritable": "b", "DroppedLogLines": "t", "Strategies": "ao", "Leases": "ao"]
                 let strategyTypes = ["Name": "s", "Kind": "s", "State": "s", "Restarts": "u", "LastError": "s", "Config": "a{sv}"]
                 let leaseTypes = ["Id": "t", "Strategy": "s", "Kind": "s", "Holds": "s", "Reason": "s", "AcquiredAt": "t",
                                   "Deadline": "t", "Renewals": "u", "State": "s"]

@@ -324,7 +324,8 @@ func runPythonScript(_ script: String, _ arguments: [String]) throws -> CommandR
 enum APIContract {
     static let hostProperties = [
         "Version", "RunId", "StartedAt", "SurvivalSeconds", "PowerBackend", "PowerBackendReason",
-        "WakeClock", "WakeClockReason", "CanWakeSystem", "ConfigPath", "Strategies", "Leases",
+        "WakeClock", "WakeClockReason", "CanWakeSystem", "ConfigPath", "StoreWritable", "DroppedLogLines",
+        "Strategies", "Leases",
     ]
     static let hostMethods = ["ListLeases", "ListStrategies", "Survival", "Reload", "BeginBackgroundTask"]
     static let hostSignals = [

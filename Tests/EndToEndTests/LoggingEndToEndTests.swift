@@ -15,11 +15,19 @@ extension EndToEnd {
 
         @Test func stderrOnDevFullKeepsTheHostRunning() async throws {
             let dir = try TempDir()
+            let bus = try BusTestDaemon()
+            defer { bus.stop() }
             let store = dir.file("state/survival.sqlite")
-            let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state")))
+            let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state"), extra: "bus = \"\(bus.address)\""))
             // Every heartbeat logs a debug line, and every one fails (ENOSPC).
             let daemon = try redirected("2>/dev/full", config: config)
             try await waitForHeartbeats(store, atLeast: 5, daemon: daemon)
+            // The lost lines are counted where someone can see them.
+            let status = try runCommand(Build.vigilctl, ["status", "--bus", bus.address, "--json"])
+            let json = try #require(try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any], "\(status.stderr)")
+            #expect((json["droppedLogLines"] as? Int ?? 0) >= 5, "\(status.stdout)")
+            let text = try runCommand(Build.vigilctl, ["status", "--bus", bus.address])
+            #expect(text.stdout.contains("lines dropped (stderr full or closed)"), "\(text.stdout)")
             daemon.signal(SIGTERM)
             #expect(await daemon.waitForExit() == 0)
             let runs = try SurvivalReport.load(path: store, runs: nil, sinceWallMicros: nil)

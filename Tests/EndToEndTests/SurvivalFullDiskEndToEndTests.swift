@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Testing
+import VigilTestSupport
 
 /// The survival store on a small filesystem the test makes: a 2 MiB tmpfs
 /// mounted in a private mount namespace (`unshare -m`) that only vigild
@@ -48,7 +49,7 @@ extension EndToEnd {
 
             // Fill the filesystem: writes fail, one error line says so.
             let filler = seen + "/filler"
-            #expect(try Self.fill(filler) > 0)
+            #expect(try fillFilesystem(filler) > 0)
             // The first write that needs a new block fails; under a loaded
             // full suite that can take a while, so the bound is generous.
             let full = try await daemon.waitForLine(containing: "heartbeats resume when it is writable again", timeout: .seconds(120))
@@ -87,21 +88,6 @@ extension EndToEnd {
         static func size(_ path: String) -> Int64 {
             var info = stat()
             return stat(path, &info) == 0 ? Int64(info.st_size) : 0
-        }
-
-        /// Writes zeros to `path` until the filesystem is full; the bytes written.
-        static func fill(_ path: String) throws -> Int {
-            let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-            guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
-            defer { close(fd) }
-            let chunk = [UInt8](repeating: 0, count: 4096)
-            var total = 0
-            while true {
-                let n = chunk.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-                if n > 0 { total += n; continue }
-                if n < 0, errno == EINTR { continue }
-                return total
-            }
         }
     }
 }

@@ -124,8 +124,9 @@ final class HostBusFixture: @unchecked Sendable {
 
     /// Runs `body` with a fixture and always stops it afterwards (the bus,
     /// the runtime and the temp dir), also when `body` throws.
-    static func with(strategies: String, host: String = "", hostUID: UInt32 = getuid(), _ body: (HostBusFixture) async throws -> Void) async throws {
-        let fixture = try await make(strategies: strategies, host: host, hostUID: hostUID)
+    static func with(strategies: String, host: String = "", hostUID: UInt32 = getuid(), stateDir: String? = nil,
+                     _ body: (HostBusFixture) async throws -> Void) async throws {
+        let fixture = try await make(strategies: strategies, host: host, hostUID: hostUID, stateDir: stateDir)
         do {
             try await body(fixture)
         } catch {
@@ -136,12 +137,13 @@ final class HostBusFixture: @unchecked Sendable {
     }
 
     /// `strategies` is the `[[strategy]]` part of the config.
-    static func make(strategies: String, host hostKeys: String = "", hostUID: UInt32 = getuid()) async throws -> HostBusFixture {
+    /// `stateDir`: the host's state_dir (default: `state` in the temp dir).
+    static func make(strategies: String, host hostKeys: String = "", hostUID: UInt32 = getuid(), stateDir: String? = nil) async throws -> HostBusFixture {
         var template = Array("/tmp/vigil-hostbus-state-XXXXXX".utf8CString)
         guard let dir = mkdtemp(&template) else { throw POSIXError(.EIO) }
         let directory = String(cString: dir)
         let configPath = directory + "/vigil.toml"
-        try config(directory: directory, strategies, host: hostKeys).write(toFile: configPath, atomically: true, encoding: .utf8)
+        try config(directory: directory, strategies, host: hostKeys, stateDir: stateDir).write(toFile: configPath, atomically: true, encoding: .utf8)
         let plugins = PluginLoader(searchPath: [])
         try plugins.register(HostBusKinds.all, from: "HostBusKinds")
         let loaded = try ConfigLoader.load(path: configPath, resolver: plugins)
@@ -185,10 +187,10 @@ final class HostBusFixture: @unchecked Sendable {
         }
     }
 
-    static func config(directory: String, _ strategies: String, host: String = "") -> String {
+    static func config(directory: String, _ strategies: String, host: String = "", stateDir: String? = nil) -> String {
         """
         [host]
-        state_dir = "\(directory)/state"
+        state_dir = "\(stateDir ?? directory + "/state")"
         \(host)
 
         \(strategies)

@@ -81,7 +81,7 @@ private func paths(_ value: DBusValue?) -> [String] {
                 print(i.get('name'), len(i.findall('method')), len(i.findall('signal')), len(i.findall('property')))
             """, file])
         #expect(parsed.status == 0, "\(parsed.stderr)")
-        #expect(parsed.stdout.contains("org.vigil.Vigil1.Host 5 6 12\n"))
+        #expect(parsed.stdout.contains("org.vigil.Vigil1.Host 5 6 14\n"))
         #expect(parsed.stdout.contains("org.vigil.Vigil1.Strategy 0 0 6\n"))
         #expect(parsed.stdout.contains("org.vigil.Vigil1.Lease 0 0 10\n"))
         #expect(parsed.stdout.contains("org.vigil.Vigil1.ClientLease 2 2 4\n"))
@@ -207,8 +207,10 @@ private enum Build {
             await signals.wait(for: 9)
 
             let host = try await f.getAll(root, HostBusNames.hostInterface)
-            #expect(host.keys.sorted() == ["CanWakeSystem", "ConfigPath", "Leases", "PowerBackend", "PowerBackendReason", "RunId",
-                                          "StartedAt", "Strategies", "SurvivalSeconds", "Version", "WakeClock", "WakeClockReason"])
+            #expect(host.keys.sorted() == ["CanWakeSystem", "ConfigPath", "DroppedLogLines", "Leases", "PowerBackend", "PowerBackendReason", "RunId",
+                                          "StartedAt", "StoreWritable", "Strategies", "SurvivalSeconds", "Version", "WakeClock", "WakeClockReason"])
+            #expect(host["StoreWritable"] == .bool(true))
+            #expect(host["DroppedLogLines"] == .uint64(0))
             #expect(host["Version"] == .string("9.9.9-test"))
             #expect(host["RunId"] == .string(f.runtime.runId))
             #expect(host["StartedAt"] == .uint64(UInt64(f.runtime.startedWallMicros)))

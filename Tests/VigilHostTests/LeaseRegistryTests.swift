@@ -116,4 +116,27 @@ func observe(_ registry: LeaseRegistry) async -> (EventLog, Task<Void, Never>) {
         await registry.releaseAll(strategy: "a", detail: "strategy stopped")
         #expect(await registry.active.map(\.id) == [b])
     }
+
+    @Test func historyIsBoundedByBytesAsWellAsByCount() async throws {
+        let limit = 256 << 10
+        let registry = LeaseRegistry(clock: ManualClock(), historyLimit: 1_000, historyByteLimit: limit)
+        let huge = String(repeating: "x", count: 64 << 10)
+        var last: LeaseID?
+        for _ in 0..<20 {
+            let id = try await registry.acquire(strategy: "s", LeaseRequest(holds: "h", reason: huge))
+            await registry.release(id)
+            last = id
+        }
+        let history = await registry.history
+        // 40 events of ~64 KiB each would be 2.5 MiB: only the newest few fit.
+        #expect(await registry.historyByteCount <= limit)
+        #expect(history.reduce(0) { $0 + $1.retainedBytes } == (await registry.historyByteCount))
+        #expect(history.count < 8 && history.count >= 2)
+        #expect(history.last?.lease.id == last && history.last?.kind == .released)
+
+        // Ordinary events are still bounded by count alone.
+        let small = LeaseRegistry(clock: ManualClock(), historyLimit: 10)
+        for _ in 0..<20 { await small.release(try await small.acquire(strategy: "s", LeaseRequest(holds: "h", reason: "r"))) }
+        #expect(await small.history.count == 10)
+    }
 }

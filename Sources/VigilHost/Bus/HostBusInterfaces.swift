@@ -64,6 +64,8 @@ enum HostBusInterfaces {
                 constant("WakeClockReason", String.self) { $0.scheduler.clockInfo.reason },
                 constant("CanWakeSystem", Bool.self) { $0.scheduler.clockInfo.canWakeSystem },
                 constant("ConfigPath", String.self) { $0.configPath },
+                constant("StoreWritable", Bool.self, emitsChange: .false) { await $0.store.unwritableState == nil },
+                constant("DroppedLogLines", UInt64.self, emitsChange: .false) { UInt64(clamping: await $0.health().droppedLogLines) },
                 DBusProperty("Strategies", signature: "ao", access: .read, emitsChange: .true) { [weak api] in
                     guard let api else { throw gone() }
                     return await api.strategyPaths()

@@ -83,15 +83,26 @@ public actor LeaseRegistry {
     private var subscribers: [UInt64: AsyncStream<LeaseEvent>.Continuation] = [:]
     private var nextSubscriber: UInt64 = 0
     private var observer: (@Sendable (LeaseEvent) -> Void)?
-    /// The most recent events, oldest first (bounded).
+    /// The most recent events, oldest first, bounded by count and by bytes
+    /// (``LeaseEvent/retainedBytes``), so a few huge strings cannot make the
+    /// history hold more memory than a thousand ordinary events.
     public private(set) var history: [LeaseEvent] = []
+    private var historyBytes = 0
     private let historyLimit: Int
+    private let historyByteLimit: Int
 
-    public init(clock: any VigilClock, backend: any PowerBackend = NoPowerBackend(), historyLimit: Int = 1_000) {
+    /// The default byte bound of the history: 4 MiB.
+    public static let defaultHistoryByteLimit = 4 << 20
+
+    public init(clock: any VigilClock, backend: any PowerBackend = NoPowerBackend(), historyLimit: Int = 1_000, historyByteLimit: Int = LeaseRegistry.defaultHistoryByteLimit) {
         self.clock = clock
         self.backend = backend
         self.historyLimit = historyLimit
+        self.historyByteLimit = historyByteLimit
     }
+
+    /// The bytes the history holds now, as ``LeaseEvent/retainedBytes`` counts them.
+    public var historyByteCount: Int { historyBytes }
 
     // MARK: observing
 
@@ -304,10 +315,43 @@ public actor LeaseRegistry {
 
     private func publish(_ kind: LeaseEvent.Kind, _ snapshot: LeaseSnapshot, forced: Bool = false, detail: String = "") {
         let event = LeaseEvent(kind: kind, lease: snapshot, at: clock.now, forced: forced, detail: detail)
-        if kind != .status { history.append(event) }
-        if history.count > historyLimit { history.removeFirst(history.count - historyLimit) }
+        if kind != .status { remember(event) }
         observer?(event)
         for continuation in subscribers.values { continuation.yield(event) }
+    }
+}
+
+extension LeaseRegistry {
+    /// Appends to the history, then drops the oldest events until it is
+    /// within both bounds again (the newest event is always kept).
+    private func remember(_ event: LeaseEvent) {
+        history.append(event)
+        historyBytes += event.retainedBytes
+        var drop = 0
+        var bytes = historyBytes
+        while drop < history.count - 1, history.count - drop > historyLimit || bytes > historyByteLimit {
+            bytes -= history[drop].retainedBytes
+            drop += 1
+        }
+        if drop > 0 {
+            history.removeFirst(drop)
+            historyBytes = bytes
+        }
+    }
+}
+
+extension LeaseEvent {
+    /// An estimate of the memory this event keeps alive: its strings' UTF-8
+    /// bytes and status entries plus a fixed share for the rest.
+    public var retainedBytes: Int {
+        var bytes = 256 + detail.utf8.count
+        bytes += lease.strategy.utf8.count + lease.holds.utf8.count + lease.reason.utf8.count + lease.power.utf8.count
+        if let client = lease.client { bytes += client.owner.utf8.count + client.name.utf8.count }
+        for (key, value) in lease.status {
+            bytes += 32 + key.utf8.count
+            if case .string(let text) = value { bytes += text.utf8.count }
+        }
+        return bytes
     }
 }
 

@@ -49,6 +49,9 @@ public actor HostRuntime {
     private let configOverrides: @Sendable (inout VigilConfig) -> Void
     /// The reload running now; the next one waits for it.
     private var reloadInFlight: Task<ReloadResult, Never>?
+    /// Subscribers of ``healthChanges()`` (HostHealth.swift).
+    var healthSubscribers: [UInt64: AsyncStream<HostHealth>.Continuation] = [:]
+    var nextHealthSubscriber: UInt64 = 0
 
     public struct Environment: Sendable {
         public var clock: any VigilClock
@@ -206,13 +209,17 @@ public actor HostRuntime {
                     let seq = await store.lastSequence ?? 0
                     log.debug("heartbeat \(seq) written (\(leases.count) active lease\(leases.count == 1 ? "" : "s"))")
                     outageReported = false
+                    if outage != nil { await self.publishHealth() }
                     if let outage {
                         let seconds = Duration.microseconds(now.monotonicMicros - outage.lastWritten.monotonicMicros)
                         log.notice("survival store writable again after \(seconds.vigilDescription) (\(outage.failedWrites) writes lost); the gap is recorded as store-unwritable")
                     }
                 } catch let error as SurvivalStoreError where error.code == .unwritable {
                     // Once per outage: it lasts until space is freed.
-                    if !outageReported { log.error("\(error); heartbeats resume when it is writable again") }
+                    if !outageReported {
+                        log.error("\(error); heartbeats resume when it is writable again")
+                        await self.publishHealth()
+                    }
                     outageReported = true
                 } catch {
                     log.error("cannot write heartbeat: \(error)")
