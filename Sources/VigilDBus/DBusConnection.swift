@@ -32,6 +32,8 @@ public final class DBusConnection: @unchecked Sendable {
     private var subscriptions: [UInt64: SignalSubscription] = [:]
     private var nextSubscriptionID: UInt64 = 0
     private var closed = false
+    /// Waiting in ``disconnected()``: resumed once, when the connection is lost or closed.
+    private var disconnectWaiters: [CheckedContinuation<Void, Never>] = []
 
     /// The address this connection was opened with.
     public let address: String
@@ -174,6 +176,24 @@ public final class DBusConnection: @unchecked Sendable {
         get async { await onQueue { c in c.raw.map { dbus_connection_can_send_type($0, CDBUS_TYPE_UNIX_FD) != 0 } ?? false } }
     }
 
+    /// Returns when the connection is gone: the bus went away (libdbus's
+    /// local `Disconnected` signal) or ``close()`` was called. At once if it
+    /// already is.
+    public func disconnected() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            queue.async {
+                if self.closed || self.raw == nil { continuation.resume() } else { self.disconnectWaiters.append(continuation) }
+            }
+        }
+    }
+
+    /// On the queue: the connection is gone; wakes ``disconnected()``.
+    private func resumeDisconnectWaiters() {
+        let waiters = disconnectWaiters
+        disconnectWaiters = []
+        for waiter in waiters { waiter.resume() }
+    }
+
     /// Closes the connection; pending calls fail with `Disconnected` and
     /// signal streams finish.
     public func close() async {
@@ -188,6 +208,7 @@ public final class DBusConnection: @unchecked Sendable {
         drainDispatch()
         for subscription in subscriptions.values { subscription.continuation.finish() }
         subscriptions.removeAll()
+        resumeDisconnectWaiters()
         dbus_connection_set_watch_functions(raw, nil, nil, nil, nil, nil)
         dbus_connection_set_timeout_functions(raw, nil, nil, nil, nil, nil)
         dbus_connection_set_wakeup_main_function(raw, nil, nil, nil)
@@ -477,6 +498,7 @@ public final class DBusConnection: @unchecked Sendable {
             closed = true
             for subscription in subscriptions.values { subscription.continuation.finish() }
             subscriptions.removeAll()
+            resumeDisconnectWaiters()
             return
         }
         guard !subscriptions.isEmpty, let decoded = try? DBusMarshal.decode(message) else { return }

@@ -163,9 +163,9 @@ struct Vigild: AsyncParsableCommand {
             await host.shutdown(reason: .failed)
             throw ExitCode(1)
         }
-        notifier?.ready(status: await statusLine(host))
+        notifier?.ready(status: await statusLine(host, bus: bus))
         let watchdog = notifier?.startWatchdog(scheduler: scheduler, clock: clock, log: log)
-        let statusUpdates = notifier.map { startStatusUpdates($0, host: host) }
+        let statusUpdates = notifier.map { startStatusUpdates($0, host: host, bus: bus) }
 
         let signal = await signals.next()
         log.notice("received \(signal == SIGINT ? "SIGINT" : "SIGTERM")")
@@ -207,25 +207,30 @@ struct Vigild: AsyncParsableCommand {
     }
 
     /// The one-line state sent as systemd's STATUS=.
-    func statusLine(_ host: HostRuntime) async -> String {
+    func statusLine(_ host: HostRuntime, bus: BusService) async -> String {
         let strategies = await host.config.strategies.count
         let leases = await host.registry.active.count
         let line = "\(strategies) strateg\(strategies == 1 ? "y" : "ies"), \(leases) active lease\(leases == 1 ? "" : "s")"
-        guard let trouble = await host.health().summary else { return line }
-        return line + "; " + trouble
+        let troubles = [await bus.trouble, await host.health().summary].compactMap { $0 }
+        return ([line] + troubles).joined(separator: "; ")
     }
 
-    /// Sends a STATUS= update whenever a lease changes and when the survival
-    /// store stops or starts being writable (no timer: idle hosts send
-    /// nothing).
-    func startStatusUpdates(_ notifier: SystemdNotifier, host: HostRuntime) -> Task<Void, Never> {
-        Task {
+    /// Sends a STATUS= update whenever a lease changes, when the survival
+    /// store stops or starts being writable and when the bus is lost or
+    /// back (no timer: idle hosts send nothing).
+    func startStatusUpdates(_ notifier: SystemdNotifier, host: HostRuntime, bus: BusService) -> Task<Void, Never> {
+        let (busChanges, busChanged) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        return Task {
+            await bus.onChange { _ in busChanged.yield() }
             await withTaskGroup(of: Void.self) { group in
                 group.addTask {
-                    for await _ in await host.registry.events() { notifier.status(await statusLine(host)) }
+                    for await _ in await host.registry.events() { notifier.status(await statusLine(host, bus: bus)) }
                 }
                 group.addTask {
-                    for await _ in await host.healthChanges() { notifier.status(await statusLine(host)) }
+                    for await _ in await host.healthChanges() { notifier.status(await statusLine(host, bus: bus)) }
+                }
+                group.addTask {
+                    for await _ in busChanges { notifier.status(await statusLine(host, bus: bus)) }
                 }
             }
         }

@@ -15,16 +15,42 @@ public actor BusService {
     public static let wellKnownName = "org.vigil.Vigil1"
 
     /// The bus in use and where it came from.
-    public nonisolated let hostBus: BusLocator.HostBus
-    /// The connection the objects are exported on.
-    public nonisolated let connection: DBusConnection
+    public private(set) var hostBus: BusLocator.HostBus
+    /// The connection the objects are exported on (a new one after a reconnect).
+    public private(set) var connection: DBusConnection
     /// Whatever `export` returned: kept alive as long as the service.
-    private let exported: (any Sendable)?
+    private var exported: (any Sendable)?
     /// The private bus to stop on shutdown: started by this vigild, or
     /// adopted from one that was killed.
-    private let privateBus: PrivateBus?
+    private var privateBus: PrivateBus?
     private let log: StrategyLogger
     private var stopped = false
+    /// What reconnecting needs: how the bus was found and how to export.
+    private let setup: Setup
+    /// Waits for the connection to go away, then reconnects.
+    private var watcher: Task<Void, Never>?
+    /// Told when the connection is lost and when it is back (vigild sends it as STATUS=).
+    private var onChange: (@Sendable (String?) -> Void)?
+    /// Non-nil while the bus is lost: what happened, for STATUS= and status.
+    public private(set) var trouble: String?
+
+    /// The backoff between reconnect attempts: doubles from `initial` to `maximum`.
+    public struct ReconnectBackoff: Sendable {
+        public var initial: Duration
+        public var maximum: Duration
+        public init(initial: Duration = .milliseconds(250), maximum: Duration = .seconds(30)) {
+            self.initial = initial
+            self.maximum = maximum
+        }
+    }
+
+    private struct Setup: Sendable {
+        var selection: BusSelection
+        var stateDir: String
+        var environment: [String: String]
+        var backoff: ReconnectBackoff
+        var export: @Sendable (DBusConnection) async throws -> (any Sendable)?
+    }
 
     /// Why vigild could not get onto its bus.
     public enum StartError: Error, CustomStringConvertible {
@@ -50,29 +76,47 @@ public actor BusService {
         }
     }
 
-    private init(hostBus: BusLocator.HostBus, connection: DBusConnection, exported: (any Sendable)?, privateBus: PrivateBus?, log: StrategyLogger) {
+    private init(hostBus: BusLocator.HostBus, connection: DBusConnection, exported: (any Sendable)?, privateBus: PrivateBus?, log: StrategyLogger, setup: Setup) {
         self.hostBus = hostBus
         self.privateBus = privateBus
         self.connection = connection
         self.exported = exported
         self.log = log
+        self.setup = setup
     }
 
     /// Finds or starts the bus for `selection`, connects, runs `export`
     /// (which exports the objects on the connection and returns whatever
     /// must stay alive with them), then requests `org.vigil.Vigil1`.
     ///
+    /// When the connection is later lost (the bus daemon went away), the
+    /// service logs it at error level and reconnects with `backoff`: it
+    /// finds the bus again (restarting its own private bus at the same
+    /// address file), runs `export` again on the new connection and
+    /// re-requests the name.
+    ///
     /// On failure everything started so far is undone (connection closed,
     /// private bus stopped) before the error is thrown.
     public static func start(
         selection: BusSelection, stateDir: String,
         environment: [String: String] = ProcessInfo.processInfo.environment,
+        backoff: ReconnectBackoff = ReconnectBackoff(),
         log: StrategyLogger,
-        export: @Sendable (DBusConnection) async throws -> (any Sendable)?
+        export: @escaping @Sendable (DBusConnection) async throws -> (any Sendable)?
     ) async throws(StartError) -> BusService {
+        let setup = Setup(selection: selection, stateDir: stateDir, environment: environment, backoff: backoff, export: export)
+        let (hostBus, connection, exported, privateBus) = try await connect(setup, log: log, again: false)
+        let service = BusService(hostBus: hostBus, connection: connection, exported: exported, privateBus: privateBus, log: log, setup: setup)
+        await service.watchConnection()
+        return service
+    }
+
+    /// One attempt: bus, connection, export, name. Undoes what it did on failure.
+    private static func connect(_ setup: Setup, log: StrategyLogger, again: Bool) async throws(StartError)
+        -> (BusLocator.HostBus, DBusConnection, (any Sendable)?, PrivateBus?) {
         let hostBus: BusLocator.HostBus
         do {
-            hostBus = try BusLocator.hostBus(selection: selection, stateDir: stateDir, environment: environment, log: log)
+            hostBus = try BusLocator.hostBus(selection: setup.selection, stateDir: setup.stateDir, environment: setup.environment, log: log)
         } catch {
             throw .noBus("\(error)")
         }
@@ -86,7 +130,7 @@ public actor BusService {
         }
         let exported: (any Sendable)?
         do {
-            exported = try await export(connection)
+            exported = try await setup.export(connection)
         } catch {
             await connection.close()
             await hostBus.privateBus?.stop()
@@ -95,6 +139,7 @@ public actor BusService {
         do {
             try await connection.requestName(wellKnownName)
         } catch {
+            if let api = exported as? HostBusAPI { await api.connectionLost() }
             await connection.close()
             await hostBus.privateBus?.stop()
             switch error {
@@ -104,12 +149,80 @@ public actor BusService {
             }
         }
         let uniqueName = await connection.uniqueName
-        log.notice("serving \(wellKnownName) as \(uniqueName) on \(busName); try: \(hostBus.busctlCommand)")
+        log.notice("serving \(wellKnownName)\(again ? " again" : "") as \(uniqueName) on \(busName); try: \(hostBus.busctlCommand)")
         var privateBus = hostBus.privateBus
         if let file = hostBus.reusedAddressFile, case let .address(address) = hostBus.bus {
             privateBus = await adoptPrivateBus(connection: connection, address: address, addressFile: file, log: log)
         }
-        return BusService(hostBus: hostBus, connection: connection, exported: exported, privateBus: privateBus, log: log)
+        return (hostBus, connection, exported, privateBus)
+    }
+
+    /// Calls `body` with a description of the trouble when the bus is lost,
+    /// and with nil when the service is back on a bus.
+    public func onChange(_ body: @escaping @Sendable (String?) -> Void) {
+        onChange = body
+    }
+
+    private func watchConnection() {
+        let connection = self.connection
+        watcher = Task { [weak self] in
+            await connection.disconnected()
+            await self?.connectionLost(connection)
+        }
+    }
+
+    /// The bus went away: end what lived on it, then reconnect with backoff
+    /// until it works or the service stops.
+    private func connectionLost(_ lost: DBusConnection) async {
+        guard !stopped, lost === connection else { return }
+        let busName = Self.describe(hostBus)
+        let backoff = setup.backoff
+        log.error("lost the connection to \(busName); reconnecting (every \(backoff.initial) at first, at most every \(backoff.maximum))")
+        trouble = "bus connection lost; reconnecting"
+        onChange?(trouble)
+        if let api = exported as? HostBusAPI { await api.connectionLost() }
+        exported = nil
+        await lost.close()
+        // Our own private bus: stopped if it died (reaped, address file
+        // removed), so finding the bus again starts a new one at that file.
+        if let privateBus, !privateBus.isRunning {
+            await privateBus.stop()
+            log.notice("the private dbus-daemon (pid \(privateBus.pid)) is gone; starting a new one")
+            self.privateBus = nil
+        }
+        var delay = backoff.initial
+        var lastFailure = ""
+        var attempts = 0
+        while !stopped {
+            do { try await Task.sleep(for: delay) } catch { return }
+            guard !stopped else { return }
+            attempts += 1
+            do {
+                let (hostBus, connection, exported, privateBus) = try await Self.connect(setup, log: log, again: true)
+                guard !stopped else {
+                    if let api = exported as? HostBusAPI { await api.stop() }
+                    await connection.close()
+                    return
+                }
+                self.hostBus = hostBus
+                self.connection = connection
+                self.exported = exported
+                if let privateBus { self.privateBus = privateBus }
+                log.notice("reconnected after \(attempts) attempt\(attempts == 1 ? "" : "s")")
+                trouble = nil
+                onChange?(nil)
+                watchConnection()
+                return
+            } catch {
+                // Each new reason once; the same one again is not repeated.
+                if "\(error)" != lastFailure {
+                    lastFailure = "\(error)"
+                    log.warning("cannot reconnect yet: \(error); retrying")
+                }
+                trouble = "bus connection lost; reconnecting: \(error)"
+                delay = min(delay * 2, backoff.maximum)
+            }
+        }
     }
 
     /// Serves `runtime` on its bus: finds or starts the bus for the
@@ -117,10 +230,11 @@ public actor BusService {
     /// allowed to root and to this process's uid), then owns
     /// `org.vigil.Vigil1`.
     public static func start(
-        runtime: HostRuntime, environment: [String: String] = ProcessInfo.processInfo.environment, log: StrategyLogger
+        runtime: HostRuntime, environment: [String: String] = ProcessInfo.processInfo.environment,
+        backoff: ReconnectBackoff = ReconnectBackoff(), log: StrategyLogger
     ) async throws(StartError) -> BusService {
         let settings = await runtime.config.host
-        return try await start(selection: settings.bus, stateDir: settings.stateDir, environment: environment, log: log) { connection in
+        return try await start(selection: settings.bus, stateDir: settings.stateDir, environment: environment, backoff: backoff, log: log) { connection in
             let api = HostBusAPI(runtime: runtime, connection: connection, hostUID: getuid())
             try await api.export()
             return api
@@ -132,6 +246,7 @@ public actor BusService {
     public func stop() async {
         guard !stopped else { return }
         stopped = true
+        watcher?.cancel()
         if let api = exported as? HostBusAPI { await api.stop() }
         if await connection.isConnected {
             do { try await connection.releaseName(Self.wellKnownName) } catch {

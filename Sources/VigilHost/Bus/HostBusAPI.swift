@@ -117,6 +117,15 @@ public actor HostBusAPI {
         statusFlushes = [:]
     }
 
+    /// The connection is gone (the bus went away): stop following, end the
+    /// client leases (their holders were on that bus) and let the strategy
+    /// bridge export everything again on the next connection.
+    public func connectionLost() async {
+        stop()
+        await runtime.strategyBus.detach()
+        await runtime.clientLeases.busLost()
+    }
+
     /// The introspection XML of the whole API: the root object's interfaces
     /// (with the standard ones) followed by the Strategy and Lease
     /// interfaces, generated from the declarations the host exports. This

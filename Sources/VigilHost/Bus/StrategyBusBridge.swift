@@ -57,6 +57,14 @@ public actor StrategyBusBridge {
         for path in children.keys.sorted() { await exportChild(path) }
     }
 
+    /// The server's connection is gone: forget what was exported on it, so
+    /// the next ``attach(server:hostUID:)`` exports everything again.
+    func detach() {
+        server = nil
+        exportedStrategies = []
+        addedInterfaces = [:]
+    }
+
     /// HostBusAPI exported the strategy's object: add its registered interfaces.
     func strategyExported(_ strategy: String) async {
         exportedStrategies.insert(strategy)

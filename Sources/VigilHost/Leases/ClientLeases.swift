@@ -172,6 +172,12 @@ public actor ClientLeases {
         }
     }
 
+    /// The bus connection the leases were begun on is gone: every holder
+    /// was a peer on that bus, so every client lease ends.
+    public func busLost() async {
+        for id in held.keys.sorted() { await end(id, detail: "the bus connection was lost") }
+    }
+
     /// Follows the registry so leases it ends on its own (expired after the
     /// grace time, released at shutdown) are forgotten here too. Call once.
     public func start() async {
