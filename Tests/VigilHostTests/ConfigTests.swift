@@ -385,7 +385,11 @@ struct ConfigTests {
         ("client_max_budget_per_uid = \"0s\"", "host.client_max_budget_per_uid", "expected a duration of at least 1s, found \"0s\""),
         ("client_leases = \"yes\"", "host.client_leases", "expected a boolean (true or false), found a string"),
         ("on_sleep = \"pause-sync\"", "host.on_sleep", "expected an argv array such as [\"/usr/bin/true\"], found a string; write [\"sh\", \"-c\", \"pause-sync\"] to use a shell"),
-        ("colour = \"red\"", "host.colour", "unknown key \"colour\"; known keys: bus, client_grace, client_leases, client_max_budget_per_uid, client_max_leases_per_uid, log_level, on_sleep, on_sleep_timeout, plugin_path, power, state_dir, survival_interval, wakelock_dir"),
+        ("freedesktop_inhibit = \"of\"", "host.freedesktop_inhibit", "expected one of \"auto\", \"off\", found \"of\" (did you mean \"off\"?)"),
+        ("inhibit_max = \"0s\"", "host.inhibit_max", "expected a duration of at least 1s, found \"0s\""),
+        ("inhibit_deny = [\"firefox*\", \"\"]", "host.inhibit_deny", "element 1: expected a shell pattern of 1 to 256 bytes such as \"firefox*\" or \"/usr/bin/*\""),
+        ("inhibit_allow = \"mpv\"", "host.inhibit_allow", "expected an array of strings, found a string"),
+        ("colour = \"red\"", "host.colour", "unknown key \"colour\"; known keys: bus, client_grace, client_leases, client_max_budget_per_uid, client_max_leases_per_uid, freedesktop_inhibit, inhibit_allow, inhibit_deny, inhibit_max, log_level, on_sleep, on_sleep_timeout, plugin_path, power, state_dir, survival_interval, wakelock_dir"),
     ])
     func hostProblems(_ line: String, _ keyPath: String, _ message: String) throws {
         let temp = try TempConfig("[host]\n\(line)\n")

@@ -58,6 +58,8 @@ public actor HostBusAPI {
     private var highestShownLease: UInt64 = 0
     /// Scheduled `Status` announcements, by lease.
     private var statusFlushes: [LeaseID: Task<Void, Never>] = [:]
+    /// The freedesktop inhibit names and objects, when served.
+    private var inhibitBridge: InhibitBusBridge?
     private let survival: HostBusSurvivalReader
     private let log: StrategyLogger
 
@@ -94,6 +96,15 @@ public actor HostBusAPI {
         for lease in await runtime.registry.active {
             try await addLease(lease, on: server)
         }
+        let host = await runtime.config.host
+        if host.inhibits.mode == .auto, host.bus != .system {
+            let bridge = InhibitBusBridge(server: server, connection: connection, inhibits: runtime.inhibits, log: log) { [weak self] call in
+                guard let self else { throw DBusError.failed("vigild's D-Bus API is shutting down") }
+                return try await self.credentials(of: call)
+            }
+            inhibitBridge = bridge
+            try await bridge.export()
+        }
         followers.append(Task { [weak self] in
             for await event in leaseEvents {
                 guard let self else { return }
@@ -124,6 +135,7 @@ public actor HostBusAPI {
         stop()
         await runtime.strategyBus.detach()
         await runtime.clientLeases.busLost()
+        await runtime.inhibits.busLost()
     }
 
     /// The introspection XML of the whole API: the root object's interfaces
@@ -258,7 +270,7 @@ public actor HostBusAPI {
                 leases[id] = entry
                 try await server.emitPropertiesChanged(path: path, interface: HostBusNames.leaseInterface, properties: ["State"])
                 try await emit("LeaseExpiring", [.objectPath(path), .uint64(Self.remainingMicros(event))])
-                if event.lease.client != nil {
+                if event.lease.strategy == ClientLeases.strategyName {
                     try await server.emit(path: path, interface: HostBusNames.clientLeaseInterface, signal: "Expiring",
                                           arguments: [.uint64(Self.remainingMicros(event))])
                 }
@@ -269,7 +281,7 @@ public actor HostBusAPI {
                 try await server.emitPropertiesChanged(path: path, interface: HostBusNames.leaseInterface, properties: ["State"])
                 if event.kind == .expired {
                     try await emit("LeaseExpired", [.objectPath(path), .bool(event.forced)])
-                    if event.lease.client != nil {
+                    if event.lease.strategy == ClientLeases.strategyName {
                         try await server.emit(path: path, interface: HostBusNames.clientLeaseInterface, signal: "Expired")
                     }
                 } else {
@@ -370,7 +382,9 @@ public actor HostBusAPI {
     private func addLease(_ lease: LeaseSnapshot, on server: DBusObjectServer) async throws {
         var interfaces = [HostBusInterfaces.lease(self, id: lease.id)]
         var kind: String?
-        if let client = lease.client {
+        if lease.strategy == ForeignInhibits.strategyName {
+            kind = ForeignInhibits.strategyName
+        } else if let client = lease.client {
             kind = ClientLeases.strategyName
             interfaces.append(HostBusInterfaces.clientLease(self, id: lease.id, client: client))
         } else {
@@ -385,6 +399,12 @@ public actor HostBusAPI {
 
     func forgetCredentials(of name: String) {
         knownCredentials[name] = nil
+    }
+
+    /// A unique name left the bus: its inhibits, portal requests and sessions end.
+    func inhibitorVanished(_ name: String) async {
+        await runtime.inhibits.ownerVanished(name)
+        await inhibitBridge?.ownerVanished(name)
     }
 
     /// Returns once the lease's object is exported (or was, and the lease

@@ -104,7 +104,7 @@ extension HostBusAPI {
     /// connection (GetConnectionCredentials) and remembered until it leaves
     /// the bus: a unique name's credentials never change and the name is
     /// never reused.
-    private func credentials(of call: DBusMethodCall) async throws -> (uid: UInt32, pid: UInt32) {
+    func credentials(of call: DBusMethodCall) async throws -> (uid: UInt32, pid: UInt32) {
         if let known = knownCredentials[call.sender] { return known }
         let reply = try await call.connection.call(
             destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
@@ -135,6 +135,7 @@ extension HostBusAPI {
                       name.hasPrefix(":"), newOwner.isEmpty else { continue }
                 await self?.forgetCredentials(of: name)
                 await clientLeases.ownerVanished(name)
+                await self?.inhibitorVanished(name)
             }
         }
     }

@@ -29,6 +29,9 @@ public struct HostSettings: Sendable, Equatable {
     /// How long `on_sleep` may run (`on_sleep_timeout`); logind's own limit
     /// (InhibitDelayMaxUSec, 5 s by default) still applies.
     public var onSleepTimeout: Duration = .seconds(5)
+    /// Apps' keep-awake requests through the freedesktop inhibit APIs
+    /// (`freedesktop_inhibit`, `inhibit_max`, `inhibit_allow`, `inhibit_deny`).
+    public var inhibits = InhibitSettings()
     /// The `[metrics]` table (its own table, kept here so reload compares it
     /// like a `[host]` key: a change needs a restart).
     public var metrics = MetricsSettings()
@@ -54,6 +57,10 @@ public struct HostSettings: Sendable, Equatable {
             .duration("client_grace", \.clientLeases.grace, atLeast: .zero),
             .argv("on_sleep", \.onSleep),
             .duration("on_sleep_timeout", \.onSleepTimeout, atLeast: .milliseconds(1)),
+            .choice("freedesktop_inhibit", \.inhibits.mode, InhibitSettings.Mode.allCases, spelled: \.rawValue),
+            .duration("inhibit_max", \.inhibits.maxDuration, atLeast: .seconds(1)),
+            .patterns("inhibit_allow", \.inhibits.allow),
+            .patterns("inhibit_deny", \.inhibits.deny),
         ]
     }
 
@@ -157,6 +164,18 @@ struct HostKey {
     static func flag(_ name: String, _ field: WritableKeyPath<HostSettings, Bool>) -> HostKey {
         HostKey(name: name) { reader, settings, _ in
             if let value = reader.bool(name) { settings[keyPath: field] = value }
+        }
+    }
+
+    /// A list of shell patterns (fnmatch), each non-empty and at most 256 bytes.
+    static func patterns(_ name: String, _ field: WritableKeyPath<HostSettings, [String]>) -> HostKey {
+        HostKey(name: name) { reader, settings, _ in
+            guard let patterns = reader.stringArray(name) else { return }
+            if let bad = patterns.firstIndex(where: { $0.isEmpty || $0.utf8.count > 256 }) {
+                reader.problem(name, "element \(bad): expected a shell pattern of 1 to 256 bytes such as \"firefox*\" or \"/usr/bin/*\"")
+                return
+            }
+            settings[keyPath: field] = patterns
         }
     }
 

@@ -24,6 +24,8 @@ public actor HostRuntime {
     public nonisolated let registry: LeaseRegistry
     /// Leases D-Bus clients hold (BeginBackgroundTask), in `registry` too.
     public nonisolated let clientLeases: ClientLeases
+    /// Apps' requests through the freedesktop inhibit APIs, as leases.
+    public nonisolated let inhibits: ForeignInhibits
     public nonisolated let scheduler: any WakeScheduling
     public nonisolated let supervisor: Supervisor
     /// What strategies put on D-Bus (StrategyContext.bus).
@@ -104,6 +106,7 @@ public actor HostRuntime {
         let registry = LeaseRegistry(clock: env.clock, backend: env.power)
         self.registry = registry
         self.clientLeases = ClientLeases(registry: registry, settings: config.host.clientLeases)
+        self.inhibits = ForeignInhibits(registry: registry, settings: config.host.inhibits, grace: config.host.clientLeases.grace, logSink: env.logSink)
         let logSink = env.logSink
         let metrics = HostMetrics()
         self.metrics = metrics
@@ -143,6 +146,7 @@ public actor HostRuntime {
         await host.startBackground(leaseEvents: await host.registry.events())
         await host.startResumeWatch(startBoottimeMicros: startReadings.boottimeMicros)
         await host.clientLeases.start()
+        await host.inhibits.start()
         await host.supervisor.start(config.strategies.map {
             SupervisedStrategy(name: $0.name, kind: $0.kind, strategy: $0.strategy)
         })
@@ -342,6 +346,7 @@ public actor HostRuntime {
         await supervisor.stopAll()
         await registry.releaseEverything(detail: "host shutting down")
         await clientLeases.stop()
+        await inhibits.stop()
         await clock.settleIfManual()
         resumeWatcher?.invalidate()
         for task in background { task.cancel() }

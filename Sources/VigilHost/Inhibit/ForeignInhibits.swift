@@ -1,0 +1,252 @@
+import Foundation
+import VigilKit
+
+/// `[host] freedesktop_inhibit`, `inhibit_max`, `inhibit_allow`,
+/// `inhibit_deny`: how vigild answers apps that ask the desktop's inhibit
+/// APIs to keep the machine awake (docs/desktop-integration.md).
+public struct InhibitSettings: Sendable, Equatable {
+    /// Whether vigild serves the freedesktop inhibit names on its bus.
+    public enum Mode: String, CaseIterable, Sendable {
+        /// On a session bus (the default), off on the system bus.
+        case auto
+        case off
+    }
+    public var mode: Mode = .auto
+    /// The longest any foreign inhibit is held: then `Expiring`, then released.
+    public var maxDuration: Duration = .seconds(8 * 3600)
+    /// When not empty, only apps whose name or executable matches one of
+    /// these shell patterns (fnmatch) may inhibit.
+    public var allow: [String] = []
+    /// Apps whose name or executable matches one of these may not.
+    public var deny: [String] = []
+
+    public init() {}
+
+    /// Longest app name and reason accepted, in UTF-8 bytes.
+    public static let maxAppBytes = 256
+    public static let maxReasonBytes = 1024
+    /// Most inhibits one uid may hold at once.
+    public static let maxPerUID = 64
+}
+
+/// Which API an inhibit came through.
+public enum InhibitSource: String, Sendable, CaseIterable {
+    case powerManagement = "org.freedesktop.PowerManagement.Inhibit"
+    case screenSaver = "org.freedesktop.ScreenSaver"
+    case portal = "org.freedesktop.impl.portal.Inhibit"
+}
+
+/// Who asked, from the bus's credentials for the caller's connection.
+public struct InhibitCaller: Sendable, Hashable {
+    /// The unique bus name (`:1.42`).
+    public var owner: String
+    public var uid: UInt32
+    /// 0 when the bus could not tell.
+    public var pid: UInt32
+    /// `/proc/PID/exe`, when readable.
+    public var executable: String?
+
+    public init(owner: String, uid: UInt32, pid: UInt32, executable: String? = nil) {
+        self.owner = owner
+        self.uid = uid
+        self.pid = pid
+        self.executable = executable
+    }
+
+    /// The executable of `pid`, when this process may read it.
+    public static func executable(of pid: UInt32) -> String? {
+        guard pid != 0 else { return nil }
+        return try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/exe")
+    }
+}
+
+/// Why an inhibit request was refused.
+public struct InhibitError: Error, Sendable, Equatable, CustomStringConvertible {
+    public enum Code: Sendable, Equatable {
+        /// Bad or oversized argument, or a cookie this caller does not hold: InvalidArgs.
+        case invalidArgument
+        /// A policy rule refused the app: AccessDenied.
+        case denied
+        /// Over the per-uid limit: LimitsExceeded.
+        case limitExceeded
+        case failed
+    }
+    public var code: Code
+    public var message: String
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+    public var description: String { message }
+}
+
+/// Every keep-awake request an app made through the freedesktop inhibit
+/// APIs or the Inhibit portal, each a lease in the registry (strategy
+/// `inhibit`) holding `sleep` or `idle` through the power backend.
+///
+/// An inhibit ends on UnInhibit (or the portal Request's Close) by the
+/// connection that made it, when that connection leaves the bus, when the
+/// bus is lost, or after `inhibit_max`: then the registry marks it
+/// expiring (a warning) and releases it after the grace time.
+///
+/// Cookies are random 32-bit numbers, unique among those held. A cookie is
+/// only good on the connection that got it: UnInhibit of another
+/// connection's cookie is refused exactly like a cookie that does not
+/// exist, so the answer tells nothing about other callers.
+public actor ForeignInhibits {
+    /// What the registry shows as an inhibit lease's strategy.
+    public static let strategyName = "inhibit"
+
+    private struct Held {
+        var lease: LeaseID
+        var caller: InhibitCaller
+        var source: InhibitSource
+    }
+
+    public nonisolated let registry: LeaseRegistry
+    public nonisolated let settings: InhibitSettings
+    private let grace: Duration
+    private let log: StrategyLogger
+    private var byCookie: [UInt32: Held] = [:]
+    private var cookieOfLease: [LeaseID: UInt32] = [:]
+    private var generator = SystemRandomNumberGenerator()
+    private var following: Task<Void, Never>?
+    /// Unique names that left the bus recently (an inhibit racing its
+    /// caller's departure is ended at once); bounded, names are never reused.
+    private var vanished: Set<String> = []
+    private var vanishedOrder: [String] = []
+    /// Told when the set of held inhibits goes from empty to not, or back.
+    private var onHasInhibitChanged: (@Sendable (Bool) -> Void)?
+
+    public init(registry: LeaseRegistry, settings: InhibitSettings, grace: Duration, logSink: any LogSink) {
+        self.registry = registry
+        self.settings = settings
+        self.grace = grace
+        self.log = StrategyLogger(source: "inhibit", sink: logSink)
+    }
+
+    /// Follows the registry, so inhibits it ends on its own (expired after
+    /// `inhibit_max`, released at shutdown) are forgotten here too. Call once.
+    public func start() async {
+        let events = await registry.events()
+        following = Task { [weak self] in
+            for await event in events where event.lease.strategy == Self.strategyName && event.lease.state.isEnded {
+                await self?.registryEnded(event.lease.id)
+            }
+        }
+    }
+
+    public func stop() {
+        following?.cancel()
+        following = nil
+    }
+
+    public func onHasInhibitChanged(_ body: @escaping @Sendable (Bool) -> Void) {
+        onHasInhibitChanged = body
+    }
+
+    /// True while any inhibit is held.
+    public var hasInhibit: Bool { !byCookie.isEmpty }
+
+    /// The inhibits held now, by cookie (for tests and listings).
+    public var held: [(cookie: UInt32, lease: LeaseID, source: InhibitSource, caller: InhibitCaller)] {
+        byCookie.map { ($0.key, $0.value.lease, $0.value.source, $0.value.caller) }.sorted { $0.lease < $1.lease }
+    }
+
+    /// Grants an inhibit: checks the arguments and the policy, then holds
+    /// `what` (logind names: "sleep", "idle"; empty: tracked only) as a
+    /// lease. Returns the cookie.
+    public func inhibit(source: InhibitSource, app: String, reason: String, what: [String], caller: InhibitCaller) async throws(InhibitError) -> UInt32 {
+        guard app.utf8.count <= InhibitSettings.maxAppBytes else {
+            throw InhibitError(.invalidArgument, "the application name is \(app.utf8.count) bytes; at most \(InhibitSettings.maxAppBytes) are accepted")
+        }
+        guard reason.utf8.count <= InhibitSettings.maxReasonBytes else {
+            throw InhibitError(.invalidArgument, "the reason is \(reason.utf8.count) bytes; at most \(InhibitSettings.maxReasonBytes) are accepted")
+        }
+        try checkPolicy(app: app, executable: caller.executable)
+        let mine = byCookie.values.filter { $0.caller.uid == caller.uid }.count
+        guard mine < InhibitSettings.maxPerUID else {
+            throw InhibitError(.limitExceeded, "uid \(caller.uid) already holds \(mine) inhibits, the most allowed (\(InhibitSettings.maxPerUID)); release one first")
+        }
+        let name = app.isEmpty ? "unnamed app" : app
+        let log = self.log
+        let request = LeaseRequest(
+            holds: what.isEmpty ? "nothing (tracked only)" : what.joined(separator: "+"),
+            reason: reason.isEmpty ? name : reason,
+            budget: settings.maxDuration, grace: grace,
+            power: what.isEmpty ? nil : PowerHold(what: what, mode: "block"),
+            onExpire: { expiry in
+                log.warning("inhibit by \"\(TerminalText.escaped(name))\" ran for inhibit_max; releasing lease \(expiry.lease) in \(expiry.grace.vigilDescription)")
+            }
+        )
+        let id: LeaseID
+        do {
+            id = try await registry.acquire(strategy: Self.strategyName, request,
+                                            client: ClientIdentity(owner: caller.owner, uid: caller.uid, pid: caller.pid, name: name))
+        } catch {
+            throw InhibitError(.failed, "\(error)")
+        }
+        await registry.setStatus(id, [
+            "Interface": .string(source.rawValue), "App": .string(name), "Executable": .string(caller.executable ?? ""),
+            "Pid": .uint(UInt64(caller.pid)), "Uid": .uint(UInt64(caller.uid)),
+        ])
+        var cookie: UInt32 = 0
+        while cookie == 0 || byCookie[cookie] != nil { cookie = generator.next() }
+        let wasEmpty = byCookie.isEmpty
+        byCookie[cookie] = Held(lease: id, caller: caller, source: source)
+        cookieOfLease[id] = cookie
+        if wasEmpty { onHasInhibitChanged?(true) }
+        if vanished.contains(caller.owner) { await end(cookie, detail: "the app left the bus") }
+        return cookie
+    }
+
+    /// Ends the inhibit `cookie` for the connection that got it.
+    public func uninhibit(_ cookie: UInt32, caller owner: String) async throws(InhibitError) {
+        guard byCookie[cookie]?.caller.owner == owner else {
+            throw InhibitError(.invalidArgument, "this connection holds no inhibit with cookie \(cookie)")
+        }
+        await end(cookie, detail: "released by the app")
+    }
+
+    /// A unique name left the bus: its inhibits end.
+    public func ownerVanished(_ owner: String) async {
+        if vanished.insert(owner).inserted {
+            vanishedOrder.append(owner)
+            if vanishedOrder.count > 4096 { vanished.remove(vanishedOrder.removeFirst()) }
+        }
+        for (cookie, held) in byCookie where held.caller.owner == owner {
+            await end(cookie, detail: "the app left the bus")
+        }
+    }
+
+    /// The bus is gone: every caller was on it.
+    public func busLost() async {
+        for cookie in byCookie.keys.sorted() { await end(cookie, detail: "the bus connection was lost") }
+    }
+
+    private func end(_ cookie: UInt32, detail: String) async {
+        guard let held = byCookie.removeValue(forKey: cookie) else { return }
+        cookieOfLease[held.lease] = nil
+        if byCookie.isEmpty { onHasInhibitChanged?(false) }
+        await registry.release(held.lease, detail: detail)
+    }
+
+    private func registryEnded(_ id: LeaseID) {
+        guard let cookie = cookieOfLease.removeValue(forKey: id) else { return }
+        byCookie[cookie] = nil
+        if byCookie.isEmpty { onHasInhibitChanged?(false) }
+    }
+
+    /// `inhibit_deny` first, then `inhibit_allow` when it is not empty.
+    private func checkPolicy(app: String, executable: String?) throws(InhibitError) {
+        let subjects = [app] + (executable.map { [$0] } ?? [])
+        func matches(_ pattern: String) -> Bool { subjects.contains { fnmatch(pattern, $0, 0) == 0 } }
+        let who = "inhibit by \"\(TerminalText.escaped(String(app.prefix(64))))\" (\(executable.map { TerminalText.escaped($0) } ?? "executable unknown"))"
+        if let rule = settings.deny.first(where: matches) {
+            throw InhibitError(.denied, "\(who) is denied by inhibit_deny pattern \"\(rule)\"")
+        }
+        if !settings.allow.isEmpty, !settings.allow.contains(where: matches) {
+            throw InhibitError(.denied, "\(who) is not allowed: it matches no inhibit_allow pattern (\(settings.allow.map { "\"\($0)\"" }.joined(separator: ", ")))")
+        }
+    }
+}
