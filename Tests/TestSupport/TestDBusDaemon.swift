@@ -20,11 +20,15 @@ public final class TestDBusDaemon: @unchecked Sendable {
     /// A session-type bus that any user may connect to (access tests call
     /// as another uid), on which every peer may own names, send to anyone and
     /// eavesdrop (for monitors).
-    public convenience init() throws {
+    ///
+    /// `listen`: the address to listen on (default `unix:dir=` its own
+    /// directory); a fixed `unix:path=` lets a second daemon take the same
+    /// address after this one is gone.
+    public convenience init(listen: String? = nil) throws {
         try self.init(prefix: "vigil-dbus") { directory in
             """
             <type>session</type>
-            <listen>unix:dir=\(directory)</listen>
+            <listen>\(listen ?? "unix:dir=" + directory)</listen>
             <auth>EXTERNAL</auth>
             <policy context="default">
               <allow user="*"/>

@@ -113,8 +113,7 @@ public actor ForeignInhibits {
     private var following: Task<Void, Never>?
     /// Unique names that left the bus recently (an inhibit racing its
     /// caller's departure is ended at once); bounded, names are never reused.
-    private var vanished: Set<String> = []
-    private var vanishedOrder: [String] = []
+    private var vanished = VanishedNames()
     /// Told when the set of held inhibits goes from empty to not, or back.
     private var onHasInhibitChanged: (@Sendable (Bool) -> Void)?
 
@@ -211,10 +210,7 @@ public actor ForeignInhibits {
 
     /// A unique name left the bus: its inhibits end.
     public func ownerVanished(_ owner: String) async {
-        if vanished.insert(owner).inserted {
-            vanishedOrder.append(owner)
-            if vanishedOrder.count > 4096 { vanished.remove(vanishedOrder.removeFirst()) }
-        }
+        vanished.insert(owner)
         for (cookie, held) in byCookie where held.caller.owner == owner {
             await end(cookie, detail: "the app left the bus")
         }

@@ -84,8 +84,7 @@ public actor ClientLeases {
     /// Unique names that left the bus recently: a client that disconnects
     /// while its BeginBackgroundTask is still being answered is caught here.
     /// Unique names are never reused on a bus, so a bounded memory suffices.
-    private var vanished: Set<String> = []
-    private var vanishedOrder: [String] = []
+    private var vanished = VanishedNames()
 
     public init(registry: LeaseRegistry, settings: ClientLeaseSettings) {
         self.registry = registry
@@ -163,10 +162,7 @@ public actor ClientLeases {
 
     /// A unique name left the bus: its leases end.
     public func ownerVanished(_ owner: String) async {
-        if vanished.insert(owner).inserted {
-            vanishedOrder.append(owner)
-            if vanishedOrder.count > 4096 { vanished.remove(vanishedOrder.removeFirst()) }
-        }
+        vanished.insert(owner)
         for (id, entry) in held where entry.identity.owner == owner {
             await end(id, detail: "the client left the bus")
         }
