@@ -92,6 +92,36 @@ final class RecordingEvents: EventRecording, @unchecked Sendable {
         }
     }
     var all: [(String, [String: String])] { lock.withLock { events } }
+
+    /// Returns once an event named `name` was recorded; throws after `timeout`.
+    func waitFor(_ name: String, timeout: Duration = .seconds(30)) async throws {
+        let clock = ContinuousClock()
+        let end = clock.now + timeout
+        // Bounds a broken run: wakes the waiter below when nothing comes.
+        let bound = Task { [weak self] in
+            guard (try? await Task.sleep(until: end, clock: clock)) != nil else { return }
+            self?.wakeWaiters()
+        }
+        defer { bound.cancel() }
+        while true {
+            // Resumed at the next event (or by the bound).
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                let now = lock.withLock {
+                    if events.contains(where: { $0.0 == name }) || clock.now >= end { return true }
+                    waiters.append(c)
+                    return false
+                }
+                if now { c.resume() }
+            }
+            if all.contains(where: { $0.0 == name }) { return }
+            guard clock.now < end else { throw DescribedError("no \(name) event after \(timeout); events: \(all.map(\.0))") }
+        }
+    }
+
+    private func wakeWaiters() {
+        let ready = lock.withLock { defer { waiters.removeAll() }; return waiters }
+        for w in ready { w.resume() }
+    }
 }
 
 struct Harness {

@@ -147,6 +147,44 @@ final class PulseServer: @unchecked Sendable {
 
     var sinkInputs: String { (try? pactl(["list", "sink-inputs"]))?.stdout ?? "" }
 
+    /// Runs pactl and throws with its stderr when it fails.
+    @discardableResult
+    func pactlChecked(_ arguments: [String]) throws -> String {
+        let out = try pactl(arguments)
+        guard out.status == 0 else { throw DescribedError("pactl \(arguments.joined(separator: " ")): \(out.stderr)") }
+        return out.stdout
+    }
+
+    /// Columns of `pactl list short <what>`, one array per line.
+    func shortList(_ what: String) throws -> [[String]] {
+        try pactlChecked(["list", "short", what]).split(separator: "\n").map { $0.split(separator: "\t").map(String.init) }
+    }
+
+    /// The index of sink `name`.
+    func sinkIndex(_ name: String) throws -> String? {
+        try shortList("sinks").first { $0.count > 1 && $0[1] == name }?[0]
+    }
+
+    /// (index, sink index) of each stream.
+    func streams() throws -> [(index: String, sink: String)] {
+        try shortList("sink-inputs").compactMap { $0.count > 1 ? ($0[0], $0[1]) : nil }
+    }
+
+    /// Loads a null sink named `name`; returns its module index.
+    @discardableResult
+    func loadNullSink(_ name: String) throws -> String {
+        try pactlChecked(["load-module", "module-null-sink", "sink_name=\(name)", "rate=\(sinkRate)"]).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// Unloads the module that made sink `name`.
+    func unloadSink(_ name: String) throws {
+        let module: String? = try shortList("modules").first { line in
+            line.count > 2 && line[1] == "module-null-sink" && line[2].split(separator: " ").contains("sink_name=\(name)")
+        }?[0]
+        guard let module else { throw DescribedError("no module-null-sink made sink \(name)") }
+        try pactlChecked(["unload-module", module])
+    }
+
     /// Starts recording nullsink's monitor (parec takes a second or two
     /// before its first data arrives, so start it early).
     func startRecording() throws -> Recording {

@@ -142,6 +142,75 @@ import VigilKit
         await h.supervisor.stopAll()
     }
 
+    /// A named sink unloaded and loaded again: its stream is back within
+    /// 2 s of the load, though the reconnect backoff starts at 10 s; the
+    /// return comes from the server's sink events, not from a timer.
+    @Test func sinkThatComesBackGetsItsStreamAtOnce() async throws {
+        let pulse = try await PulseServer()
+        let h = try await AudioHarness()
+        try await h.start([
+            "server": .string(pulse.address), "sink": .string("nullsink"), "latency": .string("200ms"),
+            "reconnect_initial": .string("10s"), "reconnect_max": .string("60s"),
+        ])
+        try await h.waitFor(.acquired)
+        try pulse.unloadSink("nullsink")
+        try await h.waitFor(.released)
+        try await h.events.waitFor("audio-waiting")
+        #expect(pulse.sinkInputs.isEmpty || !pulse.sinkInputs.contains("Vigil"))
+        let clock = ContinuousClock()
+        let loaded = clock.now
+        try pulse.loadNullSink("nullsink")
+        try await h.waitFor(.acquired, count: 2, timeout: .seconds(10))
+        let back = clock.now - loaded
+        #expect(back < .seconds(2), "the stream came back \(back) after the sink")
+        let history = h.history.filter { $0.kind != .status }
+        #expect(history.map(\.kind) == [.acquired, .released, .acquired], "\(history.map(\.kind))")
+        let streams = try pulse.streams()
+        let sinkIndex = try pulse.sinkIndex("nullsink")
+        #expect(streams.count == 1 && streams.first?.sink == sinkIndex, "\(streams)")
+        #expect(h.events.all.contains { $0.0 == "audio-lost" && $0.1["reason"] == "sink nullsink was removed" }, "\(h.events.all)")
+        try await eventually("nullsink runs again") { pulse.sinkState == "RUNNING" }
+        await h.supervisor.stopAll()
+    }
+
+    /// `sink = "@DEFAULT_SINK@"`: the stream follows `pactl set-default-sink`,
+    /// also after it was moved by hand, when PulseAudio itself no longer
+    /// moves it. One lease throughout: the stream moves, it is not recreated.
+    @Test func followsTheDefaultSink() async throws {
+        let pulse = try await PulseServer()
+        try pulse.loadNullSink("other")
+        let nullsink = try #require(try pulse.sinkIndex("nullsink"))
+        let other = try #require(try pulse.sinkIndex("other"))
+        try pulse.pactlChecked(["set-default-sink", "nullsink"])
+        let h = try await AudioHarness()
+        try await h.start(["server": .string(pulse.address), "sink": .string("@DEFAULT_SINK@"), "latency": .string("200ms")])
+        try await h.waitFor(.acquired)
+        try await eventually("the lease shows nullsink") { await h.activeStatus()["Sink"] == .string("nullsink") }
+        let stream = try #require(try pulse.streams().first)
+        #expect(stream.sink == nullsink)
+
+        // By hand (pavucontrol, or stream-restore's memory): the stream now
+        // prefers `other`, and PulseAudio leaves it there when the default changes.
+        try pulse.pactlChecked(["move-sink-input", stream.index, "other"])
+        try await eventually("the lease shows the move") { await h.activeStatus()["Sink"] == .string("other") }
+        try pulse.pactlChecked(["set-default-sink", "other"])
+        try pulse.pactlChecked(["set-default-sink", "nullsink"])
+        try await eventually("the stream follows the default to nullsink") { try pulse.streams().map(\.sink) == [nullsink] }
+        try await eventually("the lease shows nullsink") { await h.activeStatus()["Sink"] == .string("nullsink") }
+        try pulse.pactlChecked(["set-default-sink", "other"])
+        try await eventually("the stream follows the default to other") { try pulse.streams().map(\.sink) == [other] }
+        try await eventually("other runs") { try pulse.shortList("sinks").first { $0[1] == "other" }?.last == "RUNNING" }
+        #expect(h.history.filter { $0.kind != .status }.map(\.kind) == [.acquired])
+        #expect(h.logs.entries.contains { $0.contains("the default sink is now nullsink; moving the stream there") }, "\(h.logs.entries)")
+        await h.supervisor.stopAll()
+    }
+
+    @Test func defaultSinkNameIsAccepted() throws {
+        #expect(try SilentAudioPlugin.problems(["sink": .string("@DEFAULT_SINK@")]).isEmpty)
+        let empty = try SilentAudioPlugin.problems(["sink": .string("")])
+        #expect(empty.contains { $0.contains("or \"@DEFAULT_SINK@\" for the default sink") }, "\(empty)")
+    }
+
     /// `play = "periodic"`: bursts of `for`, every `every`, faded in.
     @Test func periodicModePlaysForEvery() async throws {
         let pulse = try await PulseServer()
