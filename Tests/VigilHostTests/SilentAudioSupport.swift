@@ -73,7 +73,7 @@ func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: (
 
 /// A user-mode PulseAudio with one null sink (`nullsink`), in a private
 /// runtime directory, killed with SIGKILL when the value goes away.
-final class PulseServer: @unchecked Sendable {
+final class PulseServer: PulseTools, @unchecked Sendable {
     // Invariant: `pid` is only touched while holding `lock`.
     private let lock = NSLock()
     private var pid: pid_t?
@@ -129,12 +129,24 @@ final class PulseServer: @unchecked Sendable {
         try? FileManager.default.removeItem(atPath: dir)
     }
 
-    func pactl(_ arguments: [String]) throws -> ToolOutput {
-        try runTool("/usr/bin/pactl", arguments, environment: environment)
-    }
-
     func pacmd(_ arguments: [String]) throws -> ToolOutput {
         try runTool("/usr/bin/pacmd", arguments, environment: environment)
+    }
+}
+
+/// A pulse server (PulseAudio, or PipeWire's pipewire-pulse) with a null
+/// sink named `nullsink`, driven with the PulseAudio tools.
+protocol PulseTools: AnyObject {
+    /// The server's private runtime directory.
+    var dir: String { get }
+    var sinkRate: Int { get }
+    /// The environment for the server's clients (pactl, parec).
+    var environment: [String: String] { get }
+}
+
+extension PulseTools {
+    func pactl(_ arguments: [String]) throws -> ToolOutput {
+        try runTool("/usr/bin/pactl", arguments, environment: environment)
     }
 
     /// `nullsink`'s line of `pactl list short sinks`.
@@ -193,6 +205,85 @@ final class PulseServer: @unchecked Sendable {
             "/usr/bin/parec", ["-d", "nullsink.monitor", "--raw", "--format=s16le", "--rate=\(sinkRate)", "--channels=2", "--latency-msec=50", file],
             environment: environment, stderr: "\(dir)/parec.log")
         return Recording(pid: pid, file: file, log: "\(dir)/parec.log")
+    }
+}
+
+/// PipeWire, WirePlumber and pipewire-pulse, started without systemd in a
+/// private runtime directory, with a null sink `nullsink` loaded through
+/// pactl. WirePlumber gets no session bus: a `main.lua.d` override turns off
+/// its D-Bus device reservation and flatpak portal, without which it exits.
+/// Every process is killed (and reaped) when the value goes away.
+final class PipeWireServer: PulseTools, @unchecked Sendable {
+    // Invariant: `pids` is only touched while holding `lock`.
+    private let lock = NSLock()
+    private var pids: [pid_t] = []
+    let dir: String
+    let sinkRate = 48_000
+
+    var address: String { "unix:\(dir)/pulse/native" }
+
+    var environment: [String: String] {
+        ["XDG_RUNTIME_DIR": dir, "XDG_CONFIG_HOME": "\(dir)/config", "HOME": dir, "PATH": "/usr/bin:/bin", "PULSE_SERVER": address]
+    }
+
+    init() async throws {
+        var template = Array("/tmp/vigil-pipewire-XXXXXX".utf8CString)
+        guard let p = mkdtemp(&template) else { throw POSIXError(.EIO) }
+        dir = String(cString: p)
+        do {
+            try await start()
+        } catch {
+            stop()
+            throw error
+        }
+    }
+
+    private func start() async throws {
+        let overrides = "\(dir)/config/wireplumber/main.lua.d"
+        try FileManager.default.createDirectory(atPath: overrides, withIntermediateDirectories: true)
+        // Sorts before 90-enable-all.lua, which acts on these settings.
+        try """
+        alsa_monitor.properties["alsa.reserve"] = false
+        default_access.properties["enable-flatpak-portal"] = false
+
+        """.write(toFile: "\(overrides)/60-vigil-test.lua", atomically: true, encoding: .utf8)
+        var env = environment
+        env["PULSE_SERVER"] = nil
+        try spawn("/usr/bin/pipewire", env)
+        try await eventually("pipewire's socket in \(dir)") { FileManager.default.fileExists(atPath: "\(dir)/pipewire-0") }
+        try spawn("/usr/bin/wireplumber", env)
+        try spawn("/usr/bin/pipewire-pulse", env)
+        try await eventually("pipewire-pulse answers in \(dir)") { (try? pactl(["info"]))?.stdout.contains("on PipeWire") == true }
+        try loadNullSink("nullsink")
+        try await eventually("PipeWire lists nullsink") { sinkLine != nil }
+    }
+
+    private func spawn(_ program: String, _ env: [String: String]) throws {
+        let name = URL(fileURLWithPath: program).lastPathComponent
+        let pid = try spawnQuietly(program, [], environment: env, stderr: "\(dir)/\(name).log")
+        lock.withLock { pids.append(pid) }
+    }
+
+    /// The server's log files, for a failure message.
+    var logs: String {
+        ["pipewire", "wireplumber", "pipewire-pulse"].map { name in
+            "\(name): " + ((try? String(contentsOfFile: "\(dir)/\(name).log", encoding: .utf8))?.suffix(2_000).description ?? "")
+        }.joined(separator: "\n")
+    }
+
+    /// Stops the processes this server started, the last started first.
+    func stop() {
+        let started: [pid_t] = lock.withLock { defer { pids.removeAll() }; return pids }
+        for pid in started.reversed() {
+            Glibc.kill(pid, SIGKILL)
+            var status: Int32 = 0
+            _ = waitpid(pid, &status, 0)
+        }
+    }
+
+    deinit {
+        stop()
+        try? FileManager.default.removeItem(atPath: dir)
     }
 }
 
