@@ -45,25 +45,6 @@ import VigilKit
     @Test func sinkThatComesBackGetsItsStreamAtOnce() async throws {
         let server = try await PipeWireServer()
         defer { server.stop() }
-        let h = try await AudioHarness()
-        try await h.start([
-            "server": .string(server.address), "sink": .string("nullsink"), "latency": .string("200ms"),
-            "reconnect_initial": .string("10s"), "reconnect_max": .string("60s"),
-        ])
-        try await h.waitFor(.acquired)
-        try server.unloadSink("nullsink")
-        try await h.waitFor(.released)
-        try await h.events.waitFor("audio-waiting")
-        let clock = ContinuousClock()
-        let loaded = clock.now
-        try server.loadNullSink("nullsink")
-        try await h.waitFor(.acquired, count: 2, timeout: .seconds(10))
-        let back = clock.now - loaded
-        #expect(back < .seconds(2), "the stream came back \(back) after the sink")
-        try await eventually("the new stream plays on nullsink") {
-            let sink = try server.sinkIndex("nullsink")
-            return try server.streams().map(\.sink) == [sink].compactMap { $0 }
-        }
-        await h.supervisor.stopAll()
+        try await checkSinkComesBack(server)
     }
 }

@@ -118,10 +118,7 @@ final class PulseServer: PulseTools, @unchecked Sendable {
     /// SIGKILL, as a crash would.
     func kill() {
         let pid: pid_t? = lock.withLock { defer { self.pid = nil }; return self.pid }
-        guard let pid else { return }
-        Glibc.kill(pid, SIGKILL)
-        var status: Int32 = 0
-        _ = waitpid(pid, &status, 0)
+        if let pid { killAndReap(pid) }
     }
 
     deinit {
@@ -139,6 +136,8 @@ final class PulseServer: PulseTools, @unchecked Sendable {
 protocol PulseTools: AnyObject {
     /// The server's private runtime directory.
     var dir: String { get }
+    /// Its libpulse server string.
+    var address: String { get }
     var sinkRate: Int { get }
     /// The environment for the server's clients (pactl, parec).
     var environment: [String: String] { get }
@@ -274,17 +273,51 @@ final class PipeWireServer: PulseTools, @unchecked Sendable {
     /// Stops the processes this server started, the last started first.
     func stop() {
         let started: [pid_t] = lock.withLock { defer { pids.removeAll() }; return pids }
-        for pid in started.reversed() {
-            Glibc.kill(pid, SIGKILL)
-            var status: Int32 = 0
-            _ = waitpid(pid, &status, 0)
-        }
+        for pid in started.reversed() { killAndReap(pid) }
     }
 
     deinit {
         stop()
         try? FileManager.default.removeItem(atPath: dir)
     }
+}
+
+/// SIGKILL to a child this test started, and waits for it.
+func killAndReap(_ pid: pid_t) {
+    Glibc.kill(pid, SIGKILL)
+    var status: Int32 = 0
+    _ = waitpid(pid, &status, 0)
+}
+
+/// A named sink unloaded and loaded again under silent-audio: its stream is
+/// back within 2 s of the load, though the reconnect backoff starts at 10 s;
+/// the return comes from the server's sink events, not from a timer.
+func checkSinkComesBack(_ server: some PulseTools) async throws {
+    let h = try await AudioHarness()
+    try await h.start([
+        "server": .string(server.address), "sink": .string("nullsink"), "latency": .string("200ms"),
+        "reconnect_initial": .string("10s"), "reconnect_max": .string("60s"),
+    ])
+    try await h.waitFor(.acquired)
+    try server.unloadSink("nullsink")
+    try await h.waitFor(.released)
+    try await h.events.waitFor("audio-waiting")
+    #expect(try server.streams().isEmpty)
+    let clock = ContinuousClock()
+    let loaded = clock.now
+    try server.loadNullSink("nullsink")
+    try await h.waitFor(.acquired, count: 2, timeout: .seconds(10))
+    let back = clock.now - loaded
+    #expect(back < .seconds(2), "the stream came back \(back) after the sink")
+    let history = h.history.filter { $0.kind != .status }
+    #expect(history.map(\.kind) == [.acquired, .released, .acquired], "\(history.map(\.kind))")
+    #expect(h.events.all.contains { $0.0 == "audio-lost" && $0.1["reason"] == "sink nullsink was removed" }, "\(h.events.all)")
+    try await eventually("the new stream plays on nullsink") {
+        let sink = try server.sinkIndex("nullsink")
+        return try server.streams().map(\.sink) == [sink].compactMap { $0 }
+    }
+    try await eventually("nullsink runs again") { server.sinkState == "RUNNING" }
+    await h.supervisor.stopAll()
 }
 
 /// A running parec.

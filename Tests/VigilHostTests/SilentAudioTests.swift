@@ -146,31 +146,7 @@ import VigilKit
     /// 2 s of the load, though the reconnect backoff starts at 10 s; the
     /// return comes from the server's sink events, not from a timer.
     @Test func sinkThatComesBackGetsItsStreamAtOnce() async throws {
-        let pulse = try await PulseServer()
-        let h = try await AudioHarness()
-        try await h.start([
-            "server": .string(pulse.address), "sink": .string("nullsink"), "latency": .string("200ms"),
-            "reconnect_initial": .string("10s"), "reconnect_max": .string("60s"),
-        ])
-        try await h.waitFor(.acquired)
-        try pulse.unloadSink("nullsink")
-        try await h.waitFor(.released)
-        try await h.events.waitFor("audio-waiting")
-        #expect(pulse.sinkInputs.isEmpty || !pulse.sinkInputs.contains("Vigil"))
-        let clock = ContinuousClock()
-        let loaded = clock.now
-        try pulse.loadNullSink("nullsink")
-        try await h.waitFor(.acquired, count: 2, timeout: .seconds(10))
-        let back = clock.now - loaded
-        #expect(back < .seconds(2), "the stream came back \(back) after the sink")
-        let history = h.history.filter { $0.kind != .status }
-        #expect(history.map(\.kind) == [.acquired, .released, .acquired], "\(history.map(\.kind))")
-        let streams = try pulse.streams()
-        let sinkIndex = try pulse.sinkIndex("nullsink")
-        #expect(streams.count == 1 && streams.first?.sink == sinkIndex, "\(streams)")
-        #expect(h.events.all.contains { $0.0 == "audio-lost" && $0.1["reason"] == "sink nullsink was removed" }, "\(h.events.all)")
-        try await eventually("nullsink runs again") { pulse.sinkState == "RUNNING" }
-        await h.supervisor.stopAll()
+        try await checkSinkComesBack(try await PulseServer())
     }
 
     /// `sink = "@DEFAULT_SINK@"`: the stream follows `pactl set-default-sink`,
