@@ -25,8 +25,50 @@ public struct SilentAudio: KeepAliveStrategy {
     }
 
     public func run(in context: StrategyContext) async throws {
-        var attempt = 0
+        guard settings.stopBeforeSleep else { return try await keepPlaying(context, played: false) }
+        let gate = SleepGate()
+        var watch: Task<Void, Never>?
+        if let watcher = context.leases as? any SystemSleepWatching {
+            do {
+                watch = try await watcher.watchSleep(
+                    who: "Vigil \(context.name)", beforeSleep: { await gate.sleep() }, afterResume: { await gate.wake() })
+            } catch {
+                context.log.warning("stop_before_sleep: \(error); the stream plays on through system sleep")
+            }
+        } else {
+            context.log.warning("stop_before_sleep: this host does not announce system sleep; the stream plays on through it")
+        }
+        defer { watch?.cancel() }
         var played = false
+        while true {
+            await gate.untilAwake()
+            // Plays until the system prepares to sleep: then the stream is
+            // closed and its lease released, and only then may the sleep go on.
+            do {
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    let resumed = played
+                    group.addTask { try await keepPlaying(context, played: resumed) }
+                    group.addTask { try await gate.untilSleep() }
+                    defer { group.cancelAll() }
+                    try await group.next()
+                }
+            } catch {
+                await gate.stopped()  // a sleep announced meanwhile need not wait
+                throw error
+            }
+            played = true
+            context.log.info("the system is going to sleep: stream stopped until it resumes")
+            await context.events.record("audio-sleep", [:])
+            await gate.stopped()
+        }
+    }
+
+    /// Plays, reconnecting after losses, until cancelled or until
+    /// reconnecting fails for good. `played`: something played before in
+    /// this run, so a missing sink is waited for.
+    private func keepPlaying(_ context: StrategyContext, played: Bool) async throws {
+        var attempt = 0
+        var played = played
         while true {
             try Task.checkCancellation()
             do {
@@ -277,6 +319,72 @@ public struct SilentAudio: KeepAliveStrategy {
 
     private static func frames(_ d: Duration, _ rate: Int) -> Int {
         Int((d.seconds * Double(rate)).rounded())
+    }
+}
+
+/// Between the sleep watch (logind's `PrepareForSleep`) and the playing
+/// loop: the watch announces a sleep and waits until the stream stopped;
+/// the loop waits for the system to be awake before it plays.
+actor SleepGate {
+    private var asleep = false
+    /// The loop, waiting for a sleep to begin.
+    private var sleepWaiter: CheckedContinuation<Void, any Error>?
+    /// The watch, waiting for the stream to stop.
+    private var stopWaiter: CheckedContinuation<Void, Never>?
+    /// The loop, waiting for the system to resume.
+    private var wakeWaiter: CheckedContinuation<Void, Never>?
+
+    /// Called before the system sleeps; returns once the stream stopped (or
+    /// at once if nothing plays, or the loop is gone).
+    func sleep() async {
+        asleep = true
+        guard let waiter = sleepWaiter else { return }
+        sleepWaiter = nil
+        waiter.resume()
+        await withCheckedContinuation { stopWaiter = $0 }
+    }
+
+    /// Called after the system resumed.
+    func wake() {
+        asleep = false
+        wakeWaiter?.resume()
+        wakeWaiter = nil
+    }
+
+    /// The loop: returns when a sleep begins; throws when cancelled.
+    func untilSleep() async throws {
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
+                // A cancellation after this check resumes the waiter: its
+                // handler's task runs on this actor after this closure.
+                if Task.isCancelled {
+                    c.resume(throwing: CancellationError())
+                } else if asleep {
+                    c.resume()
+                } else {
+                    sleepWaiter = c
+                }
+            }
+        } onCancel: {
+            Task { await self.cancelSleepWaiter() }
+        }
+    }
+
+    private func cancelSleepWaiter() {
+        sleepWaiter?.resume(throwing: CancellationError())
+        sleepWaiter = nil
+    }
+
+    /// The loop: the stream is stopped (or the loop ends); the sleep may go on.
+    func stopped() {
+        stopWaiter?.resume()
+        stopWaiter = nil
+    }
+
+    /// The loop: returns once the system is awake.
+    func untilAwake() async {
+        guard asleep else { return }
+        await withCheckedContinuation { wakeWaiter = $0 }
     }
 }
 

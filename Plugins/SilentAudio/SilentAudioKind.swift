@@ -47,10 +47,11 @@ public struct SilentAudioKind: StrategyKind {
         if reconnectMax < reconnectInitial {
             config.problem("reconnect_max", "must not be shorter than reconnect_initial (\(reconnectInitial.vigilDescription))")
         }
+        let stopBeforeSleep = config.bool("stop_before_sleep", default: false)
         return SilentAudio(settings: SilentAudioSettings(
             server: server, sink: sink, signal: signal, play: play, format: format, rate: rate,
             channels: channels, latency: latency,
-            reconnect: Backoff(initial: reconnectInitial, maximum: reconnectMax)))
+            reconnect: Backoff(initial: reconnectInitial, maximum: reconnectMax), stopBeforeSleep: stopBeforeSleep))
     }
 
     static let defaultSink = "@DEFAULT_SINK@"
@@ -172,6 +173,9 @@ public struct SilentAudioSettings: Sendable {
     public var latency: Duration
     /// Delays between reconnection attempts after a loss.
     public var reconnect: Backoff
+    /// Close the stream (and release its lease) before each system sleep,
+    /// under a logind delay lock, and open it again after resume.
+    public var stopBeforeSleep = false
 }
 
 /// Why silent-audio could not play, in words for `LastError` and the log.

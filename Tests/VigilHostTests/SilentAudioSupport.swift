@@ -440,8 +440,8 @@ final class AudioHarness: @unchecked Sendable {
     let events = RecordingEvents()
     private var collector: Task<Void, Never>?
 
-    init() async throws {
-        registry = LeaseRegistry(clock: clock)
+    init(backend: any PowerBackend = NoPowerBackend()) async throws {
+        registry = LeaseRegistry(clock: clock, backend: backend)
         let events = self.events
         supervisor = Supervisor(services: StrategyServices(
             registry: registry, scheduler: try WakeScheduler.system(clock: clock), clock: clock, logSink: logs,

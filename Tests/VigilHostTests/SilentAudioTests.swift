@@ -181,6 +181,42 @@ import VigilKit
         await h.supervisor.stopAll()
     }
 
+    /// `stop_before_sleep`: before the system sleeps (logind's
+    /// PrepareForSleep, from the logind stand-in), the stream is closed and
+    /// its lease released under a delay lock, which lets the sleep go on at
+    /// once; after resume the stream plays again under a new lease.
+    @Test func stopsTheStreamBeforeTheSystemSleeps() async throws {
+        let standIn = try LogindStandIn()
+        defer { standIn.stop() }
+        let host = try await standIn.bus.connect()
+        let observer = try await standIn.bus.connect()
+        let pulse = try await PulseServer()
+        let h = try await AudioHarness(backend: LogindPowerBackend(connection: host))
+        try await h.start([
+            "server": .string(pulse.address), "sink": .string("nullsink"), "latency": .string("200ms"),
+            "stop_before_sleep": .boolean(true),
+        ])
+        try await h.waitFor(.acquired)
+        // The strategy's delay lock (the stream's lease holds nothing on the system).
+        #expect(try await standIn.waitForCount(observer, 1))
+        let lock = "\(try await standIn.inhibitors(observer))"
+        #expect(lock.contains("Vigil keepalive") && lock.contains("delay"), "\(lock)")
+
+        let reply = try await standIn.call(observer, "SimulateSleep", [.uint64(10_000_000)], test: true)
+        #expect(try reply.argument(1, as: Bool.self) == false, "the sleep waited for logind's maximum delay")
+        // The lock was let go only once the stream had stopped: the strategy
+        // records audio-sleep after its lease was released and before it
+        // lets go of the lock, so the event is there when the sleep went on.
+        #expect(h.events.all.contains { $0.0 == "audio-sleep" }, "\(h.events.all)")
+        try await h.waitFor(.released)
+        try await h.waitFor(.acquired, count: 2)
+        #expect(h.history.filter { $0.kind != .status }.map(\.kind) == [.acquired, .released, .acquired])
+        try await eventually("the stream plays again") { pulse.sinkInputs.contains("Vigil keepalive") }
+        // Ready for the next sleep.
+        #expect(try await standIn.waitForCount(observer, 1))
+        await h.supervisor.stopAll()
+    }
+
     @Test func defaultSinkNameIsAccepted() throws {
         #expect(try SilentAudioPlugin.problems(["sink": .string("@DEFAULT_SINK@")]).isEmpty)
         let empty = try SilentAudioPlugin.problems(["sink": .string("")])
