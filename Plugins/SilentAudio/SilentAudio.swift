@@ -10,7 +10,9 @@ import VigilKit
 /// back as soon as the sink does, not after a backoff. A stream killed while
 /// its sink stays is opened again after the first `reconnect` delay. With
 /// the default sink (`sink` left out or `"@DEFAULT_SINK@"`), the stream
-/// moves whenever the server's default sink changes.
+/// moves whenever the server's default sink changes. With
+/// `stop_before_sleep`, the stream is closed before each system sleep and
+/// opened again after resume.
 ///
 /// When the server goes away, the session ends and a new one starts after
 /// the `reconnect` backoff. A failure before anything played (no server,
@@ -116,27 +118,27 @@ public struct SilentAudio: KeepAliveStrategy {
         var events = pulse.events.makeAsyncIterator()
 
         try pulse.connect(server: settings.server, applicationName: "Vigil")
-        while true {
+        connecting: while true {
             switch try await Self.next(&events) {
-            case .contextReady: break
+            case .contextReady: break connecting
             case .contextFailed(let reason): throw SilentAudioError.noServer(server: settings.server, reason: reason)
             default: continue
             }
-            break
         }
         pulse.subscribe()
         while true {
             let (sink, server) = try await pickSink(pulse, &events, context, mayWait: played)
             let end = try await play(on: sink, server: server, pulse, &events, context)
             played = true
-            context.log.warning("\(end.reason)")
             await context.events.record("audio-lost", ["reason": end.reason])
             switch end {
             case .connectionLost(let reason):
-                return reason
-            case .sinkGone:
+                return reason  // logged by the caller, which reconnects
+            case .sinkGone(let reason):
+                context.log.warning(reason)
                 pulse.closeStream()
-            case .streamEnded:
+            case .streamEnded(let reason):
+                context.log.warning(reason)
                 pulse.closeStream()
                 // Not at once: a server that keeps killing the stream is
                 // not hammered. A sink that went meanwhile is waited for.
