@@ -244,20 +244,26 @@ struct Harness {
     ])
     func persistentCatchesUpAfterTheHostWasStopped(_ mode: String, _ persistent: Bool, _ hoursStopped: Int, _ runsAtStart: Int) async throws {
         let clock = ManualClock()
-        let store = MemoryStrategyStore()
+        // The host's own SQLite store, opened anew for the second start.
+        var template = Array("/tmp/vigil-pw-XXXXXX".utf8CString)
+        let directory = try #require(mkdtemp(&template).map { String(cString: $0) })
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = directory + "/survival.sqlite"
         let values: [String: ConfigValue] = [
             "every": .string("1h"), "tolerance": .string("1m"), "persistent": .boolean(persistent),
             "catch_up": .string(mode), "run": .array([.string("true")]),
         ]
-        let before = Harness(clock: clock, store: store)
-        await before.supervisor.start([SupervisedStrategy(name: "pw", kind: "periodic-wake", strategy: try PeriodicWakePlugin.make(values))])
-        await clock.advance(by: .seconds(3600 + 60))
-        #expect(before.hooks.count == 1)
-        await before.supervisor.stopAll()
+        do {
+            let before = Harness(clock: clock, store: HostStrategyStore(store: try SurvivalStore(path: path), strategy: "pw"))
+            await before.supervisor.start([SupervisedStrategy(name: "pw", kind: "periodic-wake", strategy: try PeriodicWakePlugin.make(values))])
+            await clock.advance(by: .seconds(3600 + 60))
+            #expect(before.hooks.count == 1)
+            await before.supervisor.stopAll()
+        }
         // Stopped: 3 h after the last run (plus a minute), or 30 min.
         await clock.jump(by: hoursStopped > 0 ? .seconds(hoursStopped * 3600 + 60) : .seconds(30 * 60))
 
-        let after = Harness(clock: clock, store: store)
+        let after = Harness(clock: clock, store: HostStrategyStore(store: try SurvivalStore(path: path), strategy: "pw"))
         await after.supervisor.start([SupervisedStrategy(name: "pw", kind: "periodic-wake", strategy: try PeriodicWakePlugin.make(values))])
         await clock.settle()
         #expect(after.hooks.count == runsAtStart, "\(after.logs.entries)")
