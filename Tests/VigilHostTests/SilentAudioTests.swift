@@ -217,6 +217,20 @@ import VigilKit
         await h.supervisor.stopAll()
     }
 
+    /// Without logind, `stop_before_sleep` says why it cannot work and the
+    /// stream plays anyway.
+    @Test func stopBeforeSleepWithoutLogindSaysWhy() async throws {
+        let pulse = try await PulseServer()
+        let h = try await AudioHarness()
+        try await h.start(["server": .string(pulse.address), "latency": .string("200ms"), "stop_before_sleep": .boolean(true)])
+        try await h.waitFor(.acquired)
+        #expect(h.logs.entries.contains {
+            $0.contains("stop_before_sleep: the power backend is none, which does not announce system sleep (only logind does); the stream plays on through system sleep")
+        }, "\(h.logs.entries)")
+        #expect(pulse.sinkInputs.contains("Vigil keepalive"))
+        await h.supervisor.stopAll()
+    }
+
     @Test func defaultSinkNameIsAccepted() throws {
         #expect(try SilentAudioPlugin.problems(["sink": .string("@DEFAULT_SINK@")]).isEmpty)
         let empty = try SilentAudioPlugin.problems(["sink": .string("")])
