@@ -8,13 +8,19 @@ enum PulseEvent: Sendable {
     case contextReady
     /// The connection could not be made or was lost (server gone, killed).
     case contextFailed(String)
-    case streamReady
+    /// Stream events carry the number ``PulseConnection/openStream(_:renderer:)``
+    /// returned, so that a late event of a closed stream is told apart.
+    case streamReady(stream: Int)
     /// The stream failed or was killed (`pactl kill-sink-input`, sink removed).
-    case streamFailed(String)
-    case streamMoved(sink: UInt32, name: String)
-    /// A sink changed; its current description.
+    case streamFailed(stream: Int, String)
+    case streamMoved(stream: Int, sink: UInt32, name: String)
+    /// The watched sink changed; its current description.
     case sinkChanged(SinkInfo)
+    /// A sink appeared (a module loaded, a device plugged in).
+    case sinkAdded(UInt32)
     case sinkRemoved(UInt32)
+    /// The server's settings changed, such as its default sink.
+    case serverChanged
     case underflow
 }
 
@@ -57,8 +63,9 @@ struct StreamSpec: Sendable {
 /// involved while the stream plays, and connection and stream state changes
 /// arrive as ``PulseEvent``s instead of being polled.
 ///
-/// Used once: connect, open one stream, ``close()``. A lost connection is
-/// replaced by a new `PulseConnection`.
+/// Used once: connect, open a stream (and, after its sink went and came
+/// back, another), ``close()``. A lost connection is replaced by a new
+/// `PulseConnection`.
 final class PulseConnection: @unchecked Sendable {
     // Invariant: every pa_* object and every `var` below is touched only on
     // the loop's thread: inside libpulse callbacks, or in closures other
@@ -67,6 +74,8 @@ final class PulseConnection: @unchecked Sendable {
     private let loop: PulseLoop
     private var context: OpaquePointer?
     private var stream: OpaquePointer?
+    /// Counts the streams opened, to tag their events.
+    private var streamNumber = 0
     private var renderer: SignalRenderer?
     private var pendingReplies: [ObjectIdentifier: any PendingReply] = [:]
     private var watchedSink: UInt32?
@@ -174,16 +183,29 @@ final class PulseConnection: @unchecked Sendable {
         for r in replies { r.finish() }
     }
 
-    // MARK: sink watching
+    // MARK: subscriptions
 
-    /// Reports changes of sink `index` (state) and its removal as events.
+    /// Subscribes to the server's sink and server events: sinks that appear
+    /// (`.sinkAdded`) or go (`.sinkRemoved`), changes of the watched sink
+    /// (`.sinkChanged`) and of the server, such as its default sink
+    /// (`.serverChanged`). Call it before querying the sinks: the server
+    /// handles a connection's requests in order, so nothing that happens
+    /// after the query's answer is missed.
+    func subscribe() {
+        onLoop { [self] in
+            guard let ctx = context else { return }
+            pa_context_set_subscribe_callback(ctx, subscribeCallback, userdata)
+            let mask = PA_SUBSCRIPTION_MASK_SINK.rawValue | PA_SUBSCRIPTION_MASK_SERVER.rawValue
+            if let op = pa_context_subscribe(ctx, pa_subscription_mask_t(rawValue: mask), nil, nil) { pa_operation_unref(op) }
+        }
+    }
+
+    /// Reports changes of sink `index`'s state as `.sinkChanged`.
     func watchSink(_ index: UInt32) {
         onLoop { [self] in
             watchedSink = index
             reportedSinkState = nil
             guard let ctx = context else { return }
-            pa_context_set_subscribe_callback(ctx, subscribeCallback, userdata)
-            if let op = pa_context_subscribe(ctx, PA_SUBSCRIPTION_MASK_SINK, nil, nil) { pa_operation_unref(op) }
             // The state may have changed before the subscription: report it now.
             if let op = pa_context_get_sink_info_by_index(ctx, index, changedSinkCallback, userdata) { pa_operation_unref(op) }
         }
@@ -198,23 +220,33 @@ final class PulseConnection: @unchecked Sendable {
         emit(.sinkChanged(sink))
     }
 
-    fileprivate func sinkEvent(_ type: UInt32, index: UInt32) {
-        guard let ctx = context, index == watchedSink else { return }
+    fileprivate func subscriptionEvent(_ type: UInt32, index: UInt32) {
+        guard let ctx = context else { return }
+        let facility = type & PA_SUBSCRIPTION_EVENT_FACILITY_MASK.rawValue
         let kind = type & PA_SUBSCRIPTION_EVENT_TYPE_MASK.rawValue
-        if kind == PA_SUBSCRIPTION_EVENT_REMOVE.rawValue {
-            emit(.sinkRemoved(index))
-        } else if let op = pa_context_get_sink_info_by_index(ctx, index, changedSinkCallback, userdata) {
-            pa_operation_unref(op)
+        if facility == PA_SUBSCRIPTION_EVENT_SERVER.rawValue {
+            emit(.serverChanged)
+        } else if facility == PA_SUBSCRIPTION_EVENT_SINK.rawValue {
+            if kind == PA_SUBSCRIPTION_EVENT_NEW.rawValue {
+                emit(.sinkAdded(index))
+            } else if kind == PA_SUBSCRIPTION_EVENT_REMOVE.rawValue {
+                emit(.sinkRemoved(index))
+            } else if index == watchedSink, let op = pa_context_get_sink_info_by_index(ctx, index, changedSinkCallback, userdata) {
+                pa_operation_unref(op)
+            }
         }
     }
 
     // MARK: stream
 
-    /// Opens the playback stream; `.streamReady` or `.streamFailed` follows.
-    /// The write callback fills the buffer from `renderer`.
-    func openStream(_ spec: StreamSpec, renderer: SignalRenderer) throws(SilentAudioError) {
-        try onLoop { [self] () throws(SilentAudioError) in
+    /// Opens the playback stream; `.streamReady` or `.streamFailed` follows,
+    /// tagged with the number returned. The write callback fills the buffer
+    /// from `renderer`. A stream opened before is closed first.
+    func openStream(_ spec: StreamSpec, renderer: SignalRenderer) throws(SilentAudioError) -> Int {
+        try onLoop { [self] () throws(SilentAudioError) -> Int in
             guard let ctx = context else { throw .pulse("not connected") }
+            closeStreamOnLoop()
+            streamNumber += 1
             var sampleSpec = pa_sample_spec(format: spec.format.pulseFormat, rate: UInt32(spec.rate), channels: UInt8(spec.channels))
             guard let s = pa_stream_new(ctx, spec.name, &sampleSpec, nil) else {
                 throw .pulse("cannot create the stream: \(Self.errorText(pa_context_errno(ctx)))")
@@ -241,6 +273,35 @@ final class PulseConnection: @unchecked Sendable {
             if pa_stream_connect_playback(s, spec.sink, &attr, pa_stream_flags_t(rawValue: flags), nil, nil) < 0 {
                 throw .streamFailed(sink: spec.sink ?? "default", reason: Self.errorText(pa_context_errno(ctx)))
             }
+            return streamNumber
+        }
+    }
+
+    /// Closes the stream, if one is open, and keeps the connection: a new
+    /// stream may follow. Its later events are not reported.
+    func closeStream() {
+        onLoop { [self] in closeStreamOnLoop() }
+    }
+
+    private func closeStreamOnLoop() {
+        guard let s = stream else { return }
+        pa_stream_set_state_callback(s, nil, nil)
+        pa_stream_set_write_callback(s, nil, nil)
+        pa_stream_set_underflow_callback(s, nil, nil)
+        pa_stream_set_moved_callback(s, nil, nil)
+        pa_stream_disconnect(s)
+        pa_stream_unref(s)
+        stream = nil
+        renderer = nil
+        watchedSink = nil
+    }
+
+    /// Asks the server to move the stream to sink `name`; `.streamMoved`
+    /// follows when it did.
+    func moveStream(toSink name: String) {
+        onLoop { [self] in
+            guard let ctx = context, let s = stream, pa_stream_get_state(s) == PA_STREAM_READY else { return }
+            if let op = pa_context_move_sink_input_by_name(ctx, pa_stream_get_index(s), name, nil, nil) { pa_operation_unref(op) }
         }
     }
 
@@ -248,10 +309,10 @@ final class PulseConnection: @unchecked Sendable {
         guard let s = stream else { return }
         let state = pa_stream_get_state(s)
         if state == PA_STREAM_READY {
-            emit(.streamReady)
+            emit(.streamReady(stream: streamNumber))
         } else if state == PA_STREAM_FAILED || state == PA_STREAM_TERMINATED {
             let reason = context.map { Self.errorText(pa_context_errno($0)) } ?? "terminated"
-            emit(.streamFailed(state == PA_STREAM_TERMINATED ? "terminated" : reason))
+            emit(.streamFailed(stream: streamNumber, state == PA_STREAM_TERMINATED ? "terminated" : reason))
         }
     }
 
@@ -283,7 +344,7 @@ final class PulseConnection: @unchecked Sendable {
         let name = pa_stream_get_device_name(s).map { String(cString: $0) } ?? "?"
         watchedSink = index
         reportedSinkState = nil
-        emit(.streamMoved(sink: index, name: name))
+        emit(.streamMoved(stream: streamNumber, sink: index, name: name))
     }
 
     var underruns: UInt64 { onLoop { [self] in underflowCount } }
@@ -324,15 +385,7 @@ final class PulseConnection: @unchecked Sendable {
         let wasOpen: Bool = onLoop { [self] in
             guard !closed else { return false }
             closed = true
-            if let s = stream {
-                pa_stream_set_state_callback(s, nil, nil)
-                pa_stream_set_write_callback(s, nil, nil)
-                pa_stream_set_underflow_callback(s, nil, nil)
-                pa_stream_set_moved_callback(s, nil, nil)
-                pa_stream_disconnect(s)
-                pa_stream_unref(s)
-                stream = nil
-            }
+            closeStreamOnLoop()
             if let ctx = context {
                 pa_context_set_state_callback(ctx, nil, nil)
                 pa_context_set_subscribe_callback(ctx, nil, nil)
@@ -403,7 +456,7 @@ private let streamMovedCallback: pa_stream_notify_cb_t = { _, userdata in
 }
 
 private let subscribeCallback: pa_context_subscribe_cb_t = { _, type, index, userdata in
-    PulseConnection.from(userdata)?.sinkEvent(type.rawValue, index: index)
+    PulseConnection.from(userdata)?.subscriptionEvent(type.rawValue, index: index)
 }
 
 private let serverInfoCallback: pa_server_info_cb_t = { _, info, userdata in

@@ -29,8 +29,10 @@ public struct SilentAudioKind: StrategyKind {
 
     public func makeStrategy(_ config: ConfigReader) throws -> any KeepAliveStrategy {
         let server = config.string("server")
-        let sink = config.string("sink")
-        if let sink, sink.isEmpty { config.problem("sink", "expected a sink name (see `pactl list short sinks`); leave it out for the default sink") }
+        // "@DEFAULT_SINK@" (libpulse's name for it) is the same as no sink:
+        // the server's default sink, followed when it changes.
+        let sink = config.string("sink").flatMap { $0 == Self.defaultSink ? nil : $0 }
+        if let sink, sink.isEmpty { config.problem("sink", "expected a sink name (see `pactl list short sinks`), or \"\(Self.defaultSink)\" for the default sink") }
         let format = SampleFormat(rawValue: config.choice("format", SampleFormat.allCases.map(\.rawValue), default: "s16le")) ?? .s16le
         let rate = config.integer("rate").map { _ in Int(config.integer("rate", default: 48_000, range: 8_000...384_000)) }
         let channels = config.integer("channels").map { _ in Int(config.integer("channels", default: 2, range: 1...32)) }
@@ -45,11 +47,14 @@ public struct SilentAudioKind: StrategyKind {
         if reconnectMax < reconnectInitial {
             config.problem("reconnect_max", "must not be shorter than reconnect_initial (\(reconnectInitial.vigilDescription))")
         }
+        let stopBeforeSleep = config.bool("stop_before_sleep", default: false)
         return SilentAudio(settings: SilentAudioSettings(
             server: server, sink: sink, signal: signal, play: play, format: format, rate: rate,
             channels: channels, latency: latency,
-            reconnect: Backoff(initial: reconnectInitial, maximum: reconnectMax)))
+            reconnect: Backoff(initial: reconnectInitial, maximum: reconnectMax), stopBeforeSleep: stopBeforeSleep))
     }
+
+    static let defaultSink = "@DEFAULT_SINK@"
 
     static let signals = ["zero", "fluctuate", "sine", "noise"]
 
@@ -154,7 +159,8 @@ public struct SilentAudioKind: StrategyKind {
 public struct SilentAudioSettings: Sendable {
     /// libpulse server string; nil for libpulse's default.
     public var server: String?
-    /// Sink name; nil for the server's default sink (followed when it changes).
+    /// Sink name; nil for the server's default sink (`"@DEFAULT_SINK@"` in
+    /// the config), followed when it changes.
     public var sink: String?
     public var signal: Signal
     public var play: PlayMode
@@ -167,6 +173,9 @@ public struct SilentAudioSettings: Sendable {
     public var latency: Duration
     /// Delays between reconnection attempts after a loss.
     public var reconnect: Backoff
+    /// Close the stream (and release its lease) before each system sleep,
+    /// under a logind delay lock, and open it again after resume.
+    public var stopBeforeSleep = false
 }
 
 /// Why silent-audio could not play, in words for `LastError` and the log.

@@ -92,10 +92,40 @@ final class RecordingEvents: EventRecording, @unchecked Sendable {
         }
     }
     var all: [(String, [String: String])] { lock.withLock { events } }
+
+    /// Returns once an event named `name` was recorded; throws after `timeout`.
+    func waitFor(_ name: String, timeout: Duration = .seconds(30)) async throws {
+        let clock = ContinuousClock()
+        let end = clock.now + timeout
+        // Bounds a broken run: wakes the waiter below when nothing comes.
+        let bound = Task { [weak self] in
+            guard (try? await Task.sleep(until: end, clock: clock)) != nil else { return }
+            self?.wakeWaiters()
+        }
+        defer { bound.cancel() }
+        while true {
+            // Resumed at the next event (or by the bound).
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                let now = lock.withLock {
+                    if events.contains(where: { $0.0 == name }) || clock.now >= end { return true }
+                    waiters.append(c)
+                    return false
+                }
+                if now { c.resume() }
+            }
+            if all.contains(where: { $0.0 == name }) { return }
+            guard clock.now < end else { throw DescribedError("no \(name) event after \(timeout); events: \(all.map(\.0))") }
+        }
+    }
+
+    private func wakeWaiters() {
+        let ready = lock.withLock { defer { waiters.removeAll() }; return waiters }
+        for w in ready { w.resume() }
+    }
 }
 
 struct Harness {
-    let clock = ManualClock()
+    let clock: ManualClock
     let scheduler: WakeScheduler
     let checker: WindowChecker
     let registry: LeaseRegistry
@@ -104,16 +134,21 @@ struct Harness {
     let logs = MemoryLogSink()
     let supervisor: Supervisor
 
-    init() {
+    /// `clock` and `store` may be shared with an earlier harness: a host
+    /// that restarts on the same store, its clock having moved on.
+    init(clock: ManualClock = ManualClock(), store: (any StrategyStore)? = nil) {
+        self.clock = clock
         scheduler = WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock))
         checker = WindowChecker(scheduler, clock: clock)
         registry = LeaseRegistry(clock: clock)
         hooks = RecordingHooks(registry: registry)
         let hooks = self.hooks, events = self.events
-        supervisor = Supervisor(services: StrategyServices(
+        var services = StrategyServices(
             registry: registry, scheduler: checker, clock: clock, logSink: logs,
             hooks: { _, _ in hooks }, events: { _ in events }
-        ))
+        )
+        if let store { services.store = { _ in store } }
+        supervisor = Supervisor(services: services)
     }
 }
 
@@ -196,6 +231,148 @@ struct Harness {
         #expect(messages.contains("strategy[0].catch_up: expected one of \"skip\", \"once\", \"all\", found \"sometimes\""))
         #expect(messages.contains("strategy[0].run: expected a non-empty argv array"))
         #expect(messages.contains("strategy[0].align: expected true, false or a slot duration"))
+    }
+
+    /// `persistent = true`, `every = "1h"`: the host stops 3 h after the
+    /// last run and starts again. Per `catch_up` it runs once at start
+    /// (not three times, not zero), or once per missed period, or not at
+    /// all; then it carries on on the last run's hourly grid. A last run
+    /// 30 min before the start is not overdue: the next run comes 30 min
+    /// later. Without `persistent` nothing runs at start.
+    @Test(arguments: [
+        ("once", true, 3, 1), ("all", true, 3, 3), ("skip", true, 3, 0), ("once", false, 3, 0), ("once", true, 0, 0),
+    ])
+    func persistentCatchesUpAfterTheHostWasStopped(_ mode: String, _ persistent: Bool, _ hoursStopped: Int, _ runsAtStart: Int) async throws {
+        let clock = ManualClock()
+        // The host's own SQLite store, opened anew for the second start.
+        var template = Array("/tmp/vigil-pw-XXXXXX".utf8CString)
+        let directory = try #require(mkdtemp(&template).map { String(cString: $0) })
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = directory + "/survival.sqlite"
+        let values: [String: ConfigValue] = [
+            "every": .string("1h"), "tolerance": .string("1m"), "persistent": .boolean(persistent),
+            "catch_up": .string(mode), "run": .array([.string("true")]),
+        ]
+        do {
+            let before = Harness(clock: clock, store: HostStrategyStore(store: try SurvivalStore(path: path), strategy: "pw"))
+            await before.supervisor.start([SupervisedStrategy(name: "pw", kind: "periodic-wake", strategy: try PeriodicWakePlugin.make(values))])
+            await clock.advance(by: .seconds(3600 + 60))
+            #expect(before.hooks.count == 1)
+            await before.supervisor.stopAll()
+        }
+        // Stopped: 3 h after the last run (plus a minute), or 30 min.
+        await clock.jump(by: hoursStopped > 0 ? .seconds(hoursStopped * 3600 + 60) : .seconds(30 * 60))
+
+        let after = Harness(clock: clock, store: HostStrategyStore(store: try SurvivalStore(path: path), strategy: "pw"))
+        await after.supervisor.start([SupervisedStrategy(name: "pw", kind: "periodic-wake", strategy: try PeriodicWakePlugin.make(values))])
+        await clock.settle()
+        #expect(after.hooks.count == runsAtStart, "\(after.logs.entries)")
+        if persistent, hoursStopped > 0 {
+            let first = try #require(after.events.all.first)
+            #expect(first.0 == (mode == "skip" ? "wake-skipped" : "wake"))
+            #expect(first.1["missed"] == "2")
+            #expect(after.logs.entries.contains { $0.contains("persistent: 3 run(s) fell due while the host was stopped") })
+        }
+        // The next run: on the last run's grid when persistent (59 min after
+        // the start, or 30 min after it when not overdue); a full period
+        // after the start otherwise.
+        let next: Int = persistent ? (hoursStopped > 0 ? 59 * 60 : 30 * 60) : 3600
+        await clock.advance(by: .seconds(next - 5))
+        #expect(after.hooks.count == runsAtStart)
+        await clock.advance(by: .seconds(70))
+        #expect(after.hooks.count == runsAtStart + 1)
+        #expect(after.checker.violations.isEmpty, "\(after.checker.violations)")
+        await after.supervisor.stopAll()
+    }
+
+    /// A malformed last-run record is reported and ignored: a new schedule starts.
+    @Test func persistentIgnoresAMalformedRecord() async throws {
+        let store = MemoryStrategyStore()
+        await store.put("last-run", Array("yesterday".utf8))
+        let h = Harness(store: store)
+        let s = try PeriodicWakePlugin.make(["every": .string("1h"), "persistent": .boolean(true), "run": .array([.string("true")])])
+        await h.supervisor.start([SupervisedStrategy(name: "pw", kind: "periodic-wake", strategy: s)])
+        await h.clock.settle()
+        #expect(h.hooks.count == 0)
+        #expect(h.logs.entries.contains { $0.contains("ignoring a malformed last-run record in the store") })
+        await h.clock.advance(by: .seconds(3600 + 360))
+        #expect(h.hooks.count == 1)
+        // The run replaced the record with its wall-clock time.
+        let record = try #require(await store.get("last-run").flatMap { Int64(String(decoding: $0, as: UTF8.self)) })
+        // Within the run's window: 1 h after the start, plus up to the 6 min tolerance.
+        #expect(record <= h.clock.wallMicroseconds && record >= h.clock.wallMicroseconds - 360 * 1_000_000, "\(record)")
+        await h.supervisor.stopAll()
+    }
+
+    /// The random delay of each run, as its wake event reports it, in seconds.
+    private func delays(_ h: Harness) -> [Double] {
+        h.events.all.compactMap { $0.1["random_delay_ms"].flatMap(Double.init).map { $0 / 1000 } }
+    }
+
+    /// `randomized_delay`: each run comes a random time up to the delay
+    /// after its nominal time, drawn anew each period, and the grid does not drift.
+    @Test func randomizedDelayDelaysEachRunOnTheTestClock() async throws {
+        let h = Harness()
+        let s = try PeriodicWakePlugin.make([
+            "every": .string("10m"), "tolerance": .string("0s"), "randomized_delay": .string("5m"), "run": .array([.string("true")]),
+        ])
+        await h.supervisor.start([SupervisedStrategy(name: "pw", kind: "periodic-wake", strategy: s)])
+        // The first run: after 10 min, within the next 5 min.
+        await h.clock.advance(by: .seconds(600 - 1))
+        #expect(h.hooks.count == 0)
+        var waited = 0
+        while h.hooks.count == 0 && waited <= 310 {
+            await h.clock.advance(by: .seconds(5))
+            waited += 5
+        }
+        let first = try #require(delays(h).first)
+        #expect(first >= 0 && first <= 300)
+        #expect(abs(Double(waited) - 1 - first) <= 5, "ran \(waited - 1) s after the nominal time, delay \(first) s")
+        await h.clock.advance(by: .seconds(2 * 3600))
+        let all = delays(h)
+        // 13 periods in 2 h 10 min; every run within [nominal, nominal + 5 min].
+        #expect(all.count >= 12 && all.count <= 13, "\(all)")
+        #expect(all.allSatisfy { $0 >= 0 && $0 <= 300 }, "\(all)")
+        #expect(Set(all).count > all.count / 2, "delays are not drawn anew: \(all)")
+        #expect(h.checker.violations.isEmpty, "\(h.checker.violations)")
+        await h.supervisor.stopAll()
+    }
+
+    /// `fixed_random_delay = true`: the same delay every period and after a
+    /// restart (it depends only on the machine id and the strategy's name);
+    /// another name gets another delay.
+    @Test func fixedRandomDelayIsStablePerHostAndName() async throws {
+        func firstDelays(_ name: String) async throws -> [Double] {
+            let h = Harness()
+            let s = try PeriodicWakePlugin.make([
+                "every": .string("10m"), "tolerance": .string("0s"), "randomized_delay": .string("5m"),
+                "fixed_random_delay": .boolean(true), "run": .array([.string("true")]),
+            ], name: name)
+            await h.supervisor.start([SupervisedStrategy(name: name, kind: "periodic-wake", strategy: s)])
+            await h.clock.advance(by: .seconds(3 * 600 + 300))
+            await h.supervisor.stopAll()
+            #expect(h.checker.violations.isEmpty, "\(h.checker.violations)")
+            return delays(h)
+        }
+        let a = try await firstDelays("backup")
+        #expect(a.count == 3 && Set(a).count == 1, "\(a)")
+        #expect(try await firstDelays("backup") == a)
+        let b = try await firstDelays("sync")
+        #expect(b.count == 3 && Set(b).count == 1 && b != a, "\(a) \(b)")
+    }
+
+    @Test func rejectsBadDelayOptions() throws {
+        let kind = try PeriodicWakePlugin.loader.loadKind("periodic-wake").get()
+        let reader = ConfigReader(strategyName: "pw", keyPath: "strategy[0]", values: [
+            "every": .string("10m"), "randomized_delay": .string("1h"), "run": .array([.string("true")]),
+        ])
+        _ = try kind.makeStrategy(reader)
+        #expect(reader.problems.map(\.description) == ["strategy[0].randomized_delay: must not exceed `every` (10m), found 1h"])
+        let fixed = ConfigReader(strategyName: "pw", keyPath: "strategy[0]", values: [
+            "every": .string("10m"), "fixed_random_delay": .boolean(true), "run": .array([.string("true")]),
+        ])
+        _ = try kind.makeStrategy(fixed)
+        #expect(fixed.problems.map(\.description) == ["strategy[0].fixed_random_delay: only applies with a randomized_delay above zero"])
     }
 
     @Test func runTimeoutKillsTheCommandWithRealProcesses() async throws {

@@ -73,7 +73,7 @@ func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: (
 
 /// A user-mode PulseAudio with one null sink (`nullsink`), in a private
 /// runtime directory, killed with SIGKILL when the value goes away.
-final class PulseServer: @unchecked Sendable {
+final class PulseServer: PulseTools, @unchecked Sendable {
     // Invariant: `pid` is only touched while holding `lock`.
     private let lock = NSLock()
     private var pid: pid_t?
@@ -118,10 +118,7 @@ final class PulseServer: @unchecked Sendable {
     /// SIGKILL, as a crash would.
     func kill() {
         let pid: pid_t? = lock.withLock { defer { self.pid = nil }; return self.pid }
-        guard let pid else { return }
-        Glibc.kill(pid, SIGKILL)
-        var status: Int32 = 0
-        _ = waitpid(pid, &status, 0)
+        if let pid { killAndReap(pid) }
     }
 
     deinit {
@@ -129,12 +126,26 @@ final class PulseServer: @unchecked Sendable {
         try? FileManager.default.removeItem(atPath: dir)
     }
 
-    func pactl(_ arguments: [String]) throws -> ToolOutput {
-        try runTool("/usr/bin/pactl", arguments, environment: environment)
-    }
-
     func pacmd(_ arguments: [String]) throws -> ToolOutput {
         try runTool("/usr/bin/pacmd", arguments, environment: environment)
+    }
+}
+
+/// A pulse server (PulseAudio, or PipeWire's pipewire-pulse) with a null
+/// sink named `nullsink`, driven with the PulseAudio tools.
+protocol PulseTools: AnyObject {
+    /// The server's private runtime directory.
+    var dir: String { get }
+    /// Its libpulse server string.
+    var address: String { get }
+    var sinkRate: Int { get }
+    /// The environment for the server's clients (pactl, parec).
+    var environment: [String: String] { get }
+}
+
+extension PulseTools {
+    func pactl(_ arguments: [String]) throws -> ToolOutput {
+        try runTool("/usr/bin/pactl", arguments, environment: environment)
     }
 
     /// `nullsink`'s line of `pactl list short sinks`.
@@ -147,6 +158,44 @@ final class PulseServer: @unchecked Sendable {
 
     var sinkInputs: String { (try? pactl(["list", "sink-inputs"]))?.stdout ?? "" }
 
+    /// Runs pactl and throws with its stderr when it fails.
+    @discardableResult
+    func pactlChecked(_ arguments: [String]) throws -> String {
+        let out = try pactl(arguments)
+        guard out.status == 0 else { throw DescribedError("pactl \(arguments.joined(separator: " ")): \(out.stderr)") }
+        return out.stdout
+    }
+
+    /// Columns of `pactl list short <what>`, one array per line.
+    func shortList(_ what: String) throws -> [[String]] {
+        try pactlChecked(["list", "short", what]).split(separator: "\n").map { $0.split(separator: "\t").map(String.init) }
+    }
+
+    /// The index of sink `name`.
+    func sinkIndex(_ name: String) throws -> String? {
+        try shortList("sinks").first { $0.count > 1 && $0[1] == name }?[0]
+    }
+
+    /// (index, sink index) of each stream.
+    func streams() throws -> [(index: String, sink: String)] {
+        try shortList("sink-inputs").compactMap { $0.count > 1 ? ($0[0], $0[1]) : nil }
+    }
+
+    /// Loads a null sink named `name`; returns its module index.
+    @discardableResult
+    func loadNullSink(_ name: String) throws -> String {
+        try pactlChecked(["load-module", "module-null-sink", "sink_name=\(name)", "rate=\(sinkRate)"]).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// Unloads the module that made sink `name`.
+    func unloadSink(_ name: String) throws {
+        let module: String? = try shortList("modules").first { line in
+            line.count > 2 && line[1] == "module-null-sink" && line[2].split(separator: " ").contains("sink_name=\(name)")
+        }?[0]
+        guard let module else { throw DescribedError("no module-null-sink made sink \(name)") }
+        try pactlChecked(["unload-module", module])
+    }
+
     /// Starts recording nullsink's monitor (parec takes a second or two
     /// before its first data arrives, so start it early).
     func startRecording() throws -> Recording {
@@ -156,6 +205,119 @@ final class PulseServer: @unchecked Sendable {
             environment: environment, stderr: "\(dir)/parec.log")
         return Recording(pid: pid, file: file, log: "\(dir)/parec.log")
     }
+}
+
+/// PipeWire, WirePlumber and pipewire-pulse, started without systemd in a
+/// private runtime directory, with a null sink `nullsink` loaded through
+/// pactl. WirePlumber gets no session bus: a `main.lua.d` override turns off
+/// its D-Bus device reservation and flatpak portal, without which it exits.
+/// Every process is killed (and reaped) when the value goes away.
+final class PipeWireServer: PulseTools, @unchecked Sendable {
+    // Invariant: `pids` is only touched while holding `lock`.
+    private let lock = NSLock()
+    private var pids: [pid_t] = []
+    let dir: String
+    let sinkRate = 48_000
+
+    var address: String { "unix:\(dir)/pulse/native" }
+
+    var environment: [String: String] {
+        ["XDG_RUNTIME_DIR": dir, "XDG_CONFIG_HOME": "\(dir)/config", "HOME": dir, "PATH": "/usr/bin:/bin", "PULSE_SERVER": address]
+    }
+
+    init() async throws {
+        var template = Array("/tmp/vigil-pipewire-XXXXXX".utf8CString)
+        guard let p = mkdtemp(&template) else { throw POSIXError(.EIO) }
+        dir = String(cString: p)
+        do {
+            try await start()
+        } catch {
+            stop()
+            throw error
+        }
+    }
+
+    private func start() async throws {
+        let overrides = "\(dir)/config/wireplumber/main.lua.d"
+        try FileManager.default.createDirectory(atPath: overrides, withIntermediateDirectories: true)
+        // Sorts before 90-enable-all.lua, which acts on these settings.
+        try """
+        alsa_monitor.properties["alsa.reserve"] = false
+        default_access.properties["enable-flatpak-portal"] = false
+
+        """.write(toFile: "\(overrides)/60-vigil-test.lua", atomically: true, encoding: .utf8)
+        var env = environment
+        env["PULSE_SERVER"] = nil
+        try spawn("/usr/bin/pipewire", env)
+        try await eventually("pipewire's socket in \(dir)") { FileManager.default.fileExists(atPath: "\(dir)/pipewire-0") }
+        try spawn("/usr/bin/wireplumber", env)
+        try spawn("/usr/bin/pipewire-pulse", env)
+        try await eventually("pipewire-pulse answers in \(dir)") { (try? pactl(["info"]))?.stdout.contains("on PipeWire") == true }
+        try loadNullSink("nullsink")
+        try await eventually("PipeWire lists nullsink") { sinkLine != nil }
+    }
+
+    private func spawn(_ program: String, _ env: [String: String]) throws {
+        let name = URL(fileURLWithPath: program).lastPathComponent
+        let pid = try spawnQuietly(program, [], environment: env, stderr: "\(dir)/\(name).log")
+        lock.withLock { pids.append(pid) }
+    }
+
+    /// The server's log files, for a failure message.
+    var logs: String {
+        ["pipewire", "wireplumber", "pipewire-pulse"].map { name in
+            "\(name): " + ((try? String(contentsOfFile: "\(dir)/\(name).log", encoding: .utf8))?.suffix(2_000).description ?? "")
+        }.joined(separator: "\n")
+    }
+
+    /// Stops the processes this server started, the last started first.
+    func stop() {
+        let started: [pid_t] = lock.withLock { defer { pids.removeAll() }; return pids }
+        for pid in started.reversed() { killAndReap(pid) }
+    }
+
+    deinit {
+        stop()
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+}
+
+/// SIGKILL to a child this test started, and waits for it.
+func killAndReap(_ pid: pid_t) {
+    Glibc.kill(pid, SIGKILL)
+    var status: Int32 = 0
+    _ = waitpid(pid, &status, 0)
+}
+
+/// A named sink unloaded and loaded again under silent-audio: its stream is
+/// back within 2 s of the load, though the reconnect backoff starts at 10 s;
+/// the return comes from the server's sink events, not from a timer.
+func checkSinkComesBack(_ server: some PulseTools) async throws {
+    let h = try await AudioHarness()
+    try await h.start([
+        "server": .string(server.address), "sink": .string("nullsink"), "latency": .string("200ms"),
+        "reconnect_initial": .string("10s"), "reconnect_max": .string("60s"),
+    ])
+    try await h.waitFor(.acquired)
+    try server.unloadSink("nullsink")
+    try await h.waitFor(.released)
+    try await h.events.waitFor("audio-waiting")
+    #expect(try server.streams().isEmpty)
+    let clock = ContinuousClock()
+    let loaded = clock.now
+    try server.loadNullSink("nullsink")
+    try await h.waitFor(.acquired, count: 2, timeout: .seconds(10))
+    let back = clock.now - loaded
+    #expect(back < .seconds(2), "the stream came back \(back) after the sink")
+    let history = h.history.filter { $0.kind != .status }
+    #expect(history.map(\.kind) == [.acquired, .released, .acquired], "\(history.map(\.kind))")
+    #expect(h.events.all.contains { $0.0 == "audio-lost" && $0.1["reason"] == "sink nullsink was removed" }, "\(h.events.all)")
+    try await eventually("the new stream plays on nullsink") {
+        let sink = try server.sinkIndex("nullsink")
+        return try server.streams().map(\.sink) == [sink].compactMap { $0 }
+    }
+    try await eventually("nullsink runs again") { server.sinkState == "RUNNING" }
+    await h.supervisor.stopAll()
 }
 
 /// A running parec.
@@ -278,8 +440,8 @@ final class AudioHarness: @unchecked Sendable {
     let events = RecordingEvents()
     private var collector: Task<Void, Never>?
 
-    init() async throws {
-        registry = LeaseRegistry(clock: clock)
+    init(backend: any PowerBackend = NoPowerBackend()) async throws {
+        registry = LeaseRegistry(clock: clock, backend: backend)
         let events = self.events
         supervisor = Supervisor(services: StrategyServices(
             registry: registry, scheduler: try WakeScheduler.system(clock: clock), clock: clock, logSink: logs,

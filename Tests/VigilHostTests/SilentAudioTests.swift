@@ -142,6 +142,101 @@ import VigilKit
         await h.supervisor.stopAll()
     }
 
+    /// A named sink unloaded and loaded again: its stream is back within
+    /// 2 s of the load, though the reconnect backoff starts at 10 s; the
+    /// return comes from the server's sink events, not from a timer.
+    @Test func sinkThatComesBackGetsItsStreamAtOnce() async throws {
+        try await checkSinkComesBack(try await PulseServer())
+    }
+
+    /// `sink = "@DEFAULT_SINK@"`: the stream follows `pactl set-default-sink`,
+    /// also after it was moved by hand, when PulseAudio itself no longer
+    /// moves it. One lease throughout: the stream moves, it is not recreated.
+    @Test func followsTheDefaultSink() async throws {
+        let pulse = try await PulseServer()
+        try pulse.loadNullSink("other")
+        let nullsink = try #require(try pulse.sinkIndex("nullsink"))
+        let other = try #require(try pulse.sinkIndex("other"))
+        try pulse.pactlChecked(["set-default-sink", "nullsink"])
+        let h = try await AudioHarness()
+        try await h.start(["server": .string(pulse.address), "sink": .string("@DEFAULT_SINK@"), "latency": .string("200ms")])
+        try await h.waitFor(.acquired)
+        try await eventually("the lease shows nullsink") { await h.activeStatus()["Sink"] == .string("nullsink") }
+        let stream = try #require(try pulse.streams().first)
+        #expect(stream.sink == nullsink)
+
+        // By hand (pavucontrol, or stream-restore's memory): the stream now
+        // prefers `other`, and PulseAudio leaves it there when the default changes.
+        try pulse.pactlChecked(["move-sink-input", stream.index, "other"])
+        try await eventually("the lease shows the move") { await h.activeStatus()["Sink"] == .string("other") }
+        try pulse.pactlChecked(["set-default-sink", "other"])
+        try pulse.pactlChecked(["set-default-sink", "nullsink"])
+        try await eventually("the stream follows the default to nullsink") { try pulse.streams().map(\.sink) == [nullsink] }
+        try await eventually("the lease shows nullsink") { await h.activeStatus()["Sink"] == .string("nullsink") }
+        try pulse.pactlChecked(["set-default-sink", "other"])
+        try await eventually("the stream follows the default to other") { try pulse.streams().map(\.sink) == [other] }
+        try await eventually("other runs") { try pulse.shortList("sinks").first { $0[1] == "other" }?.last == "RUNNING" }
+        #expect(h.history.filter { $0.kind != .status }.map(\.kind) == [.acquired])
+        #expect(h.logs.entries.contains { $0.contains("the default sink is now nullsink; moving the stream there") }, "\(h.logs.entries)")
+        await h.supervisor.stopAll()
+    }
+
+    /// `stop_before_sleep`: before the system sleeps (logind's
+    /// PrepareForSleep, from the logind stand-in), the stream is closed and
+    /// its lease released under a delay lock, which lets the sleep go on at
+    /// once; after resume the stream plays again under a new lease.
+    @Test func stopsTheStreamBeforeTheSystemSleeps() async throws {
+        let standIn = try LogindStandIn()
+        defer { standIn.stop() }
+        let host = try await standIn.bus.connect()
+        let observer = try await standIn.bus.connect()
+        let pulse = try await PulseServer()
+        let h = try await AudioHarness(backend: LogindPowerBackend(connection: host))
+        try await h.start([
+            "server": .string(pulse.address), "sink": .string("nullsink"), "latency": .string("200ms"),
+            "stop_before_sleep": .boolean(true),
+        ])
+        try await h.waitFor(.acquired)
+        // The strategy's delay lock (the stream's lease holds nothing on the system).
+        #expect(try await standIn.waitForCount(observer, 1))
+        let lock = "\(try await standIn.inhibitors(observer))"
+        #expect(lock.contains("Vigil keepalive") && lock.contains("delay"), "\(lock)")
+
+        let reply = try await standIn.call(observer, "SimulateSleep", [.uint64(10_000_000)], test: true)
+        #expect(try reply.argument(1, as: Bool.self) == false, "the sleep waited for logind's maximum delay")
+        // The lock was let go only once the stream had stopped: the strategy
+        // records audio-sleep after its lease was released and before it
+        // lets go of the lock, so the event is there when the sleep went on.
+        #expect(h.events.all.contains { $0.0 == "audio-sleep" }, "\(h.events.all)")
+        try await h.waitFor(.released)
+        try await h.waitFor(.acquired, count: 2)
+        #expect(h.history.filter { $0.kind != .status }.map(\.kind) == [.acquired, .released, .acquired])
+        try await eventually("the stream plays again") { pulse.sinkInputs.contains("Vigil keepalive") }
+        // Ready for the next sleep.
+        #expect(try await standIn.waitForCount(observer, 1))
+        await h.supervisor.stopAll()
+    }
+
+    /// Without logind, `stop_before_sleep` says why it cannot work and the
+    /// stream plays anyway.
+    @Test func stopBeforeSleepWithoutLogindSaysWhy() async throws {
+        let pulse = try await PulseServer()
+        let h = try await AudioHarness()
+        try await h.start(["server": .string(pulse.address), "latency": .string("200ms"), "stop_before_sleep": .boolean(true)])
+        try await h.waitFor(.acquired)
+        #expect(h.logs.entries.contains {
+            $0.contains("stop_before_sleep: the power backend is none, which does not announce system sleep (only logind does); the stream plays on through system sleep")
+        }, "\(h.logs.entries)")
+        #expect(pulse.sinkInputs.contains("Vigil keepalive"))
+        await h.supervisor.stopAll()
+    }
+
+    @Test func defaultSinkNameIsAccepted() throws {
+        #expect(try SilentAudioPlugin.problems(["sink": .string("@DEFAULT_SINK@")]).isEmpty)
+        let empty = try SilentAudioPlugin.problems(["sink": .string("")])
+        #expect(empty.contains { $0.contains("or \"@DEFAULT_SINK@\" for the default sink") }, "\(empty)")
+    }
+
     /// `play = "periodic"`: bursts of `for`, every `every`, faded in.
     @Test func periodicModePlaysForEvery() async throws {
         let pulse = try await PulseServer()

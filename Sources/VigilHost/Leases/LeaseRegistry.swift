@@ -371,6 +371,19 @@ public struct StrategyLeases: LeaseProvider {
     }
 }
 
+extension StrategyLeases: SystemSleepWatching {
+    /// Through the registry's power backend, when it is logind's.
+    public func watchSleep(
+        who: String, beforeSleep: @escaping @Sendable () async -> Void, afterResume: @escaping @Sendable () async -> Void
+    ) async throws -> Task<Void, Never> {
+        guard let logind = registry.backend as? LogindPowerBackend else {
+            throw LeaseError(.backendFailed, "the power backend is \(registry.backend.name), which does not announce system sleep (only logind does)")
+        }
+        return try await logind.watchSleep(
+            who: who, why: "let strategy \(strategy) stop before the system sleeps", onSleep: beforeSleep, onResume: afterResume)
+    }
+}
+
 /// A lease handle backed by the registry.
 public struct RegistryLease: LeaseHandle {
     public let id: LeaseID

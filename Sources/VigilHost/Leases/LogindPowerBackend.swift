@@ -93,12 +93,15 @@ extension LogindPowerBackend {
     /// announces `PrepareForSleep(true)`, `onSleep` runs and the inhibitor is
     /// closed afterwards, which lets the sleep proceed (logind waits at most
     /// `InhibitDelayMaxUSec`). `PrepareForSleep(false)` after resume takes a
-    /// new delay lock. Cancel the returned task to stop watching.
-    public func watchSleep(who: String, onSleep: @escaping @Sendable () async -> Void) async throws -> Task<Void, Never> {
+    /// new delay lock and runs `onResume`. Cancel the returned task to stop
+    /// watching.
+    public func watchSleep(
+        who: String, why: String = "run on_sleep hooks before the system sleeps",
+        onSleep: @escaping @Sendable () async -> Void, onResume: @escaping @Sendable () async -> Void = {}
+    ) async throws -> Task<Void, Never> {
         let signals = try await connection.signals(matching: DBusMatchRule(
             sender: Self.busName, path: Self.path, interface: Self.interface, member: "PrepareForSleep"))
         let delay = PowerHold(what: ["sleep"], mode: "delay")
-        let why = "run on_sleep hooks before the system sleeps"
         var lock: DBusFileDescriptor? = try await inhibit(delay, who: who, why: why)
         return Task {
             for await signal in signals {
@@ -109,6 +112,7 @@ extension LogindPowerBackend {
                     lock = nil
                 } else if lock == nil {
                     lock = try? await inhibit(delay, who: who, why: why)
+                    await onResume()
                 }
             }
             lock?.close()

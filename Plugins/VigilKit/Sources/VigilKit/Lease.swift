@@ -126,6 +126,21 @@ public protocol LeaseProvider: Sendable {
     func acquire(_ request: LeaseRequest) async throws -> any LeaseHandle
 }
 
+/// System sleep as the host's power backend announces it (logind's
+/// `PrepareForSleep`). The host's lease provider conforms; a strategy that
+/// must let go of something before the system sleeps casts
+/// `context.leases` to it.
+public protocol SystemSleepWatching: Sendable {
+    /// Runs `beforeSleep` before each system sleep, under a logind delay
+    /// lock: the sleep waits until it returns (at most logind's
+    /// `InhibitDelayMaxUSec`). `afterResume` runs once the system is back.
+    /// Throws when the host's power backend cannot announce sleep. Cancel
+    /// the returned task to stop watching.
+    func watchSleep(
+        who: String, beforeSleep: @escaping @Sendable () async -> Void, afterResume: @escaping @Sendable () async -> Void
+    ) async throws -> Task<Void, Never>
+}
+
 /// Why a lease operation failed.
 public struct LeaseError: Error, Hashable, Sendable, CustomStringConvertible {
     public enum Code: Hashable, Sendable { case ended, invalidBudget, backendFailed, unknownLease }
