@@ -98,10 +98,10 @@ public actor HostBusAPI {
         }
         let host = await runtime.config.host
         if host.inhibits.mode == .auto, host.bus != .system {
-            let bridge = InhibitBusBridge(server: server, connection: connection, inhibits: runtime.inhibits, log: log) { [weak self] call in
+            let bridge = InhibitBusBridge(server: server, connection: connection, inhibits: runtime.inhibits, log: log, credentials: { [weak self] call in
                 guard let self else { throw DBusError.failed("vigild's D-Bus API is shutting down") }
                 return try await self.credentials(of: call)
-            }
+            }, shown: { [weak self] id in await self?.waitUntilShown(id) })
             inhibitBridge = bridge
             try await bridge.export()
         }

@@ -41,23 +41,29 @@ extension InhibitError {
 /// what was already granted stays until it is released.
 actor InhibitBusBridge {
     typealias Credentials = @Sendable (DBusMethodCall) async throws -> (uid: UInt32, pid: UInt32)
+    typealias Shown = @Sendable (LeaseID) async -> Void
 
     private let server: DBusObjectServer
     private let connection: DBusConnection
     private let inhibits: ForeignInhibits
     private let credentials: Credentials
+    /// Returns once a lease's object is exported: the reply to an Inhibit
+    /// comes after it, so the caller finds its lease on the bus at once.
+    private let shown: Shown
     private let log: StrategyLogger
     /// Portal Request objects: handle path → (cookie, owner).
     private var requests: [String: (cookie: UInt32, owner: String)] = [:]
     /// Portal monitor Session objects: path → owner.
     private var sessions: [String: String] = [:]
 
-    init(server: DBusObjectServer, connection: DBusConnection, inhibits: ForeignInhibits, log: StrategyLogger, credentials: @escaping Credentials) {
+    init(server: DBusObjectServer, connection: DBusConnection, inhibits: ForeignInhibits, log: StrategyLogger,
+         credentials: @escaping Credentials, shown: @escaping Shown) {
         self.server = server
         self.connection = connection
         self.inhibits = inhibits
         self.log = log
         self.credentials = credentials
+        self.shown = shown
     }
 
     /// Exports the objects, then asks for each name that nobody owns.
@@ -108,8 +114,9 @@ actor InhibitBusBridge {
         let app = try call.argument(0, as: String.self)
         let reason = try call.argument(1, as: String.self)
         do {
-            let cookie = try await inhibits.inhibit(source: source, app: app, reason: reason, what: what, caller: try await caller(call))
-            return [.uint32(cookie)]
+            let granted = try await inhibits.inhibit(source: source, app: app, reason: reason, what: what, caller: try await caller(call))
+            await shown(granted.lease)
+            return [.uint32(granted.cookie)]
         } catch let error as InhibitError {
             throw error.dbusError
         }
@@ -147,13 +154,14 @@ actor InhibitBusBridge {
         if flags & 4 != 0 { what.append("sleep") }
         if flags & 8 != 0 { what.append("idle") }
         let caller = try await caller(call)
-        let cookie: UInt32
+        let granted: (cookie: UInt32, lease: LeaseID)
         do {
-            cookie = try await inhibits.inhibit(source: .portal, app: appID, reason: reason, what: what, caller: caller)
+            granted = try await inhibits.inhibit(source: .portal, app: appID, reason: reason, what: what, caller: caller)
         } catch {
             throw error.dbusError
         }
-        requests[handle] = (cookie, call.sender)
+        requests[handle] = (granted.cookie, call.sender)
+        await shown(granted.lease)
         try await server.export(handle, interfaces: [Self.request(self, handle: handle)])
         return []
     }

@@ -154,8 +154,8 @@ public actor ForeignInhibits {
 
     /// Grants an inhibit: checks the arguments and the policy, then holds
     /// `what` (logind names: "sleep", "idle"; empty: tracked only) as a
-    /// lease. Returns the cookie.
-    public func inhibit(source: InhibitSource, app: String, reason: String, what: [String], caller: InhibitCaller) async throws(InhibitError) -> UInt32 {
+    /// lease. Returns the cookie and the lease.
+    public func inhibit(source: InhibitSource, app: String, reason: String, what: [String], caller: InhibitCaller) async throws(InhibitError) -> (cookie: UInt32, lease: LeaseID) {
         guard app.utf8.count <= InhibitSettings.maxAppBytes else {
             throw InhibitError(.invalidArgument, "the application name is \(app.utf8.count) bytes; at most \(InhibitSettings.maxAppBytes) are accepted")
         }
@@ -197,7 +197,7 @@ public actor ForeignInhibits {
         cookieOfLease[id] = cookie
         if wasEmpty { onHasInhibitChanged?(true) }
         if vanished.contains(caller.owner) { await end(cookie, detail: "the app left the bus") }
-        return cookie
+        return (cookie, id)
     }
 
     /// Ends the inhibit `cookie` for the connection that got it.
