@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import Testing
+import VigilTestSupport
 @testable import VigilHost
 
 /// Strings that may come from D-Bus clients are cut before they reach the
@@ -50,5 +51,57 @@ struct SurvivalReportWarningsTests {
         try queue.close()
         let warnings = SurvivalReport.warnings(path: dir.store)
         #expect(warnings == ["the store was written by a newer Vigil (unknown migrations: v99-from-the-future); what that version added is not shown"])
+    }
+}
+
+/// A full filesystem under the store (a 1 MiB tmpfs mounted by the test,
+/// which runs as root): only heartbeats that could not be written leave an
+/// unwritable gap; events lost between two written heartbeats are counted
+/// but leave none (in the full suite they used to make one gap a second).
+@Suite("Survival store on a full disk")
+struct SurvivalStoreFullDiskTests {
+    /// Runs `body` with a directory on a fresh 1 MiB tmpfs.
+    static func withTmpfs(_ body: (String) async throws -> Void) async throws {
+        var template = Array("/tmp/vigil-storefull-XXXXXX".utf8CString)
+        let mountPoint = String(cString: try #require(mkdtemp(&template)))
+        defer { try? FileManager.default.removeItem(atPath: mountPoint) }
+        let mounted = try await runProgram("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "vigil-storefull", mountPoint])
+        try #require(mounted.status == 0, "mount: \(mounted.stderr)")
+        defer { _ = umount2(mountPoint, Int32(MNT_DETACH)) }
+        try await body(mountPoint)
+    }
+
+    static func unwritableGaps(_ path: String) throws -> Int {
+        try #require(try SurvivalReport.load(path: path, runs: nil, sinceWallMicros: nil).first).unwritableGaps
+    }
+
+    @Test func lostEventsBetweenWrittenHeartbeatsLeaveNoGap() async throws {
+        try await Self.withTmpfs { dir in
+            var clocks = FakeClocks()
+            let path = dir + "/survival.sqlite"
+            let store = try SurvivalStore(path: path, walCheckpointBytes: nil)
+            _ = try await store.beginRun(runStart(interval: .seconds(1), at: clocks.readings))
+            try await store.heartbeat(clocks.awake(1), leases: [])
+            let filler = dir + "/filler"
+            #expect(try fillFilesystem(filler) > 0)
+            await #expect(throws: SurvivalStoreError.self) {
+                try await store.recordEvent("lease-acquired", strategy: "s", fields: ["holds": String(repeating: "x", count: 8000)], readings: clocks.awake(0))
+            }
+            #expect(await store.unwritableState?.failedWrites == 1)
+            #expect(await store.unwritableState?.failedHeartbeats == 0)
+            // Room again: the next heartbeat is written, with no hole before it.
+            #expect(truncate(filler, 0) == 0)
+            try await store.heartbeat(clocks.awake(1), leases: [])
+            #expect(await store.unwritableState == nil)
+            #expect(try Self.unwritableGaps(path) == 0)
+
+            // A heartbeat that cannot be written does leave one.
+            _ = try fillFilesystem(filler)
+            await #expect(throws: SurvivalStoreError.self) { try await store.heartbeat(clocks.awake(1), leases: []) }
+            #expect(await store.unwritableState?.failedHeartbeats == 1)
+            #expect(truncate(filler, 0) == 0)
+            try await store.heartbeat(clocks.awake(1), leases: [])
+            #expect(try Self.unwritableGaps(path) == 1)
+        }
     }
 }

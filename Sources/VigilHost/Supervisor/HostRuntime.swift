@@ -196,6 +196,8 @@ public actor HostRuntime {
             let start = clock.now
             var k: Int64 = 1
             var outageReported = false
+            var eventsLost = 0
+            var lastEventLossNotice: VigilInstant?
             let tolerance = min(interval / 10, .seconds(5))
             while !Task.isCancelled {
                 let target = start + interval * Int(k)
@@ -213,10 +215,21 @@ public actor HostRuntime {
                     let seq = await store.lastSequence ?? 0
                     log.debug("heartbeat \(seq) written (\(leases.count) active lease\(leases.count == 1 ? "" : "s"))")
                     outageReported = false
-                    if outage != nil { await self.publishHealth() }
-                    if let outage {
+                    if let outage, outage.failedHeartbeats > 0 {
+                        await self.publishHealth()
                         let seconds = Duration.microseconds(now.monotonicMicros - outage.lastWritten.monotonicMicros)
                         log.notice("survival store writable again after \(seconds.vigilDescription) (\(outage.failedWrites) writes lost); the gap is recorded as store-unwritable")
+                    } else if let outage {
+                        // Only events were lost (the WAL's checkpoint gave
+                        // heartbeats room again): no hole in the timeline.
+                        // Said at most once a minute, as it can repeat at
+                        // every heartbeat while the disk stays nearly full.
+                        eventsLost += outage.failedWrites
+                        if lastEventLossNotice.map({ clock.now - $0 >= .seconds(60) }) ?? true {
+                            log.notice("survival store nearly full: \(eventsLost) event write\(eventsLost == 1 ? "" : "s") lost; heartbeats were not interrupted")
+                            lastEventLossNotice = clock.now
+                            eventsLost = 0
+                        }
                     }
                 } catch let error as SurvivalStoreError where error.code == .unwritable {
                     // Once per outage: it lasts until space is freed.

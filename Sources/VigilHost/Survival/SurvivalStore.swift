@@ -130,6 +130,10 @@ public actor SurvivalStore {
         public var firstError: String
         /// Heartbeats and events that could not be written.
         public var failedWrites: Int
+        /// Heartbeats among them. Only a failed heartbeat leaves a hole in
+        /// the timeline: events lost between two written heartbeats are
+        /// counted, but no unwritable gap is recorded for them.
+        public var failedHeartbeats: Int = 0
     }
 
     /// The run being written, mirrored in memory so a heartbeat needs no reads.
@@ -245,7 +249,7 @@ public actor SurvivalStore {
         }
         // While unwritable, a checkpoint first: it may free the WAL's space.
         if unwritable != nil { checkpoint() }
-        let wasUnwritable = unwritable != nil
+        let wasUnwritable = (unwritable?.failedHeartbeats ?? 0) > 0
         do {
             try database.write { db in
                 for (i, sample) in samples.enumerated() {
@@ -256,19 +260,20 @@ public actor SurvivalStore {
             active = run
             unwritable = nil
         } catch {
-            throw failed(error, doing: "writing a heartbeat of run \(run.uuid)")
+            throw failed(error, doing: "writing a heartbeat of run \(run.uuid)", heartbeat: true)
         }
         if let limit = walCheckpointBytes, walSize() > limit { checkpoint() }
     }
 
     /// Wraps a write error; disk-full and I/O errors mark the store unwritable.
-    private func failed(_ error: any Error, doing action: String) -> SurvivalStoreError {
+    private func failed(_ error: any Error, doing action: String, heartbeat: Bool = false) -> SurvivalStoreError {
         let wrapped = SurvivalStoreError.wrap(error, path: path, doing: action)
         if wrapped.code == .unwritable, let run = active {
             if unwritable == nil {
                 unwritable = Unwritable(lastWritten: run.last, firstError: wrapped.message, failedWrites: 0)
             }
             unwritable?.failedWrites += 1
+            if heartbeat { unwritable?.failedHeartbeats += 1 }
         }
         return wrapped
     }
@@ -322,7 +327,7 @@ public actor SurvivalStore {
             throw SurvivalStoreError(.invalidArgument, path: path, "endRun needs an end reason other than running")
         }
         if unwritable != nil { checkpoint() }
-        let wasUnwritable = unwritable != nil
+        let wasUnwritable = (unwritable?.failedHeartbeats ?? 0) > 0
         do {
             try database.write { db in
                 try Self.writeHeartbeat(HeartbeatSample(readings: readings), run: &run, unwritable: wasUnwritable, db)
