@@ -3,8 +3,10 @@ import Glibc
 
 /// Writes zeros to `path` until its filesystem is full (a small tmpfs the
 /// test made): the bytes written. Remove the file to free the space again.
-public func fillFilesystem(_ path: String) throws -> Int {
-    let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+/// `append`: add to the file instead of starting it anew (to take space
+/// the filesystem got back since, e.g. from a truncated WAL).
+public func fillFilesystem(_ path: String, append: Bool = false) throws -> Int {
+    let fd = open(path, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0o600)
     guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
     defer { close(fd) }
     let chunk = [UInt8](repeating: 0, count: 4096)
