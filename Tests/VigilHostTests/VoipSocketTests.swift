@@ -137,6 +137,33 @@ import VigilKit
         await h.supervisor.stopAll()
     }
 
+    /// Handlers with different deadlines on one clock (they share one
+    /// deadline watcher): each is cut off at its own deadline, the shorter
+    /// first, whichever pinged first.
+    @Test func handlerDeadlinesOfSeveralConnectionsEachHold() async throws {
+        let clock = ManualClock()
+        let server = try LoopbackServer(answering: false)
+        defer { server.stop() }
+        let h = try VoipHarness(clock: clock, scheduler: WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock)))
+        for (name, timeout) in [("long", "10s"), ("short", "2s")] {
+            try await h.start([
+                "connect": .string(server.address), "keepalive_interval": .string("60s"), "jitter": .integer(0), "handler_timeout": .string(timeout),
+                "expect": .string("\r\n"), "reconnect": .table(["initial": .string("1h")]),
+            ], name: name)
+            #expect(await h.waitForStatus(name) { $0["State"]?.stringValue == "up" }["State"]?.stringValue == "up")
+        }
+        await clock.settle()
+        await clock.advance(by: .seconds(60))
+        #expect(await server.count(.ping, atLeast: 2))
+        await clock.advance(by: .seconds(2))
+        #expect(await h.waitForStatus("short") { $0["Overruns"]?.uintValue == 1 }["Overruns"]?.uintValue == 1)
+        await clock.settle()
+        #expect(await h.status("long")["Overruns"]?.uintValue == 0)
+        await clock.advance(by: .seconds(8))
+        #expect(await h.waitForStatus("long") { $0["Overruns"]?.uintValue == 1 }["Overruns"]?.uintValue == 1)
+        await h.supervisor.stopAll()
+    }
+
     /// A handler that starts after its window's end is counted as late; one
     /// that starts at the end exactly is not (test clock).
     @Test func lateHandlerStartsAreCounted() async throws {
