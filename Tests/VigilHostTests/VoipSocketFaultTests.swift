@@ -77,6 +77,15 @@ struct VoipPeer: Sendable, CustomTestStringConvertible {
 /// registered again. Serialized for the same reason as
 /// ``VoipSocketProtocolTests``: each test starts real servers.
 @Suite(.serialized) struct VoipSocketFaultTests {
+    /// Starts the strategy and waits (bounded) for its first answered ping.
+    static func startPinging(_ options: [String: ConfigValue]) async throws -> (VoipHarness, [String: StatusValue]) {
+        let h = try VoipHarness()
+        try await h.start(options)
+        let up = await h.waitForStatus(timeout: .seconds(20)) { $0["Pings"]?.uintValue ?? 0 >= 1 }
+        #expect(up["Pings"]?.uintValue ?? 0 >= 1, "the live server answered no ping: \(up)")
+        return (h, up)
+    }
+
     /// Waits until the strategy is up again after a fault: reconnected, and
     /// pinging (and registered) on the new connection.
     static func waitUntilBack(_ h: VoipHarness, after before: [String: StatusValue], wire: String) async -> [String: StatusValue] {
@@ -98,10 +107,7 @@ struct VoipPeer: Sendable, CustomTestStringConvertible {
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let server = try peer.start(in: dir)
         defer { server.remove() }
-        let h = try VoipHarness()
-        try await h.start(peer.options(server))
-        let up = await h.waitForStatus(timeout: .seconds(20)) { $0["Pings"]?.uintValue ?? 0 >= 1 }
-        #expect(up["Pings"]?.uintValue ?? 0 >= 1, "the live server answered no ping: \(up)")
+        let (h, up) = try await Self.startPinging(peer.options(server))
         server.server.freeze(true)
         let frozenAt = ContinuousClock.now
         #expect(await h.waitForEvent("handler-overrun"))
@@ -133,10 +139,7 @@ struct VoipPeer: Sendable, CustomTestStringConvertible {
         var options = peer.options(server, handlerTimeout: "900ms")
         options["user_timeout"] = .string("200ms")
         options["connect_timeout"] = .string("1s")
-        let h = try VoipHarness()
-        try await h.start(options)
-        let up = await h.waitForStatus(timeout: .seconds(20)) { $0["Pings"]?.uintValue ?? 0 >= 1 }
-        #expect(up["Pings"]?.uintValue ?? 0 >= 1, "the live server answered no ping: \(up)")
+        let (h, up) = try await Self.startPinging(options)
         try network.setReachable(false)
         let cutAt = ContinuousClock.now
         #expect(await h.waitForEvent("disconnected", timeout: .seconds(15)))
@@ -160,10 +163,7 @@ struct VoipPeer: Sendable, CustomTestStringConvertible {
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let server = try peer.start(in: dir)
         defer { server.remove() }
-        let h = try VoipHarness()
-        try await h.start(peer.options(server))
-        let up = await h.waitForStatus(timeout: .seconds(20)) { $0["Pings"]?.uintValue ?? 0 >= 1 }
-        #expect(up["Pings"]?.uintValue ?? 0 >= 1, "the live server answered no ping: \(up)")
+        let (h, up) = try await Self.startPinging(peer.options(server))
         server.server.stop()
         #expect(await h.waitForEvent("disconnected"))
         try server.server.start()
