@@ -79,6 +79,9 @@ final class TCPLink: Sendable {
         var dataWaiter: CheckedContinuation<DataFrame, any Error>?
         /// The running ping handler's deadline passed: its waits fail.
         var handlerExpired = false
+        /// Counts handler starts and ends: a deadline of a handler that
+        /// already ended finds a newer number and does nothing.
+        var handlerGeneration: UInt64 = 0
     }
 
     /// The ping handler's deadline passed while it waited on this link.
@@ -496,33 +499,38 @@ final class TCPLink: Sendable {
     /// ``awaitPong``), until it finishes or `deadline` passes on the link's
     /// clock, whichever comes first; nil when the deadline won.
     ///
-    /// `body` runs in the caller's task; one child task sleeps until the
-    /// deadline and then fails the handler's waits on this link. That is one
-    /// task per handler instead of two (body and timer racing in a group),
-    /// which matters when 10,000 handlers run in the same batch.
+    /// `body` runs in the caller's task; the deadline goes to
+    /// ``HandlerDeadlines``, which fails the handler's waits on this link
+    /// when it passes. No task and no timer per handler: 10,000 handlers in
+    /// one batch share one wake-up.
     func withHandlerDeadline<T: Sendable>(
         _ deadline: VigilInstant, _ body: () async throws -> T
     ) async throws -> T? {
-        state.withLock { $0.handlerExpired = false }
-        defer { state.withLock { $0.handlerExpired = false } }
-        return try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { [self] in
-                do { try await clock.sleep(until: deadline) } catch { return }
-                expireHandler()
+        let generation = state.withLock { s in
+            s.handlerExpired = false
+            s.handlerGeneration &+= 1
+            return s.handlerGeneration
+        }
+        HandlerDeadlines.shared.add(deadline, clock: clock, link: self, generation: generation)
+        defer {
+            state.withLock { s in
+                s.handlerExpired = false
+                s.handlerGeneration &+= 1
             }
-            defer { group.cancelAll() }
-            do {
-                return try await body()
-            } catch is HandlerDeadlinePassed {
-                return nil
-            }
+        }
+        do {
+            return try await body()
+        } catch is HandlerDeadlinePassed {
+            return nil
         }
     }
 
-    /// Fails the handler's current and future waits (its deadline passed).
-    private func expireHandler() {
+    /// Fails the current and future waits of handler `generation` (its
+    /// deadline passed), if it still runs.
+    func expireHandler(generation: UInt64) {
         var resumes: [() -> Void] = []
         state.withLock { s in
+            guard s.handlerGeneration == generation else { return }
             s.handlerExpired = true
             if let w = s.pongWaiter { s.pongWaiter = nil; resumes.append { w.resume(throwing: HandlerDeadlinePassed()) } }
             if let w = s.writeWaiter { s.writeWaiter = nil; resumes.append { w.resume(throwing: HandlerDeadlinePassed()) } }

@@ -427,11 +427,13 @@ final class VoipConnection: Sendable {
         // drops a client that sent nothing for 1.5 × keep-alive, whatever
         // the broker itself sent); raw and SIP count what comes back.
         let clientTraffic = settings.wire == .mqtt
+        // Formatted once per connection, not once per ping.
+        let label = "\(context.name) keep-alive"
         while true {
             let (earliest, latest) = window(after: base, interval: interval)
             do {
                 _ = try await context.scheduler.wake(WakeRequest(
-                    earliest: earliest, latest: latest, align: settings.align, label: "\(context.name) keep-alive"))
+                    earliest: earliest, latest: latest, align: settings.align, label: label))
             } catch {
                 return Self.cancelled
             }

@@ -1,48 +1,66 @@
 #!/usr/bin/python3
 """A SIP-style keep-alive peer for the voip-socket tests, as its own process
-so a test can freeze it with SIGSTOP.
+so a test can freeze it with SIGSTOP, kill it and start it again.
 
-Usage: voip-pong-server.py [--rcvbuf BYTES]
-Listens on 127.0.0.1 (a free port), prints the port on stdout, and answers
-every CRLFCRLF ping with a CRLF pong (RFC 5626). --rcvbuf shrinks the receive
-buffer of accepted sockets, so a frozen server closes its TCP window fast.
+Usage: voip-pong-server.py [--host ADDRESS] [--port PORT] [--rcvbuf BYTES]
+                           [--tls CERT KEY]
+Listens on ADDRESS (default 127.0.0.1) and PORT (default: a free one), prints
+the port on stdout, and answers every CRLFCRLF ping with a CRLF pong
+(RFC 5626), over TLS with --tls. --rcvbuf shrinks the receive buffer of
+accepted sockets, so a frozen server closes its TCP window fast. One thread
+per connection: a TLS handshake never holds up the other connections.
 """
-import selectors
 import socket
+import ssl
 import sys
+import threading
 
-rcvbuf = int(sys.argv[sys.argv.index("--rcvbuf") + 1]) if "--rcvbuf" in sys.argv else 0
+
+def option(name, default=None, count=1):
+    if name not in sys.argv:
+        return default
+    at = sys.argv.index(name)
+    values = sys.argv[at + 1:at + 1 + count]
+    return values[0] if count == 1 else values
+
+
+rcvbuf = int(option("--rcvbuf", "0"))
+tls = option("--tls", count=2)
+context = None
+if tls:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tls[0], tls[1])
+
 listener = socket.socket()
+# A restarted server takes its port back although its old connections linger.
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 if rcvbuf:
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-listener.bind(("127.0.0.1", 0))
+listener.bind((option("--host", "127.0.0.1"), int(option("--port", "0"))))
 listener.listen(16)
-listener.setblocking(False)
 print(listener.getsockname()[1], flush=True)
 
-selector = selectors.DefaultSelector()
-selector.register(listener, selectors.EVENT_READ)
-pending = {}
-while True:
-    for key, _ in selector.select():
-        if key.fileobj is listener:
-            conn, _ = listener.accept()
-            conn.setblocking(False)
-            pending[conn] = b""
-            selector.register(conn, selectors.EVENT_READ)
-            continue
-        conn = key.fileobj
-        try:
+
+def serve(conn):
+    try:
+        if context:
+            conn = context.wrap_socket(conn, server_side=True)
+        buffer = b""
+        while True:
             data = conn.recv(65536)
-        except OSError:
-            data = b""
-        if not data:
-            selector.unregister(conn)
-            pending.pop(conn, None)
-            conn.close()
-            continue
-        buffer = pending[conn] + data
-        while b"\r\n\r\n" in buffer:
-            _, _, buffer = buffer.partition(b"\r\n\r\n")
-            conn.send(b"\r\n")
-        pending[conn] = buffer[-3:]
+            if not data:
+                break
+            buffer += data
+            while b"\r\n\r\n" in buffer:
+                _, _, buffer = buffer.partition(b"\r\n\r\n")
+                conn.sendall(b"\r\n")
+            buffer = buffer[-3:]
+    except (OSError, ssl.SSLError):
+        pass
+    finally:
+        conn.close()
+
+
+while True:
+    conn, _ = listener.accept()
+    threading.Thread(target=serve, args=(conn,), daemon=True).start()

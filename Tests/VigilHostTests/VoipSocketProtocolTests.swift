@@ -270,38 +270,6 @@ import VigilTestSupport
         #expect(status["LastError"]?.stringValue.hasPrefix("the registrar refused REGISTER: 401 Unauthorized (wrong sip.username or password)") == true, "\(status)")
     }
 
-    // MARK: frozen servers, every protocol
-
-    /// A broker or registrar frozen with SIGSTOP still has a kernel that
-    /// acknowledges: only the missing PINGRESP or CRLF pong shows it. The
-    /// handler overruns, the connection is dropped, and once the server is
-    /// thawed the strategy reconnects (and registers again).
-    @Test(arguments: ["mqtt", "sip"]) func frozenServerIsDetectedAndReconnected(wire: String) async throws {
-        let dir = try makeTemporaryDirectory("voip-frozen")
-        defer { try? FileManager.default.removeItem(atPath: dir) }
-        let (server, port, _) = wire == "mqtt" ? try TestMosquitto.start(in: dir) : try TestKamailio.start(in: dir)
-        defer { server.freeze(false); server.stop() }
-        var values: [String: ConfigValue] = [
-            "connect": .string("127.0.0.1:\(port)"), "protocol": .string(wire), "keepalive_interval": .string("1s"),
-            "handler_timeout": .string("400ms"), "reconnect": .table(["initial": .string("100ms"), "max": .string("300ms")]),
-        ]
-        if wire == "sip" { values["sip"] = .table(["aor": .string("sip:alice@example.org"), "expires": .string("60s")]) }
-        let h = try VoipHarness()
-        try await h.start(values)
-        let up = await h.waitForStatus { $0["Pings"]?.uintValue ?? 0 >= 1 }
-        #expect(up["Pings"]?.uintValue ?? 0 >= 1, "\(up)")
-        server.freeze(true)
-        #expect(await h.waitForEvent("handler-overrun"))
-        server.freeze(false)
-        let back = await h.waitForStatus(timeout: .seconds(20)) {
-            $0["State"]?.stringValue == "up" && $0["Reconnects"]?.uintValue ?? 0 >= 1 && $0["Pings"]?.uintValue ?? 0 > up["Pings"]?.uintValue ?? 0
-        }
-        await h.supervisor.stopAll()
-        #expect(back["State"]?.stringValue == "up" && back["Reconnects"]?.uintValue ?? 0 >= 1, "\(back)")
-        #expect(back["Overruns"]?.uintValue ?? 0 >= 1, "\(back)")
-        if wire == "sip" { #expect(back["Registrations"]?.uintValue ?? 0 >= 2, "\(back)") }
-    }
-
     // MARK: shipped examples
 
     /// The strategies of a shipped example, with `replacements` applied to its text.
@@ -411,30 +379,5 @@ import VigilTestSupport
         await h.supervisor.stopAll()
         #expect(await server.count(.accepted, atLeast: 1))
         #expect(status["LastError"]?.stringValue.hasSuffix("timed out after 500ms (connect_timeout)") == true, "\(status)")
-    }
-
-    /// After the broker restarts, the TLS session comes back.
-    @Test func tlsResumesAfterAServerRestart() async throws {
-        let dir = try makeTemporaryDirectory("voip-tls")
-        defer { try? FileManager.default.removeItem(atPath: dir) }
-        let certificates = try TestCertificates()
-        defer { certificates.remove() }
-        let broker = try TestMosquitto.start(in: dir, certificates: certificates)
-        defer { broker.server.stop() }
-        let h = try VoipHarness()
-        try await h.start([
-            "connect": .string("127.0.0.1:\(broker.tlsPort ?? 0)"), "protocol": .string("mqtt"), "tls": .boolean(true),
-            "ca_file": .string(certificates.caCertificate), "keepalive_interval": .string("2s"),
-            "mqtt": .table(["client_id": .string("vigil-restart")]),
-            "reconnect": .table(["initial": .string("100ms"), "max": .string("300ms")]),
-        ])
-        #expect(await broker.server.waitForLog("as vigil-restart"))
-        broker.server.stop()
-        #expect(await h.waitForEvent("disconnected"))
-        try broker.server.start()
-        #expect(await broker.server.waitForLog("as vigil-restart"), "\(broker.server.log)")
-        let status = await h.waitForStatus { $0["State"]?.stringValue == "up" && $0["Reconnects"]?.uintValue ?? 0 >= 1 }
-        await h.supervisor.stopAll()
-        #expect(status["State"]?.stringValue == "up", "\(status)")
     }
 }

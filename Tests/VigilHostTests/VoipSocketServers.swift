@@ -13,23 +13,31 @@ final class TestServerProcess: @unchecked Sendable {
     let arguments: [String]
     let logFile: String
     let ports: [Int]
+    /// Where the server listens: 127.0.0.1, or its side of `network`.
+    let host: String
+    let network: TestNetwork?
     private var pid: pid_t = 0
 
-    init(program: String, arguments: [String], directory: String, ports: [Int]) throws {
+    /// Starts `program`; inside `network`'s namespace when given.
+    init(program: String, arguments: [String], directory: String, ports: [Int], network: TestNetwork? = nil) throws {
         self.program = program
         self.arguments = arguments
         self.directory = directory
         self.ports = ports
+        self.network = network
+        host = network?.serverAddress ?? "127.0.0.1"
         logFile = directory + "/server.log"
         try start()
     }
 
     func start() throws {
-        pid = try spawnQuietly(program, arguments, environment: ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": directory],
+        // `ip netns exec` enters the namespace and execs the program: the pid stays the server's.
+        let (path, argv) = network.map { ("/usr/sbin/ip", ["netns", "exec", $0.namespace, program] + arguments) } ?? (program, arguments)
+        pid = try spawnQuietly(path, argv, environment: ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": directory],
                                stdout: logFile + ".out", stderr: logFile)
         let deadline = Date().addingTimeInterval(20)
         while Date() < deadline {
-            if ports.allSatisfy({ TestNginx.canConnect(port: $0) }) { return }
+            if ports.allSatisfy({ TestNginx.canConnect(port: $0, host: host) }) { return }
             var status: Int32 = 0
             if waitpid(pid, &status, WNOHANG) == pid {
                 pid = 0
@@ -89,6 +97,54 @@ final class TestServerProcess: @unchecked Sendable {
     deinit { stop() }
 }
 
+/// A network namespace joined to the test's by a veth pair: a server started
+/// inside it (``TestServerProcess``) is reached at `serverAddress`, and
+/// taking its link down makes that peer unreachable (its kernel neither
+/// acknowledges nor resets) without touching loopback, which other tests
+/// share. Removed (with both veth ends) by `remove()`.
+final class TestNetwork: Sendable {
+    let namespace: String
+    let serverAddress: String
+    private let hostLink: String
+    private let serverLink: String
+
+    init() throws {
+        let tag = String(UInt32.random(in: 0...UInt32.max), radix: 16)
+        namespace = "vigil-test-\(tag)"
+        hostLink = "vgh\(tag)"
+        serverLink = "vgn\(tag)"
+        // A random /30 in 10.64.0.0/10, unlikely to meet another test's.
+        let prefix = "10.\(Int.random(in: 64...127)).\(Int.random(in: 0...255))"
+        let base = 4 * Int.random(in: 0...63)
+        serverAddress = "\(prefix).\(base + 2)"
+        try runTool("/usr/sbin/ip", ["netns", "add", namespace])
+        do {
+            try runTool("/usr/sbin/ip", ["link", "add", hostLink, "type", "veth", "peer", "name", serverLink, "netns", namespace])
+            try runTool("/usr/sbin/ip", ["addr", "add", "\(prefix).\(base + 1)/30", "dev", hostLink])
+            try runTool("/usr/sbin/ip", ["link", "set", hostLink, "up"])
+            try inside(["ip", "addr", "add", "\(serverAddress)/30", "dev", serverLink])
+            try inside(["ip", "link", "set", "lo", "up"])
+            try inside(["ip", "link", "set", serverLink, "up"])
+        } catch {
+            remove()
+            throw error
+        }
+    }
+
+    /// Takes the server's link down (packets to it are dropped) or up again.
+    func setReachable(_ reachable: Bool) throws {
+        try inside(["ip", "link", "set", serverLink, reachable ? "up" : "down"])
+    }
+
+    func remove() {
+        _ = try? runProcessWithStatus("/usr/sbin/ip", ["netns", "del", namespace])
+    }
+
+    private func inside(_ command: [String]) throws {
+        try runTool("/usr/sbin/ip", ["netns", "exec", namespace] + command)
+    }
+}
+
 /// Runs a third-party tool to its end; throws with its output when it fails.
 func runTool(_ path: String, _ arguments: [String]) throws {
     let result = try runProcessWithStatus(path, arguments)
@@ -104,21 +160,22 @@ func makeTemporaryDirectory(_ prefix: String) throws -> String {
     return path
 }
 
-/// mosquitto on 127.0.0.1 (plain, and TLS with `certificates`), logging
-/// every packet, optionally with one user and password.
+/// mosquitto on 127.0.0.1, or inside `network` (plain, and TLS with
+/// `certificates`), logging every packet, optionally with one user and password.
 enum TestMosquitto {
     /// With `user`, clients that give a user name must give its password;
     /// clients without one are let in only with `anonymous`.
     static func start(in directory: String, user: (String, String)? = nil, anonymous: Bool = false, certificates: TestCertificates? = nil,
-                      port: Int? = nil, tlsPort: Int? = nil) throws -> (server: TestServerProcess, port: Int, tlsPort: Int?) {
+                      port: Int? = nil, tlsPort: Int? = nil, network: TestNetwork? = nil) throws -> (server: TestServerProcess, port: Int, tlsPort: Int?) {
         let port = try port ?? TestNginx.freePort()
+        let host = network?.serverAddress ?? "127.0.0.1"
         var config = """
             user root
             log_dest stderr
             log_type all
             connection_messages true
             per_listener_settings false
-            listener \(port) 127.0.0.1
+            listener \(port) \(host)
 
             """
         var tls: Int?
@@ -126,7 +183,7 @@ enum TestMosquitto {
             let p = try tlsPort ?? TestNginx.freePort()
             tls = p
             config += """
-                listener \(p) 127.0.0.1
+                listener \(p) \(host)
                 cafile \(certificates.caCertificate)
                 certfile \(certificates.serverCertificate)
                 keyfile \(certificates.serverKey)
@@ -144,7 +201,7 @@ enum TestMosquitto {
         try config.write(toFile: directory + "/mosquitto.conf", atomically: true, encoding: .utf8)
         let server = try TestServerProcess(
             program: "/usr/sbin/mosquitto", arguments: ["-c", directory + "/mosquitto.conf"], directory: directory,
-            ports: [port] + (tls.map { [$0] } ?? []))
+            ports: [port] + (tls.map { [$0] } ?? []), network: network)
         return (server, port, tls)
     }
 
@@ -155,19 +212,20 @@ enum TestMosquitto {
     }
 }
 
-/// kamailio on 127.0.0.1 as a SIP registrar over TCP (and TLS with
+/// kamailio on 127.0.0.1 (or inside `network`) as a SIP registrar over TCP (and TLS with
 /// `certificates`): REGISTER is saved in memory (usrloc), with a digest
 /// challenge when `password` is set; `flowTimer` adds a Flow-Timer header
 /// to the 200; MESSAGE requests are relayed to the registered contact.
 enum TestKamailio {
     static func start(in directory: String, password: String? = nil, flowTimer: Int? = nil,
-                      certificates: TestCertificates? = nil) throws -> (server: TestServerProcess, port: Int, tlsPort: Int?) {
+                      certificates: TestCertificates? = nil, network: TestNetwork? = nil) throws -> (server: TestServerProcess, port: Int, tlsPort: Int?) {
         let port = try TestNginx.freePort()
         let tlsPort = try certificates.map { _ in try TestNginx.freePort() }
-        var listen = "listen=tcp:127.0.0.1:\(port)\n"
+        let host = network?.serverAddress ?? "127.0.0.1"
+        var listen = "listen=tcp:\(host):\(port)\n"
         var tlsModule = ""
         if let certificates, let tlsPort {
-            listen += "listen=tls:127.0.0.1:\(tlsPort)\nenable_tls=yes\n"
+            listen += "listen=tls:\(host):\(tlsPort)\nenable_tls=yes\n"
             try """
                 [server:default]
                 method = TLSv1.2+
@@ -242,7 +300,26 @@ enum TestKamailio {
         let server = try TestServerProcess(
             program: "/usr/sbin/kamailio",
             arguments: ["-f", directory + "/kamailio.cfg", "-DD", "-E", "-w", directory, "-Y", directory, "-P", directory + "/kamailio.pid"],
-            directory: directory, ports: [port] + (tlsPort.map { [$0] } ?? []))
+            directory: directory, ports: [port] + (tlsPort.map { [$0] } ?? []), network: network)
         return (server, port, tlsPort)
+    }
+}
+
+/// Tests/Fixtures/voip-pong-server.py as a ``TestServerProcess``: the raw
+/// protocol's peer (CRLFCRLF ping, CRLF pong), over TLS with `certificates`;
+/// `rcvbuf` shrinks its sockets' receive buffers (a frozen server's window
+/// then fills at once).
+enum TestPongServer {
+    static func start(in directory: String, certificates: TestCertificates? = nil, network: TestNetwork? = nil,
+                      rcvbuf: Int? = nil) throws -> (server: TestServerProcess, port: Int) {
+        let port = try TestNginx.freePort()
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/voip-pong-server.py").path
+        let tls = certificates.map { ["--tls", $0.serverCertificate, $0.serverKey] } ?? []
+        let buffer = rcvbuf.map { ["--rcvbuf", String($0)] } ?? []
+        let server = try TestServerProcess(
+            program: "/usr/bin/python3", arguments: [script, "--host", network?.serverAddress ?? "127.0.0.1", "--port", String(port)] + tls + buffer,
+            directory: directory, ports: [port], network: network)
+        return (server, port)
     }
 }

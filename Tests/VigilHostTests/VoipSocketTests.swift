@@ -137,6 +137,33 @@ import VigilKit
         await h.supervisor.stopAll()
     }
 
+    /// Handlers with different deadlines on one clock (they share one
+    /// deadline watcher): each is cut off at its own deadline, the shorter
+    /// first, whichever pinged first.
+    @Test func handlerDeadlinesOfSeveralConnectionsEachHold() async throws {
+        let clock = ManualClock()
+        let server = try LoopbackServer(answering: false)
+        defer { server.stop() }
+        let h = try VoipHarness(clock: clock, scheduler: WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock)))
+        for (name, timeout) in [("long", "10s"), ("short", "2s")] {
+            try await h.start([
+                "connect": .string(server.address), "keepalive_interval": .string("60s"), "jitter": .integer(0), "handler_timeout": .string(timeout),
+                "expect": .string("\r\n"), "reconnect": .table(["initial": .string("1h")]),
+            ], name: name)
+            #expect(await h.waitForStatus(name) { $0["State"]?.stringValue == "up" }["State"]?.stringValue == "up")
+        }
+        await clock.settle()
+        await clock.advance(by: .seconds(60))
+        #expect(await server.count(.ping, atLeast: 2))
+        await clock.advance(by: .seconds(2))
+        #expect(await h.waitForStatus("short") { $0["Overruns"]?.uintValue == 1 }["Overruns"]?.uintValue == 1)
+        await clock.settle()
+        #expect(await h.status("long")["Overruns"]?.uintValue == 0)
+        await clock.advance(by: .seconds(8))
+        #expect(await h.waitForStatus("long") { $0["Overruns"]?.uintValue == 1 }["Overruns"]?.uintValue == 1)
+        await h.supervisor.stopAll()
+    }
+
     /// A handler that starts after its window's end is counted as late; one
     /// that starts at the end exactly is not (test clock).
     @Test func lateHandlerStartsAreCounted() async throws {
@@ -345,82 +372,28 @@ func runProcessWithStatus(_ path: String, _ arguments: [String]) throws -> (outp
     return (String(decoding: data, as: UTF8.self), process.terminationStatus)
 }
 
-/// The pong server as its own process (Tests/Fixtures/voip-pong-server.py),
-/// so a test can freeze it with SIGSTOP: a black-holed peer.
-final class PongServerProcess: @unchecked Sendable {
-    // Invariant: set in init, then only read.
-    let process = Process()
-    let port: UInt16
-
-    init(rcvbuf: Int? = nil) throws {
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Fixtures/voip-pong-server.py").path
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        process.arguments = [script] + (rcvbuf.map { ["--rcvbuf", String($0)] } ?? [])
-        let out = Pipe()
-        process.standardOutput = out
-        try process.run()
-        let line = String(decoding: out.fileHandleForReading.availableData, as: UTF8.self)
-        guard let port = UInt16(line.trimmingCharacters(in: .whitespacesAndNewlines)) else {
-            process.terminate()
-            throw DescribedError("voip-pong-server.py printed \(line.debugDescription), not its port")
-        }
-        self.port = port
-    }
-
-    func freeze() { kill(process.processIdentifier, SIGSTOP) }
-
-    func kill9() {
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
-    }
-}
-
+/// A frozen SIGSTOP-ed peer in the raw protocol, and every other fault for
+/// every protocol, are in ``VoipSocketFaultTests``.
 @Suite struct VoipSocketBlackHoleTests {
-    /// A peer frozen with SIGSTOP still has a kernel that completes the TCP
-    /// handshake and acknowledges data, so only the missing pong shows it:
-    /// the handler timeout catches it within one interval plus the timeout.
-    @Test func stoppedServerIsDetectedByTheHandlerTimeout() async throws {
-        let server = try PongServerProcess()
-        defer { server.kill9() }
-        let h = try VoipHarness()
-        try await h.start([
-            "connect": .string("127.0.0.1:\(server.port)"), "keepalive_interval": .string("300ms"),
-            "handler_timeout": .string("200ms"), "expect": .string("\r\n"), "skip_ping_on_traffic": .boolean(false),
-            "reconnect": .table(["initial": .string("100ms"), "max": .string("100ms")]),
-        ])
-        let before = await h.waitForStatus { $0["Pings"]?.uintValue ?? 0 >= 2 }
-        #expect(before["Pings"]?.uintValue ?? 0 >= 2, "the live server answered no pings: \(before)")
-        server.freeze()
-        let frozenAt = ContinuousClock.now
-        #expect(await h.waitForEvent("disconnected"))
-        let detected = ContinuousClock.now - frozenAt
-        let after = await h.status()
-        await h.supervisor.stopAll()
-        #expect(after["Overruns"]?.uintValue ?? 0 >= 1, "\(after)")
-        // At most one interval until the next ping, then the handler timeout.
-        #expect(detected < .milliseconds(300 + 200 + 300), "detected after \(detected)")
-        let reasons = h.recorded("disconnected").map { $0["reason"] ?? "" }
-        #expect(reasons.first?.contains("overran handler_timeout (200ms)") == true, "\(reasons)")
-    }
-
     /// A frozen peer whose receive window is full: the ping cannot even be
     /// delivered, and TCP_USER_TIMEOUT ends the connection long before the
     /// handler timeout (and hours before the kernel's default).
     @Test func fullWindowPeerIsDetectedByTCPUserTimeout() async throws {
-        let server = try PongServerProcess(rcvbuf: 2048)
-        defer { server.kill9() }
+        let dir = try makeTemporaryDirectory("voip-full-window")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let (server, port) = try TestPongServer.start(in: dir, rcvbuf: 2048)
+        defer { server.freeze(false); server.stop() }
         let h = try VoipHarness()
         // A 4 MiB ping fills every buffer between the two ends.
         try await h.start([
-            "connect": .string("127.0.0.1:\(server.port)"), "keepalive_interval": .string("3s"), "jitter": .integer(0),
+            "connect": .string("127.0.0.1:\(port)"), "keepalive_interval": .string("3s"), "jitter": .integer(0),
             "handler_timeout": .string("2500ms"), "user_timeout": .string("300ms"),
             "ping": .string(String(repeating: "x", count: 4 << 20)),
             "reconnect": .table(["initial": .string("10s")]),
         ])
         let up = await h.waitForStatus { $0["State"]?.stringValue == "up" }
         #expect(up["State"]?.stringValue == "up")
-        server.freeze()
+        server.freeze(true)
         let frozenAt = ContinuousClock.now
         let status = await h.waitForStatus { $0["State"]?.stringValue == "backoff" }
         let detected = ContinuousClock.now - frozenAt
