@@ -33,6 +33,10 @@ extension EndToEnd {
             let runs = try SurvivalReport.load(path: store, runs: nil, sinceWallMicros: nil)
             #expect(runs.count == 1)
             #expect(runs.first?.endReason == .stopped)
+            // The survival log keeps the count of the lines that were lost.
+            let counted = try runCommand("/usr/bin/sqlite3", [store, "SELECT fields FROM event WHERE name = 'log-lines-dropped'"])
+            let count = counted.stdout.split(separator: "\"").dropFirst(3).first.flatMap { Int($0) } ?? 0
+            #expect(count >= 5, "\(counted.stdout)\(counted.stderr)")
         }
 
         @Test func stderrPipeWhoseReaderExitedKeepsTheHostRunning() async throws {

@@ -365,6 +365,12 @@ public actor HostRuntime {
         for task in background { task.cancel() }
         for task in background { await task.value }
         metricsListener?.stop()
+        // Log lines that could not be written (stderr full or closed) are
+        // counted in the survival log, which outlives the lost lines.
+        let dropped = await health().droppedLogLines
+        if dropped > 0 {
+            try? await store.recordEvent("log-lines-dropped", strategy: nil, fields: ["count": String(dropped)], readings: readings())
+        }
         do { try await store.endRun(reason: reason, readings: readings()) } catch {
             log.error("cannot record the end of run \(runId): \(error)")
         }
