@@ -308,11 +308,14 @@ extension EndToEnd {
         /// after 1 MiB), then answers the resume with a 206 whose total is
         /// 4 MiB: the 206 is discarded with a clear LastError and nothing
         /// is published (it used to publish the 4 MiB file as complete).
-        // Disabled: passes alone and with any subset tried of this suite,
-        // but in the whole suite every answer of its Python server is reset
-        // by the client before a byte is kept, so no 206 is ever asked for.
-        // Cause not found yet (issue 12 stays open for it).
-        @Test(.disabled("client resets the lying server's 200 in the full suite; see the comment above"))
+        // Disabled: passes alone, with the whole end-to-end suite, and with
+        // the download suite beside all unit suites; in the whole suite
+        // (2026-11-25, again) vigild resets the connection while the first
+        // 200's body arrives, twice in 30 s, so no 206 is ever asked for.
+        // Two tries in 30 s with a 100-500 ms download backoff suggest the
+        // strategy itself restarted (host backoff); the failure now prints
+        // vigild's log to tell. Cause open (issue 12).
+        @Test(.disabled("vigild resets the lying server's 200 in the whole suite only; see the comment above"))
         func a206WhoseTotalContradictsTheFirstLengthIsNeverPublished() async throws {
             let h = try Harness()
             defer { h.stop() }
@@ -355,7 +358,12 @@ extension EndToEnd {
             // itself, whichever try meets it.
             try h.config("max_tries = 4\ndownloads = [{ url = \"\(url)\", dest = \"liar.bin\" }]")
             let daemon = try h.start()
-            try await server.waitForLine(containing: "served 206 from ")
+            do {
+                try await server.waitForLine(containing: "served 206 from ")
+            } catch {
+                Issue.record("no 206 was asked for; vigild said:\n\(daemon.output.joined(separator: "\n"))")
+                throw error
+            }
             let discarded = try await daemon.waitForLine(containing: "discarded a 206 answer")
             #expect(discarded.contains("discarded a 206 answer: the server's Content-Range \"bytes "), "\(discarded)")
             #expect(discarded.contains("-4194303/4194304\" gives a total of 4194304 bytes, but the response the part began with said 8388608"), "\(discarded)")
