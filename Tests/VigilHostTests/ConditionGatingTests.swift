@@ -9,7 +9,7 @@ import VigilKit
     @Test func fileExistsStartsAndStopsTheStrategy() async throws {
         let dir = try ConditionTempDir()
         let flag = dir.path + "/sub/flag"
-        let host = GatedSupervisor()
+        let host = try GatedSupervisor()
         let status = await host.start("gated", StrategyConditions(tables: [[.fileExists(flag)]]))
         let waiting = try await status.next(.waiting)
         #expect(waiting.waitingFor == "file_exists = \"\(flag)\"")
@@ -33,7 +33,7 @@ import VigilKit
         try tree.write("BAT0/type", "Battery")
         try tree.write("BAT0/capacity", "80")
         try tree.write("BAT0/status", "Charging")
-        let host = GatedSupervisor(settings: ConditionMonitor.Settings(powerSupplyDir: tree.path))
+        let host = try GatedSupervisor(settings: ConditionMonitor.Settings(powerSupplyDir: tree.path))
         let status = await host.start("download", StrategyConditions(tables: [[.acPower(true)]]))
         try await status.next(.running)
         try await eventuallyLeases(host, "download", 1)
@@ -62,7 +62,7 @@ import VigilKit
         try tree.write("BAT0/type", "Battery")
         try tree.write("BAT0/capacity", "50")
         try tree.write("BAT0/status", "Discharging")
-        let host = GatedSupervisor(settings: ConditionMonitor.Settings(powerSupplyDir: tree.path))
+        let host = try GatedSupervisor(settings: ConditionMonitor.Settings(powerSupplyDir: tree.path))
         let status = await host.start("backup", StrategyConditions(tables: [[.batteryAbove(20)]]))
         try await status.next(.running)
         try tree.write("BAT0/capacity", "19")
@@ -76,7 +76,7 @@ import VigilKit
     @Test func whenAnyRunsWhileOneTableHoldsAndNamesWhatEachWaitsFor() async throws {
         let dir = try ConditionTempDir()
         let a = dir.path + "/a", b = dir.path + "/b"
-        let host = GatedSupervisor()
+        let host = try GatedSupervisor()
         let status = await host.start("either", StrategyConditions(tables: [[.fileExists(a)], [.fileExists(b)]]))
         let waiting = try await status.next(.waiting)
         #expect(waiting.waitingFor == "(file_exists = \"\(a)\") or (file_exists = \"\(b)\")")

@@ -14,17 +14,21 @@ struct LeaseHoldingStrategy: KeepAliveStrategy {
 /// A supervisor whose strategies are gated by a real ``ConditionMonitor``,
 /// on a test clock.
 struct GatedSupervisor {
-    let clock: ManualClock
+    let clock: any VigilClock
     let registry: LeaseRegistry
     let scheduler: WakeScheduler
     let monitor: ConditionMonitor
     let supervisor: Supervisor
+    let logs = MemoryLogSink()
 
-    init(settings: ConditionMonitor.Settings = ConditionMonitor.Settings(), clock: ManualClock = ManualClock()) {
+    /// On `clock` (a test clock by default), or on the system clock and
+    /// its timerfd scheduler when `realTime` (strategies that talk to real
+    /// servers time their own I/O).
+    init(settings: ConditionMonitor.Settings = ConditionMonitor.Settings(), clock: ManualClock = ManualClock(), realTime: Bool = false) throws {
+        let clock: any VigilClock = realTime ? SystemClock() : clock
         self.clock = clock
         registry = LeaseRegistry(clock: clock)
-        scheduler = WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock))
-        let logs = MemoryLogSink()
+        scheduler = realTime ? try WakeScheduler.system(clock: clock) : WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock))
         monitor = ConditionMonitor(settings: settings, registry: registry, scheduler: scheduler, clock: clock, logSink: logs)
         var services = StrategyServices(
             registry: registry, scheduler: scheduler, clock: clock, logSink: logs,
