@@ -1,6 +1,7 @@
 #define _GNU_SOURCE
 #include "cconditions.h"
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <string.h>
@@ -34,6 +35,13 @@ int vigil_setns_net(const char *path) {
     close(fd);
     errno = saved;
     return rc;
+}
+
+void vigil_name_thread(const char *name) {
+    char truncated[16];
+    strncpy(truncated, name, sizeof truncated - 1);
+    truncated[sizeof truncated - 1] = 0;
+    pthread_setname_np(pthread_self(), truncated);
 }
 
 int vigil_proc_connector_open(void) {

@@ -20,6 +20,10 @@ int vigil_netlink_open(int protocol, unsigned groups);
 /// (/run/netns/NAME): 0, or -1 with errno set. Tests only.
 int vigil_setns_net(const char *path);
 
+/// Names the calling thread (at most 15 bytes are kept), as `top -H` and
+/// /proc/PID/task/TID/comm show it.
+void vigil_name_thread(const char *name);
+
 /// A proc connector socket listening for process events (needs
 /// CAP_NET_ADMIN): its fd, or -1 with errno set.
 int vigil_proc_connector_open(void);

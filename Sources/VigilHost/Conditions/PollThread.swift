@@ -1,3 +1,4 @@
+import CConditions
 import CTimer
 import Foundation
 
@@ -34,7 +35,7 @@ final class PollThread: @unchecked Sendable {
         let thread = Thread { [self] in
             // Foundation does not name the kernel thread on Linux; the
             // benchmark and `top -H` find the watchers by this name.
-            _ = pthread_setname_np(pthread_self(), String(name.prefix(15)))
+            vigil_name_thread(name)
             let result = prepare()
             prepared.result = result
             ready.signal()
