@@ -45,14 +45,8 @@ void vigil_name_thread(const char *name) {
 }
 
 int vigil_proc_connector_open(void) {
-    int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_CONNECTOR);
+    int fd = vigil_netlink_open(NETLINK_CONNECTOR, CN_IDX_PROC);
     if (fd < 0) return -1;
-    struct sockaddr_nl addr;
-    memset(&addr, 0, sizeof addr);
-    addr.nl_family = AF_NETLINK;
-    addr.nl_groups = CN_IDX_PROC;
-    addr.nl_pid = 0;
-    if (bind(fd, (struct sockaddr *)&addr, sizeof addr) < 0) goto fail;
     struct {
         struct nlmsghdr header;
         struct {
@@ -67,13 +61,13 @@ int vigil_proc_connector_open(void) {
     request.body.message.id.val = CN_VAL_PROC;
     request.body.message.len = sizeof(enum proc_cn_mcast_op);
     request.body.op = PROC_CN_MCAST_LISTEN;
-    if (send(fd, &request, sizeof request, 0) < 0) goto fail;
+    if (send(fd, &request, sizeof request, 0) < 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
     return fd;
-fail:;
-    int saved = errno;
-    close(fd);
-    errno = saved;
-    return -1;
 }
 
 int vigil_proc_event(const void *buffer, size_t length, pid_t *pid) {

@@ -6,6 +6,11 @@ import VigilKit
 /// `when` / `when_any` in the config: what is read, and each mistake's
 /// specific error with file, line and key path.
 @Suite struct ConditionConfigTests {
+    /// A test-echo strategy's first four lines: `[[strategy]]`, name, kind, message.
+    static func echo(_ name: String) -> String {
+        "[[strategy]]\nname = \"\(name)\"\nkind = \"test-echo\"\nmessage = \"hi\""
+    }
+
     func validate(_ text: String) throws -> Result<VigilConfig, ConfigError> {
         let document = try ConfigLoader.parseDocument(text: text, path: "/etc/vigil/vigil.toml")
         return ConfigLoader.validate(document, resolver: TestResolver())
@@ -18,25 +23,16 @@ import VigilKit
 
     @Test func conditionsAreRead() throws {
         let config = try validate("""
-            [[strategy]]
-            name = "player"
-            kind = "test-echo"
-            message = "hi"
+            \(Self.echo("player"))
 
-            [[strategy]]
-            name = "spdif"
-            kind = "test-echo"
-            message = "hi"
+            \(Self.echo("spdif"))
             [strategy.when]
             lease_active = "player"
             ac_power = true
             battery_above = "20%"
             time = ["mon-fri 09:00-18:00", "sat 10:00-12:00"]
 
-            [[strategy]]
-            name = "either"
-            kind = "test-echo"
-            message = "hi"
+            \(Self.echo("either"))
             when_any = [{ network = "unmetered", process = "mpv" }, { file_exists = "/run/x/../flag" }]
             """).get()
         let spdif = try #require(config.strategies.first { $0.name == "spdif" }?.conditions)
@@ -53,10 +49,7 @@ import VigilKit
 
     @Test func unknownConditionGetsDidYouMean() throws {
         #expect(try problems("""
-            [[strategy]]
-            name = "a"
-            kind = "test-echo"
-            message = "hi"
+            \(Self.echo("a"))
             [strategy.when]
             ac_pwer = true
             """) == [
@@ -66,10 +59,7 @@ import VigilKit
 
     @Test func badTimeRangesAreNamed() throws {
         let found = try problems("""
-            [[strategy]]
-            name = "a"
-            kind = "test-echo"
-            message = "hi"
+            \(Self.echo("a"))
             [strategy.when]
             time = ["mon-fri 09:00-25:00", "mon-fir 09:00-18:00", "10:00-10:00", "9-17"]
             """)
@@ -83,15 +73,9 @@ import VigilKit
 
     @Test func unknownStrategyInLeaseActive() throws {
         #expect(try problems("""
-            [[strategy]]
-            name = "player"
-            kind = "test-echo"
-            message = "hi"
+            \(Self.echo("player"))
 
-            [[strategy]]
-            name = "spdif"
-            kind = "test-echo"
-            message = "hi"
+            \(Self.echo("spdif"))
             when = { lease_active = "playr" }
             """) == [
             "/etc/vigil/vigil.toml:10:10: strategy[1].when.lease_active: lease_active names \"playr\", which is not a strategy in this config (did you mean \"player\"?); write \"client:<task>\" for a D-Bus client's lease",
@@ -100,31 +84,19 @@ import VigilKit
 
     @Test func leaseCyclesAreRefused() throws {
         #expect(try problems("""
-            [[strategy]]
-            name = "self"
-            kind = "test-echo"
-            message = "hi"
+            \(Self.echo("self"))
             when = { lease_active = "self" }
             """) == [
             "/etc/vigil/vigil.toml:5:10: strategy[0].when.lease_active: strategy \"self\" waits for its own lease (lease_active = \"self\"): it could never start",
         ])
         #expect(try problems("""
-            [[strategy]]
-            name = "a"
-            kind = "test-echo"
-            message = "hi"
+            \(Self.echo("a"))
             when = { lease_active = "b" }
 
-            [[strategy]]
-            name = "b"
-            kind = "test-echo"
-            message = "hi"
+            \(Self.echo("b"))
             when_any = [{ ac_power = true }, { lease_active = "c" }]
 
-            [[strategy]]
-            name = "c"
-            kind = "test-echo"
-            message = "hi"
+            \(Self.echo("c"))
             when = { lease_active = "a" }
             """) == [
             "/etc/vigil/vigil.toml:5:10: strategy[0].when.lease_active: lease_active cycle a → b → c → a: each waits for the next one's lease, so none could ever start",
@@ -133,10 +105,7 @@ import VigilKit
 
     @Test func otherMistakes() throws {
         let found = try problems("""
-            [[strategy]]
-            name = "a"
-            kind = "test-echo"
-            message = "hi"
+            \(Self.echo("a"))
             [strategy.when]
             network = "onlin"
             battery_above = "120%"
@@ -152,10 +121,7 @@ import VigilKit
             "/etc/vigil/vigil.toml:10:1: strategy[0].when.ac_power: expected true (on mains) or false (on battery), found a string",
         ])
         #expect(try problems("""
-            [[strategy]]
-            name = "a"
-            kind = "test-echo"
-            message = "hi"
+            \(Self.echo("a"))
             when = { ac_power = true }
             when_any = [{ ac_power = false }]
             """).count == 1)

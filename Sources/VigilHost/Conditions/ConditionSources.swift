@@ -28,6 +28,7 @@ final class FileExistenceWatcher: @unchecked Sendable {
     // (the poll thread and `add` both take it).
     private let lock = NSLock()
     private var paths: Set<String> = []
+    private var reported: [String: Bool] = [:]
     private var inotify: Int32 = -1
     private var thread: PollThread?
     private let sink: FactSink
@@ -49,13 +50,20 @@ final class FileExistenceWatcher: @unchecked Sendable {
     func add(_ path: String) -> [String: Bool] {
         lock.withLock {
             paths.insert(path)
-            return armAndRead()
+            reported = armAndRead()
+            return reported
         }
     }
 
+    /// Reports the paths' existence when it changed: events about other
+    /// entries of a watched directory cost the monitor nothing.
     private func rescan() {
-        let state = lock.withLock { armAndRead() }
-        sink(.files(state))
+        let changed = lock.withLock { () -> [String: Bool]? in
+            let state = armAndRead()
+            defer { reported = state }
+            return state == reported ? nil : state
+        }
+        if let changed { sink(.files(changed)) }
     }
 
     /// Called under `lock`.
@@ -138,6 +146,7 @@ final class PowerSupplyWatcher: @unchecked Sendable {
     private let sink: FactSink
     /// The first reading.
     let initial: PowerReading
+    private let last: LastValue<PowerReading>
 
     static let mask = UInt32(IN_CLOSE_WRITE | IN_MODIFY | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB)
 
@@ -153,6 +162,7 @@ final class PowerSupplyWatcher: @unchecked Sendable {
         uevent = vigil_netlink_open(vigil_netlink_kobject_uevent, 1)
         Self.arm(fd, directory)
         initial = PowerReading.read(directory)
+        last = LastValue(initial)
         let fds = uevent >= 0 ? [fd, uevent] : [fd]
         let uevent = self.uevent
         thread = try PollThread(name: "vigil-power", prepare: { .success(fds) }) { [weak self] ready in
@@ -163,7 +173,9 @@ final class PowerSupplyWatcher: @unchecked Sendable {
             }
             guard relevant, let self else { return }
             Self.arm(self.inotify, self.directory)
-            self.sink(.power(PowerReading.read(self.directory)))
+            let reading = PowerReading.read(self.directory)
+            // Only changes: a uevent of another supply attribute (voltage) costs the monitor nothing.
+            if self.last.exchange(reading) != reading { self.sink(.power(reading)) }
         }
     }
 
@@ -218,10 +230,13 @@ final class LinkWatcher: @unchecked Sendable {
             guard fd >= 0 else { return .failure(ConditionWatchError("rtnetlink socket", errno)) }
             box.fd = fd
             first.online = LinkWatcher.isOnline()
+            first.last = LastValue(first.online)
             return .success([fd])
         }) { fd in
             drain(fd)
-            sink(.online(LinkWatcher.isOnline()))
+            let online = LinkWatcher.isOnline()
+            // Only changes: address and link events that leave the answer as it was cost the monitor nothing.
+            if first.last.exchange(online) != online { sink(.online(online)) }
         }
         initial = first.online
     }
@@ -263,8 +278,27 @@ private final class SocketBox: @unchecked Sendable {
 }
 
 private final class OnlineBox: @unchecked Sendable {
-    // Invariant: written on the poll thread before PollThread.init returns.
+    // Invariant: written on the poll thread before PollThread.init returns,
+    // then only read.
     var online = false
+    var last = LastValue(false)
+}
+
+/// The last value a watcher reported, so that it reports only changes.
+final class LastValue<Value: Equatable & Sendable>: @unchecked Sendable {
+    // Invariant: `value` is touched only under `lock`.
+    private let lock = NSLock()
+    private var value: Value
+
+    init(_ value: Value) { self.value = value }
+
+    /// Stores `new` and returns the previous value.
+    func exchange(_ new: Value) -> Value {
+        lock.withLock {
+            defer { value = new }
+            return value
+        }
+    }
 }
 
 // MARK: processes
