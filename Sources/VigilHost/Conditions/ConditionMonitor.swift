@@ -1,4 +1,5 @@
 import Foundation
+import VigilDBus
 import VigilKit
 
 /// Knows whether each strategy's `when` conditions hold, and tells the
@@ -18,11 +19,17 @@ public actor ConditionMonitor {
         public var timeZone: TimeZone
         /// A network namespace (/run/netns/NAME) the network watcher enters; tests only.
         public var networkNamespace: String?
+        /// Where NetworkManager is asked whether the network is metered (tests: a private bus).
+        public var systemBus: DBusConnection.Bus
 
-        public init(powerSupplyDir: String = "/sys/class/power_supply", timeZone: TimeZone = .current, networkNamespace: String? = nil) {
+        public init(
+            powerSupplyDir: String = "/sys/class/power_supply", timeZone: TimeZone = .current,
+            networkNamespace: String? = nil, systemBus: DBusConnection.Bus = .system
+        ) {
             self.powerSupplyDir = powerSupplyDir
             self.timeZone = timeZone
             self.networkNamespace = networkNamespace
+            self.systemBus = systemBus
         }
     }
 
@@ -49,6 +56,7 @@ public actor ConditionMonitor {
     private var linkWatcher: LinkWatcher?
     private var processWatcher: ProcessWatcher?
     private var leaseTask: Task<Void, Never>?
+    private var meteredTask: Task<Void, Never>?
     private var timeTasks: [[TimeWindow]: Task<Void, Never>] = [:]
     /// Sources that could not start, by condition name: their conditions stay false.
     private var failed: [String: String] = [:]
@@ -156,11 +164,15 @@ public actor ConditionMonitor {
                         powerWatcher = watcher
                         power = watcher.initial
                     }
-                case .network:
+                case .network(let requirement):
                     if linkWatcher == nil {
                         let watcher = try LinkWatcher(namespace: settings.networkNamespace, sink: sink)
                         linkWatcher = watcher
                         online = watcher.initial
+                    }
+                    if requirement == .unmetered && meteredTask == nil {
+                        let log = self.log, bus = settings.systemBus
+                        meteredTask = Task { await NetworkManagerMetered.follow(bus: bus, sink: sink, log: log) }
                     }
                 case .fileExists(let path):
                     if fileWatcher == nil { fileWatcher = try FileExistenceWatcher(sink: sink) }
@@ -222,9 +234,11 @@ public actor ConditionMonitor {
         linkWatcher?.stop()
         processWatcher?.stop()
         leaseTask?.cancel()
+        meteredTask?.cancel()
         for task in timeTasks.values { task.cancel() }
         for task in timeTasks.values { await task.value }
         if let leaseTask { await leaseTask.value }
+        if let meteredTask { await meteredTask.value }
         for gate in gates.values { gate.continuation.finish() }
         gates = [:]
         facts.finish()

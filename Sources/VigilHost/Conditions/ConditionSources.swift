@@ -1,5 +1,7 @@
 import CConditions
 import Foundation
+import VigilDBus
+import VigilKit
 
 /// What a watcher learned; the ``ConditionMonitor`` applies facts in order.
 enum ConditionFact: Sendable {
@@ -369,5 +371,56 @@ final class ProcessWatcher: @unchecked Sendable {
     func stop() {
         thread?.stop()
         close(socket)
+    }
+}
+
+// MARK: metered
+
+/// `network = "unmetered"`: NetworkManager's `Metered` property
+/// (NM_METERED_YES = 1 and GUESS_YES = 3 are metered), read from the system
+/// bus and again on each of NetworkManager's PropertiesChanged signals.
+/// Without a system bus or without NetworkManager the answer is unknown
+/// (nil): `unmetered` then means online.
+enum NetworkManagerMetered {
+    static let name = "org.freedesktop.NetworkManager"
+    static let path = "/org/freedesktop/NetworkManager"
+
+    /// Follows `Metered` until cancelled, reporting each change to `sink`.
+    static func follow(bus: DBusConnection.Bus, sink: @escaping FactSink, log: StrategyLogger) async {
+        let connection: DBusConnection
+        do {
+            connection = try await DBusConnection.connect(to: bus, helloTimeout: .seconds(3), attempts: 1)
+        } catch {
+            log.info("no system bus (\(error)): network = \"unmetered\" means online")
+            return
+        }
+        defer { Task { await connection.close() } }
+        do {
+            let changes = try await connection.signals(matching: DBusMatchRule(
+                sender: name, path: path, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged"))
+            var last = await read(connection)
+            if last == nil { log.info("NetworkManager does not answer on the system bus: network = \"unmetered\" means online") }
+            sink(.metered(last))
+            for await _ in changes {
+                let now = await read(connection)
+                if now != last { sink(.metered(now)) }
+                last = now
+            }
+        } catch {
+            log.warning("cannot follow NetworkManager's Metered property: \(error)")
+        }
+    }
+
+    /// Metered (true), not metered (false), or unknown (nil).
+    static func read(_ connection: DBusConnection) async -> Bool? {
+        guard let reply = try? await connection.call(
+            destination: name, path: path, interface: "org.freedesktop.DBus.Properties", member: "Get",
+            arguments: [.string(name), .string("Metered")], timeout: .seconds(5)),
+            let value = try? reply.argument(0, as: DBusVariant.self).decode(UInt32.self) else { return nil }
+        switch value {
+        case 1, 3: return true
+        case 2, 4: return false
+        default: return nil
+        }
     }
 }
