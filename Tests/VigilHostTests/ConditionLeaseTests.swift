@@ -21,27 +21,34 @@ import VigilKit
         let player = try PeriodicWakePlugin.loader.loadKind("background-task").get()
             .makeStrategy(ConfigReader(strategyName: "player", keyPath: "strategy[1]", values: ["command": .array([.string("/bin/cat"), .string(fifo)])]))
 
-        let status = await host.start("spdif", StrategyConditions(tables: [[.leaseActive(.strategy("player"))]]), strategy: audio)
-        let waiting = try await status.next(.waiting)
-        #expect(waiting.waitingFor == "lease_active = \"player\"")
-        #expect(!pulse.sinkInputs.contains("Vigil spdif"))
-
-        await host.supervisor.start([SupervisedStrategy(name: "player", kind: "background-task", strategy: player)])
-        try await status.next(.running)
+        // The player's `cat` ends with its strategy: stop the host even when
+        // an expectation throws.
         do {
-            try await eventually("the silent stream is listed by pactl") { pulse.sinkInputs.contains("Vigil spdif") }
+            let status = await host.start("spdif", StrategyConditions(tables: [[.leaseActive(.strategy("player"))]]), strategy: audio)
+            let waiting = try await status.next(.waiting)
+            #expect(waiting.waitingFor == "lease_active = \"player\"")
+            #expect(!pulse.sinkInputs.contains("Vigil spdif"))
+
+            await host.supervisor.start([SupervisedStrategy(name: "player", kind: "background-task", strategy: player)])
+            try await status.next(.running)
+            do {
+                try await eventually("the silent stream is listed by pactl") { pulse.sinkInputs.contains("Vigil spdif") }
+            } catch {
+                Issue.record("\(await host.supervisor.statuses) \(host.logs.entries)")
+                throw error
+            }
+
+            // The player's command ends: its lease goes, and so does the stream.
+            let writer = open(fifo, O_WRONLY | O_CLOEXEC)
+            #expect(writer >= 0)
+            close(writer)
+            try await status.next(.waiting)
+            try await eventually("the silent stream is gone from pactl") { !pulse.sinkInputs.contains("Vigil spdif") }
+            #expect(await host.registry.active.isEmpty)
         } catch {
-            Issue.record("\(await host.supervisor.statuses) \(host.logs.entries)")
+            await host.stop()
             throw error
         }
-
-        // The player's command ends: its lease goes, and so does the stream.
-        let writer = open(fifo, O_WRONLY | O_CLOEXEC)
-        #expect(writer >= 0)
-        close(writer)
-        try await status.next(.waiting)
-        try await eventually("the silent stream is gone from pactl") { !pulse.sinkInputs.contains("Vigil spdif") }
-        #expect(await host.registry.active.isEmpty)
         await host.stop()
     }
 
