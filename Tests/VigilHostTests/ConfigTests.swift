@@ -385,7 +385,7 @@ struct ConfigTests {
         ("client_max_budget_per_uid = \"0s\"", "host.client_max_budget_per_uid", "expected a duration of at least 1s, found \"0s\""),
         ("client_leases = \"yes\"", "host.client_leases", "expected a boolean (true or false), found a string"),
         ("on_sleep = \"pause-sync\"", "host.on_sleep", "expected an argv array such as [\"/usr/bin/true\"], found a string; write [\"sh\", \"-c\", \"pause-sync\"] to use a shell"),
-        ("colour = \"red\"", "host.colour", "unknown key \"colour\"; known keys: bus, client_grace, client_leases, client_max_budget_per_uid, client_max_leases_per_uid, log_level, on_sleep, on_sleep_timeout, plugin_path, power, state_dir, survival_interval, wakelock_dir"),
+        ("colour = \"red\"", "host.colour", "unknown key \"colour\"; known keys: bus, client_grace, client_leases, client_max_budget_per_uid, client_max_leases_per_uid, log_level, on_sleep, on_sleep_timeout, plugin_path, power, power_supply_dir, state_dir, survival_interval, wakelock_dir"),
     ])
     func hostProblems(_ line: String, _ keyPath: String, _ message: String) throws {
         let temp = try TempConfig("[host]\n\(line)\n")
