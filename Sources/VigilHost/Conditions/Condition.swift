@@ -75,6 +75,10 @@ public struct StrategyConditions: Sendable, Hashable {
     /// Every condition of every table.
     public var all: [Condition] { tables.flatMap { $0 } }
 
+    /// The conditions as written (`when_any` tables in parentheses, joined
+    /// with " or "), as `WaitingFor` shows them when none holds.
+    public var written: String { verdict { _ in false }.waitingFor }
+
     /// Whether the conditions hold given each condition's truth, and, when
     /// they do not, what is waited for: the false conditions of each table
     /// (tables joined with " or ").
