@@ -32,6 +32,8 @@ let package = Package(
         .target(name: "CTimer", path: "Sources/CTimer"),
         .target(name: "CExecutor", path: "Sources/CExecutor"),
         .target(name: "CVoipSocket", path: "Sources/CVoipSocket"),
+        // netlink, eventfd, setns and the proc connector for `when` conditions.
+        .target(name: "CConditions", path: "Sources/CConditions"),
         // OpenSSL (libssl-dev) for voip-socket's TLS and SIP digest.
         .target(name: "CVoipTLS", path: "Sources/CVoipTLS", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
         .systemLibrary(
@@ -52,6 +54,7 @@ let package = Package(
                 .product(name: "VigilKit", package: "VigilKit"),
                 "CTimer",
                 "CExecutor",
+                "CConditions",
                 "VigilDBus",
                 .product(name: "TOMLKit", package: "TOMLKit"),
                 .product(name: "GRDB", package: "GRDB.swift"),

@@ -34,7 +34,10 @@ func sampleThreads(pid: Int32) -> [Int: ThreadSample] {
 /// vigil-bench idle-cost [seconds]: the host with five periodic-wake
 /// instances at 10-minute intervals, measured while idle. Target: no wakeups
 /// beyond scheduled ones and the heartbeat. Reference, same run: a shell loop
-/// that wakes once per heartbeat interval and does nothing else.
+/// that wakes once per heartbeat interval and does nothing else. Beside it,
+/// the same host with three of the five gated by `when` conditions that do
+/// not change (ac_power on a power-supply tree, file_exists, network online
+/// within an all-day time window): the conditions must cost no wakeups.
 func idleCostBench(_ args: [String]) async throws {
     let seconds = args.first.flatMap(Double.init) ?? 120
     let interval = 60.0
@@ -48,8 +51,24 @@ func idleCostBench(_ args: [String]) async throws {
     survival_interval = "\(Int(interval))s"
 
     """
+    var gatedConfig = config.replacingOccurrences(of: "\(dir.path)/state", with: "\(dir.path)/state-gated")
     config += idleStrategies
     let host = try vigildProcess(bin, dir: dir, name: "vigil", config: config, logLevel: "warning")
+    // The gated host: its power supplies are a tree that never changes, its
+    // file exists, and it is online (loopback does not count: a real link).
+    let power = dir.appendingPathComponent("power_supply/AC")
+    try FileManager.default.createDirectory(at: power, withIntermediateDirectories: true)
+    try "Mains\n".write(to: power.appendingPathComponent("type"), atomically: true, encoding: .utf8)
+    try "1\n".write(to: power.appendingPathComponent("online"), atomically: true, encoding: .utf8)
+    let flag = dir.appendingPathComponent("flag").path
+    FileManager.default.createFile(atPath: flag, contents: nil)
+    gatedConfig += "power_supply_dir = \"\(dir.path)/power_supply\"\n"
+    gatedConfig += idleStrategyTables(conditions: [
+        "when = { ac_power = true }",
+        "when = { file_exists = \"\(flag)\" }",
+        "when = { network = \"online\", time = [\"00:00-24:00\"] }",
+    ])
+    let gated = try vigildProcess(bin, dir: dir, name: "vigil-gated", config: gatedConfig, logLevel: "warning")
     // Reference 1: the same Swift runtime doing nothing but sleeping one
     // heartbeat interval at a time (this binary in `idle-reference` mode).
     let swiftReference = Process()
@@ -60,19 +79,22 @@ func idleCostBench(_ args: [String]) async throws {
     reference.executableURL = URL(fileURLWithPath: "/bin/sh")
     reference.arguments = ["-c", "while sleep \(Int(interval)); do :; done"]
     try host.run()
+    try gated.run()
     try swiftReference.run()
     try reference.run()
     defer {
-        for p in [host, swiftReference, reference] { p.terminate(); p.waitUntilExit() }
+        for p in [host, gated, swiftReference, reference] { p.terminate(); p.waitUntilExit() }
     }
     // Let start-up finish (plugin loading, store migration) before measuring.
     try await Task.sleep(for: .seconds(3))
     let hostBefore = sampleThreads(pid: host.processIdentifier)
+    let gatedBefore = sampleThreads(pid: gated.processIdentifier)
     let swiftBefore = sampleThreads(pid: swiftReference.processIdentifier)
     let refBefore = sampleThreads(pid: reference.processIdentifier)
     print("measuring idle host (5 x periodic-wake every 10m, heartbeat every \(Int(interval))s) for \(Int(seconds)) s ...")
     try await Task.sleep(for: .seconds(seconds))
     let hostAfter = sampleThreads(pid: host.processIdentifier)
+    let gatedAfter = sampleThreads(pid: gated.processIdentifier)
     let swiftAfter = sampleThreads(pid: swiftReference.processIdentifier)
     let refAfter = sampleThreads(pid: reference.processIdentifier)
     let ticksPerSecond = Double(sysconf(Int32(_SC_CLK_TCK)))
@@ -93,11 +115,13 @@ func idleCostBench(_ args: [String]) async throws {
         return (totalV, cpu)
     }
     let (hv, hcpu) = report("vigild (pid \(host.processIdentifier))", hostBefore, hostAfter)
+    let (gv, gcpu) = report("vigild, 3 of the 5 strategies gated by unchanging when conditions (pid \(gated.processIdentifier))", gatedBefore, gatedAfter)
     let (sv, scpu) = report("reference 1: Swift process sleeping \(Int(interval)) s at a time (same runtime; pid \(swiftReference.processIdentifier))", swiftBefore, swiftAfter)
     let (rv, rcpu) = report("reference 2: sh loop waking every \(Int(interval)) s (pid \(reference.processIdentifier))", refBefore, refAfter)
     let expectedWakes = Int((seconds / interval).rounded(.down))
     print("\nscheduled wakes in the window: \(expectedWakes) heartbeat(s), 0 strategy runs (10-minute periods)")
     print(String(format: "vigild:      %4d voluntary switches (%.1f per scheduled wake), %.2f CPU s", hv, Double(hv) / Double(max(expectedWakes, 1)), hcpu))
+    print(String(format: "vigild gated: %3d voluntary switches (%.1f per scheduled wake), %.2f CPU s; the 3 condition threads (vigil-power, vigil-files, vigil-network) are listed above", gv, Double(gv) / Double(max(expectedWakes, 1)), gcpu))
     print(String(format: "reference 1: %4d voluntary switches, %.2f CPU s", sv, scpu))
     print(String(format: "reference 2: %4d voluntary switches, %.2f CPU s", rv, rcpu))
     print("""
@@ -106,22 +130,31 @@ func idleCostBench(_ args: [String]) async throws {
     it. vigild avoids it with its own executor and timerfd-based sleeps (Sources/CExecutor), so \
     what remains is the scheduled wakes themselves.
     """)
+    // Before the deferred stops: a child that is slow to be reaped must not
+    // keep the figures in the buffer.
+    fflush(nil)
 }
 
 /// Five periodic-wake instances at 10-minute intervals: the idle host's
 /// `[[strategy]]` tables (idle-cost, metrics).
-let idleStrategies = (0..<5).map { i in
-    """
+let idleStrategies = idleStrategyTables(conditions: [])
 
-    [[strategy]]
-    name = "sync\(i)"
-    kind = "periodic-wake"
-    every = "10m"
-    tolerance = "1m"
-    run = ["true"]
+/// The five instances, the first ones with a `when` line each from `conditions`.
+func idleStrategyTables(conditions: [String]) -> String {
+    (0..<5).map { i in
+        """
 
-    """
-}.joined()
+        [[strategy]]
+        name = "sync\(i)"
+        kind = "periodic-wake"
+        every = "10m"
+        tolerance = "1m"
+        run = ["true"]
+        \(i < conditions.count ? conditions[i] : "")
+
+        """
+    }.joined()
+}
 
 /// vigil-bench idle-reference SECONDS: sleeps SECONDS at a time, forever.
 /// The Swift-runtime reference for idle-cost.

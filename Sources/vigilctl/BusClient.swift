@@ -169,10 +169,7 @@ struct VigilBusClient {
         let reply = try await call("ListLeases")
         var rows = try decoding("ListLeases") { try reply.argument(0, as: [LeaseRow].self) }
         for index in rows.indices {
-            let answer = try? await connection.call(
-                destination: Self.busName, path: rows[index].path, interface: Self.propertiesInterface, member: "Get",
-                arguments: [.string(Self.leaseInterface), .string("Status")], timeout: .seconds(10))
-            if let answer, let status = try? answer.argument(0, as: DBusVariant.self).decode([String: DBusVariant].self),
+            if let status = try? await property(rows[index].path, Self.leaseInterface, "Status")?.decode([String: DBusVariant].self),
                !status.isEmpty {
                 rows[index].status = status.mapValues { Self.plainText($0.value) }
             }
@@ -196,9 +193,23 @@ struct VigilBusClient {
         }
     }
 
+    /// The strategies; a waiting one with the conditions it waits for
+    /// (its `WaitingFor` property; empty if it started meanwhile).
     func strategies() async throws -> [StrategyRow] {
         let reply = try await call("ListStrategies")
-        return try decoding("ListStrategies") { try reply.argument(0, as: [StrategyRow].self) }
+        var rows = try decoding("ListStrategies") { try reply.argument(0, as: [StrategyRow].self) }
+        for index in rows.indices where rows[index].state == "waiting" {
+            rows[index].waitingFor = (try? await property(rows[index].path, Self.strategyInterface, "WaitingFor")?.decode(String.self)) ?? ""
+        }
+        return rows
+    }
+
+    /// One property of an object that may have gone meanwhile (nil then).
+    private func property(_ path: String, _ interface: String, _ name: String) async -> DBusVariant? {
+        let answer = try? await connection.call(
+            destination: Self.busName, path: path, interface: Self.propertiesInterface, member: "Get",
+            arguments: [.string(interface), .string(name)], timeout: .seconds(10))
+        return try? answer?.argument(0, as: DBusVariant.self)
     }
 
     func reload() async throws -> (applied: Bool, messages: [String]) {
@@ -266,6 +277,8 @@ struct StrategyRow: DBusDecodable, Codable, Equatable {
     var state: String
     var restarts: UInt32
     var lastError: String
+    /// While waiting: the `when` conditions that are false.
+    var waitingFor: String?
 
     init(dbusValue: DBusValue) throws(DBusError) {
         guard case let .structure(f) = dbusValue, f.count == 6,

@@ -31,6 +31,9 @@ struct CheckConfigCommand: ParsableCommand {
             let files = plugins.registeredKinds
             for s in config.strategies {
                 print("  strategy \"\(s.name)\": \(s.kind) — \(s.strategyKind.summary) [\(files[s.kind] ?? "built in")]")
+                if let conditions = s.conditions {
+                    print("    runs only while: \(TerminalText.escaped(conditions.written))")
+                }
             }
             for note in config.notes { print("note: \(note)") }
         } catch {

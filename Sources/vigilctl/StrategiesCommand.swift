@@ -8,7 +8,8 @@ struct StrategiesCommand: AsyncParsableCommand {
         abstract: "Show each strategy vigild runs: kind, state, restarts and last error.",
         discussion: """
             States: running; backoff (its run failed and it waits to be restarted); finished \
-            (its run returned, so it is not restarted); stopped (the host stopped it). \
+            (its run returned, so it is not restarted); stopped (the host stopped it); waiting \
+            (its when conditions do not hold; WAITING FOR names the false ones). \
             Restarts counts restarts after failures; the last error is the most recent failure.
 
             Exit status: 0 when vigild answered, 1 when no vigild is running on the bus.
@@ -34,8 +35,16 @@ struct StrategiesCommand: AsyncParsableCommand {
     static func table(_ strategies: [StrategyRow]) -> String {
         guard !strategies.isEmpty else { return "No strategies configured.\n" }
         typealias C = TableFormat.Column
+        // The column appears only when a strategy waits for its conditions.
+        guard strategies.contains(where: { !($0.waitingFor ?? "").isEmpty }) else {
+            return TableFormat.table(
+                [C("NAME"), C("KIND"), C("STATE"), C("RESTARTS", .right), C("LAST ERROR")],
+                strategies.map { [$0.name, $0.kind, $0.state, String($0.restarts), TableFormat.cell($0.lastError)] })
+        }
         return TableFormat.table(
-            [C("NAME"), C("KIND"), C("STATE"), C("RESTARTS", .right), C("LAST ERROR")],
-            strategies.map { [$0.name, $0.kind, $0.state, String($0.restarts), TableFormat.cell($0.lastError)] })
+            [C("NAME"), C("KIND"), C("STATE"), C("RESTARTS", .right), C("LAST ERROR"), C("WAITING FOR")],
+            strategies.map {
+                [$0.name, $0.kind, $0.state, String($0.restarts), TableFormat.cell($0.lastError), TableFormat.cell($0.waitingFor ?? "")]
+            })
     }
 }

@@ -110,7 +110,7 @@ extension EndToEnd {
                 let hostTypes = ["Version": "s", "RunId": "s", "StartedAt": "t", "SurvivalSeconds": "t", "PowerBackend": "s",
                                  "PowerBackendReason": "s", "WakeClock": "s", "WakeClockReason": "s", "CanWakeSystem": "b",
                                  "ConfigPath": "s", "StoreWritable": "b", "DroppedLogLines": "t", "Strategies": "ao", "Leases": "ao"]
-                let strategyTypes = ["Name": "s", "Kind": "s", "State": "s", "Restarts": "u", "LastError": "s", "Config": "a{sv}"]
+                let strategyTypes = ["Name": "s", "Kind": "s", "State": "s", "Restarts": "u", "LastError": "s", "WaitingFor": "s", "Config": "a{sv}"]
                 let leaseTypes = ["Id": "t", "Strategy": "s", "Kind": "s", "Holds": "s", "Reason": "s", "AcquiredAt": "t",
                                   "Deadline": "t", "Renewals": "u", "State": "s"]
                 var expected = hostTypes.map { "host \($0.key) \($0.value)" }

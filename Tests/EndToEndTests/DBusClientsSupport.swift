@@ -331,6 +331,6 @@ enum APIContract {
     static let hostSignals = [
         "LeaseAcquired", "LeaseRenewed", "LeaseExpiring", "LeaseExpired", "LeaseReleased", "StrategyStateChanged",
     ]
-    static let strategyProperties = ["Name", "Kind", "State", "Restarts", "LastError", "Config"]
+    static let strategyProperties = ["Name", "Kind", "State", "Restarts", "LastError", "WaitingFor", "Config"]
     static let leaseProperties = ["Id", "Strategy", "Kind", "Holds", "Reason", "AcquiredAt", "Deadline", "Renewals", "State", "Status"]
 }

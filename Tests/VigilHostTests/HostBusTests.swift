@@ -82,7 +82,7 @@ private func paths(_ value: DBusValue?) -> [String] {
             """, file])
         #expect(parsed.status == 0, "\(parsed.stderr)")
         #expect(parsed.stdout.contains("org.vigil.Vigil1.Host 5 6 14\n"))
-        #expect(parsed.stdout.contains("org.vigil.Vigil1.Strategy 0 0 6\n"))
+        #expect(parsed.stdout.contains("org.vigil.Vigil1.Strategy 0 0 7\n"))
         #expect(parsed.stdout.contains("org.vigil.Vigil1.Lease 0 0 10\n"))
         #expect(parsed.stdout.contains("org.vigil.Vigil1.ClientLease 2 2 4\n"))
         #expect(parsed.stdout.contains("org.freedesktop.DBus.ObjectManager 1 2 0\n"))
@@ -225,7 +225,8 @@ private enum Build {
             #expect(paths(host["Leases"]) == [lease(1), lease(2), lease(3)])
 
             let s = try await f.getAll(strategy("lease-script"), HostBusNames.strategyInterface)
-            #expect(s.count == 6)
+            #expect(s.count == 7)
+            #expect(s["WaitingFor"] == .string(""))
             #expect(s["Name"] == .string("lease-script"))
             #expect(s["Kind"] == .string("test-script"))
             #expect(s["State"] == .string("running"))

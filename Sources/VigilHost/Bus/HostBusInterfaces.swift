@@ -107,6 +107,7 @@ enum HostBusInterfaces {
                 read("State", "s", .true) { .string($0.status.state.rawValue) },
                 read("Restarts", "u", .true) { .uint32(UInt32(clamping: $0.status.restarts)) },
                 read("LastError", "s", .true) { .string($0.status.lastError ?? "") },
+                read("WaitingFor", "s", .true) { .string($0.status.waitingFor) },
                 read("Config", "a{sv}", .const) { HostBusValues.configTable($0.config) },
             ]
         )

@@ -70,6 +70,10 @@ public enum ConfigLoader {
                 strategies.append(configured)
             }
         }
+        if problems.isEmpty {
+            let tables = Dictionary(document.strategies.map { ($0.index, $0) }, uniquingKeysWith: { a, _ in a })
+            problems += ConditionConfig.crossCheck(strategies, tables: tables)
+        }
         guard problems.isEmpty else {
             return .failure(ConfigError(path: document.path, problems: problems))
         }
@@ -226,9 +230,19 @@ private struct DocumentBuilder {
                 problem(path, "strategy[\(index)]", "expected a table written as a [[strategy]] section, found \(item.typeName)")
                 continue
             }
+            var nested: [String: ConfigLocation] = [:]
+            if case .table(let when)? = table["when"] {
+                for (key, location) in keyLocations(path + [.key("when")], when) { nested["when.\(key)"] = location }
+            }
+            if case .array(let items)? = table["when_any"] {
+                for (i, item) in items.enumerated().prefix(ConditionConfig.maxTables) {
+                    guard case .table(let t) = item else { continue }
+                    for (key, location) in keyLocations(path + [.key("when_any"), .index(i)], t) { nested["when_any[\(i)].\(key)"] = location }
+                }
+            }
             tables.append(StrategyTable(
                 index: index, keyPath: "strategy[\(index)]", values: table,
-                location: locator.location(of: path), keyLocations: keyLocations(path, table)
+                location: locator.location(of: path), keyLocations: keyLocations(path, table), nestedLocations: nested
             ))
         }
         return tables
@@ -294,7 +308,9 @@ private struct StrategyValidator {
             strategyName: name ?? "", keyPath: table.keyPath, values: table.values,
             locations: table.keyLocations, tableLocation: table.location
         )
-        reader.declare("name", "kind")
+        // The host's keys: conditions apply to every kind.
+        reader.declare("name", "kind", "when", "when_any")
+        let conditions = ConditionConfig.read(table, problems: &problems)
         var strategy: (any KeepAliveStrategy)?
         do {
             strategy = try kind.makeStrategy(reader)
@@ -302,12 +318,12 @@ private struct StrategyValidator {
             reader.problem(nil, "kind \"\(kind.name)\" could not create the strategy: \(error)")
         }
         problems += reader.problems
-        problems += unknownKeys(table.values, known: ["name", "kind"], reader: reader)
+        problems += unknownKeys(table.values, known: ["name", "kind", "when", "when_any"], reader: reader)
 
         guard problems.count == start, let name, let strategy else { return nil }
         return ConfiguredStrategy(
             name: name, kind: kind.name, index: table.index, strategy: strategy, strategyKind: kind,
-            values: table.values, location: table.location
+            values: table.values, location: table.location, conditions: conditions
         )
     }
 

@@ -35,6 +35,9 @@ public struct StrategyTable: Sendable {
     public var location: ConfigLocation?
     /// Where each key of the table is written.
     public var keyLocations: [String: ConfigLocation]
+    /// Where keys of the `when` table and the `when_any` tables are written,
+    /// by `when.<key>` and `when_any[<i>].<key>`.
+    public var nestedLocations: [String: ConfigLocation] = [:]
 
     /// The location of `key`, or of the table when the key is absent.
     public func location(of key: String) -> ConfigLocation? { keyLocations[key] ?? location }
@@ -89,6 +92,8 @@ public struct ConfiguredStrategy: Sendable {
     public var values: [String: ConfigValue]
     /// Where the table starts in the file.
     public var location: ConfigLocation?
+    /// Its `when` / `when_any` conditions (docs/composition.md).
+    public var conditions: StrategyConditions? = nil
 }
 
 /// A fully validated config: everything the host needs to start.

@@ -22,6 +22,9 @@ public struct HostSettings: Sendable, Equatable {
     public var power: PowerChoice = .auto
     /// Where the kernel's wake lock files are (`wakelock_dir`).
     public var wakelockDir: String = "/sys/power"
+    /// Where the kernel lists power supplies, for `ac_power` and
+    /// `battery_above` conditions (`power_supply_dir`).
+    public var powerSupplyDir: String = "/sys/class/power_supply"
     /// Leases D-Bus clients begin with BeginBackgroundTask (`client_*`).
     public var clientLeases = ClientLeaseSettings()
     /// Runs before the system sleeps, under a logind delay lock (`on_sleep`).
@@ -51,6 +54,7 @@ public struct HostSettings: Sendable, Equatable {
             .busSelection("bus", \.bus),
             .choice("power", \.power, PowerChoice.allCases, spelled: \.rawValue),
             .path("wakelock_dir", \.wakelockDir),
+            .path("power_supply_dir", \.powerSupplyDir),
             .flag("client_leases", \.clientLeases.enabled),
             .count("client_max_leases_per_uid", \.clientLeases.maxLeasesPerUID, range: 1...100_000),
             .duration("client_max_budget_per_uid", \.clientLeases.maxBudgetPerUID, atLeast: .seconds(1)),

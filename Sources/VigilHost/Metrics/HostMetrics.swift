@@ -198,7 +198,7 @@ public final class HostMetrics: Sendable {
         for st in s.strategies {
             let name = Self.label(st.name)
             r.makeGauge(name: "vigil_strategy_up", labels: [("strategy", name), ("kind", Self.label(st.kind))],
-                        help: "1 while the strategy runs, 0 while it backs off, finished or stopped.")
+                        help: "1 while the strategy runs, 0 while it backs off, waits for its when conditions, finished or stopped.")
                 .set(st.state == .running ? 1.0 : 0.0)
             r.makeCounter(name: "vigil_strategy_restarts_total", labels: [("strategy", name)],
                           help: "Times the supervisor restarted the strategy after it failed.")

@@ -28,6 +28,8 @@ public actor HostRuntime {
     public nonisolated let inhibits: ForeignInhibits
     public nonisolated let scheduler: any WakeScheduling
     public nonisolated let supervisor: Supervisor
+    /// Whether strategies' `when` conditions hold.
+    public nonisolated let conditions: ConditionMonitor
     /// What strategies put on D-Bus (StrategyContext.bus).
     public nonisolated let strategyBus: StrategyBusBridge
     public nonisolated let store: SurvivalStore
@@ -70,6 +72,10 @@ public actor HostRuntime {
         /// `--state-dir`); applied again to each reloaded config so they are
         /// not mistaken for `[host]` changes.
         public var configOverrides: @Sendable (inout VigilConfig) -> Void
+        /// The time zone of `time` conditions (tests pick one with DST).
+        public var timeZone: TimeZone = .current
+        /// A network namespace the `network` watcher enters; tests only.
+        public var networkNamespace: String? = nil
 
         public init(
             clock: any VigilClock, scheduler: any WakeScheduling, logSink: any LogSink,
@@ -122,6 +128,11 @@ public actor HostRuntime {
         services.store = { name in HostStrategyStore(store: store, strategy: name) }
         services.bus = { name in strategyBus.bus(for: name) }
         services.runEnded = { name in await strategyBus.runEnded(name) }
+        let conditions = ConditionMonitor(
+            settings: ConditionMonitor.Settings(powerSupplyDir: config.host.powerSupplyDir, timeZone: env.timeZone, networkNamespace: env.networkNamespace),
+            registry: registry, scheduler: env.scheduler, clock: env.clock, logSink: env.logSink)
+        self.conditions = conditions
+        services.conditions = conditions
         self.supervisor = Supervisor(services: services)
     }
 
@@ -148,7 +159,7 @@ public actor HostRuntime {
         await host.clientLeases.start()
         await host.inhibits.start()
         await host.supervisor.start(config.strategies.map {
-            SupervisedStrategy(name: $0.name, kind: $0.kind, strategy: $0.strategy)
+            SupervisedStrategy(name: $0.name, kind: $0.kind, strategy: $0.strategy, conditions: $0.conditions)
         })
         log.notice("run \(runId) started with \(config.strategies.count) strateg\(config.strategies.count == 1 ? "y" : "ies"); wake clock \(env.scheduler.clockInfo.clock) (\(env.scheduler.clockInfo.reason)); power backend \(env.power.name) (\(env.power.reason))")
         return host
@@ -325,7 +336,7 @@ public actor HostRuntime {
         for name in diff.changed.reversed() { await supervisor.stop(name) }
         let toStart = Set(diff.added + diff.changed)
         await supervisor.start(effective.strategies.filter { toStart.contains($0.name) }.map {
-            SupervisedStrategy(name: $0.name, kind: $0.kind, strategy: $0.strategy)
+            SupervisedStrategy(name: $0.name, kind: $0.kind, strategy: $0.strategy, conditions: $0.conditions)
         })
         let messages = diff.messages
         for message in messages { log.notice("reload: \(message)") }
@@ -357,6 +368,7 @@ public actor HostRuntime {
         log.notice("shutting down")
         await clientLeases.refuseNewLeases()
         await supervisor.stopAll()
+        await conditions.stop()
         await registry.releaseEverything(detail: "host shutting down")
         await clientLeases.stop()
         await inhibits.stop()

@@ -5,11 +5,14 @@ public struct SupervisedStrategy: Sendable {
     public var name: String
     public var kind: String
     public var strategy: any KeepAliveStrategy
+    /// Its `when`/`when_any` conditions: it runs only while they hold.
+    public var conditions: StrategyConditions?
 
-    public init(name: String, kind: String, strategy: any KeepAliveStrategy) {
+    public init(name: String, kind: String, strategy: any KeepAliveStrategy, conditions: StrategyConditions? = nil) {
         self.name = name
         self.kind = kind
         self.strategy = strategy
+        self.conditions = conditions
     }
 }
 
@@ -22,6 +25,8 @@ public enum StrategyRunState: String, Sendable, Hashable {
     case finished
     /// Cancelled by shutdown or reload.
     case stopped
+    /// Its `when` conditions do not hold: not running until they do.
+    case waiting
 }
 
 /// What the supervisor knows about one strategy instance.
@@ -32,14 +37,17 @@ public struct StrategyStatus: Sendable, Hashable {
     public var restarts: Int
     public var lastError: String?
     public var startedAt: VigilInstant?
+    /// While `waiting`: the false conditions, as written in the config.
+    public var waitingFor: String
 
-    public init(name: String, kind: String, state: StrategyRunState, restarts: Int, lastError: String? = nil, startedAt: VigilInstant? = nil) {
+    public init(name: String, kind: String, state: StrategyRunState, restarts: Int, lastError: String? = nil, startedAt: VigilInstant? = nil, waitingFor: String = "") {
         self.name = name
         self.kind = kind
         self.state = state
         self.restarts = restarts
         self.lastError = lastError
         self.startedAt = startedAt
+        self.waitingFor = waitingFor
     }
 }
 
@@ -59,6 +67,9 @@ public struct StrategyServices: Sendable {
     public var bus: @Sendable (_ strategy: String) -> any StrategyBus = { name in DetachedStrategyBus(objectPath: HostBusNames.strategyPath(name)) }
     /// Called each time a run of a strategy ends (to take down what it exported).
     public var runEnded: @Sendable (_ strategy: String) async -> Void = { _ in }
+    /// Tells whether strategies' `when` conditions hold (nil: no strategy
+    /// has conditions, or they are ignored).
+    public var conditions: ConditionMonitor?
 
     public init(
         registry: LeaseRegistry, scheduler: any WakeScheduling, clock: any VigilClock, logSink: any LogSink,
@@ -114,7 +125,7 @@ public actor Supervisor {
     public func start(_ strategies: [SupervisedStrategy]) {
         for s in strategies where tasks[s.name] == nil {
             order.append(s.name)
-            update(StrategyStatus(name: s.name, kind: s.kind, state: .running, restarts: 0, lastError: nil, startedAt: services.clock.now))
+            update(StrategyStatus(name: s.name, kind: s.kind, state: s.conditions == nil || services.conditions == nil ? .running : .waiting, restarts: 0, lastError: nil, startedAt: services.clock.now))
             tasks[s.name] = Task { await self.supervise(s) }
         }
     }
@@ -160,6 +171,38 @@ public actor Supervisor {
             clock: services.clock, events: services.events(s.name),
             store: services.store(s.name), bus: services.bus(s.name)
         )
+        guard let conditions = s.conditions, let monitor = services.conditions else {
+            await runWithRestarts(s, context: context, log: log)
+            return
+        }
+        // Gated: a run starts each time the conditions come to hold and is
+        // cancelled (its leases released) each time they stop holding.
+        var run: Task<Void, Never>?
+        for await verdict in await monitor.verdicts(for: conditions) {
+            if verdict.holds {
+                guard run == nil else { continue }
+                log.info("conditions hold; starting")
+                run = Task { await self.runWithRestarts(s, context: context, log: log) }
+            } else {
+                if let current = run {
+                    log.info("waiting for \(verdict.waitingFor); stopping")
+                    current.cancel()
+                    await current.value
+                    run = nil
+                    await context.events.record("strategy-waiting", ["waiting_for": verdict.waitingFor])
+                }
+                setWaiting(s.name, verdict.waitingFor)
+            }
+        }
+        if let run {
+            run.cancel()
+            await run.value
+        }
+    }
+
+    /// Runs the strategy, restarting it with backoff when it throws, until
+    /// it finishes or is cancelled.
+    private func runWithRestarts(_ s: SupervisedStrategy, context: StrategyContext, log: StrategyLogger) async {
         var attempt = 0
         while !Task.isCancelled {
             let started = services.clock.now
@@ -191,6 +234,14 @@ public actor Supervisor {
     private func setState(_ name: String, _ state: StrategyRunState) {
         guard var s = status[name], s.state != state else { return }
         s.state = state
+        s.waitingFor = ""
+        update(s)
+    }
+
+    private func setWaiting(_ name: String, _ waitingFor: String) {
+        guard var s = status[name], s.state != .waiting || s.waitingFor != waitingFor else { return }
+        s.state = .waiting
+        s.waitingFor = waitingFor
         update(s)
     }
 

@@ -1,0 +1,126 @@
+import CConditions
+import CTimer
+import Foundation
+
+/// A thread blocked in `poll` on a few descriptors, calling `readable` with
+/// each one that is ready. It has no timeout: while nothing happens on its
+/// descriptors it never wakes (the host's idle cost stays as it is).
+final class PollThread: @unchecked Sendable {
+    // Invariant: `readable` is fixed at init and only called by the thread;
+    // `stopWriter` is written once by `stop()` (under `lock`), then the thread
+    // exits and signals `done`. The polled descriptors belong to the caller.
+    private let stopFD: Int32
+    private let stopWriter: Int32
+    private let readable: @Sendable (Int32) -> Void
+    private let done = DispatchSemaphore(value: 0)
+    private let lock = NSLock()
+    private var stopped = false
+
+    /// Starts the thread, which first runs `prepare` (opening the
+    /// descriptors to poll, and reading the first state, on the thread
+    /// itself: a test's network namespace is entered there), then polls.
+    /// Throws what `prepare` failed with.
+    init(
+        name: String, prepare: @escaping @Sendable () -> Result<[Int32], ConditionWatchError>,
+        readable: @escaping @Sendable (Int32) -> Void
+    ) throws(ConditionWatchError) {
+        var pipeFDs: [Int32] = [-1, -1]
+        guard vigil_pipe_cloexec(&pipeFDs) == 0 else { throw ConditionWatchError("pipe", errno) }
+        let stopFD = pipeFDs[0]
+        self.stopFD = stopFD
+        self.stopWriter = pipeFDs[1]
+        self.readable = readable
+        let ready = DispatchSemaphore(value: 0)
+        let prepared = PreparedBox()
+        let thread = Thread { [self] in
+            // Foundation does not name the kernel thread on Linux; the
+            // benchmark and `top -H` find the watchers by this name.
+            vigil_name_thread(name)
+            let result = prepare()
+            prepared.result = result
+            ready.signal()
+            if case .success(let fds) = result { self.loop(fds) } else { self.done.signal() }
+        }
+        thread.name = name
+        thread.start()
+        ready.wait()
+        if case .failure(let error)? = prepared.result {
+            close(stopFD)
+            close(stopWriter)
+            stopped = true
+            throw error
+        }
+    }
+
+    private func loop(_ fds: [Int32]) {
+        var polled = (fds + [stopFD]).map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+        while true {
+            let n = poll(&polled, nfds_t(polled.count), -1)
+            if n < 0 {
+                if errno == EINTR { continue }
+                break
+            }
+            if polled[polled.count - 1].revents != 0 { break }
+            for i in 0..<(polled.count - 1) where polled[i].revents != 0 {
+                readable(polled[i].fd)
+                polled[i].revents = 0
+            }
+        }
+        done.signal()
+    }
+
+    /// Ends the thread and waits for it. Idempotent.
+    func stop() {
+        let first = lock.withLock { () -> Bool in
+            defer { stopped = true }
+            return !stopped
+        }
+        guard first else { return }
+        var one: UInt8 = 1
+        _ = write(stopWriter, &one, 1)
+        done.wait()
+        close(stopFD)
+        close(stopWriter)
+    }
+}
+
+/// Hands `prepare`'s result from the thread to `init`.
+private final class PreparedBox: @unchecked Sendable {
+    // Invariant: written by the thread before `ready.signal()`, read by
+    // init after `ready.wait()`: the semaphore orders the two.
+    var result: Result<[Int32], ConditionWatchError>?
+}
+
+/// A watch that could not be set up: what failed and the system's reason.
+public struct ConditionWatchError: Error, Sendable, CustomStringConvertible {
+    public var description: String
+
+    init(_ what: String, _ code: Int32) {
+        description = "\(what): \(String(cString: strerror(code)))"
+    }
+
+    init(message: String) {
+        description = message
+    }
+}
+
+/// Reads everything queued on a non-blocking descriptor, returning each
+/// datagram (netlink) or chunk (inotify).
+func drain(_ fd: Int32, _ each: (UnsafeRawBufferPointer) -> Void = { _ in }) {
+    var buffer = [UInt8](repeating: 0, count: 16 * 1024)
+    while true {
+        let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+        if n < 0 && errno == ENOTSOCK {
+            // inotify: not a socket.
+            let m = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if m <= 0 { return }
+            buffer.withUnsafeBytes { each(UnsafeRawBufferPointer(rebasing: $0[0..<m])) }
+            continue
+        }
+        if n < 0 && errno == EINTR { continue }
+        // ENOBUFS: the kernel dropped messages; the caller re-reads the state anyway.
+        if n < 0 && errno == ENOBUFS { continue }
+        if n <= 0 { return }
+        buffer.withUnsafeBytes { each(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+    }
+}

@@ -1,0 +1,99 @@
+import Foundation
+import Testing
+import VigilHost
+import VigilKit
+
+/// `when` conditions gate a strategy: it runs while they hold, is stopped
+/// (leases released) when they stop holding, and starts again.
+@Suite struct ConditionGatingTests {
+    @Test func fileExistsStartsAndStopsTheStrategy() async throws {
+        let dir = try ConditionTempDir()
+        let flag = dir.path + "/sub/flag"
+        let host = try GatedSupervisor()
+        let status = await host.start("gated", StrategyConditions(tables: [[.fileExists(flag)]]))
+        let waiting = try await status.next(.waiting)
+        #expect(waiting.waitingFor == "file_exists = \"\(flag)\"")
+        #expect(await host.activeLeases(of: "gated") == 0)
+
+        // The parent directory does not exist yet: the watch moves down as it appears.
+        try dir.write("sub/flag", "")
+        try await status.next(.running)
+        try await eventuallyLeases(host, "gated", 1)
+
+        try FileManager.default.removeItem(atPath: flag)
+        try await status.next(.waiting)
+        #expect(await host.activeLeases(of: "gated") == 0)
+        await host.stop()
+    }
+
+    @Test func acPowerStopsWithinASecondOfUnpluggingAndRestartsOnPlugging() async throws {
+        let tree = try ConditionTempDir()
+        try tree.write("AC/type", "Mains")
+        try tree.write("AC/online", "1")
+        try tree.write("BAT0/type", "Battery")
+        try tree.write("BAT0/capacity", "80")
+        try tree.write("BAT0/status", "Charging")
+        let host = try GatedSupervisor(settings: ConditionMonitor.Settings(powerSupplyDir: tree.path))
+        let status = await host.start("download", StrategyConditions(tables: [[.acPower(true)]]))
+        try await status.next(.running)
+        try await eventuallyLeases(host, "download", 1)
+
+        let clock = ContinuousClock()
+        let unplugged = clock.now
+        try tree.write("AC/online", "0")
+        let waiting = try await status.next(.waiting)
+        let stoppedAfter = clock.now - unplugged
+        #expect(stoppedAfter < .seconds(1), "stopped \(stoppedAfter) after unplugging")
+        #expect(waiting.waitingFor == "ac_power = true")
+        #expect(await host.activeLeases(of: "download") == 0)
+
+        try tree.write("AC/online", "1")
+        try await status.next(.running)
+        try await eventuallyLeases(host, "download", 1)
+
+        // The lease history shows the gap: held, released, held again.
+        let history = await host.registry.history.filter { $0.lease.strategy == "download" }.map(\.kind)
+        #expect(history == [.acquired, .released, .acquired])
+        await host.stop()
+    }
+
+    @Test func batteryAboveFollowsTheLowestBattery() async throws {
+        let tree = try ConditionTempDir()
+        try tree.write("BAT0/type", "Battery")
+        try tree.write("BAT0/capacity", "50")
+        try tree.write("BAT0/status", "Discharging")
+        let host = try GatedSupervisor(settings: ConditionMonitor.Settings(powerSupplyDir: tree.path))
+        let status = await host.start("backup", StrategyConditions(tables: [[.batteryAbove(20)]]))
+        try await status.next(.running)
+        try tree.write("BAT0/capacity", "19")
+        let waiting = try await status.next(.waiting)
+        #expect(waiting.waitingFor == "battery_above = \"20%\"")
+        try tree.write("BAT0/capacity", "21")
+        try await status.next(.running)
+        await host.stop()
+    }
+
+    @Test func whenAnyRunsWhileOneTableHoldsAndNamesWhatEachWaitsFor() async throws {
+        let dir = try ConditionTempDir()
+        let a = dir.path + "/a", b = dir.path + "/b"
+        let host = try GatedSupervisor()
+        let status = await host.start("either", StrategyConditions(tables: [[.fileExists(a)], [.fileExists(b)]]))
+        let waiting = try await status.next(.waiting)
+        #expect(waiting.waitingFor == "(file_exists = \"\(a)\") or (file_exists = \"\(b)\")")
+        try dir.write("b", "")
+        try await status.next(.running)
+        try FileManager.default.removeItem(atPath: b)
+        try await status.next(.waiting)
+        await host.stop()
+    }
+
+    /// The registry publishes the acquire after the strategy's state
+    /// changed; wait for it through the registry's own events.
+    func eventuallyLeases(_ host: GatedSupervisor, _ strategy: String, _ count: Int) async throws {
+        let events = await host.registry.events()
+        if await host.activeLeases(of: strategy) == count { return }
+        for await _ in events {
+            if await host.activeLeases(of: strategy) == count { return }
+        }
+    }
+}
