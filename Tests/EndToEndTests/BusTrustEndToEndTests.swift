@@ -53,15 +53,27 @@ extension EndToEnd {
             }
         }
 
-        /// Reads LeaseReleased signals until `path`'s; returns the paths seen.
-        static func released(until path: String, _ iterator: inout AsyncStream<DBusMessage>.Iterator) async -> [String] {
-            var seen: [String] = []
-            while let message = await iterator.next() {
-                guard case .objectPath(let released)? = message.body.first else { continue }
-                seen.append(released)
-                if released == path { break }
+        /// Reads LeaseReleased signals until `path`'s (60 s at most); returns
+        /// the paths seen.
+        static func released(until path: String, from stream: AsyncStream<DBusMessage>) async -> [String] {
+            await withTaskGroup(of: [String]?.self) { group in
+                group.addTask {
+                    var seen: [String] = []
+                    for await message in stream {
+                        guard case .objectPath(let released)? = message.body.first else { continue }
+                        seen.append(released)
+                        if released == path { break }
+                    }
+                    return seen
+                }
+                group.addTask {
+                    try? await Task.sleep(for: .seconds(60))
+                    return nil
+                }
+                let first = await group.next() ?? nil
+                group.cancelAll()
+                return first ?? ["(no release of \(path) within 60 s)"]
             }
-            return seen
         }
 
         @Test func forgedBusDriverSignalsEndNoLease() async throws {
@@ -75,7 +87,6 @@ extension EndToEnd {
             let observer = try await DBusConnection.connect(to: .address(bus.address))
             let releases = try await observer.signals(matching: DBusMatchRule(
                 sender: HostBusNames.busName, path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, member: "LeaseReleased"))
-            var iterator = releases.makeAsyncIterator()
             let victim = try await DBusConnection.connect(to: .address(bus.address))
             let witness = try await DBusConnection.connect(to: .address(bus.address))
             let victimLease = try await Self.begin(victim, name: "victim")
@@ -88,13 +99,13 @@ extension EndToEnd {
             // follows NameOwnerChanged in order, so once the witness's lease
             // is released the forgeries were handled (and must have ended nothing).
             await witness.close()
-            let first = await Self.released(until: witnessLease.path, &iterator)
+            let first = await Self.released(until: witnessLease.path, from: releases)
             #expect(first == [witnessLease.path], "released before the witness: \(first)")
             #expect(try await Self.listed(observer).contains(victimLease.path))
 
             // The victim's real disconnect still ends its lease (its fd is still open here).
             await victim.close()
-            let then = await Self.released(until: victimLease.path, &iterator)
+            let then = await Self.released(until: victimLease.path, from: releases)
             #expect(then == [victimLease.path])
             #expect(try await !Self.listed(observer).contains(victimLease.path))
             await observer.close()
