@@ -160,6 +160,15 @@ enum DBusMarshal {
 
     /// Decodes a received libdbus message.
     static func decode(_ message: OpaquePointer) throws(DBusError) -> DBusMessage {
+        var decoded = decodeHeader(message)
+        decoded.body = try decodeBody(message)
+        return decoded
+    }
+
+    /// The header fields only, with an empty body: the body of a call is
+    /// decoded once its signature (`dbus_message_get_signature`) is known
+    /// to be the declared one, so a huge body of another type costs nothing.
+    static func decodeHeader(_ message: OpaquePointer) -> DBusMessage {
         let kind: DBusMessage.Kind
         switch dbus_message_get_type(message) {
         case CDBUS_MESSAGE_TYPE_METHOD_CALL: kind = .methodCall
@@ -179,8 +188,13 @@ enum DBusMarshal {
             member: string(dbus_message_get_member(message)),
             errorName: string(dbus_message_get_error_name(message)),
             noReplyExpected: dbus_message_get_no_reply(message) != 0,
-            body: try decodeBody(message)
+            body: []
         )
+    }
+
+    /// The signature of a message's body, read from its header.
+    static func signature(of message: OpaquePointer) -> String {
+        dbus_message_get_signature(message).map { String(cString: $0) } ?? ""
     }
 
     static func decodeBody(_ message: OpaquePointer) throws(DBusError) -> [DBusValue] {
