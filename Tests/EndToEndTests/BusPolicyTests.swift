@@ -70,7 +70,9 @@ final class SystemLikeBus: Sendable {
     let daemon: TestDBusDaemon
     var address: String { daemon.address }
 
-    init(includingPolicy: Bool) throws {
+    /// `limits`: extra `<limit>` elements, e.g. a larger max_message_size
+    /// than the system bus's 32 MiB.
+    init(includingPolicy: Bool, limits: String = "") throws {
         let policy = Build.packageRoot.appendingPathComponent("Configs/dbus/org.vigil.Vigil1.conf").path
         daemon = try TestDBusDaemon(prefix: "vigil-sysbus") { directory in
             """
@@ -93,6 +95,7 @@ final class SystemLikeBus: Sendable {
               <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/>
             </policy>
             \(includingPolicy ? "<include>\(policy)</include>" : "")
+            \(limits)
             """
         }
     }

@@ -114,3 +114,84 @@ extension EndToEnd {
         }
     }
 }
+
+/// Huge calls of the wrong signature, from uid 65534.
+extension EndToEnd.BusTrustEndToEndTests {
+    /// Sends ListLeases an `ay` of each size (MiB) while a second connection
+    /// keeps reading Properties.Get; prints one line per call and the
+    /// reader's figures.
+    static let burst = """
+        import sys, time, threading, dbus
+        NAME = "org.vigil.Vigil1"; ROOT = "/org/vigil/Vigil1"; HOST = "org.vigil.Vigil1.Host"
+        address = sys.argv[1]
+        bus = dbus.bus.BusConnection(address)
+        reader = dbus.bus.BusConnection(address)
+        state = {"stop": False, "answered": 0, "worst": 0.0, "failed": ""}
+        def read():
+            while not state["stop"]:
+                start = time.monotonic()
+                try:
+                    reader.call_blocking(NAME, ROOT, "org.freedesktop.DBus.Properties", "Get", "ss", (HOST, "Version"), timeout=60)
+                except dbus.DBusException as e:
+                    state["failed"] = e.get_dbus_name()
+                state["worst"] = max(state["worst"], time.monotonic() - start)
+                state["answered"] += 1
+        thread = threading.Thread(target=read)
+        thread.start()
+        for mib in sys.argv[2:]:
+            body = dbus.ByteArray(b"\\x1b" * (int(mib) * 1024 * 1024))
+            before = state["answered"]
+            start = time.monotonic()
+            try:
+                bus.call_blocking(NAME, ROOT, HOST, "ListLeases", "ay", (body,), timeout=120)
+                outcome = "answered"
+            except dbus.DBusException as e:
+                outcome = e.get_dbus_name() + " " + str(len(e.get_dbus_message()))
+            print("call", mib, outcome, "%.3f" % (time.monotonic() - start), state["answered"] - before, flush=True)
+        state["stop"] = True
+        thread.join()
+        print("reader", state["answered"], "%.3f" % state["worst"], state["failed"] or "ok", flush=True)
+        """
+
+    /// vigild's resident set in KiB (VmRSS).
+    static func residentKiB(_ pid: Int32) throws -> Int {
+        let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+        let line = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") } ?? ""
+        return Int(line.split(separator: " ").dropFirst().first ?? "") ?? -1
+    }
+
+    @Test func hugeWrongSignatureCallsAreRefusedCheaply() async throws {
+        // The system bus refuses messages over 32 MiB; this bus lets 64 MiB through.
+        let bus = try SystemLikeBus(includingPolicy: true, limits: #"<limit name="max_message_size">134217728</limit>"#)
+        defer { bus.stop() }
+        let dir = try TempDir("vigil-trust")
+        let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state"), interval: "60s", extra: "bus = \"\(bus.address)\""))
+        let daemon = try Daemon(arguments: ["--config", config])
+        try await daemon.waitForLine(containing: "serving org.vigil.Vigil1")
+        let pid = daemon.process.processIdentifier
+        // A small round first, so the figure before counts vigild's warm state.
+        let warm = try asNobody("/usr/bin/python3", ["-c", Self.burst, bus.address, "1"])
+        #expect(warm.status == 0, "\(warm.stderr)")
+        let before = try Self.residentKiB(pid)
+
+        let burst = try asNobody("/usr/bin/python3", ["-c", Self.burst, bus.address, "1", "16", "64"])
+        let after = try Self.residentKiB(pid)
+        #expect(burst.status == 0, "\(burst.stderr)")
+        print("vigild RSS before \(before) KiB, after \(after) KiB; \(burst.stdout)")
+        let calls = burst.stdout.split(separator: "\n").filter { $0.hasPrefix("call ") }.map { $0.split(separator: " ") }
+        #expect(calls.count == 3, "\(burst.stdout)")
+        for call in calls {
+            #expect(call.count == 6 && call[2] == "org.freedesktop.DBus.Error.InvalidArgs", "\(call)")
+            // The error quotes no client data: a short message.
+            #expect(call.count == 6 && (Int(call[3]) ?? .max) < 200, "\(call)")
+        }
+        let reader = burst.stdout.split(separator: "\n").first { $0.hasPrefix("reader ") }?.split(separator: " ") ?? []
+        #expect(reader.count == 4 && (Int(reader[1]) ?? 0) > 0 && reader[3] == "ok", "\(burst.stdout)")
+        // Generous: the reader never waited for the burst (it waited 15 s before the fix).
+        #expect(reader.count == 4 && (Double(reader[2]) ?? .infinity) < 5, "\(burst.stdout)")
+        // Generous: no lasting growth (2.1 GB stayed before the fix).
+        #expect(after - before < 16 * 1024, "vigild RSS grew from \(before) KiB to \(after) KiB")
+        daemon.signal(SIGTERM)
+        #expect(await daemon.waitForExit() == 0)
+    }
+}
