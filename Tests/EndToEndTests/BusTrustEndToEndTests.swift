@@ -195,3 +195,53 @@ extension EndToEnd.BusTrustEndToEndTests {
         #expect(await daemon.waitForExit() == 0)
     }
 }
+
+/// Client strings over their limits, from uid 65534.
+extension EndToEnd.BusTrustEndToEndTests {
+    static let oversized = """
+        import sys, dbus
+        bus = dbus.bus.BusConnection(sys.argv[1])
+        host = dbus.Interface(bus.get_object("org.vigil.Vigil1", "/org/vigil/Vigil1", introspect=False), "org.vigil.Vigil1.Host")
+        for name, reason in [("\\x1b" * (16 << 20), "why"), ("n" * 257, ""), ("n", "r" * 1025)]:
+            try:
+                host.BeginBackgroundTask(name, reason, dbus.UInt64(10 ** 6))
+                print("begun")
+            except dbus.DBusException as e:
+                print(e.get_dbus_name(), e.get_dbus_message())
+        """
+
+    @Test func oversizedLeaseStringsAreRefusedNamingTheLimit() async throws {
+        let bus = try SystemLikeBus(includingPolicy: true)
+        defer { bus.stop() }
+        let dir = try TempDir("vigil-trust")
+        let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state"), interval: "60s", extra: "bus = \"\(bus.address)\""))
+        let daemon = try Daemon(arguments: ["--config", config])
+        try await daemon.waitForLine(containing: "serving org.vigil.Vigil1")
+        let observer = try await DBusConnection.connect(to: .address(bus.address))
+        let signals = try await observer.signals(matching: DBusMatchRule(sender: HostBusNames.busName))
+
+        let refused = try asNobody("/usr/bin/python3", ["-c", Self.oversized, bus.address])
+        #expect(refused.status == 0, "\(refused.stderr)")
+        let lines = refused.stdout.split(separator: "\n").map(String.init)
+        #expect(lines == [
+            "org.freedesktop.DBus.Error.InvalidArgs the lease name has 16777216 bytes, over the limit of 256 bytes",
+            "org.freedesktop.DBus.Error.InvalidArgs the lease name has 257 bytes, over the limit of 256 bytes",
+            "org.freedesktop.DBus.Error.InvalidArgs the lease reason has 1025 bytes, over the limit of 1024 bytes",
+        ], "\(refused.stdout)")
+
+        // A lease within the limits; every signal up to its LeaseAcquired is small.
+        let lease = try await Self.begin(observer, name: String(repeating: "n", count: 256))
+        defer { lease.fd.close() }
+        var seen: [DBusMessage] = []
+        for await message in signals {
+            seen.append(message)
+            if message.member == "LeaseAcquired" { break }
+        }
+        #expect(seen.last?.body.first == .objectPath(lease.path))
+        let largest = seen.map { String(describing: $0.body).utf8.count }.max() ?? 0
+        #expect(largest < 4096, "a signal of \(largest) bytes")
+        await observer.close()
+        daemon.signal(SIGTERM)
+        #expect(await daemon.waitForExit() == 0)
+    }
+}

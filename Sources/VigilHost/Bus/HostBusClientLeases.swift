@@ -59,6 +59,12 @@ extension HostBusAPI {
         let name = try call.argument(0, as: String.self)
         let reason = try call.argument(1, as: String.self)
         let budget = try call.argument(2, as: UInt64.self)
+        do {
+            try ClientInputLimit.leaseName.check(name)
+            try ClientInputLimit.leaseReason.check(reason)
+        } catch {
+            throw DBusError(name: error.name, message: error.message)
+        }
         let (uid, pid) = try await credentials(of: call)
         let identity = ClientIdentity(owner: call.sender, uid: uid, pid: pid, name: name)
         let granted: (id: LeaseID, fd: Int32)
