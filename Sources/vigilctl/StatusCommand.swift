@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import VigilHost
 import VigilDBus
 
 /// `vigilctl status`: the running host at a glance, from its D-Bus properties.
@@ -85,6 +86,6 @@ struct StatusCommand: AsyncParsableCommand {
             ("leases", "\(s.leases) active"),
         ]
         if let note = TableFormat.displayZone.note { rows.append(("note", note)) }
-        return "vigild \(s.version) on \(s.bus)\n" + TableFormat.fields(rows)
+        return "vigild \(TerminalText.escaped(s.version)) on \(TerminalText.escaped(s.bus))\n" + TableFormat.fields(rows)
     }
 }

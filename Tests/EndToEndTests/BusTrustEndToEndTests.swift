@@ -245,3 +245,36 @@ extension EndToEnd.BusTrustEndToEndTests {
         #expect(await daemon.waitForExit() == 0)
     }
 }
+
+/// vigilctl prints client-given strings escaped, and exactly in --json.
+extension EndToEnd.BusTrustEndToEndTests {
+    @Test func vigilctlEscapesControlCharactersAndKeepsJSONExact() async throws {
+        try await BusHost.with { host in
+            let client = try await DBusConnection.connect(to: .address(host.address))
+            let name = "evil\u{1B}[2J\r\n\u{07}fake row"
+            let lease = try await Self.begin(client, name: name)
+            defer { lease.fd.close() }
+            let controls: Set<Unicode.Scalar> = ["\u{1B}", "\r", "\u{07}"]
+            func hasControls(_ text: String) -> Bool { text.unicodeScalars.contains { controls.contains($0) } }
+
+            let table = try host.vigilctl("leases")
+            #expect(table.status == 0, "\(table.stderr)")
+            #expect(!hasControls(table.stdout), "\(table.stdout.debugDescription)")
+            #expect(table.stdout.contains(#"evil\e[2J\r\n\u{7}fake row"#), "\(table.stdout)")
+            // One line per lease after the header: the newline forged no row.
+            let leaseCount = try await Self.listed(client).count
+            #expect(table.stdout.split(separator: "\n").count == 1 + leaseCount, "\(table.stdout)")
+
+            let json = try host.vigilctl("leases", ["--json"])
+            let rows = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [[String: Any]])
+            let row = try #require(rows.first { $0["path"] as? String == lease.path }, "\(json.stdout)")
+            #expect((row["holds"] as? String)?.contains("\"\(name)\"") == true, "\(row)")
+
+            let status = try host.vigilctl("status")
+            #expect(status.status == 0 && !hasControls(status.stdout), "\(status.stdout.debugDescription)")
+            let downloads = try host.vigilctl("downloads")
+            #expect(!hasControls(downloads.stdout + downloads.stderr), "\(downloads.stdout.debugDescription)")
+            await client.close()
+        }
+    }
+}
