@@ -228,7 +228,7 @@ public final class DBusObjectServer: @unchecked Sendable {
         // Standard interfaces first (an absent interface name matches by member).
         let interface = message.interface
         if interface == DBusStandardInterfaces.introspectable || (interface == nil && member == "Introspect" && nodeExists) {
-            guard nodeExists else { return .reply(.failure(.unknownObject("no object at \(path)"))) }
+            guard nodeExists else { return .reply(.failure(.unknownObject("no object at \(DBusError.excerpt(path))"))) }
             guard member == "Introspect" else { return .reply(.failure(.unknownMethod("\(DBusStandardInterfaces.introspectable) has no method \(member)"))) }
             if let error = expect("") { return .reply(.failure(error)) }
             let xml = DBusIntrospection.xml(interfaces: interfaces ?? [], isObject: interfaces != nil,
@@ -237,7 +237,7 @@ public final class DBusObjectServer: @unchecked Sendable {
         }
         if interface == DBusStandardInterfaces.objectManager {
             guard isManager else {
-                return .reply(.failure(nodeExists ? .unknownInterface("no ObjectManager at \(path)") : .unknownObject("no object at \(path)")))
+                return .reply(.failure(nodeExists ? .unknownInterface("no ObjectManager at \(DBusError.excerpt(path))") : .unknownObject("no object at \(DBusError.excerpt(path))")))
             }
             guard member == "GetManagedObjects" else { return .reply(.failure(.unknownMethod("\(DBusStandardInterfaces.objectManager) has no method \(member)"))) }
             if let error = expect("") { return .reply(.failure(error)) }
@@ -251,7 +251,7 @@ public final class DBusObjectServer: @unchecked Sendable {
             }
         }
         guard let interfaces else {
-            return .reply(.failure(.unknownObject("no object at \(path)")))
+            return .reply(.failure(.unknownObject("no object at \(DBusError.excerpt(path))")))
         }
         if interface == DBusStandardInterfaces.properties || (interface == nil && ["Get", "GetAll", "Set"].contains(member)
             && !interfaces.contains { $0.method(named: member) != nil }) {
@@ -270,12 +270,12 @@ public final class DBusObjectServer: @unchecked Sendable {
         let target: DBusInterface
         if let interface {
             guard let found = interfaces.first(where: { $0.name == interface }) else {
-                return .reply(.failure(.unknownInterface("the object at \(path) has no interface \(interface)")))
+                return .reply(.failure(.unknownInterface("the object at \(DBusError.excerpt(path)) has no interface \(interface)")))
             }
             target = found
         } else {
             guard let found = interfaces.first(where: { $0.method(named: member) != nil }) else {
-                return .reply(.failure(.unknownMethod("the object at \(path) has no method \(member)")))
+                return .reply(.failure(.unknownMethod("the object at \(DBusError.excerpt(path)) has no method \(member)")))
             }
             target = found
         }
@@ -310,9 +310,17 @@ public final class DBusObjectServer: @unchecked Sendable {
     /// Properties.Get, GetAll and Set; `message` is whole, its signature checked.
     private func routeProperties(_ message: DBusMessage, member: String, path: String, interfaces: [DBusInterface]) -> Route {
         func find(_ interfaceName: String) -> Result<DBusInterface, DBusError> {
+            // The D-Bus specification lets the interface name be empty: then
+            // every interface of the object is searched, the first one
+            // declared winning when two have a property of the same name.
+            if interfaceName.isEmpty {
+                var seen = Set<String>()
+                let merged = interfaces.flatMap(\.properties).filter { seen.insert($0.name).inserted }
+                return .success(DBusInterface("", properties: merged))
+            }
             if let found = interfaces.first(where: { $0.name == interfaceName }) { return .success(found) }
             if DBusStandardInterfaces.names.contains(interfaceName) { return .success(DBusInterface(interfaceName)) }
-            return .failure(.unknownInterface("the object at \(path) has no interface \(interfaceName)"))
+            return .failure(.unknownInterface("the object at \(DBusError.excerpt(path)) has no interface \(interfaceName)"))
         }
         switch member {
         case "Get":

@@ -28,6 +28,12 @@ extension EndToEnd {
             bus.call_blocking("org.vigil.Vigil1", "/org/vigil/Vigil1", "org.freedesktop.DBus.Properties", "Get", "ss",
                               ("org.vigil.Vigil1.Host", "Version"))
             print("forged")
+            # Nor may it end the victim's lease by asking.
+            try:
+                bus.call_blocking("org.vigil.Vigil1", sys.argv[3], "org.vigil.Vigil1.ClientLease", "End", "", ())
+                print("ended")
+            except dbus.DBusException as e:
+                print(e.get_dbus_name())
             """
 
         static func begin(_ connection: DBusConnection, name: String) async throws -> (path: String, fd: DBusFileDescriptor) {
@@ -93,8 +99,9 @@ extension EndToEnd {
             let witnessLease = try await Self.begin(witness, name: "witness")
             defer { victimLease.fd.close(); witnessLease.fd.close() }
 
-            let forged = try asNobody("/usr/bin/python3", ["-c", Self.forger, bus.address, await victim.uniqueName])
+            let forged = try asNobody("/usr/bin/python3", ["-c", Self.forger, bus.address, await victim.uniqueName, victimLease.path])
             #expect(forged.status == 0 && forged.stdout.contains("forged"), "\(forged.stdout)\(forged.stderr)")
+            #expect(forged.stdout.contains("org.freedesktop.DBus.Error.AccessDenied"), "\(forged.stdout)")
             // The witness's real departure comes after the forgeries; vigild
             // follows NameOwnerChanged in order, so once the witness's lease
             // is released the forgeries were handled (and must have ended nothing).
@@ -208,6 +215,11 @@ extension EndToEnd.BusTrustEndToEndTests {
                 print("begun")
             except dbus.DBusException as e:
                 print(e.get_dbus_name(), e.get_dbus_message())
+        # A 4 MiB object path: the error quotes a short prefix of it.
+        try:
+            bus.call_blocking("org.vigil.Vigil1", "/" + "a" * (4 << 20), "org.vigil.Vigil1.Host", "ListLeases", "", ())
+        except dbus.DBusException as e:
+            print(e.get_dbus_name(), len(e.get_dbus_message()))
         """
 
     @Test func oversizedLeaseStringsAreRefusedNamingTheLimit() async throws {
@@ -227,6 +239,7 @@ extension EndToEnd.BusTrustEndToEndTests {
             "org.freedesktop.DBus.Error.InvalidArgs the lease name has 16777216 bytes, over the limit of 256 bytes",
             "org.freedesktop.DBus.Error.InvalidArgs the lease name has 257 bytes, over the limit of 256 bytes",
             "org.freedesktop.DBus.Error.InvalidArgs the lease reason has 1025 bytes, over the limit of 1024 bytes",
+            "org.freedesktop.DBus.Error.UnknownObject 78",
         ], "\(refused.stdout)")
 
         // A lease within the limits; every signal up to its LeaseAcquired is small.
