@@ -83,41 +83,34 @@ extension EndToEnd {
         }
 
         @Test func forgedBusDriverSignalsEndNoLease() async throws {
-            let bus = try SystemLikeBus(includingPolicy: true)
-            defer { bus.stop() }
-            let dir = try TempDir("vigil-trust")
-            let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state"), interval: "60s", extra: "bus = \"\(bus.address)\""))
-            let daemon = try Daemon(arguments: ["--config", config])
-            try await daemon.waitForLine(containing: "serving org.vigil.Vigil1")
+            try await withPolicyHost { bus, daemon in
+                let observer = try await DBusConnection.connect(to: .address(bus.address))
+                let releases = try await observer.signals(matching: DBusMatchRule(
+                    sender: HostBusNames.busName, path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, member: "LeaseReleased"))
+                let victim = try await DBusConnection.connect(to: .address(bus.address))
+                let witness = try await DBusConnection.connect(to: .address(bus.address))
+                let victimLease = try await Self.begin(victim, name: "victim")
+                let witnessLease = try await Self.begin(witness, name: "witness")
+                defer { victimLease.fd.close(); witnessLease.fd.close() }
 
-            let observer = try await DBusConnection.connect(to: .address(bus.address))
-            let releases = try await observer.signals(matching: DBusMatchRule(
-                sender: HostBusNames.busName, path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, member: "LeaseReleased"))
-            let victim = try await DBusConnection.connect(to: .address(bus.address))
-            let witness = try await DBusConnection.connect(to: .address(bus.address))
-            let victimLease = try await Self.begin(victim, name: "victim")
-            let witnessLease = try await Self.begin(witness, name: "witness")
-            defer { victimLease.fd.close(); witnessLease.fd.close() }
+                let forged = try asNobody("/usr/bin/python3", ["-c", Self.forger, bus.address, await victim.uniqueName, victimLease.path])
+                #expect(forged.status == 0 && forged.stdout.contains("forged"), "\(forged.stdout)\(forged.stderr)")
+                #expect(forged.stdout.contains("org.freedesktop.DBus.Error.AccessDenied"), "\(forged.stdout)")
+                // The witness's real departure comes after the forgeries; vigild
+                // follows NameOwnerChanged in order, so once the witness's lease
+                // is released the forgeries were handled (and must have ended nothing).
+                await witness.close()
+                let first = await Self.released(until: witnessLease.path, from: releases)
+                #expect(first == [witnessLease.path], "released before the witness: \(first)")
+                #expect(try await Self.listed(observer).contains(victimLease.path))
 
-            let forged = try asNobody("/usr/bin/python3", ["-c", Self.forger, bus.address, await victim.uniqueName, victimLease.path])
-            #expect(forged.status == 0 && forged.stdout.contains("forged"), "\(forged.stdout)\(forged.stderr)")
-            #expect(forged.stdout.contains("org.freedesktop.DBus.Error.AccessDenied"), "\(forged.stdout)")
-            // The witness's real departure comes after the forgeries; vigild
-            // follows NameOwnerChanged in order, so once the witness's lease
-            // is released the forgeries were handled (and must have ended nothing).
-            await witness.close()
-            let first = await Self.released(until: witnessLease.path, from: releases)
-            #expect(first == [witnessLease.path], "released before the witness: \(first)")
-            #expect(try await Self.listed(observer).contains(victimLease.path))
-
-            // The victim's real disconnect still ends its lease (its fd is still open here).
-            await victim.close()
-            let then = await Self.released(until: victimLease.path, from: releases)
-            #expect(then == [victimLease.path])
-            #expect(try await !Self.listed(observer).contains(victimLease.path))
-            await observer.close()
-            daemon.signal(SIGTERM)
-            #expect(await daemon.waitForExit() == 0)
+                // The victim's real disconnect still ends its lease (its fd is still open here).
+                await victim.close()
+                let then = await Self.released(until: victimLease.path, from: releases)
+                #expect(then == [victimLease.path])
+                #expect(try await !Self.listed(observer).contains(victimLease.path))
+                await observer.close()
+            }
         }
     }
 }
@@ -169,37 +162,31 @@ extension EndToEnd.BusTrustEndToEndTests {
 
     @Test func hugeWrongSignatureCallsAreRefusedCheaply() async throws {
         // The system bus refuses messages over 32 MiB; this bus lets 64 MiB through.
-        let bus = try SystemLikeBus(includingPolicy: true, limits: #"<limit name="max_message_size">134217728</limit>"#)
-        defer { bus.stop() }
-        let dir = try TempDir("vigil-trust")
-        let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state"), interval: "60s", extra: "bus = \"\(bus.address)\""))
-        let daemon = try Daemon(arguments: ["--config", config])
-        try await daemon.waitForLine(containing: "serving org.vigil.Vigil1")
-        let pid = daemon.process.processIdentifier
-        // A small round first, so the figure before counts vigild's warm state.
-        let warm = try asNobody("/usr/bin/python3", ["-c", Self.burst, bus.address, "1"])
-        #expect(warm.status == 0, "\(warm.stderr)")
-        let before = try Self.residentKiB(pid)
+        try await withPolicyHost(limits: #"<limit name="max_message_size">134217728</limit>"#) { bus, daemon in
+            let pid = daemon.process.processIdentifier
+            // A small round first, so the figure before counts vigild's warm state.
+            let warm = try asNobody("/usr/bin/python3", ["-c", Self.burst, bus.address, "1"])
+            #expect(warm.status == 0, "\(warm.stderr)")
+            let before = try Self.residentKiB(pid)
 
-        let burst = try asNobody("/usr/bin/python3", ["-c", Self.burst, bus.address, "1", "16", "64"])
-        let after = try Self.residentKiB(pid)
-        #expect(burst.status == 0, "\(burst.stderr)")
-        print("vigild RSS before \(before) KiB, after \(after) KiB; \(burst.stdout)")
-        let calls = burst.stdout.split(separator: "\n").filter { $0.hasPrefix("call ") }.map { $0.split(separator: " ") }
-        #expect(calls.count == 3, "\(burst.stdout)")
-        for call in calls {
-            #expect(call.count == 6 && call[2] == "org.freedesktop.DBus.Error.InvalidArgs", "\(call)")
-            // The error quotes no client data: a short message.
-            #expect(call.count == 6 && (Int(call[3]) ?? .max) < 200, "\(call)")
+            let burst = try asNobody("/usr/bin/python3", ["-c", Self.burst, bus.address, "1", "16", "64"])
+            let after = try Self.residentKiB(pid)
+            #expect(burst.status == 0, "\(burst.stderr)")
+            print("vigild RSS before \(before) KiB, after \(after) KiB; \(burst.stdout)")
+            let calls = burst.stdout.split(separator: "\n").filter { $0.hasPrefix("call ") }.map { $0.split(separator: " ") }
+            #expect(calls.count == 3, "\(burst.stdout)")
+            for call in calls {
+                #expect(call.count == 6 && call[2] == "org.freedesktop.DBus.Error.InvalidArgs", "\(call)")
+                // The error quotes no client data: a short message.
+                #expect(call.count == 6 && (Int(call[3]) ?? .max) < 200, "\(call)")
+            }
+            let reader = burst.stdout.split(separator: "\n").first { $0.hasPrefix("reader ") }?.split(separator: " ") ?? []
+            #expect(reader.count == 4 && (Int(reader[1]) ?? 0) > 0 && reader[3] == "ok", "\(burst.stdout)")
+            // Generous: the reader never waited for the burst (it waited 15 s before the fix).
+            #expect(reader.count == 4 && (Double(reader[2]) ?? .infinity) < 5, "\(burst.stdout)")
+            // Generous: no lasting growth (2.1 GB stayed before the fix).
+            #expect(after - before < 16 * 1024, "vigild RSS grew from \(before) KiB to \(after) KiB")
         }
-        let reader = burst.stdout.split(separator: "\n").first { $0.hasPrefix("reader ") }?.split(separator: " ") ?? []
-        #expect(reader.count == 4 && (Int(reader[1]) ?? 0) > 0 && reader[3] == "ok", "\(burst.stdout)")
-        // Generous: the reader never waited for the burst (it waited 15 s before the fix).
-        #expect(reader.count == 4 && (Double(reader[2]) ?? .infinity) < 5, "\(burst.stdout)")
-        // Generous: no lasting growth (2.1 GB stayed before the fix).
-        #expect(after - before < 16 * 1024, "vigild RSS grew from \(before) KiB to \(after) KiB")
-        daemon.signal(SIGTERM)
-        #expect(await daemon.waitForExit() == 0)
     }
 }
 
@@ -223,39 +210,33 @@ extension EndToEnd.BusTrustEndToEndTests {
         """
 
     @Test func oversizedLeaseStringsAreRefusedNamingTheLimit() async throws {
-        let bus = try SystemLikeBus(includingPolicy: true)
-        defer { bus.stop() }
-        let dir = try TempDir("vigil-trust")
-        let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state"), interval: "60s", extra: "bus = \"\(bus.address)\""))
-        let daemon = try Daemon(arguments: ["--config", config])
-        try await daemon.waitForLine(containing: "serving org.vigil.Vigil1")
-        let observer = try await DBusConnection.connect(to: .address(bus.address))
-        let signals = try await observer.signals(matching: DBusMatchRule(sender: HostBusNames.busName))
+        try await withPolicyHost { bus, daemon in
+            let observer = try await DBusConnection.connect(to: .address(bus.address))
+            let signals = try await observer.signals(matching: DBusMatchRule(sender: HostBusNames.busName))
 
-        let refused = try asNobody("/usr/bin/python3", ["-c", Self.oversized, bus.address])
-        #expect(refused.status == 0, "\(refused.stderr)")
-        let lines = refused.stdout.split(separator: "\n").map(String.init)
-        #expect(lines == [
-            "org.freedesktop.DBus.Error.InvalidArgs the lease name has 16777216 bytes, over the limit of 256 bytes",
-            "org.freedesktop.DBus.Error.InvalidArgs the lease name has 257 bytes, over the limit of 256 bytes",
-            "org.freedesktop.DBus.Error.InvalidArgs the lease reason has 1025 bytes, over the limit of 1024 bytes",
-            "org.freedesktop.DBus.Error.UnknownObject 78",
-        ], "\(refused.stdout)")
+            let refused = try asNobody("/usr/bin/python3", ["-c", Self.oversized, bus.address])
+            #expect(refused.status == 0, "\(refused.stderr)")
+            let lines = refused.stdout.split(separator: "\n").map(String.init)
+            #expect(lines == [
+                "org.freedesktop.DBus.Error.InvalidArgs the lease name has 16777216 bytes, over the limit of 256 bytes",
+                "org.freedesktop.DBus.Error.InvalidArgs the lease name has 257 bytes, over the limit of 256 bytes",
+                "org.freedesktop.DBus.Error.InvalidArgs the lease reason has 1025 bytes, over the limit of 1024 bytes",
+                "org.freedesktop.DBus.Error.UnknownObject 78",
+            ], "\(refused.stdout)")
 
-        // A lease within the limits; every signal up to its LeaseAcquired is small.
-        let lease = try await Self.begin(observer, name: String(repeating: "n", count: 256))
-        defer { lease.fd.close() }
-        var seen: [DBusMessage] = []
-        for await message in signals {
-            seen.append(message)
-            if message.member == "LeaseAcquired" { break }
+            // A lease within the limits; every signal up to its LeaseAcquired is small.
+            let lease = try await Self.begin(observer, name: String(repeating: "n", count: 256))
+            defer { lease.fd.close() }
+            var seen: [DBusMessage] = []
+            for await message in signals {
+                seen.append(message)
+                if message.member == "LeaseAcquired" { break }
+            }
+            #expect(seen.last?.body.first == .objectPath(lease.path))
+            let largest = seen.map { String(describing: $0.body).utf8.count }.max() ?? 0
+            #expect(largest < 4096, "a signal of \(largest) bytes")
+            await observer.close()
         }
-        #expect(seen.last?.body.first == .objectPath(lease.path))
-        let largest = seen.map { String(describing: $0.body).utf8.count }.max() ?? 0
-        #expect(largest < 4096, "a signal of \(largest) bytes")
-        await observer.close()
-        daemon.signal(SIGTERM)
-        #expect(await daemon.waitForExit() == 0)
     }
 }
 
