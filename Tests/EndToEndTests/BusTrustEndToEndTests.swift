@@ -272,3 +272,40 @@ extension EndToEnd.BusTrustEndToEndTests {
         }
     }
 }
+
+/// Thousands of random calls from uid 65534 (Tests/Fixtures/dbus-fuzz.py).
+extension EndToEnd.BusTrustEndToEndTests {
+    static func openFDs(_ pid: Int32) -> Int {
+        (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").count) ?? -1
+    }
+
+    @Test func randomCallsLeaveVigildAnsweringWithItsFDsAndMemory() async throws {
+        try await withPolicyHost { bus, daemon in
+            let pid = daemon.process.processIdentifier
+            let script = Build.packageRoot.appendingPathComponent("Tests/Fixtures/dbus-fuzz.py").path
+            let seed = UInt32.random(in: 1...UInt32.max)
+            // A short round first, so the figures before count vigild's warm state.
+            let warm = try asNobody("/usr/bin/python3", [script, bus.address, String(seed &+ 1), "200"])
+            #expect(warm.status == 0, "\(warm.stderr)")
+            let fdsBefore = Self.openFDs(pid)
+            let rssBefore = try Self.residentKiB(pid)
+
+            let fuzz = try asNobody("/usr/bin/python3", [script, bus.address, String(seed), "3000"])
+            #expect(fuzz.status == 0 && fuzz.stdout.contains("done 3000"), "seed \(seed): \(fuzz.stdout)\(fuzz.stderr.suffix(2000))")
+            print("fuzz seed \(seed):\n\(fuzz.stdout)")
+
+            let client = try await DBusConnection.connect(to: .address(bus.address))
+            let version = try await client.call(
+                destination: HostBusNames.busName, path: HostBusNames.rootPath, interface: "org.freedesktop.DBus.Properties",
+                member: "Get", arguments: [.string(HostBusNames.hostInterface), .string("Version")], timeout: .seconds(30))
+            #expect(version.signature == "v")
+            await client.close()
+            let fdsAfter = Self.openFDs(pid)
+            let rssAfter = try Self.residentKiB(pid)
+            print("vigild fds \(fdsBefore) -> \(fdsAfter), RSS \(rssBefore) -> \(rssAfter) KiB")
+            #expect(fdsAfter == fdsBefore, "seed \(seed): vigild had \(fdsBefore) fds, now \(fdsAfter)")
+            // Generous: bounded, not a leak per call.
+            #expect(rssAfter - rssBefore < 32 * 1024, "seed \(seed): vigild RSS grew from \(rssBefore) to \(rssAfter) KiB")
+        }
+    }
+}
