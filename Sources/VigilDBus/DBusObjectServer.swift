@@ -168,6 +168,11 @@ public final class DBusObjectServer: @unchecked Sendable {
 
     // MARK: - Dispatch (on the connection's queue)
 
+    /// The most values (arguments, elements, entries, bytes) an incoming
+    /// call may carry; more get InvalidArgs before they are decoded into
+    /// values (docs/security.md).
+    public static let maximumCallValues = 65_536
+
     private func handle(_ raw: OpaquePointer) -> DBusHandlerResult {
         guard dbus_message_get_type(raw) == CDBUS_MESSAGE_TYPE_METHOD_CALL else { return DBUS_HANDLER_RESULT_NOT_YET_HANDLED }
         let interfaceName = dbus_message_get_interface(raw).map { String(cString: $0) }
@@ -176,7 +181,7 @@ public final class DBusObjectServer: @unchecked Sendable {
         // Route on the header; the body is decoded only once its signature
         // (from the header) is the declared one.
         let route = self.route(DBusMarshal.decodeHeader(raw), signature: DBusMarshal.signature(of: raw)) {
-            () throws(DBusError) -> [DBusValue] in try DBusMarshal.decodeBody(raw)
+            () throws(DBusError) -> [DBusValue] in try DBusMarshal.decodeBody(raw, maximumValues: Self.maximumCallValues)
         }
         switch route {
         case let .reply(result):

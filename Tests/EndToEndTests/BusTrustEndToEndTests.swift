@@ -309,3 +309,30 @@ extension EndToEnd.BusTrustEndToEndTests {
         }
     }
 }
+
+/// A call of the declared signature whose body holds too many values.
+extension EndToEnd.BusTrustEndToEndTests {
+    @Test func hugeBodyOfTheDeclaredSignatureIsRefusedBeforeDecoding() async throws {
+        try await BusHost.with { host in
+            let pid = host.daemon.process.processIdentifier
+            let before = try Self.residentKiB(pid)
+            // Properties.Set (ssv) with a 16 MiB `ay` in the variant: the
+            // signature is right, the body is over the bound.
+            let set = try runCommand("/usr/bin/python3", ["-c", """
+                import sys, dbus
+                bus = dbus.bus.BusConnection(sys.argv[1])
+                value = dbus.ByteArray(b"\\x00" * (16 << 20), variant_level=1)
+                try:
+                    bus.call_blocking("org.vigil.Vigil1", "/org/vigil/Vigil1", "org.freedesktop.DBus.Properties", "Set", "ssv",
+                                      ("org.vigil.Vigil1.Host", "Version", value), timeout=120)
+                    print("accepted")
+                except dbus.DBusException as e:
+                    print(e.get_dbus_name(), e.get_dbus_message())
+                """, host.address])
+            let after = try Self.residentKiB(pid)
+            #expect(set.stdout.hasPrefix("org.freedesktop.DBus.Error.InvalidArgs the call carries more than 65536 values"),
+                    "\(set.stdout)\(set.stderr)")
+            #expect(after - before < 16 * 1024, "vigild RSS grew from \(before) KiB to \(after) KiB")
+        }
+    }
+}
