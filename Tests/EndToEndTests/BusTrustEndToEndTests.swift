@@ -182,8 +182,8 @@ extension EndToEnd.BusTrustEndToEndTests {
             }
             let reader = burst.stdout.split(separator: "\n").first { $0.hasPrefix("reader ") }?.split(separator: " ") ?? []
             #expect(reader.count == 4 && (Int(reader[1]) ?? 0) > 0 && reader[3] == "ok", "\(burst.stdout)")
-            // Generous: the reader never waited for the burst (it waited 15 s before the fix).
-            #expect(reader.count == 4 && (Double(reader[2]) ?? .infinity) < 5, "\(burst.stdout)")
+            // Generous (a loaded machine): the reader never waited for the whole burst (12 s and more before the fix).
+            #expect(reader.count == 4 && (Double(reader[2]) ?? .infinity) < 8, "\(burst.stdout)")
             // Generous: no lasting growth (2.1 GB stayed before the fix).
             #expect(after - before < 16 * 1024, "vigild RSS grew from \(before) KiB to \(after) KiB")
         }
