@@ -344,6 +344,14 @@ extension EndToEnd.DownloadSessionEndToEndTests {
         let longKey = await refusal(base + "x", "x", [String(repeating: "k", count: 100_000): .string("v")])
         #expect(longKey.hasPrefix("\(invalid): unknown option") && longKey.utf8.count < 200, "\(longKey.prefix(300))")
         #expect(try await watch.leases().isEmpty)
+
+        // A destination with ESC, CR, LF and BEL: `vigilctl downloads` prints it escaped.
+        let queued = await refusal(base + "missing.bin", "evil\u{1B}[2J\r\n\u{07}x.bin")
+        #expect(queued.hasPrefix("queued "), "\(queued)")
+        let listing = try runCommand(Build.vigilctl, ["downloads", "--bus", h.bus.address])
+        #expect(listing.status == 0, "\(listing.stderr)")
+        #expect(listing.stdout.contains(#"evil\e[2J\r\n\u{7}x.bin"#), "\(listing.stdout)")
+        #expect(!listing.stdout.unicodeScalars.contains { $0 == "\u{1B}" || $0 == "\r" || $0 == "\u{07}" }, "\(listing.stdout.debugDescription)")
         daemon.signal(SIGTERM)
         #expect(await daemon.waitForExit() == 0)
     }
