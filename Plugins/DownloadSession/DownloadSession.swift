@@ -202,6 +202,9 @@ actor DownloadManager {
     // MARK: requests
 
     func enqueue(url: String, dest: String, options: [String: BusValue], caller: BusCaller) async throws -> UInt64 {
+        try ClientInputLimit.downloadURL.check(url)
+        try ClientInputLimit.downloadDestination.check(dest)
+        try ClientInputLimit.optionEntries.check(count: options.count)
         let urlPath: String
         switch URLCheck.validate(url) {
         case .failure(let message): throw BusMethodError.invalidArgs(message)
@@ -218,13 +221,13 @@ actor DownloadManager {
                 guard let n = value.integerValue, n >= 0 else { throw BusMethodError.invalidArgs("option size: expected a non-negative integer") }
                 size = n
             default:
-                throw BusMethodError.invalidArgs("unknown option \"\(key)\"; expected sha256 (s) or size (t)")
+                throw BusMethodError.invalidArgs("unknown option \"\(key.prefix(64))\"; expected sha256 (s) or size (t)")
             }
         }
         var name = dest
         if name.isEmpty {
             guard let derived = DestinationPath.defaultName(urlPath: urlPath) else {
-                throw BusMethodError.invalidArgs("cannot take a file name from \"\(url)\"; give dest")
+                throw BusMethodError.invalidArgs("cannot take a file name from \"\(url.prefix(64))\"; give dest")
             }
             name = derived
         }

@@ -31,6 +31,9 @@ public final class DBusConnection: @unchecked Sendable {
     private var uniqueNameValue: String?
     private var subscriptions: [UInt64: SignalSubscription] = [:]
     private var nextSubscriptionID: UInt64 = 0
+    /// The owners of the well-known names that subscriptions name as their
+    /// sender, followed through the bus driver's NameOwnerChanged.
+    private var nameOwners: [String: NameOwnerWatch] = [:]
     private var closed = false
     /// Waiting in ``disconnected()``: resumed once, when the connection is lost or closed.
     private var disconnectWaiters: [CheckedContinuation<Void, Never>] = []
@@ -458,14 +461,31 @@ public final class DBusConnection: @unchecked Sendable {
 
     // MARK: - Signals
 
+    /// The bus driver's name: the sender of every message the bus itself
+    /// sends (NameOwnerChanged, NameLost, NameAcquired).
+    public static let busDriverName = "org.freedesktop.DBus"
+
     /// Subscribes to signals matching `rule` (sends `AddMatch` to the bus).
     /// The stream ends when the connection closes; ending iteration removes
     /// the match.
+    ///
+    /// A rule's `sender` is also checked here, against the message's real
+    /// sender, since a unicast signal reaches us whatever our match rules
+    /// say: `org.freedesktop.DBus` matches only the bus driver, and a
+    /// well-known name matches only its current owner (followed through the
+    /// driver's NameOwnerChanged; no owner, no signals).
     public func signals(matching rule: DBusMatchRule) async throws -> AsyncStream<DBusMessage> {
         let ruleString = try rule.ruleString()
-        try await call(
-            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-            member: "AddMatch", arguments: [.string(ruleString)])
+        let followed = rule.sender.flatMap { DBusMatchRule.needsOwner($0) ? $0 : nil }
+        if let followed { try await followOwner(of: followed) }
+        do {
+            try await call(
+                destination: Self.busDriverName, path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "AddMatch", arguments: [.string(ruleString)])
+        } catch {
+            if let followed { await onQueue { $0.unfollowOwner(of: followed) } }
+            throw error
+        }
         let (stream, continuation) = AsyncStream<DBusMessage>.makeStream(bufferingPolicy: .bufferingNewest(1024))
         let id: UInt64 = await onQueue { connection in
             connection.nextSubscriptionID += 1
@@ -481,14 +501,60 @@ public final class DBusConnection: @unchecked Sendable {
             guard let self else { return }
             self.queue.async {
                 guard self.subscriptions.removeValue(forKey: id) != nil, !self.closed else { return }
+                if let followed { self.unfollowOwner(of: followed) }
                 Task {
                     _ = try? await self.call(
-                        destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                        destination: Self.busDriverName, path: "/org/freedesktop/DBus",
                         interface: "org.freedesktop.DBus", member: "RemoveMatch", arguments: [.string(ruleString)])
                 }
             }
         }
         return stream
+    }
+
+    /// Starts following the owner of the well-known name `name` (counted:
+    /// one follow per subscription). The match comes first, then
+    /// GetNameOwner; an owner change seen in between wins over the reply,
+    /// which may be older.
+    private func followOwner(of name: String) async throws {
+        let isNew: Bool = await onQueue { connection in
+            if let watch = connection.nameOwners[name] {
+                watch.subscribers += 1
+                return false
+            }
+            connection.nameOwners[name] = NameOwnerWatch()
+            return true
+        }
+        guard isNew else { return }
+        do {
+            try await call(
+                destination: Self.busDriverName, path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "AddMatch", arguments: [.string(DBusMatchRule.ownerChangesRule(of: name))])
+        } catch {
+            await onQueue { $0.unfollowOwner(of: name, removeMatch: false) }
+            throw error
+        }
+        let owner: String? = try? await call(
+            destination: Self.busDriverName, path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+            member: "GetNameOwner", arguments: [name], returning: String.self)
+        await onQueue { connection in
+            guard let watch = connection.nameOwners[name], !watch.changeSeen else { return }
+            watch.owner = owner
+        }
+    }
+
+    /// Drops one follow of `name`; the last one removes the match. On the queue.
+    private func unfollowOwner(of name: String, removeMatch: Bool = true) {
+        guard let watch = nameOwners[name] else { return }
+        watch.subscribers -= 1
+        guard watch.subscribers <= 0 else { return }
+        nameOwners.removeValue(forKey: name)
+        guard removeMatch, !closed else { return }
+        Task {
+            _ = try? await self.call(
+                destination: Self.busDriverName, path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "RemoveMatch", arguments: [.string(DBusMatchRule.ownerChangesRule(of: name))])
+        }
     }
 
     /// Called by libdbus (on the queue) for every incoming message.
@@ -501,11 +567,43 @@ public final class DBusConnection: @unchecked Sendable {
             resumeDisconnectWaiters()
             return
         }
+        let fromDriver = dbus_message_get_sender(message).map { String(cString: $0) == Self.busDriverName } ?? false
+        if DBusMatchRule.isBusDriverSignal(message) {
+            // A peer's copy of a bus-driver signal (sent unicast to us) is a
+            // forgery: nobody else may speak for the bus.
+            guard fromDriver else { return }
+            if dbus_message_is_signal(message, "org.freedesktop.DBus", "NameOwnerChanged") != 0 {
+                noteOwnerChange(message)
+            }
+        }
         guard !subscriptions.isEmpty, let decoded = try? DBusMarshal.decode(message) else { return }
-        for subscription in subscriptions.values where subscription.rule.matches(decoded) {
+        for subscription in subscriptions.values where subscription.rule.matches(decoded, owners: ownerOf) {
             subscription.continuation.yield(decoded)
         }
     }
+
+    /// The current owner of a followed well-known name. On the queue.
+    private func ownerOf(_ name: String) -> String? { nameOwners[name]?.owner }
+
+    /// Records a followed name's new owner from the driver's NameOwnerChanged.
+    private func noteOwnerChange(_ message: OpaquePointer) {
+        guard !nameOwners.isEmpty,
+              let decoded = try? DBusMarshal.decode(message), decoded.body.count == 3,
+              case .string(let name) = decoded.body[0], case .string(let newOwner) = decoded.body[2],
+              let watch = nameOwners[name]
+        else { return }
+        watch.owner = newOwner.isEmpty ? nil : newOwner
+        watch.changeSeen = true
+    }
+}
+
+/// Who owns a followed well-known name. Only used on the connection's queue.
+private final class NameOwnerWatch {
+    var owner: String?
+    /// Set once a NameOwnerChanged for the name arrived: it is newer than
+    /// (or as new as) the GetNameOwner reply still on its way.
+    var changeSeen = false
+    var subscribers = 1
 }
 
 /// A subscription's rule and stream.
@@ -516,8 +614,10 @@ private struct SignalSubscription {
 
 /// Which signals to receive.
 public struct DBusMatchRule: Sendable, Equatable {
-    /// A unique or well-known name; the bus filters on it. Locally only a
-    /// unique name (`:1.x`) is compared, since signals carry the unique name.
+    /// A unique or well-known name; the bus filters on it, and so does the
+    /// connection, against the message's real sender: a unique name and
+    /// `org.freedesktop.DBus` (the bus driver) as they are, any other
+    /// well-known name through its current owner.
     public var sender: String?
     public var path: String?
     public var interface: String?
@@ -551,12 +651,37 @@ public struct DBusMatchRule: Sendable, Equatable {
         return parts.joined(separator: ",")
     }
 
-    func matches(_ message: DBusMessage) -> Bool {
-        if let sender, sender.hasPrefix(":"), message.sender != sender { return false }
+    func matches(_ message: DBusMessage, owners: (String) -> String?) -> Bool {
+        if let sender {
+            let expected = Self.needsOwner(sender) ? owners(sender) : sender
+            guard let expected, message.sender == expected else { return false }
+        }
         if let path, message.path != path { return false }
         if let interface, message.interface != interface { return false }
         if let member, message.member != member { return false }
         return true
+    }
+}
+
+extension DBusMatchRule {
+    /// True for a well-known sender other than the bus driver, whose owner
+    /// the connection must follow to check a signal's real sender.
+    static func needsOwner(_ sender: String) -> Bool {
+        !sender.hasPrefix(":") && sender != DBusConnection.busDriverName
+    }
+
+    /// The driver's NameOwnerChanged for `name` only (a valid bus name
+    /// cannot hold a quote).
+    static func ownerChangesRule(of name: String) -> String {
+        "type='signal',sender='org.freedesktop.DBus',path='/org/freedesktop/DBus',"
+            + "interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='\(name)'"
+    }
+
+    /// The signals only the bus driver sends.
+    static func isBusDriverSignal(_ message: OpaquePointer) -> Bool {
+        dbus_message_is_signal(message, "org.freedesktop.DBus", "NameOwnerChanged") != 0
+            || dbus_message_is_signal(message, "org.freedesktop.DBus", "NameLost") != 0
+            || dbus_message_is_signal(message, "org.freedesktop.DBus", "NameAcquired") != 0
     }
 }
 

@@ -160,6 +160,15 @@ enum DBusMarshal {
 
     /// Decodes a received libdbus message.
     static func decode(_ message: OpaquePointer) throws(DBusError) -> DBusMessage {
+        var decoded = decodeHeader(message)
+        decoded.body = try decodeBody(message)
+        return decoded
+    }
+
+    /// The header fields only, with an empty body: the body of a call is
+    /// decoded once its signature (`dbus_message_get_signature`) is known
+    /// to be the declared one, so a huge body of another type costs nothing.
+    static func decodeHeader(_ message: OpaquePointer) -> DBusMessage {
         let kind: DBusMessage.Kind
         switch dbus_message_get_type(message) {
         case CDBUS_MESSAGE_TYPE_METHOD_CALL: kind = .methodCall
@@ -179,21 +188,47 @@ enum DBusMarshal {
             member: string(dbus_message_get_member(message)),
             errorName: string(dbus_message_get_error_name(message)),
             noReplyExpected: dbus_message_get_no_reply(message) != 0,
-            body: try decodeBody(message)
+            body: []
         )
     }
 
-    static func decodeBody(_ message: OpaquePointer) throws(DBusError) -> [DBusValue] {
+    /// The signature of a message's body, read from its header.
+    static func signature(of message: OpaquePointer) -> String {
+        dbus_message_get_signature(message).map { String(cString: $0) } ?? ""
+    }
+
+    /// Decodes the body; `maximumValues` bounds how many values (arguments,
+    /// elements, entries, bytes) it may hold, so a call of the declared
+    /// signature but a huge body is refused before it is turned into values.
+    static func decodeBody(_ message: OpaquePointer, maximumValues: Int = .max) throws(DBusError) -> [DBusValue] {
         let iter = UnsafeMutablePointer<DBusMessageIter>.allocate(capacity: 1)
         defer { iter.deallocate() }
         guard dbus_message_iter_init(message, iter) != 0 else { return [] }
-        return try readAll(iter)
+        var budget = DecodeBudget(limit: maximumValues)
+        return try readAll(iter, &budget)
     }
 
-    private static func readAll(_ iter: UnsafeMutablePointer<DBusMessageIter>) throws(DBusError) -> [DBusValue] {
+    /// How many more values a body may hold.
+    private struct DecodeBudget {
+        let limit: Int
+        var remaining: Int
+        init(limit: Int) {
+            self.limit = limit
+            remaining = limit
+        }
+
+        mutating func take(_ count: Int) throws(DBusError) {
+            guard count <= remaining else {
+                throw .invalidArgs("the call carries more than \(limit) values (arguments, elements, entries and bytes), the most accepted")
+            }
+            remaining -= count
+        }
+    }
+
+    private static func readAll(_ iter: UnsafeMutablePointer<DBusMessageIter>, _ budget: inout DecodeBudget) throws(DBusError) -> [DBusValue] {
         var values: [DBusValue] = []
         while dbus_message_iter_get_arg_type(iter) != CDBUS_TYPE_INVALID {
-            values.append(try read(iter))
+            values.append(try read(iter, &budget))
             dbus_message_iter_next(iter)
         }
         return values
@@ -211,8 +246,9 @@ enum DBusMarshal {
         return String(cString: raw)
     }
 
-    private static func read(_ iter: UnsafeMutablePointer<DBusMessageIter>) throws(DBusError) -> DBusValue {
+    private static func read(_ iter: UnsafeMutablePointer<DBusMessageIter>, _ budget: inout DecodeBudget) throws(DBusError) -> DBusValue {
         let type = dbus_message_iter_get_arg_type(iter)
+        try budget.take(1)
         switch type {
         case CDBUS_TYPE_BYTE: return .byte(basic(iter, UInt8(0)))
         case CDBUS_TYPE_BOOLEAN: return .bool(basic(iter, dbus_bool_t(0)) != 0)
@@ -244,6 +280,7 @@ enum DBusMarshal {
                 var bytes: UnsafeMutableRawPointer? = nil
                 var count: Int32 = 0
                 dbus_message_iter_get_fixed_array(sub, &bytes, &count)
+                try budget.take(Int(count))
                 let buffer = UnsafeRawBufferPointer(start: bytes, count: Int(count))
                 return .array(elementSignature: "y", buffer.map { DBusValue.byte($0) })
             }
@@ -256,25 +293,25 @@ enum DBusMarshal {
                 defer { pair.deallocate() }
                 while dbus_message_iter_get_arg_type(sub) == CDBUS_TYPE_DICT_ENTRY {
                     dbus_message_iter_recurse(sub, pair)
-                    let k = try read(pair)
+                    let k = try read(pair, &budget)
                     dbus_message_iter_next(pair)
-                    let v = try read(pair)
+                    let v = try read(pair, &budget)
                     entries.append(DBusDictEntry(key: k, value: v))
                     dbus_message_iter_next(sub)
                 }
                 return .dict(keySignature: key, valueSignature: value, entries)
             }
-            return .array(elementSignature: element, try readAll(sub))
+            return .array(elementSignature: element, try readAll(sub, &budget))
         case CDBUS_TYPE_STRUCT:
             let sub = UnsafeMutablePointer<DBusMessageIter>.allocate(capacity: 1)
             defer { sub.deallocate() }
             dbus_message_iter_recurse(iter, sub)
-            return .structure(try readAll(sub))
+            return .structure(try readAll(sub, &budget))
         case CDBUS_TYPE_VARIANT:
             let sub = UnsafeMutablePointer<DBusMessageIter>.allocate(capacity: 1)
             defer { sub.deallocate() }
             dbus_message_iter_recurse(iter, sub)
-            return .variant(try read(sub))
+            return .variant(try read(sub, &budget))
         default:
             throw .failed("unexpected type code \(type) in a received message")
         }

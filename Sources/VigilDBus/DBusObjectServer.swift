@@ -168,19 +168,21 @@ public final class DBusObjectServer: @unchecked Sendable {
 
     // MARK: - Dispatch (on the connection's queue)
 
+    /// The most values (arguments, elements, entries, bytes) an incoming
+    /// call may carry; more get InvalidArgs before they are decoded into
+    /// values (docs/security.md).
+    public static let maximumCallValues = 65_536
+
     private func handle(_ raw: OpaquePointer) -> DBusHandlerResult {
         guard dbus_message_get_type(raw) == CDBUS_MESSAGE_TYPE_METHOD_CALL else { return DBUS_HANDLER_RESULT_NOT_YET_HANDLED }
         let interfaceName = dbus_message_get_interface(raw).map { String(cString: $0) }
         if interfaceName == DBusStandardInterfaces.peer { return DBUS_HANDLER_RESULT_NOT_YET_HANDLED }
         let handle = DBusMessageHandle(retaining: raw)
-        let message: DBusMessage
-        do {
-            message = try DBusMarshal.decode(raw)
-        } catch {
-            connection.replyOnQueue(to: handle, result: .failure(error))
-            return DBUS_HANDLER_RESULT_HANDLED
+        // Route on the header; the body is decoded only once its signature
+        // (from the header) is the declared one.
+        let route = self.route(DBusMarshal.decodeHeader(raw), signature: DBusMarshal.signature(of: raw)) {
+            () throws(DBusError) -> [DBusValue] in try DBusMarshal.decodeBody(raw, maximumValues: Self.maximumCallValues)
         }
-        let route = self.route(message)
         switch route {
         case let .reply(result):
             connection.replyOnQueue(to: handle, result: result)
@@ -206,7 +208,10 @@ public final class DBusObjectServer: @unchecked Sendable {
         case run(@Sendable () async throws -> [DBusValue])
     }
 
-    private func route(_ message: DBusMessage) -> Route {
+    /// Routes a call from its header (`header.body` is empty) and body
+    /// `signature`; `decodeBody` is called only after the signature check.
+    private func route(_ header: DBusMessage, signature: String, decodeBody: () throws(DBusError) -> [DBusValue]) -> Route {
+        let message = header
         let path = message.path ?? "/"
         let member = message.member ?? ""
         let interfaces = objects[path]
@@ -214,17 +219,21 @@ public final class DBusObjectServer: @unchecked Sendable {
         // Scanning for children costs a pass over every exported object: do it
         // only for Introspect, or for a path that is not an object itself.
         let nodeExists = interfaces != nil || isManager || path == "/" || !childNames(of: path).isEmpty
-        let call = DBusMethodCall(message: message, connection: connection, path: path,
-                                  interface: message.interface ?? "", member: member)
-        func expect(_ signature: String) -> DBusError? {
-            message.signature == signature ? nil
-                : .invalidArgs("\(message.interface ?? "").\(member) expects arguments of signature \"\(signature)\", got \"\(message.signature)\"")
+        func expect(_ declared: String) -> DBusError? {
+            signature == declared ? nil
+                : .invalidArgs("\(message.interface ?? "").\(member) expects arguments of signature \"\(declared)\", got \"\(signature)\"")
+        }
+        /// The whole message, for a call whose signature was checked.
+        func decoded() -> Result<DBusMessage, DBusError> {
+            var full = message
+            do { full.body = try decodeBody() } catch { return .failure(error) }
+            return .success(full)
         }
 
         // Standard interfaces first (an absent interface name matches by member).
         let interface = message.interface
         if interface == DBusStandardInterfaces.introspectable || (interface == nil && member == "Introspect" && nodeExists) {
-            guard nodeExists else { return .reply(.failure(.unknownObject("no object at \(path)"))) }
+            guard nodeExists else { return .reply(.failure(.unknownObject("no object at \(DBusError.excerpt(path))"))) }
             guard member == "Introspect" else { return .reply(.failure(.unknownMethod("\(DBusStandardInterfaces.introspectable) has no method \(member)"))) }
             if let error = expect("") { return .reply(.failure(error)) }
             let xml = DBusIntrospection.xml(interfaces: interfaces ?? [], isObject: interfaces != nil,
@@ -233,7 +242,7 @@ public final class DBusObjectServer: @unchecked Sendable {
         }
         if interface == DBusStandardInterfaces.objectManager {
             guard isManager else {
-                return .reply(.failure(nodeExists ? .unknownInterface("no ObjectManager at \(path)") : .unknownObject("no object at \(path)")))
+                return .reply(.failure(nodeExists ? .unknownInterface("no ObjectManager at \(DBusError.excerpt(path))") : .unknownObject("no object at \(DBusError.excerpt(path))")))
             }
             guard member == "GetManagedObjects" else { return .reply(.failure(.unknownMethod("\(DBusStandardInterfaces.objectManager) has no method \(member)"))) }
             if let error = expect("") { return .reply(.failure(error)) }
@@ -247,33 +256,47 @@ public final class DBusObjectServer: @unchecked Sendable {
             }
         }
         guard let interfaces else {
-            return .reply(.failure(.unknownObject("no object at \(path)")))
+            return .reply(.failure(.unknownObject("no object at \(DBusError.excerpt(path))")))
         }
         if interface == DBusStandardInterfaces.properties || (interface == nil && ["Get", "GetAll", "Set"].contains(member)
             && !interfaces.contains { $0.method(named: member) != nil }) {
-            return routeProperties(message, member: member, interfaces: interfaces, call: call, expect: expect)
+            guard let expected = ["Get": "ss", "GetAll": "s", "Set": "ssv"][member] else {
+                return .reply(.failure(.unknownMethod("\(DBusStandardInterfaces.properties) has no method \(member)")))
+            }
+            if let error = expect(expected) { return .reply(.failure(error)) }
+            switch decoded() {
+            case let .success(full):
+                return routeProperties(full, member: member, path: path, interfaces: interfaces)
+            case let .failure(error):
+                return .reply(.failure(error))
+            }
         }
 
         let target: DBusInterface
         if let interface {
             guard let found = interfaces.first(where: { $0.name == interface }) else {
-                return .reply(.failure(.unknownInterface("the object at \(path) has no interface \(interface)")))
+                return .reply(.failure(.unknownInterface("the object at \(DBusError.excerpt(path)) has no interface \(interface)")))
             }
             target = found
         } else {
             guard let found = interfaces.first(where: { $0.method(named: member) != nil }) else {
-                return .reply(.failure(.unknownMethod("the object at \(path) has no method \(member)")))
+                return .reply(.failure(.unknownMethod("the object at \(DBusError.excerpt(path)) has no method \(member)")))
             }
             target = found
         }
         guard let method = target.method(named: member) else {
             return .reply(.failure(.unknownMethod("\(target.name) has no method \(member)")))
         }
-        guard message.signature == method.inSignature else {
+        guard signature == method.inSignature else {
             return .reply(.failure(.invalidArgs(
-                "\(target.name).\(member) expects arguments of signature \"\(method.inSignature)\", got \"\(message.signature)\"")))
+                "\(target.name).\(member) expects arguments of signature \"\(method.inSignature)\", got \"\(signature)\"")))
         }
-        let typedCall = DBusMethodCall(message: message, connection: connection, path: path, interface: target.name, member: member)
+        let full: DBusMessage
+        switch decoded() {
+        case let .success(message): full = message
+        case let .failure(error): return .reply(.failure(error))
+        }
+        let typedCall = DBusMethodCall(message: full, connection: connection, path: path, interface: target.name, member: member)
         let handler = method.handler
         let outSignature = method.outSignature
         let qualified = "\(target.name).\(member)"
@@ -289,18 +312,23 @@ public final class DBusObjectServer: @unchecked Sendable {
         }
     }
 
-    private func routeProperties(
-        _ message: DBusMessage, member: String, interfaces: [DBusInterface], call: DBusMethodCall,
-        expect: (String) -> DBusError?
-    ) -> Route {
+    /// Properties.Get, GetAll and Set; `message` is whole, its signature checked.
+    private func routeProperties(_ message: DBusMessage, member: String, path: String, interfaces: [DBusInterface]) -> Route {
         func find(_ interfaceName: String) -> Result<DBusInterface, DBusError> {
+            // The D-Bus specification lets the interface name be empty: then
+            // every interface of the object is searched, the first one
+            // declared winning when two have a property of the same name.
+            if interfaceName.isEmpty {
+                var seen = Set<String>()
+                let merged = interfaces.flatMap(\.properties).filter { seen.insert($0.name).inserted }
+                return .success(DBusInterface("", properties: merged))
+            }
             if let found = interfaces.first(where: { $0.name == interfaceName }) { return .success(found) }
             if DBusStandardInterfaces.names.contains(interfaceName) { return .success(DBusInterface(interfaceName)) }
-            return .failure(.unknownInterface("the object at \(call.path) has no interface \(interfaceName)"))
+            return .failure(.unknownInterface("the object at \(DBusError.excerpt(path)) has no interface \(interfaceName)"))
         }
         switch member {
         case "Get":
-            if let error = expect("ss") { return .reply(.failure(error)) }
             guard case let .string(interfaceName) = message.body[0], case let .string(name) = message.body[1] else {
                 return .reply(.failure(.invalidArgs("Get expects (interface_name, property_name)")))
             }
@@ -320,7 +348,6 @@ public final class DBusObjectServer: @unchecked Sendable {
                 return [.variant(value)]
             }
         case "GetAll":
-            if let error = expect("s") { return .reply(.failure(error)) }
             guard case let .string(interfaceName) = message.body[0] else {
                 return .reply(.failure(.invalidArgs("GetAll expects (interface_name)")))
             }
@@ -339,7 +366,6 @@ public final class DBusObjectServer: @unchecked Sendable {
                 return [.dict(keySignature: "s", valueSignature: "v", entries)]
             }
         case "Set":
-            if let error = expect("ssv") { return .reply(.failure(error)) }
             guard case let .string(interfaceName) = message.body[0], case let .string(name) = message.body[1],
                   case let .variant(value) = message.body[2] else {
                 return .reply(.failure(.invalidArgs("Set expects (interface_name, property_name, value)")))
@@ -359,7 +385,6 @@ public final class DBusObjectServer: @unchecked Sendable {
                 return .reply(.failure(.invalidArgs(
                     "\(interfaceName).\(name) has signature \"\(property.signature)\", got a value of signature \"\(value.signature)\"")))
             }
-            let path = call.path
             let setCall = DBusMethodCall(message: message, connection: connection, path: path, interface: interfaceName, member: name)
             return .run { [self] in
                 try await setter(value, setCall)

@@ -10,6 +10,7 @@ let benchmarks: [String: (_ arguments: [String]) async throws -> Void] = [
     "idle-memory": idleMemoryBench,
     "dbus": dbusBench,
     "dbus-api": dbusAPIBench,
+    "dbus-huge-call": dbusHugeCallBench,
     "background-task": backgroundTaskBench,
     "download": downloadBench,
     "voip-socket": voipSocketBench,

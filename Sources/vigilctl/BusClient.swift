@@ -45,7 +45,8 @@ func runReporting(_ command: String, _ body: () async throws -> Void) async thro
     } catch let exit as ExitCode {
         throw exit
     } catch {
-        FileHandle.standardError.write(Data("vigilctl \(command): \(error)\n".utf8))
+        // Errors quote vigild's replies, which may quote its clients.
+        FileHandle.standardError.write(Data("vigilctl \(command): \(TerminalText.escaped("\(error)"))\n".utf8))
         throw ExitCode(1)
     }
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import VigilHost
 import VigilDBus
 
 /// `vigilctl downloads`: the downloads of every download-session strategy,
@@ -119,7 +120,9 @@ struct DownloadsCommand: AsyncParsableCommand {
             cells)
         let errors = rows.filter { !$0.lastError.isEmpty && ($0.state == "failed" || $0.state == "retrying") }
         if !errors.isEmpty {
-            out += "\nErrors:\n" + errors.map { "  \($0.strategy)/\($0.id) (try \($0.attempts)): \($0.lastError)" }.joined(separator: "\n") + "\n"
+            out += "\nErrors:\n" + errors.map {
+                TerminalText.escaped("  \($0.strategy)/\($0.id) (try \($0.attempts)): \($0.lastError)")
+            }.joined(separator: "\n") + "\n"
         }
         return out
     }

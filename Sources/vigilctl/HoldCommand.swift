@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import VigilHost
 import VigilDBus
 import VigilKit
 
@@ -77,7 +78,7 @@ struct HoldCommand: AsyncParsableCommand {
             client = try await VigilBusClient.connect(busOptions)
             lease = try await client.beginBackgroundTask(name: taskName, reason: reason, budgetMicros: budgetMicros)
         } catch {
-            FileHandle.standardError.write(Data("vigilctl hold: \(error); not running \(argv[0])\n".utf8))
+            FileHandle.standardError.write(Data("vigilctl hold: \(TerminalText.escaped("\(error)")); not running \(argv[0])\n".utf8))
             throw ExitCode(1)
         }
         // The lease fd must not leak into the command: it would keep the

@@ -1,4 +1,5 @@
 import Foundation
+import VigilHost
 import VigilDBus
 
 /// Keeps a client lease for `vigilctl hold` while the command runs, across
@@ -149,6 +150,6 @@ actor LeaseKeeper {
     }
 
     static func say(_ message: String) {
-        FileHandle.standardError.write(Data("vigilctl hold: \(message)\n".utf8))
+        FileHandle.standardError.write(Data("vigilctl hold: \(TerminalText.escaped(message))\n".utf8))
     }
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import VigilHost
 import VigilDBus
 
 /// `vigilctl leases`: the active leases, once or followed live.
@@ -217,7 +218,7 @@ struct LeasesCommand: AsyncParsableCommand {
         if let deadline = e.deadline { parts.append("deadline \(TableFormat.relative(micros: deadline, now: e.receivedAt))") }
         if let remaining = e.remainingUsec { parts.append("\(TableFormat.duration(micros: remaining)) of grace left") }
         if e.forced == true { parts.append("force-released: its expiration handler overran") }
-        return parts.joined(separator: "  ")
+        return TerminalText.escaped(parts.joined(separator: "  "))
     }
 }
 

@@ -30,7 +30,7 @@ struct MetricsCommand: ParsableCommand {
         } catch let error as ValidationError {
             throw error
         } catch {
-            FileHandle.standardError.write(Data("vigilctl metrics: \(error)\n".utf8))
+            FileHandle.standardError.write(Data("vigilctl metrics: \(TerminalText.escaped("\(error)"))\n".utf8))
             throw ExitCode(1)
         }
     }
@@ -49,7 +49,7 @@ struct MetricsCommand: ParsableCommand {
                 return try fetch(address)
             } catch where settings.textfile != nil {
                 // vigild is not answering: the last textfile still tells something.
-                FileHandle.standardError.write(Data("vigilctl metrics: \(error); printing [metrics] textfile instead\n".utf8))
+                FileHandle.standardError.write(Data("vigilctl metrics: \(TerminalText.escaped("\(error)")); printing [metrics] textfile instead\n".utf8))
             }
         }
         if let textfile = settings.textfile {

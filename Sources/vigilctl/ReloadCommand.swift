@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import VigilHost
 
 /// `vigilctl reload`: asks vigild to re-read its config.
 struct ReloadCommand: AsyncParsableCommand {
@@ -41,7 +42,7 @@ struct ReloadCommand: AsyncParsableCommand {
                 for message in messages { printLine("  \(message)") }
             } else {
                 FileHandle.standardError.write(Data("vigilctl reload: the config was not applied; vigild keeps running with the previous one:\n".utf8))
-                for message in messages { FileHandle.standardError.write(Data("\(message)\n".utf8)) }
+                for message in messages { FileHandle.standardError.write(Data("\(TerminalText.escaped(message))\n".utf8)) }
             }
             if !applied { throw ExitCode(1) }
         }

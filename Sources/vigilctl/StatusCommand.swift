@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import VigilHost
 import VigilDBus
 
 /// `vigilctl status`: the running host at a glance, from its D-Bus properties.
@@ -93,6 +94,6 @@ struct StatusCommand: AsyncParsableCommand {
         ]
         if s.droppedLogLines > 0 { rows.append(("log", "\(s.droppedLogLines) line\(s.droppedLogLines == 1 ? "" : "s") dropped (stderr full or closed)")) }
         if let note = TableFormat.displayZone.note { rows.append(("note", note)) }
-        return "vigild \(s.version) on \(s.bus)\n" + TableFormat.fields(rows)
+        return "vigild \(TerminalText.escaped(s.version)) on \(TerminalText.escaped(s.bus))\n" + TableFormat.fields(rows)
     }
 }

@@ -46,11 +46,12 @@ enum TableFormat {
         return lines.joined(separator: "\n") + "\n"
     }
 
-    /// "key:  value" lines with the values aligned.
+    /// "key:  value" lines with the values aligned (values escaped: they
+    /// come from vigild and its clients).
     static func fields(_ pairs: [(String, String)]) -> String {
         let width = pairs.map { $0.0.count }.max() ?? 0
         return pairs.map { key, value in
-            "  " + key + ":" + String(repeating: " ", count: width - key.count + 2) + value
+            "  " + key + ":" + String(repeating: " ", count: width - key.count + 2) + TerminalText.escaped(value)
         }.joined(separator: "\n") + "\n"
     }
 

@@ -311,3 +311,48 @@ extension EndToEnd.DownloadSessionEndToEndTests {
         #expect(await second.waitForExit() == 0)
     }
 }
+
+extension EndToEnd.DownloadSessionEndToEndTests {
+    /// Enqueue's url, dest and options have limits (docs/security.md):
+    /// over them, InvalidArgs naming the limit, and nothing is queued.
+    @Test func enqueueRefusesOversizedArgumentsNamingTheLimit() async throws {
+        let h = try Harness(slowRate: "2m")
+        defer { h.stop() }
+        try h.config("")
+        let daemon = try h.start()
+        try await daemon.waitForLine(containing: "serving org.vigil.Vigil1")
+        try await daemon.waitForLine(containing: " known, ")
+        let watch = try await BusWatch(h.bus)
+        func refusal(_ url: String, _ dest: String, _ options: [String: DBusValue] = [:]) async -> String {
+            do {
+                return "queued \(try await watch.enqueue(url, dest, options))"
+            } catch let error as DBusError {
+                return "\(error.name): \(error.message)"
+            } catch {
+                return "\(error)"
+            }
+        }
+        let base = "\(h.nginx.baseURL)/"
+        let invalid = "org.freedesktop.DBus.Error.InvalidArgs"
+        #expect(await refusal(base + String(repeating: "a", count: 8192), "x")
+                == "\(invalid): the download URL has \(base.utf8.count + 8192) bytes, over the limit of 8192 bytes")
+        #expect(await refusal(base + "x", String(repeating: "d", count: 4097))
+                == "\(invalid): the download destination has 4097 bytes, over the limit of 4096 bytes")
+        let many = Dictionary(uniqueKeysWithValues: (0..<17).map { ("k\($0)", DBusValue.string("v")) })
+        #expect(await refusal(base + "x", "x", many) == "\(invalid): the options dictionary has 17 entries, over the limit of 16 entries")
+        // An unknown option is quoted by a short prefix only.
+        let longKey = await refusal(base + "x", "x", [String(repeating: "k", count: 100_000): .string("v")])
+        #expect(longKey.hasPrefix("\(invalid): unknown option") && longKey.utf8.count < 200, "\(longKey.prefix(300))")
+        #expect(try await watch.leases().isEmpty)
+
+        // A destination with ESC, CR, LF and BEL: `vigilctl downloads` prints it escaped.
+        let queued = await refusal(base + "missing.bin", "evil\u{1B}[2J\r\n\u{07}x.bin")
+        #expect(queued.hasPrefix("queued "), "\(queued)")
+        let listing = try runCommand(Build.vigilctl, ["downloads", "--bus", h.bus.address])
+        #expect(listing.status == 0, "\(listing.stderr)")
+        #expect(listing.stdout.contains(#"evil\e[2J\r\n\u{7}x.bin"#), "\(listing.stdout)")
+        #expect(!listing.stdout.unicodeScalars.contains { $0 == "\u{1B}" || $0 == "\r" || $0 == "\u{07}" }, "\(listing.stdout.debugDescription)")
+        daemon.signal(SIGTERM)
+        #expect(await daemon.waitForExit() == 0)
+    }
+}

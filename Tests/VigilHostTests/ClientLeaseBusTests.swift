@@ -83,6 +83,21 @@ import VigilKit
         }
     }
 
+    /// docs/dbus-api.md: End during the grace time is accepted and ends
+    /// the expiring lease at once (Renew is refused then).
+    @Test func endDuringTheGraceTimeEndsTheLease() async throws {
+        try await HostBusFixture.with(strategies: Self.noStrategies, host: Self.limits) { f in
+            let signals = try await f.record()
+            let lease = try await Self.begin(f, budget: 60)
+            await f.advance(60)
+            await signals.wait { $0.contains { $0.member == "Expiring" } }
+            #expect(await Self.dbusErrorName { _ = try await Self.leaseCall(f, lease.path, "End") } == nil)
+            await signals.wait { $0.contains { $0.member == "LeaseReleased" } }
+            #expect(signals.all.last { $0.member == "LeaseReleased" }?.body.last == .string("ended by the client"))
+            #expect(!signals.all.contains { $0.member == "Expired" })
+        }
+    }
+
     @Test func renewingKeepsTheLeaseAndEndReleasesIt() async throws {
         try await HostBusFixture.with(strategies: Self.noStrategies, host: Self.limits) { f in
             let signals = try await f.record()

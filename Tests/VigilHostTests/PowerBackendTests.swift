@@ -174,6 +174,32 @@ final class LogindStandIn: @unchecked Sendable {
         // After resume the delay lock is taken again for the next sleep.
         #expect(try await standIn.waitForCount(observer, 1))
     }
+
+    /// A peer's unicast PrepareForSleep reaches vigild's connection whatever
+    /// its match rules say; only logind's current owner counts.
+    @Test func forgedPrepareForSleepIsIgnored() async throws {
+        let standIn = try LogindStandIn()
+        defer { standIn.stop() }
+        let host = try await standIn.bus.connect()
+        let observer = try await standIn.bus.connect()
+        let forger = try await standIn.bus.connect()
+        let backend = LogindPowerBackend(connection: host)
+        let ran = Counter()
+        let watch = try await backend.watchSleep(who: "vigil") { await ran.increment() }
+        defer { watch.cancel() }
+        #expect(try await standIn.waitForCount(observer, 1))
+        try await forger.emitSignal(path: "/org/freedesktop/login1", interface: "org.freedesktop.login1.Manager",
+                                    name: "PrepareForSleep", arguments: [.bool(true)], destination: await host.uniqueName)
+        // Through the bus and back: the forgery is queued to vigild before the real sleep.
+        _ = try await forger.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                                  interface: "org.freedesktop.DBus", member: "GetId")
+        _ = try await standIn.call(observer, "SimulateSleep", [.uint64(5_000_000)], test: true)
+        // Re-taken after the resume: both PrepareForSleep(true) were handled by now.
+        #expect(try await standIn.waitForCount(observer, 1))
+        let runs = await ran.value
+        #expect(runs == 1, "on_sleep ran \(runs) times for one real sleep")
+        for connection in [host, observer, forger] { await connection.close() }
+    }
 }
 
 @Suite(.serialized) struct PowerChoiceTests {

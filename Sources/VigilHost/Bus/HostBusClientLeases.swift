@@ -59,6 +59,12 @@ extension HostBusAPI {
         let name = try call.argument(0, as: String.self)
         let reason = try call.argument(1, as: String.self)
         let budget = try call.argument(2, as: UInt64.self)
+        do {
+            try ClientInputLimit.leaseName.check(name)
+            try ClientInputLimit.leaseReason.check(reason)
+        } catch {
+            throw DBusError(name: error.name, message: error.message)
+        }
         let (uid, pid) = try await credentials(of: call)
         let identity = ClientIdentity(owner: call.sender, uid: uid, pid: pid, name: name)
         let granted: (id: LeaseID, fd: Int32)
@@ -122,15 +128,17 @@ extension HostBusAPI {
     }
 
     /// Follows the bus's NameOwnerChanged: a unique name that lost its
-    /// owner is a client that left, and its leases end.
+    /// owner is a client that left, and its leases end. Only the bus
+    /// driver's own signal counts: a peer can send vigild a unicast copy
+    /// naming someone else (the connection drops those; checked here too).
     func followDisconnects() async throws -> Task<Void, Never> {
         let changes = try await connection.signals(matching: DBusMatchRule(
-            sender: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+            sender: DBusConnection.busDriverName, path: "/org/freedesktop/DBus",
             interface: "org.freedesktop.DBus", member: "NameOwnerChanged"))
         let clientLeases = runtime.clientLeases
         return Task { [weak self] in
             for await message in changes {
-                guard message.body.count == 3, case .string(let name) = message.body[0],
+                guard message.sender == DBusConnection.busDriverName, message.body.count == 3, case .string(let name) = message.body[0],
                       case .string(let newOwner) = message.body[2],
                       name.hasPrefix(":"), newOwner.isEmpty else { continue }
                 await self?.forgetCredentials(of: name)

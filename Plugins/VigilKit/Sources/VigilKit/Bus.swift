@@ -184,3 +184,36 @@ public struct DetachedStrategyBus: StrategyBus {
         func remove() async {}
     }
 }
+
+/// A limit on what a D-Bus client may give: a string's length in bytes
+/// (UTF-8), or a dictionary's number of entries. Checked before any work;
+/// each is listed in docs/security.md.
+public struct ClientInputLimit: Sendable, Hashable {
+    /// What is limited, as the error names it ("lease name").
+    public let what: String
+    public let maximum: Int
+    public let unit: String
+
+    public init(_ what: String, maximum: Int, unit: String = "bytes") {
+        self.what = what
+        self.maximum = maximum
+        self.unit = unit
+    }
+
+    public static let leaseName = ClientInputLimit("lease name", maximum: 256)
+    public static let leaseReason = ClientInputLimit("lease reason", maximum: 1024)
+    public static let downloadURL = ClientInputLimit("download URL", maximum: 8192)
+    public static let downloadDestination = ClientInputLimit("download destination", maximum: 4096)
+    public static let optionEntries = ClientInputLimit("options dictionary", maximum: 16, unit: "entries")
+
+    /// InvalidArgs naming the limit when `string` is longer; quotes none of it.
+    public func check(_ string: String) throws(BusMethodError) {
+        try check(count: string.utf8.count)
+    }
+
+    /// InvalidArgs naming the limit when `count` is over it.
+    public func check(count: Int) throws(BusMethodError) {
+        guard count > maximum else { return }
+        throw .invalidArgs("the \(what) has \(count) \(unit), over the limit of \(maximum) \(unit)")
+    }
+}

@@ -1,0 +1,100 @@
+// dbus-huge-call: one call of the wrong signature with a huge `ay` body
+// (64 MiB by default) to vigild's ListLeases, next to the same call sent to
+// dbus-test-tool echo (C libdbus, which answers anything with an empty
+// reply), on one private bus that lets 128 MiB messages through. Prints the
+// time to the reply and each service's RSS and peak RSS before and after.
+import Foundation
+import Glibc
+import VigilDBus
+import VigilHost
+import VigilTestSupport
+
+func dbusHugeCallBench(_ args: [String]) async throws {
+    let mib = args.first.flatMap(Int.init) ?? 64
+    let bin = URL(fileURLWithPath: PluginLoader.executableDirectory() ?? ".")
+    let dir = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-huge-call-\(getpid())")
+    try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: dir) }
+    let bus = try TestDBusDaemon(prefix: "vigil-huge-call-bench") { directory in
+        """
+        <type>session</type><listen>unix:dir=\(directory)</listen><auth>EXTERNAL</auth>
+        <policy context="default"><allow send_destination="*" eavesdrop="true"/><allow eavesdrop="true"/><allow own="*"/></policy>
+        <limit name="max_message_size">134217728</limit>
+        """
+    }
+    defer { bus.stop() }
+    let echo = try startEchoService(on: bus.address)
+    defer { kill(echo.processIdentifier, SIGKILL) }
+    let vigild = try vigildProcess(bin, dir: dir, name: "vigil", config: """
+        [host]
+        state_dir = "\(dir.path)/state"
+        bus = "\(bus.address)"
+        """, logLevel: "warning")
+    try vigild.run()
+    defer { vigild.terminate(); vigild.waitUntilExit() }
+
+    let client = try await DBusConnection.connect(to: .address(bus.address))
+    for _ in 0..<1000 {
+        let up = try await ["org.vigil.Vigil1", "org.vigil.BenchEcho"].asyncAllSatisfy { name in
+            try await client.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                                  member: "NameHasOwner", arguments: [name], returning: Bool.self)
+        }
+        if up { break }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+    await client.close()
+
+    print("dbus-huge-call: one \(mib) MiB `ay` sent to ListLeases (declared without arguments), by python3-dbus;")
+    print("reference dbus-test-tool echo (C libdbus, answers anything); same bus, same run. 2 cores shared by all.")
+    for (label, destination, pid) in [("vigild", "org.vigil.Vigil1", vigild.processIdentifier),
+                                      ("echo (C)", "org.vigil.BenchEcho", echo.processIdentifier)] {
+        let before = memoryKiB(pid)
+        let outcome = try hugeCall(bus.address, destination: destination, mib: mib)
+        let after = memoryKiB(pid)
+        print("  \(label.padding(toLength: 9, withPad: " ", startingAt: 0)) \(outcome)   RSS \(before.rss / 1024) -> \(after.rss / 1024) MiB"
+              + " (+\((after.rss - before.rss) / 1024) MiB), peak \(before.peak / 1024) -> \(after.peak / 1024) MiB")
+    }
+}
+
+/// Sends the call with python3-dbus (its ByteArray marshals fast) and
+/// returns "<reply or error name> in <seconds> s".
+private func hugeCall(_ address: String, destination: String, mib: Int) throws -> String {
+    let script = """
+        import sys, time, dbus
+        bus = dbus.bus.BusConnection(sys.argv[1])
+        body = dbus.ByteArray(b"\\x1b" * (int(sys.argv[3]) << 20))
+        start = time.monotonic()
+        try:
+            bus.call_blocking(sys.argv[2], "/org/vigil/Vigil1", "org.vigil.Vigil1.Host", "ListLeases", "ay", (body,), timeout=300)
+            outcome = "empty reply"
+        except dbus.DBusException as e:
+            outcome = e.get_dbus_name().split(".")[-1]
+        print("%-12s in %.3f s" % (outcome, time.monotonic() - start))
+        """
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+    process.arguments = ["-c", script, address, destination, String(mib)]
+    let out = Pipe()
+    process.standardOutput = out
+    try process.run()
+    let data = out.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+}
+
+/// VmRSS and VmHWM (peak) of `pid`, in KiB.
+private func memoryKiB(_ pid: Int32) -> (rss: Int, peak: Int) {
+    let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+    func field(_ name: String) -> Int {
+        let line = status.split(separator: "\n").first { $0.hasPrefix(name + ":") } ?? ""
+        return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
+    }
+    return (field("VmRSS"), field("VmHWM"))
+}
+
+private extension Array where Element: Sendable {
+    func asyncAllSatisfy(_ predicate: (Element) async throws -> Bool) async rethrows -> Bool {
+        for element in self where try await !predicate(element) { return false }
+        return true
+    }
+}
