@@ -136,7 +136,7 @@ import VigilKit
                 try await f.call("/org/freedesktop/PowerManagement/Inhibit", Self.pm, "Inhibit", [long, ""])
                 Issue.record("a 300-byte app name was accepted")
             } catch let error as DBusError {
-                #expect(error.name == DBusError.Name.invalidArgs && error.message.contains("at most 256"), "\(error.message)")
+                #expect(error.name == DBusError.Name.invalidArgs && error.message == "the application name has 300 bytes, over the limit of 256 bytes", "\(error.message)")
             }
         }
         try await HostBusFixture.with(strategies: "", host: "inhibit_allow = [\"mpv\"]") { f in

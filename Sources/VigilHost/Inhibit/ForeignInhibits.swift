@@ -22,9 +22,10 @@ public struct InhibitSettings: Sendable, Equatable {
 
     public init() {}
 
-    /// Longest app name and reason accepted, in UTF-8 bytes.
-    public static let maxAppBytes = 256
-    public static let maxReasonBytes = 1024
+    /// Longest app name and reason accepted: the same as a client lease's
+    /// name and reason (docs/security.md), as they become the lease's.
+    public static let appLimit = ClientInputLimit("application name", maximum: ClientInputLimit.leaseName.maximum)
+    public static let reasonLimit = ClientInputLimit("inhibit reason", maximum: ClientInputLimit.leaseReason.maximum)
     /// Most inhibits one uid may hold at once.
     public static let maxPerUID = 64
 }
@@ -156,11 +157,11 @@ public actor ForeignInhibits {
     /// `what` (logind names: "sleep", "idle"; empty: tracked only) as a
     /// lease. Returns the cookie and the lease.
     public func inhibit(source: InhibitSource, app: String, reason: String, what: [String], caller: InhibitCaller) async throws(InhibitError) -> (cookie: UInt32, lease: LeaseID) {
-        guard app.utf8.count <= InhibitSettings.maxAppBytes else {
-            throw InhibitError(.invalidArgument, "the application name is \(app.utf8.count) bytes; at most \(InhibitSettings.maxAppBytes) are accepted")
-        }
-        guard reason.utf8.count <= InhibitSettings.maxReasonBytes else {
-            throw InhibitError(.invalidArgument, "the reason is \(reason.utf8.count) bytes; at most \(InhibitSettings.maxReasonBytes) are accepted")
+        do {
+            try InhibitSettings.appLimit.check(app)
+            try InhibitSettings.reasonLimit.check(reason)
+        } catch {
+            throw InhibitError(.invalidArgument, error.message)
         }
         try checkPolicy(app: app, executable: caller.executable)
         let mine = byCookie.values.filter { $0.caller.uid == caller.uid }.count
