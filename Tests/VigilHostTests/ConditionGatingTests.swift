@@ -5,7 +5,21 @@ import VigilKit
 
 /// `when` conditions gate a strategy: it runs while they hold, is stopped
 /// (leases released) when they stop holding, and starts again.
-@Suite struct ConditionGatingTests {
+@Suite(.serialized) struct ConditionGatingTests {
+    /// Voluntary context switches of this process's threads named `name`, by thread id.
+    static func switches(ofThreadsNamed name: String) -> [String: Int] {
+        var out: [String: Int] = [:]
+        for task in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? [] {
+            let base = "/proc/self/task/" + task
+            guard (try? String(contentsOfFile: base + "/comm", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) == name,
+                  let status = try? String(contentsOfFile: base + "/status", encoding: .utf8),
+                  let line = status.split(separator: "\n").first(where: { $0.hasPrefix("voluntary_ctxt_switches:") }),
+                  let count = Int(line.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)) else { continue }
+            out[task] = count
+        }
+        return out
+    }
+
     @Test func fileExistsStartsAndStopsTheStrategy() async throws {
         let dir = try ConditionTempDir()
         let flag = dir.path + "/sub/flag"
@@ -54,6 +68,14 @@ import VigilKit
         // The lease history shows the gap: held, released, held again.
         let history = await host.registry.history.filter { $0.lease.strategy == "download" }.map(\.kind)
         #expect(history == [.acquired, .released, .acquired])
+
+        // While nothing changes, the watcher thread does not wake (other
+        // tests making network devices meanwhile send uevents it ignores).
+        let before = Self.switches(ofThreadsNamed: "vigil-power")
+        #expect(before.count == 1, "\(before)")
+        try await Task.sleep(for: .seconds(2))
+        let after = Self.switches(ofThreadsNamed: "vigil-power")
+        #expect(after == before, "the power watcher woke with nothing changed: \(before) -> \(after)")
         await host.stop()
     }
 

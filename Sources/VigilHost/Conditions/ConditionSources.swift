@@ -158,10 +158,17 @@ final class PowerSupplyWatcher: @unchecked Sendable {
         let fd = inotify_init1(Int32(IN_CLOEXEC | IN_NONBLOCK))
         guard fd >= 0 else { throw ConditionWatchError("inotify_init1", errno) }
         inotify = fd
-        // Unprivileged processes may listen to kernel uevents; without them
-        // (a container without netlink) the inotify watch still serves a
-        // tree that is written to.
-        uevent = vigil_netlink_open(vigil_netlink_kobject_uevent, 1)
+        // sysfs attributes change without inotify events: there the kernel's
+        // uevents say when (unprivileged processes may listen; without them,
+        // in a container without netlink, inotify still serves a tree that is
+        // written to). A tree elsewhere (tests, power_supply_dir) is watched
+        // by inotify alone, so the thread sleeps until that tree changes,
+        // whatever other devices do.
+        let onSysfs = (realpath(directory, nil).map { resolved in
+            defer { free(resolved) }
+            return String(cString: resolved).hasPrefix("/sys/")
+        }) ?? false
+        uevent = onSysfs ? vigil_netlink_open(vigil_netlink_kobject_uevent, 1) : -1
         Self.arm(fd, directory)
         initial = PowerReading.read(directory)
         last = LastValue(initial)
