@@ -1,0 +1,169 @@
+import Synchronization
+import VigilKit
+
+/// The next keep-alive rounds of every connection, one heap per wake
+/// scheduler and alignment, woken through that scheduler.
+///
+/// Why not a task per connection: a task keeps its stack slab (a few
+/// kilobytes) for as long as it lives, and waking it for a ping costs
+/// several executor hops. Here a connection's next round is an entry on a
+/// heap; one wake request (the earliest window's) stands for all of them,
+/// and when it fires every connection whose window has opened pings in the
+/// same batch, from that one wake. The host's scheduler still sees the
+/// window of the most urgent round, so it coalesces with other strategies'
+/// wakes as before, and a test clock drives it exactly.
+final class KeepAliveSchedule: Sendable {
+    static let shared = KeepAliveSchedule()
+
+    /// Rounds waiting on one scheduler, with one alignment.
+    private struct Key: Hashable {
+        var scheduler: ObjectIdentifier
+        var align: Duration?
+    }
+
+    private struct Entry {
+        var earliest: VigilInstant
+        var latest: VigilInstant
+        var keeper: PingKeeper
+        var generation: UInt64
+    }
+
+    private struct Group {
+        let scheduler: any WakeScheduling
+        /// Ordered by `latest`: the most urgent round on top.
+        var heap: [Entry] = []
+        /// The generation of each keeper's one current entry; other
+        /// entries of a keeper are stale and dropped when they come up.
+        var current: [ObjectIdentifier: UInt64] = [:]
+        /// The wake request in flight: its number, window end and task.
+        var waker: (number: UInt64, latest: VigilInstant, task: Task<Void, Never>)?
+    }
+
+    private struct State {
+        var groups: [Key: Group] = [:]
+        var lastWaker: UInt64 = 0
+    }
+
+    private let state = Mutex(State())
+
+    /// Runs `keeper.due(generation:)` once the host's scheduler fires a wake
+    /// inside [earliest, latest]; replaces the keeper's earlier entry.
+    func add(_ keeper: PingKeeper, generation: UInt64, earliest: VigilInstant, latest: VigilInstant) {
+        let key = Key(scheduler: Self.identity(of: keeper.scheduler), align: keeper.align)
+        let cancel: Task<Void, Never>? = state.withLock { s in
+            var group = s.groups.removeValue(forKey: key) ?? Group(scheduler: keeper.scheduler)
+            defer { s.groups[key] = group }
+            group.current[ObjectIdentifier(keeper)] = generation
+            Self.push(&group.heap, Entry(earliest: earliest, latest: latest, keeper: keeper, generation: generation))
+            if let waker = group.waker, waker.latest <= latest { return nil }
+            // None waits yet, or it waits past this window's end.
+            let old = group.waker?.task
+            arm(&group, key: key, lastWaker: &s.lastWaker)
+            return old
+        }
+        cancel?.cancel()
+    }
+
+    /// Drops `keeper`'s entry; the wake goes when no round is left.
+    func remove(_ keeper: PingKeeper) {
+        let key = Key(scheduler: Self.identity(of: keeper.scheduler), align: keeper.align)
+        let cancel: Task<Void, Never>? = state.withLock { s in
+            guard var group = s.groups.removeValue(forKey: key) else { return nil }
+            group.current.removeValue(forKey: ObjectIdentifier(keeper))
+            guard group.current.isEmpty else {
+                s.groups[key] = group
+                return nil
+            }
+            return group.waker?.task
+        }
+        cancel?.cancel()
+    }
+
+    /// Number of connections with a round scheduled (tests).
+    var scheduledCount: Int { state.withLock { s in s.groups.values.reduce(0) { $0 + $1.current.count } } }
+
+    /// Requests a wake for the most urgent live entry (dropping stale ones
+    /// on the way), or none when nothing is left.
+    private func arm(_ group: inout Group, key: Key, lastWaker: inout UInt64) {
+        while let top = group.heap.first, group.current[ObjectIdentifier(top.keeper)] != top.generation {
+            _ = Self.pop(&group.heap)
+        }
+        guard let top = group.heap.first else {
+            group.waker = nil
+            return
+        }
+        lastWaker += 1
+        let number = lastWaker
+        let request = WakeRequest(
+            earliest: top.earliest, latest: top.latest, align: key.align,
+            label: "voip-socket keep-alive (\(group.current.count) connection\(group.current.count == 1 ? "" : "s"))")
+        let scheduler = group.scheduler
+        let task = Task.detached { [self] in
+            guard let firing = try? await scheduler.wake(request) else { return }  // cancelled: replaced or nothing left
+            fire(key: key, number: number, at: firing.firedAt)
+        }
+        group.waker = (number, top.latest, task)
+    }
+
+    /// A wake fired at `now`: every round whose window opened is due.
+    private func fire(key: Key, number: UInt64, at now: VigilInstant) {
+        let due: [Entry] = state.withLock { s in
+            guard var group = s.groups.removeValue(forKey: key) else { return [] }
+            guard group.waker?.number == number else {  // replaced by a more urgent one
+                s.groups[key] = group
+                return []
+            }
+            var due: [Entry] = []
+            // The top's window is what the scheduler fired for; the others
+            // whose window opened go along (their `latest` is later).
+            var first = true
+            while let top = group.heap.first, first || top.earliest <= now {
+                first = false
+                let entry = Self.pop(&group.heap)
+                let id = ObjectIdentifier(entry.keeper)
+                guard group.current[id] == entry.generation else { continue }
+                group.current.removeValue(forKey: id)
+                due.append(entry)
+            }
+            arm(&group, key: key, lastWaker: &s.lastWaker)
+            if !group.current.isEmpty || group.waker != nil { s.groups[key] = group }
+            return due
+        }
+        for entry in due { entry.keeper.due(generation: entry.generation) }
+    }
+
+    /// A class scheduler is one scheduler per instance; a value type has no
+    /// identity, so its type names it.
+    private static func identity(of scheduler: any WakeScheduling) -> ObjectIdentifier {
+        if type(of: scheduler) is AnyObject.Type { return ObjectIdentifier(scheduler as AnyObject) }
+        return ObjectIdentifier(type(of: scheduler))
+    }
+
+    private static func push(_ heap: inout [Entry], _ entry: Entry) {
+        heap.append(entry)
+        var child = heap.count - 1
+        while child > 0 {
+            let parent = (child - 1) / 2
+            guard heap[child].latest < heap[parent].latest else { break }
+            heap.swapAt(child, parent)
+            child = parent
+        }
+    }
+
+    private static func pop(_ heap: inout [Entry]) -> Entry {
+        let top = heap[0]
+        let last = heap.removeLast()
+        guard !heap.isEmpty else { return top }
+        heap[0] = last
+        var parent = 0
+        while true {
+            let left = 2 * parent + 1, right = left + 1
+            var smallest = parent
+            if left < heap.count, heap[left].latest < heap[smallest].latest { smallest = left }
+            if right < heap.count, heap[right].latest < heap[smallest].latest { smallest = right }
+            guard smallest != parent else { return top }
+            heap.swapAt(parent, smallest)
+            parent = smallest
+        }
+    }
+}
