@@ -10,7 +10,8 @@ import VigilKit
 /// deadline onto a heap under one lock; a handler that finishes leaves its
 /// entry behind (the link's handler generation makes it stale); the
 /// sleeper wakes at the earliest deadline, expires the handlers still
-/// running, drops the stale entries and sleeps until the next. A batch of
+/// running, drops the stale entries and sleeps until the next deadline of
+/// a handler that still runs. A batch of
 /// pings with one deadline costs one wake-up. Deadlines stay on the host's
 /// clock (a test clock drives them exactly).
 final class HandlerDeadlines: Sendable {
@@ -43,16 +44,18 @@ final class HandlerDeadlines: Sendable {
     func add(_ deadline: VigilInstant, clock: any VigilClock, link: TCPLink, generation: UInt64) {
         let key = Self.key(of: clock)
         let start: (UInt64, VigilInstant)? = state.withLock { s in
-            var queue = s.queues.removeValue(forKey: key) ?? Queue(clock: clock)
-            defer { s.queues[key] = queue }
-            Self.push(&queue.heap, Entry(deadline: deadline, link: link, generation: generation))
-            if let target = queue.sleepingUntil, target <= deadline { return nil }
-            // None sleeps yet, or it sleeps past this deadline: a new one
-            // takes over (the old one sees it was replaced and ends).
-            s.lastSleeper += 1
-            queue.sleeper = s.lastSleeper
-            queue.sleepingUntil = deadline
-            return (s.lastSleeper, deadline)
+            // Changed in place: one lookup, no copy of the heap.
+            func add(_ queue: inout Queue, _ lastSleeper: inout UInt64) -> (UInt64, VigilInstant)? {
+                Self.push(&queue.heap, Entry(deadline: deadline, link: link, generation: generation))
+                if let target = queue.sleepingUntil, target <= deadline { return nil }
+                // None sleeps yet, or it sleeps past this deadline: a new one
+                // takes over (the old one sees it was replaced and ends).
+                lastSleeper += 1
+                queue.sleeper = lastSleeper
+                queue.sleepingUntil = deadline
+                return (lastSleeper, deadline)
+            }
+            return add(&s.queues[key, default: Queue(clock: clock)], &s.lastSleeper)
         }
         if let (sleeper, target) = start {
             Task.detached { [self] in await sleep(key: key, clock: clock, sleeper: sleeper, until: target) }
@@ -73,6 +76,9 @@ final class HandlerDeadlines: Sendable {
                 }
                 var due: [Entry] = []
                 while let top = queue.heap.first, top.deadline <= now { due.append(Self.pop(&queue.heap)) }
+                // Handlers that already finished need no wake: a batch of
+                // pings answered at once leaves one sleep, not one per ping.
+                while let top = queue.heap.first, !top.link.runsHandler(generation: top.generation) { _ = Self.pop(&queue.heap) }
                 queue.sleepingUntil = queue.heap.first?.deadline
                 if !queue.heap.isEmpty { s.queues[key] = queue }
                 return (due, queue.sleepingUntil)

@@ -51,15 +51,17 @@ final class KeepAliveSchedule: Sendable {
     func add(_ keeper: PingKeeper, generation: UInt64, earliest: VigilInstant, latest: VigilInstant) {
         let key = Key(scheduler: Self.identity(of: keeper.scheduler), align: keeper.align)
         let cancel: Task<Void, Never>? = state.withLock { s in
-            var group = s.groups.removeValue(forKey: key) ?? Group(scheduler: keeper.scheduler)
-            defer { s.groups[key] = group }
-            group.current[ObjectIdentifier(keeper)] = generation
-            Self.push(&group.heap, Entry(earliest: earliest, latest: latest, keeper: keeper, generation: generation))
-            if let waker = group.waker, waker.latest <= latest { return nil }
-            // None waits yet, or it waits past this window's end.
-            let old = group.waker?.task
-            arm(&group, key: key, lastWaker: &s.lastWaker)
-            return old
+            // Changed in place: one lookup, no copy of the heap.
+            func add(_ group: inout Group, _ lastWaker: inout UInt64) -> Task<Void, Never>? {
+                group.current[ObjectIdentifier(keeper)] = generation
+                Self.push(&group.heap, Entry(earliest: earliest, latest: latest, keeper: keeper, generation: generation))
+                if let waker = group.waker, waker.latest <= latest { return nil }
+                // None waits yet, or it waits past this window's end.
+                let old = group.waker?.task
+                arm(&group, key: key, lastWaker: &lastWaker)
+                return old
+            }
+            return add(&s.groups[key, default: Group(scheduler: keeper.scheduler)], &s.lastWaker)
         }
         cancel?.cancel()
     }

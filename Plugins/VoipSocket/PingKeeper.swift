@@ -36,23 +36,36 @@ final class PingKeeper: Sendable {
     private let interval: Duration
     let scheduler: any WakeScheduling
     let align: Duration?
+    private let clock: any VigilClock
+    // What each ping reads, taken out of the settings once per session (a
+    // ping must not copy the whole settings struct, or retain what it holds).
+    private let ping: [UInt8]
+    private let expectsPong: Bool
+    private let handlerTimeout: Duration
+    private let skipPingOnTraffic: Bool
+    private let jitter: Double
+    /// MQTT's keep-alive counts only what the client sends (the broker drops
+    /// a client that sent nothing for 1.5 × keep-alive, whatever the broker
+    /// itself sent); raw and SIP count what comes back.
+    private let countsClientTraffic: Bool
     private let state: Mutex<State>
 
     init(connection: VoipConnection, link: TCPLink, interval: Duration, since connectedAt: VigilInstant) {
+        let settings = connection.settings
         self.connection = connection
         self.link = link
         self.interval = interval
         self.scheduler = connection.context.scheduler
-        self.align = connection.settings.align
+        self.clock = connection.context.clock
+        self.align = settings.align
+        self.ping = settings.ping
+        self.expectsPong = !settings.expect.isEmpty
+        self.handlerTimeout = settings.handlerTimeout
+        self.skipPingOnTraffic = settings.skipPingOnTraffic
+        self.jitter = settings.jitter
+        self.countsClientTraffic = settings.wire == .mqtt
         self.state = Mutex(State(phase: .stopped, base: connectedAt))
     }
-
-    private var settings: VoipSocketSettings { connection.settings }
-
-    /// MQTT's keep-alive counts only what the client sends (the broker drops
-    /// a client that sent nothing for 1.5 × keep-alive, whatever the broker
-    /// itself sent); raw and SIP count what comes back.
-    private var countsClientTraffic: Bool { settings.wire == .mqtt }
 
     /// Schedules the first round.
     func start() {
@@ -76,11 +89,11 @@ final class PingKeeper: Sendable {
 
     /// Round `generation`'s wake fired.
     func due(generation: UInt64) {
-        let now = connection.context.clock.now
+        let now = clock.now
         enum Step { case nothing, skipped, ping(late: Bool, handler: UInt64) }
         let step: Step = state.withLock { s in
             guard case .scheduled(let g) = s.phase, g == generation else { return .nothing }
-            if settings.skipPingOnTraffic, let traffic = countsClientTraffic ? link.lastSent : link.lastReceived, traffic > s.base {
+            if skipPingOnTraffic, let traffic = countsClientTraffic ? link.lastSent : link.lastReceived, traffic > s.base {
                 s.base = traffic
                 scheduleNext(&s)
                 return .skipped
@@ -90,8 +103,8 @@ final class PingKeeper: Sendable {
             // the window): the machine or the process was busy or frozen,
             // and the ping is late.
             let late = now > s.base + interval
-            if !settings.expect.isEmpty { link.expectPong() }
-            let handler = link.beginHandler(deadline: now + settings.handlerTimeout)
+            if expectsPong { link.expectPong() }
+            let handler = link.beginHandler(deadline: now + handlerTimeout)
             s.phase = .pinging(started: now, handler: handler)
             return .ping(late: late, handler: handler)
         }
@@ -111,7 +124,7 @@ final class PingKeeper: Sendable {
     private func send(from offset: Int, handler: UInt64) {
         let progress: TCPLink.SendProgress
         do {
-            progress = try link.sendSome(settings.ping, from: offset)
+            progress = try link.sendSome(ping, from: offset)
         } catch {
             return settle(.failure(error), handler: handler)
         }
@@ -121,7 +134,7 @@ final class PingKeeper: Sendable {
         case .wouldBlock(let sent, _):
             Task { [self] in
                 do {
-                    try await link.send(Array(settings.ping[sent...]), isPing: true)
+                    try await link.send(Array(ping[sent...]), isPing: true)
                 } catch {
                     return settle(.failure(error), handler: handler)
                 }
@@ -131,8 +144,8 @@ final class PingKeeper: Sendable {
     }
 
     private func sent(handler: UInt64) {
-        if settings.expect.isEmpty {
-            settle(.success(connection.context.clock.now), handler: handler)
+        if !expectsPong {
+            settle(.success(clock.now), handler: handler)
         } else {
             link.onPong { [self] result in settle(result, handler: handler) }
         }
@@ -144,9 +157,9 @@ final class PingKeeper: Sendable {
         var reason = ""
         if case .failure(let error) = result {
             overran = error is TCPLink.HandlerDeadlinePassed
-            reason = overran ? Self.overrun(settings) : "ping failed: \(error)"
+            reason = overran ? overrunReason : "ping failed: \(error)"
         }
-        let now = connection.context.clock.now
+        let now = clock.now
         let started: VigilInstant? = state.withLock { s in
             guard case .pinging(let started, let h) = s.phase, h == handler else { return nil }
             switch result {
@@ -155,7 +168,7 @@ final class PingKeeper: Sendable {
                 scheduleNext(&s)
             case .failure:
                 s.failure = reason
-                if overran { s.overrunLate = now - (started + settings.handlerTimeout) }
+                if overran { s.overrunLate = now - (started + handlerTimeout) }
                 s.phase = .stopped
             }
             return started
@@ -164,7 +177,7 @@ final class PingKeeper: Sendable {
         link.endHandler(generation: handler)
         switch result {
         case .success(let finished):
-            let expectsPong = !settings.expect.isEmpty
+            let expectsPong = self.expectsPong
             connection.update { f in
                 f.pings += 1
                 if expectsPong { f.lastRttMicroseconds = (finished - started).microseconds }
@@ -179,9 +192,9 @@ final class PingKeeper: Sendable {
         }
     }
 
-    private static func overrun(_ settings: VoipSocketSettings) -> String {
-        let what = settings.expect.isEmpty ? "the ping could not be sent" : "no pong"
-        return "ping handler overran handler_timeout (\(settings.handlerTimeout.vigilDescription)): \(what)"
+    private var overrunReason: String {
+        let what = expectsPong ? "no pong" : "the ping could not be sent"
+        return "ping handler overran handler_timeout (\(handlerTimeout.vigilDescription)): \(what)"
     }
 
     /// Puts the next round on the schedule.
@@ -197,14 +210,14 @@ final class PingKeeper: Sendable {
     /// fire anywhere in [earliest, latest] to coalesce with other wakes; with
     /// `align`, it prefers a slot boundary, so the window stays whole.
     private func window(after base: VigilInstant) -> (VigilInstant, VigilInstant) {
-        let earliest = base + .nanoseconds(Int64(Double(interval.nanoseconds) * (1 - settings.jitter)))
+        let earliest = base + .nanoseconds(Int64(Double(interval.nanoseconds) * (1 - jitter)))
         let end = base + interval
         guard earliest < end else { return (earliest, end) }
         // Aim a little before the window's end: a batch of thousands of
         // sockets (coalesced or aligned wakes) takes a few hundred ms to go
         // through, and the last of them must still ping inside the window.
         let target = end - min((end - earliest) / 4, .seconds(1))
-        if settings.align != nil { return (earliest, target) }
+        if align != nil { return (earliest, target) }
         let pick = Int64.random(in: earliest.nanoseconds...target.nanoseconds)
         return (earliest, VigilInstant(nanoseconds: pick))
     }

@@ -539,6 +539,11 @@ final class TCPLink: Sendable {
         }
     }
 
+    /// Whether handler `generation` still runs (its deadline still matters).
+    func runsHandler(generation: UInt64) -> Bool {
+        state.withLock { $0.handlerGeneration == generation }
+    }
+
     /// Fails the current and future waits of handler `generation` (its
     /// deadline passed), if it still runs.
     func expireHandler(generation: UInt64) {
