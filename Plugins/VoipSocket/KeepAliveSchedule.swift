@@ -32,9 +32,10 @@ final class KeepAliveSchedule: Sendable {
         let scheduler: any WakeScheduling
         /// Ordered by `latest`: the most urgent round on top.
         var heap: [Entry] = []
-        /// The generation of each keeper's one current entry; other
-        /// entries of a keeper are stale and dropped when they come up.
-        var current: [ObjectIdentifier: UInt64] = [:]
+        /// Keepers with a live entry. A keeper's live entry is the one whose
+        /// generation its ``PingKeeper/scheduledEntry`` holds; its other
+        /// entries are stale and dropped when they come up.
+        var live = 0
         /// The wake request in flight: its number, window end and task.
         var waker: (number: UInt64, latest: VigilInstant, task: Task<Void, Never>)?
     }
@@ -53,7 +54,7 @@ final class KeepAliveSchedule: Sendable {
         let cancel: Task<Void, Never>? = state.withLock { s in
             // Changed in place: one lookup, no copy of the heap.
             func add(_ group: inout Group, _ lastWaker: inout UInt64) -> Task<Void, Never>? {
-                group.current[ObjectIdentifier(keeper)] = generation
+                if keeper.scheduledEntry.exchange(generation, ordering: .relaxed) == 0 { group.live += 1 }
                 Self.push(&group.heap, Entry(earliest: earliest, latest: latest, keeper: keeper, generation: generation))
                 if let waker = group.waker, waker.latest <= latest { return nil }
                 // None waits yet, or it waits past this window's end.
@@ -71,8 +72,8 @@ final class KeepAliveSchedule: Sendable {
         let key = Key(scheduler: Self.identity(of: keeper.scheduler), align: keeper.align)
         let cancel: Task<Void, Never>? = state.withLock { s in
             guard var group = s.groups.removeValue(forKey: key) else { return nil }
-            group.current.removeValue(forKey: ObjectIdentifier(keeper))
-            guard group.current.isEmpty else {
+            if keeper.scheduledEntry.exchange(0, ordering: .relaxed) != 0 { group.live -= 1 }
+            guard group.live == 0 else {
                 s.groups[key] = group
                 return nil
             }
@@ -81,13 +82,10 @@ final class KeepAliveSchedule: Sendable {
         cancel?.cancel()
     }
 
-    /// Number of connections with a round scheduled (tests).
-    var scheduledCount: Int { state.withLock { s in s.groups.values.reduce(0) { $0 + $1.current.count } } }
-
     /// Requests a wake for the most urgent live entry (dropping stale ones
     /// on the way), or none when nothing is left.
     private func arm(_ group: inout Group, key: Key, lastWaker: inout UInt64) {
-        while let top = group.heap.first, group.current[ObjectIdentifier(top.keeper)] != top.generation {
+        while let top = group.heap.first, top.keeper.scheduledEntry.load(ordering: .relaxed) != top.generation {
             _ = Self.pop(&group.heap)
         }
         guard let top = group.heap.first else {
@@ -98,7 +96,7 @@ final class KeepAliveSchedule: Sendable {
         let number = lastWaker
         let request = WakeRequest(
             earliest: top.earliest, latest: top.latest, align: key.align,
-            label: "voip-socket keep-alive (\(group.current.count) connection\(group.current.count == 1 ? "" : "s"))")
+            label: "voip-socket keep-alive (\(group.live) connection\(group.live == 1 ? "" : "s"))")
         let scheduler = group.scheduler
         let task = Task.detached { [self] in
             guard let firing = try? await scheduler.wake(request) else { return }  // cancelled: replaced or nothing left
@@ -122,13 +120,13 @@ final class KeepAliveSchedule: Sendable {
             while let top = group.heap.first, first || top.earliest <= now {
                 first = false
                 let entry = Self.pop(&group.heap)
-                let id = ObjectIdentifier(entry.keeper)
-                guard group.current[id] == entry.generation else { continue }
-                group.current.removeValue(forKey: id)
+                guard entry.keeper.scheduledEntry.compareExchange(
+                    expected: entry.generation, desired: 0, ordering: .relaxed).exchanged else { continue }
+                group.live -= 1
                 due.append(entry)
             }
             arm(&group, key: key, lastWaker: &s.lastWaker)
-            if !group.current.isEmpty || group.waker != nil { s.groups[key] = group }
+            if group.live > 0 || group.waker != nil { s.groups[key] = group }
             return due
         }
         for entry in due { entry.keeper.due(generation: entry.generation) }

@@ -49,6 +49,10 @@ final class PingKeeper: Sendable {
     /// itself sent); raw and SIP count what comes back.
     private let countsClientTraffic: Bool
     private let state: Mutex<State>
+    /// The generation of this keeper's live entry on ``KeepAliveSchedule``
+    /// (0: none). Changed only under the schedule's lock; atomic so that the
+    /// schedule needs no table of its keepers.
+    let scheduledEntry = Atomic<UInt64>(0)
 
     init(connection: VoipConnection, link: TCPLink, interval: Duration, since connectedAt: VigilInstant) {
         let settings = connection.settings
