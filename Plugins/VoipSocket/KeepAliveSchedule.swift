@@ -21,17 +21,18 @@ final class KeepAliveSchedule: Sendable {
         var align: Duration?
     }
 
-    private struct Entry {
+    private struct Entry: InstantOrdered {
         var earliest: VigilInstant
         var latest: VigilInstant
         var keeper: PingKeeper
         var generation: UInt64
+        var instant: VigilInstant { latest }
     }
 
     private struct Group {
         let scheduler: any WakeScheduling
         /// Ordered by `latest`: the most urgent round on top.
-        var heap: [Entry] = []
+        var heap = InstantHeap<Entry>()
         /// Keepers with a live entry. A keeper's live entry is the one whose
         /// generation its ``PingKeeper/scheduledEntry`` holds; its other
         /// entries are stale and dropped when they come up.
@@ -50,12 +51,12 @@ final class KeepAliveSchedule: Sendable {
     /// Runs `keeper.due(generation:)` once the host's scheduler fires a wake
     /// inside [earliest, latest]; replaces the keeper's earlier entry.
     func add(_ keeper: PingKeeper, generation: UInt64, earliest: VigilInstant, latest: VigilInstant) {
-        let key = Key(scheduler: Self.identity(of: keeper.scheduler), align: keeper.align)
+        let key = Key(scheduler: instanceIdentity(of: keeper.scheduler), align: keeper.align)
         let cancel: Task<Void, Never>? = state.withLock { s in
             // Changed in place: one lookup, no copy of the heap.
             func add(_ group: inout Group, _ lastWaker: inout UInt64) -> Task<Void, Never>? {
                 if keeper.scheduledEntry.exchange(generation, ordering: .relaxed) == 0 { group.live += 1 }
-                Self.push(&group.heap, Entry(earliest: earliest, latest: latest, keeper: keeper, generation: generation))
+                group.heap.push(Entry(earliest: earliest, latest: latest, keeper: keeper, generation: generation))
                 if let waker = group.waker, waker.latest <= latest { return nil }
                 // None waits yet, or it waits past this window's end.
                 let old = group.waker?.task
@@ -69,7 +70,7 @@ final class KeepAliveSchedule: Sendable {
 
     /// Drops `keeper`'s entry; the wake goes when no round is left.
     func remove(_ keeper: PingKeeper) {
-        let key = Key(scheduler: Self.identity(of: keeper.scheduler), align: keeper.align)
+        let key = Key(scheduler: instanceIdentity(of: keeper.scheduler), align: keeper.align)
         let cancel: Task<Void, Never>? = state.withLock { s in
             guard var group = s.groups.removeValue(forKey: key) else { return nil }
             if keeper.scheduledEntry.exchange(0, ordering: .relaxed) != 0 { group.live -= 1 }
@@ -86,7 +87,7 @@ final class KeepAliveSchedule: Sendable {
     /// on the way), or none when nothing is left.
     private func arm(_ group: inout Group, key: Key, lastWaker: inout UInt64) {
         while let top = group.heap.first, top.keeper.scheduledEntry.load(ordering: .relaxed) != top.generation {
-            _ = Self.pop(&group.heap)
+            _ = group.heap.pop()
         }
         guard let top = group.heap.first else {
             group.waker = nil
@@ -119,7 +120,7 @@ final class KeepAliveSchedule: Sendable {
             var first = true
             while let top = group.heap.first, first || top.earliest <= now {
                 first = false
-                let entry = Self.pop(&group.heap)
+                guard let entry = group.heap.pop() else { break }
                 guard entry.keeper.scheduledEntry.compareExchange(
                     expected: entry.generation, desired: 0, ordering: .relaxed).exchanged else { continue }
                 group.live -= 1
@@ -130,40 +131,5 @@ final class KeepAliveSchedule: Sendable {
             return due
         }
         for entry in due { entry.keeper.due(generation: entry.generation) }
-    }
-
-    /// A class scheduler is one scheduler per instance; a value type has no
-    /// identity, so its type names it.
-    private static func identity(of scheduler: any WakeScheduling) -> ObjectIdentifier {
-        if type(of: scheduler) is AnyObject.Type { return ObjectIdentifier(scheduler as AnyObject) }
-        return ObjectIdentifier(type(of: scheduler))
-    }
-
-    private static func push(_ heap: inout [Entry], _ entry: Entry) {
-        heap.append(entry)
-        var child = heap.count - 1
-        while child > 0 {
-            let parent = (child - 1) / 2
-            guard heap[child].latest < heap[parent].latest else { break }
-            heap.swapAt(child, parent)
-            child = parent
-        }
-    }
-
-    private static func pop(_ heap: inout [Entry]) -> Entry {
-        let top = heap[0]
-        let last = heap.removeLast()
-        guard !heap.isEmpty else { return top }
-        heap[0] = last
-        var parent = 0
-        while true {
-            let left = 2 * parent + 1, right = left + 1
-            var smallest = parent
-            if left < heap.count, heap[left].latest < heap[smallest].latest { smallest = left }
-            if right < heap.count, heap[right].latest < heap[smallest].latest { smallest = right }
-            guard smallest != parent else { return top }
-            heap.swapAt(parent, smallest)
-            parent = smallest
-        }
     }
 }
