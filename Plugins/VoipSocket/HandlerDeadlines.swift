@@ -10,22 +10,24 @@ import VigilKit
 /// deadline onto a heap under one lock; a handler that finishes leaves its
 /// entry behind (the link's handler generation makes it stale); the
 /// sleeper wakes at the earliest deadline, expires the handlers still
-/// running, drops the stale entries and sleeps until the next. A batch of
+/// running, drops the stale entries and sleeps until the next deadline of
+/// a handler that still runs. A batch of
 /// pings with one deadline costs one wake-up. Deadlines stay on the host's
 /// clock (a test clock drives them exactly).
 final class HandlerDeadlines: Sendable {
     static let shared = HandlerDeadlines()
 
-    private struct Entry {
+    private struct Entry: InstantOrdered {
         var deadline: VigilInstant
         var link: TCPLink
         var generation: UInt64
+        var instant: VigilInstant { deadline }
     }
 
     /// One clock's pending deadlines; dropped (with the clock) once empty.
     private struct Queue {
         let clock: any VigilClock
-        var heap: [Entry] = []
+        var heap = InstantHeap<Entry>()
         /// The running sleeper's number and target.
         var sleeper: UInt64 = 0
         var sleepingUntil: VigilInstant?
@@ -41,18 +43,20 @@ final class HandlerDeadlines: Sendable {
     /// Fails `link`'s handler `generation` (``TCPLink/expireHandler(generation:)``)
     /// once `deadline` passes on `clock`, unless a newer handler runs by then.
     func add(_ deadline: VigilInstant, clock: any VigilClock, link: TCPLink, generation: UInt64) {
-        let key = Self.key(of: clock)
+        let key = instanceIdentity(of: clock)
         let start: (UInt64, VigilInstant)? = state.withLock { s in
-            var queue = s.queues.removeValue(forKey: key) ?? Queue(clock: clock)
-            defer { s.queues[key] = queue }
-            Self.push(&queue.heap, Entry(deadline: deadline, link: link, generation: generation))
-            if let target = queue.sleepingUntil, target <= deadline { return nil }
-            // None sleeps yet, or it sleeps past this deadline: a new one
-            // takes over (the old one sees it was replaced and ends).
-            s.lastSleeper += 1
-            queue.sleeper = s.lastSleeper
-            queue.sleepingUntil = deadline
-            return (s.lastSleeper, deadline)
+            // Changed in place: one lookup, no copy of the heap.
+            func add(_ queue: inout Queue, _ lastSleeper: inout UInt64) -> (UInt64, VigilInstant)? {
+                queue.heap.push(Entry(deadline: deadline, link: link, generation: generation))
+                if let target = queue.sleepingUntil, target <= deadline { return nil }
+                // None sleeps yet, or it sleeps past this deadline: a new one
+                // takes over (the old one sees it was replaced and ends).
+                lastSleeper += 1
+                queue.sleeper = lastSleeper
+                queue.sleepingUntil = deadline
+                return (lastSleeper, deadline)
+            }
+            return add(&s.queues[key, default: Queue(clock: clock)], &s.lastSleeper)
         }
         if let (sleeper, target) = start {
             Task.detached { [self] in await sleep(key: key, clock: clock, sleeper: sleeper, until: target) }
@@ -72,7 +76,10 @@ final class HandlerDeadlines: Sendable {
                     return ([], nil)
                 }
                 var due: [Entry] = []
-                while let top = queue.heap.first, top.deadline <= now { due.append(Self.pop(&queue.heap)) }
+                while let top = queue.heap.first, top.deadline <= now, let entry = queue.heap.pop() { due.append(entry) }
+                // Handlers that already finished need no wake: a batch of
+                // pings answered at once leaves one sleep, not one per ping.
+                while let top = queue.heap.first, !top.link.runsHandler(generation: top.generation) { _ = queue.heap.pop() }
                 queue.sleepingUntil = queue.heap.first?.deadline
                 if !queue.heap.isEmpty { s.queues[key] = queue }
                 return (due, queue.sleepingUntil)
@@ -83,38 +90,12 @@ final class HandlerDeadlines: Sendable {
         }
     }
 
-    /// A class clock is one clock per instance; a value-type clock (the
-    /// system clock) has no identity, so its type names it.
-    private static func key(of clock: any VigilClock) -> ObjectIdentifier {
-        if type(of: clock) is AnyObject.Type { return ObjectIdentifier(clock as AnyObject) }
-        return ObjectIdentifier(type(of: clock))
-    }
+}
 
-    private static func push(_ heap: inout [Entry], _ entry: Entry) {
-        heap.append(entry)
-        var child = heap.count - 1
-        while child > 0 {
-            let parent = (child - 1) / 2
-            guard heap[child].deadline < heap[parent].deadline else { break }
-            heap.swapAt(child, parent)
-            child = parent
-        }
-    }
-
-    private static func pop(_ heap: inout [Entry]) -> Entry {
-        let top = heap[0]
-        let last = heap.removeLast()
-        guard !heap.isEmpty else { return top }
-        heap[0] = last
-        var parent = 0
-        while true {
-            let left = 2 * parent + 1, right = left + 1
-            var smallest = parent
-            if left < heap.count, heap[left].deadline < heap[smallest].deadline { smallest = left }
-            if right < heap.count, heap[right].deadline < heap[smallest].deadline { smallest = right }
-            guard smallest != parent else { return top }
-            heap.swapAt(parent, smallest)
-            parent = smallest
-        }
-    }
+/// What tells apart the clocks (and schedulers) a shared table serves: a
+/// class instance is one per instance; a value (the system clock) has no
+/// identity, so its type names it.
+func instanceIdentity(of value: Any) -> ObjectIdentifier {
+    if type(of: value) is AnyObject.Type { return ObjectIdentifier(value as AnyObject) }
+    return ObjectIdentifier(type(of: value))
 }

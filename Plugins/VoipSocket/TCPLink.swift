@@ -70,7 +70,9 @@ final class TCPLink: Sendable {
         var framer: Framer
         var awaitingPong = false
         var pongAt: VigilInstant?
-        var pongWaiter: CheckedContinuation<VigilInstant, any Error>?
+        /// Whoever waits for the pong: an awaiting task, or the keep-alive
+        /// round (``PingKeeper``), called on the thread that settles it.
+        var pongWaiter: (@Sendable (Result<VigilInstant, any Error>) -> Void)?
         var control: [[UInt8]] = []
         var controlWaiter: CheckedContinuation<[UInt8], any Error>?
         var data: [DataFrame] = []
@@ -85,7 +87,7 @@ final class TCPLink: Sendable {
     }
 
     /// The ping handler's deadline passed while it waited on this link.
-    private struct HandlerDeadlinePassed: Error {}
+    struct HandlerDeadlinePassed: Error {}
 
     /// Most bytes kept for the `on_data` hook while it runs; beyond that the
     /// oldest are dropped (and counted).
@@ -299,7 +301,7 @@ final class TCPLink: Sendable {
                 s.pongAt = now
                 if let w = s.pongWaiter {
                     s.pongWaiter = nil
-                    resumes.append { w.resume(returning: now) }
+                    resumes.append { w(.success(now)) }
                 }
             case .control(let message):
                 if let w = s.controlWaiter {
@@ -338,8 +340,10 @@ final class TCPLink: Sendable {
         if s.endReason == nil { s.endReason = reason }
         s.phase = .ended
         let error = LinkError(s.endReason ?? reason)
+        // The pong waiter first: a keep-alive round notes why it failed
+        // before the session waiting for the end goes on.
+        if let w = s.pongWaiter { s.pongWaiter = nil; resumes.append { w(.failure(error)) } }
         if let w = s.endWaiter { s.endWaiter = nil; let r = s.endReason ?? reason; resumes.append { w.resume(returning: r) } }
-        if let w = s.pongWaiter { s.pongWaiter = nil; resumes.append { w.resume(throwing: error) } }
         if let w = s.writeWaiter { s.writeWaiter = nil; resumes.append { w.resume(throwing: error) } }
         if let w = s.connectWaiter { s.connectWaiter = nil; resumes.append { w.resume(throwing: error) } }
         if let w = s.controlWaiter { s.controlWaiter = nil; resumes.append { w.resume(throwing: error) } }
@@ -402,6 +406,28 @@ final class TCPLink: Sendable {
     func send(_ bytes: [UInt8], isPing: Bool = false) async throws {
         defer { if !isPing { let now = clock.now; state.withLock { $0.lastSent = now } } }
         var offset = 0
+        while true {
+            let edges: UInt64
+            switch try sendSome(bytes, from: offset) {
+            case .sent: return
+            case .wouldBlock(let sent, let e): (offset, edges) = (sent, e)
+            }
+            try await awaitWritable(after: edges)
+        }
+    }
+
+    /// How far a send without waiting got.
+    enum SendProgress {
+        case sent
+        /// The socket buffer is full: this much went out; wait for an edge past `edges`.
+        case wouldBlock(sent: Int, edges: UInt64)
+    }
+
+    /// Sends what the socket takes now of `bytes` from `offset`, without
+    /// waiting (the keep-alive round sends its ping from the wake, with no
+    /// task of its own; it waits in a task only when this would block).
+    func sendSome(_ bytes: [UInt8], from start: Int) throws -> SendProgress {
+        var offset = start
         var pendingResumes: [() -> Void] = []
         defer { for resume in pendingResumes { resume() } }
         while offset < bytes.count {
@@ -421,12 +447,10 @@ final class TCPLink: Sendable {
                 return (n, error, s.outEdges)
             }
             if count > 0 { offset += count; continue }
-            if error == EAGAIN || error == EWOULDBLOCK {
-                try await awaitWritable(after: edges)
-                continue
-            }
+            if error == EAGAIN || error == EWOULDBLOCK { return .wouldBlock(sent: offset, edges: edges) }
             throw LinkError("send failed: \(String(cString: strerror(error)))")
         }
+        return .sent
     }
 
     /// One SSL_write; (count, EAGAIN when it must wait for an event, edges).
@@ -474,55 +498,50 @@ final class TCPLink: Sendable {
         }
     }
 
-    /// Waits for the pong `expectPong` started looking for; returns when it
-    /// arrived (read on the event thread, for the round-trip time).
-    func awaitPong() async throws -> VigilInstant {
-        try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (c: CheckedContinuation<VigilInstant, any Error>) in
-                let now: Result<VigilInstant, any Error>? = state.withLock { s in
-                    if Task.isCancelled { return .failure(CancellationError()) }
-                    if let at = s.pongAt { return .success(at) }
-                    if let reason = s.endReason { return .failure(LinkError(reason)) }
-                    if s.handlerExpired { return .failure(HandlerDeadlinePassed()) }
-                    s.pongWaiter = c
-                    return nil
-                }
-                if let now { c.resume(with: now) }
-            }
-        } onCancel: {
-            let w = state.withLock { s in defer { s.pongWaiter = nil }; return s.pongWaiter }
-            w?.resume(throwing: CancellationError())
+    /// Calls `settle` once with the pong `expectPong` started looking for
+    /// (when it arrived), or the failure: the link ended, or the handler's
+    /// deadline passed. Called at once when that is already known, else on
+    /// the thread that learns it (the event thread for a pong).
+    func onPong(_ settle: @escaping @Sendable (Result<VigilInstant, any Error>) -> Void) {
+        let now: Result<VigilInstant, any Error>? = state.withLock { s in
+            if let at = s.pongAt { return .success(at) }
+            if let reason = s.endReason { return .failure(LinkError(reason)) }
+            if s.handlerExpired { return .failure(HandlerDeadlinePassed()) }
+            s.pongWaiter = settle
+            return nil
         }
+        if let now { settle(now) }
     }
 
-    /// Runs the ping handler `body`, which waits on this link only (``send``,
-    /// ``awaitPong``), until it finishes or `deadline` passes on the link's
-    /// clock, whichever comes first; nil when the deadline won.
+    /// Starts a ping handler that waits on this link only (``sendSome``,
+    /// ``onPong``) and must end by `deadline` on the link's clock; returns its
+    /// generation for ``endHandler(generation:)``.
     ///
-    /// `body` runs in the caller's task; the deadline goes to
-    /// ``HandlerDeadlines``, which fails the handler's waits on this link
-    /// when it passes. No task and no timer per handler: 10,000 handlers in
-    /// one batch share one wake-up.
-    func withHandlerDeadline<T: Sendable>(
-        _ deadline: VigilInstant, _ body: () async throws -> T
-    ) async throws -> T? {
+    /// The deadline goes to ``HandlerDeadlines``, which fails the handler's
+    /// waits on this link when it passes. No task and no timer per handler:
+    /// 10,000 handlers in one batch share one wake-up.
+    func beginHandler(deadline: VigilInstant) -> UInt64 {
         let generation = state.withLock { s in
             s.handlerExpired = false
             s.handlerGeneration &+= 1
             return s.handlerGeneration
         }
         HandlerDeadlines.shared.add(deadline, clock: clock, link: self, generation: generation)
-        defer {
-            state.withLock { s in
-                s.handlerExpired = false
-                s.handlerGeneration &+= 1
-            }
+        return generation
+    }
+
+    /// Ends handler `generation`: its deadline no longer applies.
+    func endHandler(generation: UInt64) {
+        state.withLock { s in
+            guard s.handlerGeneration == generation else { return }
+            s.handlerExpired = false
+            s.handlerGeneration &+= 1
         }
-        do {
-            return try await body()
-        } catch is HandlerDeadlinePassed {
-            return nil
-        }
+    }
+
+    /// Whether handler `generation` still runs (its deadline still matters).
+    func runsHandler(generation: UInt64) -> Bool {
+        state.withLock { $0.handlerGeneration == generation }
     }
 
     /// Fails the current and future waits of handler `generation` (its
@@ -532,7 +551,7 @@ final class TCPLink: Sendable {
         state.withLock { s in
             guard s.handlerGeneration == generation else { return }
             s.handlerExpired = true
-            if let w = s.pongWaiter { s.pongWaiter = nil; resumes.append { w.resume(throwing: HandlerDeadlinePassed()) } }
+            if let w = s.pongWaiter { s.pongWaiter = nil; resumes.append { w(.failure(HandlerDeadlinePassed())) } }
             if let w = s.writeWaiter { s.writeWaiter = nil; resumes.append { w.resume(throwing: HandlerDeadlinePassed()) } }
         }
         for resume in resumes { resume() }

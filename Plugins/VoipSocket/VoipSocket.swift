@@ -40,6 +40,8 @@ struct ConnectionFigures: Sendable {
     var registrations: UInt64 = 0
     var lastError = ""
     var wire = "raw"
+    /// Waiting in ``StatusPublisher``'s queue (not shown).
+    var queued = false
 
     var status: [String: StatusValue] {
         [
@@ -84,10 +86,21 @@ final class VoipConnection: Sendable {
             wire: settings.settings.wire.rawValue + (settings.settings.tls != nil ? "+tls" : "")))
     }
 
-    /// Changes the figures and publishes them as the lease's status.
-    private func update(_ change: (inout ConnectionFigures) -> Void) async {
-        let status = figures.withLock { f -> [String: StatusValue] in
+    /// Changes the figures and has ``StatusPublisher`` publish them as the
+    /// lease's status (soon, and once for many changes in a row).
+    func update(_ change: (inout ConnectionFigures) -> Void) {
+        let enqueue = figures.withLock { f -> Bool in
             change(&f)
+            defer { f.queued = true }
+            return !f.queued
+        }
+        if enqueue { StatusPublisher.shared.enqueue(self) }
+    }
+
+    /// Publishes the current figures (called by ``StatusPublisher``).
+    func publishStatus() async {
+        let status = figures.withLock { f in
+            f.queued = false
             return f.status
         }
         await lease.setStatus(status)
@@ -102,7 +115,7 @@ final class VoipConnection: Sendable {
 
     func run() async {
         var attempt = 0
-        await update { _ in }
+        update { _ in }
         while !Task.isCancelled {
             let link: TCPLink
             let plan: SessionPlan
@@ -155,7 +168,7 @@ final class VoipConnection: Sendable {
     @inline(never)
     private func announceConnected(_ link: TCPLink) async -> UInt64 {
         let (local, remote) = link.addresses
-        await update { f in
+        update { f in
             f.state = "up"
             f.local = local
             f.remote = remote
@@ -201,7 +214,7 @@ final class VoipConnection: Sendable {
     @inline(never)
     private func backOff(attempt: Int, after error: String) async -> Bool {
         let delay = settings.reconnect.delay(attempt: attempt)
-        await update { f in
+        update { f in
             f.state = "backoff"
             f.local = ""
             f.lastError = error
@@ -213,7 +226,7 @@ final class VoipConnection: Sendable {
         } catch {
             return false
         }
-        await update { f in
+        update { f in
             f.state = "connecting"
             f.reconnects += 1
             f.remote = settings.endpoint.description
@@ -321,7 +334,7 @@ final class VoipConnection: Sendable {
             case 100..<200:
                 continue
             case 200..<300:
-                await update { $0.registrations += 1 }
+                update { $0.registrations += 1 }
                 return registration.granted(by: response)
             case 401, 407:
                 // One challenge, and one more for a stale nonce; a third means the credentials are wrong.
@@ -386,117 +399,33 @@ final class VoipConnection: Sendable {
     /// Keeps `link` alive until it dies; returns why it ended.
     @inline(never)
     private func session(on link: TCPLink, plan: SessionPlan, connectedAt: VigilInstant) async -> String {
+        // The keep-alive has no task: the shared schedule's wakes run it
+        // (``PingKeeper``), and it closes the link when it gives up, which
+        // ends the waits below.
+        let keeper = PingKeeper(connection: self, link: link, interval: plan.interval, since: connectedAt)
+        keeper.start()
+        let ended: String
         if settings.onData != nil || plan.registration != nil {
-            return await withTaskGroup(of: String.self) { group in
+            ended = await withTaskGroup(of: String.self) { group in
                 // The data loop ends when the link ended and every byte went
                 // to the hook; it stands in for awaitEnd so the last data
                 // before a close still reaches on_data.
                 group.addTask { await self.deliverData(from: link) }
-                group.addTask { await self.keepAlive(link, interval: plan.interval, since: connectedAt) }
                 if plan.registration != nil { group.addTask { await self.renewRegistration(plan, on: link) } }
                 let first = await group.next() ?? Self.cancelled
                 group.cancelAll()
                 return first
             }
+        } else {
+            ended = await link.awaitEnd()
         }
-        let interval = plan.interval
-        // Without on_data this task waits for the end itself and the
-        // keep-alive loop is the only child: one task fewer per connection
-        // (each costs about a kilobyte for as long as the connection lives).
-        // The loop closes the link when it gives up, which ends the wait.
-        return await withTaskGroup(of: String.self) { group in
-            group.addTask {
-                let reason = await self.keepAlive(link, interval: interval, since: connectedAt)
-                if reason != Self.cancelled { link.close(reason: reason) }
-                return reason
-            }
-            let ended = await link.awaitEnd()
-            group.cancelAll()
-            let gaveUp = await group.next() ?? Self.cancelled
-            return gaveUp != Self.cancelled ? gaveUp : ended
+        let (failure, overrunLate) = keeper.stop()
+        if let overrunLate, let failure {
+            context.log.warning("\(failure); closing the connection")
+            await context.events.record("handler-overrun", [
+                "remote": settings.endpoint.description, "late_ms": String(overrunLate.nanoseconds / 1_000_000)])
         }
-    }
-
-    /// The keep-alive loop: at each deadline, skip (traffic proved the link
-    /// alive) or run the ping handler within `handler_timeout`.
-    @inline(never)
-    private func keepAlive(_ link: TCPLink, interval: Duration, since connectedAt: VigilInstant) async -> String {
-        let clock = context.clock
-        var base = connectedAt
-        // MQTT's keep-alive counts only what the client sends (the broker
-        // drops a client that sent nothing for 1.5 × keep-alive, whatever
-        // the broker itself sent); raw and SIP count what comes back.
-        let clientTraffic = settings.wire == .mqtt
-        // Formatted once per connection, not once per ping.
-        let label = "\(context.name) keep-alive"
-        while true {
-            let (earliest, latest) = window(after: base, interval: interval)
-            do {
-                _ = try await context.scheduler.wake(WakeRequest(
-                    earliest: earliest, latest: latest, align: settings.align, label: label))
-            } catch {
-                return Self.cancelled
-            }
-            if settings.skipPingOnTraffic, let traffic = clientTraffic ? link.lastSent : link.lastReceived, traffic > base {
-                base = traffic
-                await update { $0.skippedPings += 1 }
-                continue
-            }
-            let started = clock.now
-            // The wake came after the window's end (base + interval; `latest`
-            // is only this round's random target inside the window): the
-            // machine or the process was busy or frozen, and the ping is late.
-            if started > base + interval { await update { $0.latePings += 1 } }
-            let deadline = started + settings.handlerTimeout
-            let ping = settings.ping
-            let expectsPong = !settings.expect.isEmpty
-            if expectsPong { link.expectPong() }
-            let finished: VigilInstant?
-            do {
-                finished = try await link.withHandlerDeadline(deadline) {
-                    try await link.send(ping, isPing: true)
-                    return expectsPong ? try await link.awaitPong() : clock.now
-                }
-            } catch is CancellationError {
-                return Self.cancelled
-            } catch {
-                return "ping failed: \(error)"
-            }
-            guard let finished else {
-                link.abandonPong()
-                let late = clock.now - deadline
-                await update { $0.overruns += 1 }
-                let what = expectsPong ? "no pong" : "the ping could not be sent"
-                let reason = "ping handler overran handler_timeout (\(settings.handlerTimeout.vigilDescription)): \(what)"
-                context.log.warning("\(reason); closing the connection")
-                await context.events.record("handler-overrun", [
-                    "remote": settings.endpoint.description, "late_ms": String(late.nanoseconds / 1_000_000)])
-                return reason
-            }
-            let rtt = finished - started
-            await update { f in
-                f.pings += 1
-                if expectsPong { f.lastRttMicroseconds = rtt.microseconds }
-            }
-            base = clientTraffic ? started : max(started, link.lastReceived ?? started)
-        }
-    }
-
-    /// The window of the next keep-alive deadline after `base`: RFC 5626's
-    /// random 80–100 % of the interval (for `jitter` 0.2). The scheduler may
-    /// fire anywhere in [earliest, latest] to coalesce with other wakes; with
-    /// `align`, it prefers a slot boundary, so the window stays whole.
-    private func window(after base: VigilInstant, interval: Duration) -> (VigilInstant, VigilInstant) {
-        let earliest = base + .nanoseconds(Int64(Double(interval.nanoseconds) * (1 - settings.jitter)))
-        let end = base + interval
-        guard earliest < end else { return (earliest, end) }
-        // Aim a little before the window's end: a batch of thousands of
-        // sockets (coalesced or aligned wakes) takes a few hundred ms to go
-        // through, and the last of them must still ping inside the window.
-        let target = end - min((end - earliest) / 4, .seconds(1))
-        if settings.align != nil { return (earliest, target) }
-        let pick = Int64.random(in: earliest.nanoseconds...target.nanoseconds)
-        return (earliest, VigilInstant(nanoseconds: pick))
+        return failure ?? ended
     }
 
     /// Hands incoming bytes to `on_data`, one hook run at a time (bytes that
@@ -592,4 +521,46 @@ func withDeadline<T: Sendable>(
 private enum Outcome<T: Sendable>: Sendable {
     case finished(T)
     case deadlinePassed
+}
+
+/// Publishes the status of connections whose figures changed, one after the
+/// other, from one task.
+///
+/// Why: a ping changes its connection's figures from the wake or the event
+/// thread, where nothing can wait for the lease registry. A batch of 10,000
+/// pongs then costs one task and 10,000 calls in a row, not a task and its
+/// hops per ping; a connection that changes again before its turn is
+/// published once, with its latest figures. One publisher keeps each lease's
+/// statuses in order: every snapshot is taken after the one before it went.
+final class StatusPublisher: Sendable {
+    static let shared = StatusPublisher()
+
+    private struct State {
+        var queue: [VoipConnection] = []
+        var running = false
+    }
+
+    private let state = Mutex(State())
+
+    /// Publishes `connection`'s status soon (it is not queued yet).
+    func enqueue(_ connection: VoipConnection) {
+        let start = state.withLock { s -> Bool in
+            s.queue.append(connection)
+            defer { s.running = true }
+            return !s.running
+        }
+        if start { Task.detached { await self.drain() } }
+    }
+
+    private func drain() async {
+        while true {
+            let batch: [VoipConnection] = state.withLock { s in
+                if s.queue.isEmpty { s.running = false }
+                defer { s.queue = [] }
+                return s.queue
+            }
+            if batch.isEmpty { return }
+            for connection in batch { await connection.publishStatus() }
+        }
+    }
 }

@@ -1,0 +1,135 @@
+import Synchronization
+import VigilKit
+
+/// The next keep-alive rounds of every connection, one heap per wake
+/// scheduler and alignment, woken through that scheduler.
+///
+/// Why not a task per connection: a task keeps its stack slab (a few
+/// kilobytes) for as long as it lives, and waking it for a ping costs
+/// several executor hops. Here a connection's next round is an entry on a
+/// heap; one wake request (the earliest window's) stands for all of them,
+/// and when it fires every connection whose window has opened pings in the
+/// same batch, from that one wake. The host's scheduler still sees the
+/// window of the most urgent round, so it coalesces with other strategies'
+/// wakes as before, and a test clock drives it exactly.
+final class KeepAliveSchedule: Sendable {
+    static let shared = KeepAliveSchedule()
+
+    /// Rounds waiting on one scheduler, with one alignment.
+    private struct Key: Hashable {
+        var scheduler: ObjectIdentifier
+        var align: Duration?
+    }
+
+    private struct Entry: InstantOrdered {
+        var earliest: VigilInstant
+        var latest: VigilInstant
+        var keeper: PingKeeper
+        var generation: UInt64
+        var instant: VigilInstant { latest }
+    }
+
+    private struct Group {
+        let scheduler: any WakeScheduling
+        /// Ordered by `latest`: the most urgent round on top.
+        var heap = InstantHeap<Entry>()
+        /// Keepers with a live entry. A keeper's live entry is the one whose
+        /// generation its ``PingKeeper/scheduledEntry`` holds; its other
+        /// entries are stale and dropped when they come up.
+        var live = 0
+        /// The wake request in flight: its number, window end and task.
+        var waker: (number: UInt64, latest: VigilInstant, task: Task<Void, Never>)?
+    }
+
+    private struct State {
+        var groups: [Key: Group] = [:]
+        var lastWaker: UInt64 = 0
+    }
+
+    private let state = Mutex(State())
+
+    /// Runs `keeper.due(generation:)` once the host's scheduler fires a wake
+    /// inside [earliest, latest]; replaces the keeper's earlier entry.
+    func add(_ keeper: PingKeeper, generation: UInt64, earliest: VigilInstant, latest: VigilInstant) {
+        let key = Key(scheduler: instanceIdentity(of: keeper.scheduler), align: keeper.align)
+        let cancel: Task<Void, Never>? = state.withLock { s in
+            // Changed in place: one lookup, no copy of the heap.
+            func add(_ group: inout Group, _ lastWaker: inout UInt64) -> Task<Void, Never>? {
+                if keeper.scheduledEntry.exchange(generation, ordering: .relaxed) == 0 { group.live += 1 }
+                group.heap.push(Entry(earliest: earliest, latest: latest, keeper: keeper, generation: generation))
+                if let waker = group.waker, waker.latest <= latest { return nil }
+                // None waits yet, or it waits past this window's end.
+                let old = group.waker?.task
+                arm(&group, key: key, lastWaker: &lastWaker)
+                return old
+            }
+            return add(&s.groups[key, default: Group(scheduler: keeper.scheduler)], &s.lastWaker)
+        }
+        cancel?.cancel()
+    }
+
+    /// Drops `keeper`'s entry; the wake goes when no round is left.
+    func remove(_ keeper: PingKeeper) {
+        let key = Key(scheduler: instanceIdentity(of: keeper.scheduler), align: keeper.align)
+        let cancel: Task<Void, Never>? = state.withLock { s in
+            guard var group = s.groups.removeValue(forKey: key) else { return nil }
+            if keeper.scheduledEntry.exchange(0, ordering: .relaxed) != 0 { group.live -= 1 }
+            guard group.live == 0 else {
+                s.groups[key] = group
+                return nil
+            }
+            return group.waker?.task
+        }
+        cancel?.cancel()
+    }
+
+    /// Requests a wake for the most urgent live entry (dropping stale ones
+    /// on the way), or none when nothing is left.
+    private func arm(_ group: inout Group, key: Key, lastWaker: inout UInt64) {
+        while let top = group.heap.first, top.keeper.scheduledEntry.load(ordering: .relaxed) != top.generation {
+            _ = group.heap.pop()
+        }
+        guard let top = group.heap.first else {
+            group.waker = nil
+            return
+        }
+        lastWaker += 1
+        let number = lastWaker
+        let request = WakeRequest(
+            earliest: top.earliest, latest: top.latest, align: key.align,
+            label: "voip-socket keep-alive (\(group.live) connection\(group.live == 1 ? "" : "s"))")
+        let scheduler = group.scheduler
+        let task = Task.detached { [self] in
+            guard let firing = try? await scheduler.wake(request) else { return }  // cancelled: replaced or nothing left
+            fire(key: key, number: number, at: firing.firedAt)
+        }
+        group.waker = (number, top.latest, task)
+    }
+
+    /// A wake fired at `now`: every round whose window opened is due.
+    private func fire(key: Key, number: UInt64, at now: VigilInstant) {
+        let due: [Entry] = state.withLock { s in
+            guard var group = s.groups.removeValue(forKey: key) else { return [] }
+            guard group.waker?.number == number else {  // replaced by a more urgent one
+                s.groups[key] = group
+                return []
+            }
+            var due: [Entry] = []
+            // The top's window is what the scheduler fired for; the others
+            // whose window opened go along (their `latest` is later).
+            var first = true
+            while let top = group.heap.first, first || top.earliest <= now {
+                first = false
+                guard let entry = group.heap.pop() else { break }
+                guard entry.keeper.scheduledEntry.compareExchange(
+                    expected: entry.generation, desired: 0, ordering: .relaxed).exchanged else { continue }
+                group.live -= 1
+                due.append(entry)
+            }
+            arm(&group, key: key, lastWaker: &s.lastWaker)
+            if group.live > 0 || group.waker != nil { s.groups[key] = group }
+            return due
+        }
+        for entry in due { entry.keeper.due(generation: entry.generation) }
+    }
+}
