@@ -22,17 +22,6 @@ public enum InhibitBusNames {
     public static let names = [powerManagement, screenSaver, portalBackend]
 }
 
-extension InhibitError {
-    var dbusError: DBusError {
-        switch code {
-        case .invalidArgument: .invalidArgs(message)
-        case .denied: .accessDenied(message)
-        case .limitExceeded: .limitsExceeded(message)
-        case .failed: .failed(message)
-        }
-    }
-}
-
 /// Serves ``ForeignInhibits`` on vigild's (session) bus: the
 /// `org.freedesktop.PowerManagement.Inhibit` and `org.freedesktop.ScreenSaver`
 /// interfaces at all their usual paths, and the Inhibit portal backend with
@@ -117,7 +106,7 @@ actor InhibitBusBridge {
             let granted = try await inhibits.inhibit(source: source, app: app, reason: reason, what: what, caller: try await caller(call))
             await shown(granted.lease)
             return [.uint32(granted.cookie)]
-        } catch let error as InhibitError {
+        } catch let error as ClientLeaseError {
             throw error.dbusError
         }
     }
@@ -125,7 +114,7 @@ actor InhibitBusBridge {
     func uninhibit(_ call: DBusMethodCall) async throws -> [DBusValue] {
         do {
             try await inhibits.uninhibit(try call.argument(0, as: UInt32.self), caller: call.sender)
-        } catch let error as InhibitError {
+        } catch let error as ClientLeaseError {
             throw error.dbusError
         }
         return []

@@ -61,25 +61,6 @@ public struct InhibitCaller: Sendable, Hashable {
     }
 }
 
-/// Why an inhibit request was refused.
-public struct InhibitError: Error, Sendable, Equatable, CustomStringConvertible {
-    public enum Code: Sendable, Equatable {
-        /// Bad or oversized argument, or a cookie this caller does not hold: InvalidArgs.
-        case invalidArgument
-        /// A policy rule refused the app: AccessDenied.
-        case denied
-        /// Over the per-uid limit: LimitsExceeded.
-        case limitExceeded
-        case failed
-    }
-    public var code: Code
-    public var message: String
-    public init(_ code: Code, _ message: String) {
-        self.code = code
-        self.message = message
-    }
-    public var description: String { message }
-}
 
 /// Every keep-awake request an app made through the freedesktop inhibit
 /// APIs or the Inhibit portal, each a lease in the registry (strategy
@@ -156,17 +137,17 @@ public actor ForeignInhibits {
     /// Grants an inhibit: checks the arguments and the policy, then holds
     /// `what` (logind names: "sleep", "idle"; empty: tracked only) as a
     /// lease. Returns the cookie and the lease.
-    public func inhibit(source: InhibitSource, app: String, reason: String, what: [String], caller: InhibitCaller) async throws(InhibitError) -> (cookie: UInt32, lease: LeaseID) {
+    public func inhibit(source: InhibitSource, app: String, reason: String, what: [String], caller: InhibitCaller) async throws(ClientLeaseError) -> (cookie: UInt32, lease: LeaseID) {
         do {
             try InhibitSettings.appLimit.check(app)
             try InhibitSettings.reasonLimit.check(reason)
         } catch {
-            throw InhibitError(.invalidArgument, error.message)
+            throw ClientLeaseError(.invalidArgument, error.message)
         }
         try checkPolicy(app: app, executable: caller.executable)
         let mine = byCookie.values.filter { $0.caller.uid == caller.uid }.count
         guard mine < InhibitSettings.maxPerUID else {
-            throw InhibitError(.limitExceeded, "uid \(caller.uid) already holds \(mine) inhibits, the most allowed (\(InhibitSettings.maxPerUID)); release one first")
+            throw ClientLeaseError(.limitExceeded, "uid \(caller.uid) already holds \(mine) inhibits, the most allowed (\(InhibitSettings.maxPerUID)); release one first")
         }
         let name = app.isEmpty ? "unnamed app" : app
         let log = self.log
@@ -184,7 +165,7 @@ public actor ForeignInhibits {
             id = try await registry.acquire(strategy: Self.strategyName, request,
                                             client: ClientIdentity(owner: caller.owner, uid: caller.uid, pid: caller.pid, name: name))
         } catch {
-            throw InhibitError(.failed, "\(error)")
+            throw ClientLeaseError(.failed, "\(error)")
         }
         await registry.setStatus(id, [
             "Interface": .string(source.rawValue), "App": .string(name), "Executable": .string(caller.executable ?? ""),
@@ -202,9 +183,9 @@ public actor ForeignInhibits {
     }
 
     /// Ends the inhibit `cookie` for the connection that got it.
-    public func uninhibit(_ cookie: UInt32, caller owner: String) async throws(InhibitError) {
+    public func uninhibit(_ cookie: UInt32, caller owner: String) async throws(ClientLeaseError) {
         guard byCookie[cookie]?.caller.owner == owner else {
-            throw InhibitError(.invalidArgument, "this connection holds no inhibit with cookie \(cookie)")
+            throw ClientLeaseError(.invalidArgument, "this connection holds no inhibit with cookie \(cookie)")
         }
         await end(cookie, detail: "released by the app")
     }
@@ -237,15 +218,15 @@ public actor ForeignInhibits {
     }
 
     /// `inhibit_deny` first, then `inhibit_allow` when it is not empty.
-    private func checkPolicy(app: String, executable: String?) throws(InhibitError) {
+    private func checkPolicy(app: String, executable: String?) throws(ClientLeaseError) {
         let subjects = [app] + (executable.map { [$0] } ?? [])
         func matches(_ pattern: String) -> Bool { subjects.contains { fnmatch(pattern, $0, 0) == 0 } }
         let who = "inhibit by \"\(TerminalText.escaped(String(app.prefix(64))))\" (\(executable.map { TerminalText.escaped($0) } ?? "executable unknown"))"
         if let rule = settings.deny.first(where: matches) {
-            throw InhibitError(.denied, "\(who) is denied by inhibit_deny pattern \"\(rule)\"")
+            throw ClientLeaseError(.accessDenied, "\(who) is denied by inhibit_deny pattern \"\(rule)\"")
         }
         if !settings.allow.isEmpty, !settings.allow.contains(where: matches) {
-            throw InhibitError(.denied, "\(who) is not allowed: it matches no inhibit_allow pattern (\(settings.allow.map { "\"\($0)\"" }.joined(separator: ", ")))")
+            throw ClientLeaseError(.accessDenied, "\(who) is not allowed: it matches no inhibit_allow pattern (\(settings.allow.map { "\"\($0)\"" }.joined(separator: ", ")))")
         }
     }
 }

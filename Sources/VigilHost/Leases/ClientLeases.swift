@@ -20,7 +20,7 @@ public struct ClientLeaseSettings: Sendable, Equatable {
     public init() {}
 }
 
-/// Why a client's lease request or call was refused; `dbusName` is the
+/// Why a client's lease request or call (or an app's inhibit) was refused; `dbusName` is the
 /// D-Bus error the API answers with.
 public struct ClientLeaseError: Error, Sendable, Equatable, CustomStringConvertible {
     public enum Code: Sendable, Equatable {
