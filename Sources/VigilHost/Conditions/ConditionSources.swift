@@ -134,10 +134,10 @@ struct PowerReading: Sendable, Hashable {
     }
 }
 
-/// `ac_power` and `battery_above`: inotify on the power-supply directory and
-/// its entries (a test's fake tree changes by file writes), and kernel uevents
-/// of the power_supply subsystem (real sysfs attributes change without
-/// inotify events).
+/// `ac_power` / `battery_above`: an inotify watch on the power-supply tree and
+/// its entries (a tree that is written to, as a test's fake one), and, when
+/// the tree is on sysfs, kernel uevents of the power_supply subsystem (real
+/// sysfs attributes change without inotify events).
 final class PowerSupplyWatcher: @unchecked Sendable {
     // Invariant: `inotify` and `uevent` are set before the thread starts and
     // closed only after it stopped.

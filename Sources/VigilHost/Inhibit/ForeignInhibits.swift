@@ -129,11 +129,6 @@ public actor ForeignInhibits {
     /// True while any inhibit is held.
     public var hasInhibit: Bool { !byCookie.isEmpty }
 
-    /// The inhibits held now, by cookie (for tests and listings).
-    public var held: [(cookie: UInt32, lease: LeaseID, source: InhibitSource, caller: InhibitCaller)] {
-        byCookie.map { ($0.key, $0.value.lease, $0.value.source, $0.value.caller) }.sorted { $0.lease < $1.lease }
-    }
-
     /// Grants an inhibit: checks the arguments and the policy, then holds
     /// `what` (logind names: "sleep", "idle"; empty: tracked only) as a
     /// lease. Returns the cookie and the lease.
