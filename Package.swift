@@ -69,7 +69,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "vigilctl",
-            dependencies: ["VigilHost", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["VigilHost", .product(name: "ArgumentParser", package: "swift-argument-parser"), .product(name: "VigilKit", package: "VigilKit")],
             swiftSettings: strict
         ),
         .executableTarget(
@@ -137,7 +137,7 @@ let package = Package(
         ),
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["VigilHost", "VigilDBus", "VigilTestSupport"],
+            dependencies: ["VigilHost", "VigilDBus", "VigilTestSupport", .product(name: "VigilKit", package: "VigilKit")],
             swiftSettings: strict
         ),
         .testTarget(

@@ -2,20 +2,6 @@ import CCurlShim
 import Foundation
 import VigilKit
 
-/// D-Bus names of the strategy's interfaces (docs/dbus-api.md).
-public enum DownloadBusNames {
-    /// On the strategy object: Enqueue, Cancel, Pause, Resume.
-    public static let sessionInterface = "org.vigil.Vigil1.DownloadSession"
-    /// On each `<strategy object>/Download/<id>`.
-    public static let downloadInterface = "org.vigil.Vigil1.Download"
-
-    static let properties: [BusProperty] = [
-        BusProperty("Url", "s"), BusProperty("Dest", "s"), BusProperty("State", "s"),
-        BusProperty("BytesDone", "t"), BusProperty("BytesTotal", "t"), BusProperty("Rate", "d"),
-        BusProperty("Attempts", "u"), BusProperty("LastError", "s"), BusProperty("Sha256", "s"),
-    ]
-}
-
 public struct DownloadSession: KeepAliveStrategy {
     let settings: DownloadSettings
 
@@ -136,59 +122,67 @@ actor DownloadManager {
 
     // MARK: D-Bus
 
+    /// `org.vigil.Vigil1.DownloadSession` on the strategy's object, as the
+    /// contract declares it (VigilKit's ``VigilAPI/downloadSession``); all
+    /// four methods are mutating.
     private func registerBusMethods() async throws {
         let objectPath = context.bus.objectPath
-        try await context.bus.register(interface: DownloadBusNames.sessionInterface, methods: [
-            BusMethod("Enqueue", in: [BusArgument("url", "s"), BusArgument("dest", "s"), BusArgument("options", "a{sv}")],
-                      out: [BusArgument("download", "o")], mutating: true) { [weak self] args, caller in
+        let api = VigilAPI.downloadSession
+        try await context.bus.register(interface: api.name, methods: try api.busMethods(mutating: Set(api.methods.map(\.name)), [
+            "Enqueue": { [weak self] args, caller in
                 guard let self else { throw BusMethodError.failed("the download session has stopped") }
                 guard args.count == 3, let url = args[0].stringValue, let dest = args[1].stringValue,
                       case .dictionary(let options) = args[2] else { throw BusMethodError.invalidArgs("expected (s url, s dest, a{sv} options)") }
                 let id = try await self.enqueue(url: url, dest: dest, options: options, caller: caller)
-                return [.objectPath(objectPath + "/Download/\(id)")]
+                return [.objectPath(objectPath + "/" + VigilAPI.downloadRelativePath(id))]
             },
-            BusMethod("Cancel", in: [BusArgument("download", "o")], mutating: true) { [weak self] args, _ in
+            "Cancel": { [weak self] args, _ in
                 guard let self else { throw BusMethodError.failed("the download session has stopped") }
                 try await self.cancel(try Self.downloadID(args, objectPath))
                 return []
             },
-            BusMethod("Pause", in: [BusArgument("download", "o")], mutating: true) { [weak self] args, _ in
+            "Pause": { [weak self] args, _ in
                 guard let self else { throw BusMethodError.failed("the download session has stopped") }
                 try await self.pause(try Self.downloadID(args, objectPath))
                 return []
             },
-            BusMethod("Resume", in: [BusArgument("download", "o")], mutating: true) { [weak self] args, _ in
+            "Resume": { [weak self] args, _ in
                 guard let self else { throw BusMethodError.failed("the download session has stopped") }
                 try await self.resume(try Self.downloadID(args, objectPath))
                 return []
             },
-        ])
+        ]))
     }
 
     static func downloadID(_ args: [BusValue], _ objectPath: String) throws -> UInt64 {
         guard case .objectPath(let path)? = args.first else { throw BusMethodError.invalidArgs("expected a download object path") }
-        let prefix = objectPath + "/Download/"
-        guard path.hasPrefix(prefix), let id = UInt64(path.dropFirst(prefix.count)) else {
-            throw BusMethodError.unknownObject("\(path) is not a download of this session (expected \(prefix)<id>)")
+        guard let id = VigilAPI.downloadID(path: path, strategyPath: objectPath) else {
+            throw BusMethodError.unknownObject("\(path) is not a download of this session (expected \(objectPath)/\(VigilAPI.downloadRelativePath(0).dropLast())<id>)")
         }
         return id
     }
 
+    /// The download object's properties (``DownloadRow``).
     private func busValues(_ r: DownloadRecord) -> [String: BusValue] {
-        [
-            "Url": .string(r.url), "Dest": .string(absolutePath(r)), "State": .string(r.state.rawValue),
-            "BytesDone": .uint64(UInt64(max(0, r.bytesDone))), "BytesTotal": .uint64(UInt64(max(0, r.validators?.totalLength ?? r.size ?? 0))),
-            "Rate": .double(rates[r.id] ?? 0), "Attempts": .uint32(UInt32(clamping: r.attempts)),
-            "LastError": .string(r.lastError), "Sha256": .string(r.digest),
-        ]
+        var row = DownloadRow()
+        row.url = r.url
+        row.dest = absolutePath(r)
+        row.state = r.state.rawValue
+        row.bytesDone = UInt64(max(0, r.bytesDone))
+        row.bytesTotal = UInt64(max(0, r.validators?.totalLength ?? r.size ?? 0))
+        row.rate = rates[r.id] ?? 0
+        row.attempts = UInt32(clamping: r.attempts)
+        row.lastError = r.lastError
+        row.sha256 = r.digest
+        return row.properties
     }
 
     private func exportObject(_ id: UInt64) async {
         guard let record = records[id], objects[id] == nil else { return }
         do {
             objects[id] = try await context.bus.exportObject(
-                relativePath: "Download/\(id)", interface: DownloadBusNames.downloadInterface,
-                properties: DownloadBusNames.properties, values: busValues(record))
+                relativePath: VigilAPI.downloadRelativePath(id), interface: VigilAPI.downloadInterface,
+                properties: VigilAPI.download.busProperties, values: busValues(record))
         } catch {
             log.warning("cannot export download \(id) on D-Bus: \(error)")
         }

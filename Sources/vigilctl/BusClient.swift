@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import VigilDBus
 import VigilHost
+import VigilKit
 
 /// Options of every command that talks to a running vigild over D-Bus.
 struct BusOptions: ParsableArguments {
@@ -53,12 +54,12 @@ func runReporting(_ command: String, _ body: () async throws -> Void) async thro
 
 /// A connection to vigild's `org.vigil.Vigil1` API.
 struct VigilBusClient {
-    static let busName = "org.vigil.Vigil1"
-    static let rootPath = "/org/vigil/Vigil1"
-    static let hostInterface = "org.vigil.Vigil1.Host"
-    static let strategyInterface = "org.vigil.Vigil1.Strategy"
-    static let leaseInterface = "org.vigil.Vigil1.Lease"
-    static let propertiesInterface = "org.freedesktop.DBus.Properties"
+    static let busName = VigilAPI.busName
+    static let rootPath = VigilAPI.rootPath
+    static let hostInterface = VigilAPI.hostInterface
+    static let strategyInterface = VigilAPI.strategyInterface
+    static let leaseInterface = VigilAPI.leaseInterface
+    static let propertiesInterface = VigilAPI.propertiesInterface
 
     let connection: DBusConnection
     /// "the session bus", "the system bus" or "the bus at ADDRESS", for messages.
@@ -166,9 +167,8 @@ struct VigilBusClient {
 
     /// The active leases, each with its `Status` property (a lease that
     /// ends between the list and the read keeps an empty status).
-    func leases() async throws -> [LeaseRow] {
-        let reply = try await call("ListLeases")
-        var rows = try decoding("ListLeases") { try reply.argument(0, as: [LeaseRow].self) }
+    func leases() async throws -> [ListedLease] {
+        var rows = try await rows("ListLeases", LeaseRow.self).map { ListedLease(row: $0) }
         for index in rows.indices {
             if let status = try? await property(rows[index].path, Self.leaseInterface, "Status")?.decode([String: DBusVariant].self),
                !status.isEmpty {
@@ -176,6 +176,18 @@ struct VigilBusClient {
             }
         }
         return rows
+    }
+
+    /// Calls a Host method that returns an array of rows, decoded with the
+    /// contract's row type (the one vigild encodes with).
+    private func rows<Row: APIRow>(_ member: String, _ type: Row.Type) async throws -> [Row] {
+        let reply = try await call(member)
+        return try decoding(member) {
+            guard reply.body.count == 1, let value = reply.body.first else {
+                throw APIDecodingError("expected one \(Row.arraySignature), got \(reply.body.map(\.signature).joined())")
+            }
+            return try HostBusValues.rows(value, as: Row.self)
+        }
     }
 
     /// A status value as a person reads it: strings without quotes,
@@ -196,9 +208,8 @@ struct VigilBusClient {
 
     /// The strategies; a waiting one with the conditions it waits for
     /// (its `WaitingFor` property; empty if it started meanwhile).
-    func strategies() async throws -> [StrategyRow] {
-        let reply = try await call("ListStrategies")
-        var rows = try decoding("ListStrategies") { try reply.argument(0, as: [StrategyRow].self) }
+    func strategies() async throws -> [ListedStrategy] {
+        var rows = try await rows("ListStrategies", StrategyRow.self).map { ListedStrategy(row: $0) }
         for index in rows.indices where rows[index].state == "waiting" {
             rows[index].waitingFor = (try? await property(rows[index].path, Self.strategyInterface, "WaitingFor")?.decode(String.self)) ?? ""
         }
@@ -236,59 +247,62 @@ extension [String: DBusVariant] {
     }
 }
 
-/// One entry of `ListLeases`: `(otssssttus)`.
-struct LeaseRow: DBusDecodable, Codable, Equatable {
-    static var dbusSignature: String { "(otssssttus)" }
-
-    var path: String
-    var id: UInt64
-    var strategy: String
-    var kind: String
-    var holds: String
-    var reason: String
-    /// Microseconds since the Unix epoch.
-    var acquiredAt: UInt64
-    /// Microseconds since the Unix epoch; 0: no budget.
-    var deadline: UInt64
-    var renewals: UInt32
-    var state: String
+/// A `ListLeases` row (the contract's ``LeaseRow``) and its `Status`
+/// property; in JSON, the row's fields and `status`.
+@dynamicMemberLookup
+struct ListedLease: Codable, Equatable {
+    var row: LeaseRow
     /// The lease's `Status` property, values as text; nil when empty.
     var status: [String: String]?
 
-    init(dbusValue: DBusValue) throws(DBusError) {
-        guard case let .structure(f) = dbusValue, f.count == 10,
-              case let .objectPath(path) = f[0], case let .uint64(id) = f[1],
-              case let .string(strategy) = f[2], case let .string(kind) = f[3],
-              case let .string(holds) = f[4], case let .string(reason) = f[5],
-              case let .uint64(acquiredAt) = f[6], case let .uint64(deadline) = f[7],
-              case let .uint32(renewals) = f[8], case let .string(state) = f[9]
-        else { throw .invalidArgs("expected a lease of signature \(Self.dbusSignature), got \(dbusValue.signature)") }
-        (self.path, self.id, self.strategy, self.kind, self.holds, self.reason) = (path, id, strategy, kind, holds, reason)
-        (self.acquiredAt, self.deadline, self.renewals, self.state) = (acquiredAt, deadline, renewals, state)
+    init(row: LeaseRow, status: [String: String]? = nil) {
+        self.row = row
+        self.status = status
     }
+
+    subscript<T>(dynamicMember keyPath: KeyPath<LeaseRow, T>) -> T { row[keyPath: keyPath] }
+
+    func encode(to encoder: any Encoder) throws {
+        try row.encode(to: encoder)
+        var container = encoder.container(keyedBy: Keys.self)
+        try container.encodeIfPresent(status, forKey: .status)
+    }
+
+    init(from decoder: any Decoder) throws {
+        row = try LeaseRow(from: decoder)
+        status = try decoder.container(keyedBy: Keys.self).decodeIfPresent([String: String].self, forKey: .status)
+    }
+
+    private enum Keys: String, CodingKey { case status }
 }
 
-/// One entry of `ListStrategies`: `(osssus)`.
-struct StrategyRow: DBusDecodable, Codable, Equatable {
-    static var dbusSignature: String { "(osssus)" }
-
-    var path: String
-    var name: String
-    var kind: String
-    var state: String
-    var restarts: UInt32
-    var lastError: String
+/// A `ListStrategies` row (the contract's ``StrategyRow``) and, while it
+/// waits, its `WaitingFor` property; in JSON, the row's fields and `waitingFor`.
+@dynamicMemberLookup
+struct ListedStrategy: Codable, Equatable {
+    var row: StrategyRow
     /// While waiting: the `when` conditions that are false.
     var waitingFor: String?
 
-    init(dbusValue: DBusValue) throws(DBusError) {
-        guard case let .structure(f) = dbusValue, f.count == 6,
-              case let .objectPath(path) = f[0], case let .string(name) = f[1],
-              case let .string(kind) = f[2], case let .string(state) = f[3],
-              case let .uint32(restarts) = f[4], case let .string(lastError) = f[5]
-        else { throw .invalidArgs("expected a strategy of signature \(Self.dbusSignature), got \(dbusValue.signature)") }
-        (self.path, self.name, self.kind, self.state, self.restarts, self.lastError) = (path, name, kind, state, restarts, lastError)
+    init(row: StrategyRow, waitingFor: String? = nil) {
+        self.row = row
+        self.waitingFor = waitingFor
     }
+
+    subscript<T>(dynamicMember keyPath: KeyPath<StrategyRow, T>) -> T { row[keyPath: keyPath] }
+
+    func encode(to encoder: any Encoder) throws {
+        try row.encode(to: encoder)
+        var container = encoder.container(keyedBy: Keys.self)
+        try container.encodeIfPresent(waitingFor, forKey: .waitingFor)
+    }
+
+    init(from decoder: any Decoder) throws {
+        row = try StrategyRow(from: decoder)
+        waitingFor = try decoder.container(keyedBy: Keys.self).decodeIfPresent(String.self, forKey: .waitingFor)
+    }
+
+    private enum Keys: String, CodingKey { case waitingFor }
 }
 
 /// JSON for tools: sorted keys, pretty-printed, slashes unescaped.

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import VigilHost
 import VigilDBus
+import VigilKit
 
 /// `vigilctl downloads`: the downloads of every download-session strategy,
 /// with progress bars, rate and ETA.
@@ -24,25 +25,23 @@ struct DownloadsCommand: AsyncParsableCommand {
             """
     )
 
-    static let downloadInterface = "org.vigil.Vigil1.Download"
+    static let downloadInterface = VigilAPI.downloadInterface
 
     @OptionGroup var busOptions: BusOptions
 
     @Flag(help: "Print the table again whenever a download changes.")
     var watch = false
 
+    /// A download object: its strategy, its id and its properties
+    /// (the contract's ``DownloadRow``).
+    @dynamicMemberLookup
     struct Row: Equatable {
         var path: String
         var strategy: String
         var id: UInt64
-        var url: String
-        var dest: String
-        var state: String
-        var bytesDone: UInt64
-        var bytesTotal: UInt64
-        var rate: Double
-        var attempts: UInt32
-        var lastError: String
+        var properties: DownloadRow
+
+        subscript<T>(dynamicMember keyPath: KeyPath<DownloadRow, T>) -> T { properties[keyPath: keyPath] }
     }
 
     func run() async throws {
@@ -59,51 +58,26 @@ struct DownloadsCommand: AsyncParsableCommand {
 
     /// Every download object, from the root ObjectManager.
     static func rows(_ client: VigilBusClient) async throws -> [Row] {
-        let reply = try await client.call("GetManagedObjects", interface: "org.freedesktop.DBus.ObjectManager")
+        let reply = try await client.call("GetManagedObjects", interface: VigilAPI.objectManagerInterface)
         guard case let .dict(_, _, objects)? = reply.body.first else { return [] }
         var rows: [Row] = []
         for object in objects {
             guard case let .objectPath(path) = object.key, case let .dict(_, _, interfaces) = object.value,
                   let entry = interfaces.first(where: { $0.key == .string(downloadInterface) }),
-                  case let .dict(_, _, properties) = entry.value else { continue }
-            var values: [String: DBusValue] = [:]
-            for p in properties {
-                if case let .string(name) = p.key, case let .variant(v) = p.value { values[name] = v }
-            }
-            func string(_ k: String) -> String { if case let .string(s)? = values[k] { s } else { "" } }
-            func uint(_ k: String) -> UInt64 {
-                switch values[k] {
-                case let .uint64(v)?: v
-                case let .uint32(v)?: UInt64(v)
-                default: 0
-                }
+                  case let .dictionary(values)? = HostBusValues.bus(entry.value) else { continue }
+            let properties: DownloadRow
+            do {
+                properties = try DownloadRow(properties: values)
+            } catch {
+                throw VigilctlFailure("the download at \(path) is not what this vigilctl expects (\(error)); are vigild and vigilctl the same version?")
             }
             // .../Strategy/<escaped name>/Download/<id>
             let elements = path.split(separator: "/")
             let id = elements.last.flatMap { UInt64($0) } ?? 0
             let escaped = elements.count >= 3 ? String(elements[elements.count - 3]) : ""
-            let rate: Double = if case let .double(d)? = values["Rate"] { d } else { 0 }
-            rows.append(Row(
-                path: path, strategy: unescape(escaped), id: id, url: string("Url"), dest: string("Dest"),
-                state: string("State"), bytesDone: uint("BytesDone"), bytesTotal: uint("BytesTotal"), rate: rate,
-                attempts: UInt32(clamping: uint("Attempts")), lastError: string("LastError")))
+            rows.append(Row(path: path, strategy: VigilAPI.unescapePathElement(escaped) ?? escaped, id: id, properties: properties))
         }
         return rows.sorted { ($0.strategy, $0.id) < ($1.strategy, $1.id) }
-    }
-
-    /// The strategy name of an escaped path element (`mail_2dsync`).
-    static func unescape(_ element: String) -> String {
-        var bytes: [UInt8] = []
-        var i = element.utf8.makeIterator()
-        while let c = i.next() {
-            if c == UInt8(ascii: "_"), let h = i.next(), let l = i.next(),
-               let byte = UInt8(String(decoding: [h, l], as: UTF8.self), radix: 16) {
-                bytes.append(byte)
-            } else {
-                bytes.append(c)
-            }
-        }
-        return String(decoding: bytes, as: UTF8.self)
     }
 
     static func table(_ rows: [Row]) -> String {
@@ -156,9 +130,9 @@ struct DownloadsCommand: AsyncParsableCommand {
     private func follow(_ client: VigilBusClient) async throws {
         // Subscribe before listing, so no change falls between the two.
         let changes = try await client.connection.signals(matching: DBusMatchRule(
-            sender: VigilBusClient.busName, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged"))
+            sender: VigilBusClient.busName, interface: VigilAPI.propertiesInterface, member: "PropertiesChanged"))
         let objects = try await client.connection.signals(matching: DBusMatchRule(
-            sender: VigilBusClient.busName, interface: "org.freedesktop.DBus.ObjectManager"))
+            sender: VigilBusClient.busName, interface: VigilAPI.objectManagerInterface))
         let ownerChanges = try await client.connection.signals(matching: DBusMatchRule(
             sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged"))
         let first = Self.table(try await Self.rows(client))

@@ -118,7 +118,7 @@ struct HoldCommand: AsyncParsableCommand {
 }
 
 extension VigilBusClient {
-    static let clientLeaseInterface = "org.vigil.Vigil1.ClientLease"
+    static let clientLeaseInterface = VigilAPI.clientLeaseInterface
 
     func beginBackgroundTask(name: String, reason: String, budgetMicros: UInt64) async throws -> (path: String, fd: DBusFileDescriptor) {
         let reply = try await call("BeginBackgroundTask", arguments: [.string(name), .string(reason), .uint64(budgetMicros)])

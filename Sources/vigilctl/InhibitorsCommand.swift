@@ -76,7 +76,7 @@ struct InhibitorsCommand: AsyncParsableCommand {
         }
     }
 
-    static func holder(_ lease: LeaseRow) -> Holder {
+    static func holder(_ lease: ListedLease) -> Holder {
         let status = lease.status ?? [:]
         var via = lease.kind
         if let interface = status["Interface"] { via += " (\(interface))" }

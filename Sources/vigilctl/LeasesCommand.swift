@@ -37,7 +37,7 @@ struct LeasesCommand: AsyncParsableCommand {
     /// A lease in `--json` output: the ListLeases fields plus figures
     /// computed when printed.
     struct LeaseJSON: Codable {
-        var lease: LeaseRow
+        var lease: ListedLease
         /// Microseconds from acquisition to now.
         var ageUsec: UInt64
         /// Microseconds to the deadline (negative: overdue); nil without a budget.
@@ -45,7 +45,7 @@ struct LeasesCommand: AsyncParsableCommand {
         /// "listed" for the leases `--watch --json` prints before the events.
         var event: String?
 
-        init(_ lease: LeaseRow, now: UInt64, event: String? = nil) {
+        init(_ lease: ListedLease, now: UInt64, event: String? = nil) {
             self.lease = lease
             self.event = event
             ageUsec = now > lease.acquiredAt ? now - lease.acquiredAt : 0
@@ -61,7 +61,7 @@ struct LeasesCommand: AsyncParsableCommand {
         }
 
         init(from decoder: any Decoder) throws {
-            lease = try LeaseRow(from: decoder)
+            lease = try ListedLease(from: decoder)
             let container = try decoder.container(keyedBy: Keys.self)
             ageUsec = try container.decode(UInt64.self, forKey: .ageUsec)
             remainingUsec = try container.decodeIfPresent(Int64.self, forKey: .remainingUsec)
@@ -84,7 +84,7 @@ struct LeasesCommand: AsyncParsableCommand {
         }
     }
 
-    private func printListing(_ leases: [LeaseRow]) {
+    private func printListing(_ leases: [ListedLease]) {
         let now = TableFormat.nowMicros()
         if json {
             let text = (try? jsonText(leases.map { LeaseJSON($0, now: now) })) ?? "[]"
@@ -94,7 +94,7 @@ struct LeasesCommand: AsyncParsableCommand {
         }
     }
 
-    static func table(_ leases: [LeaseRow], now: UInt64) -> String {
+    static func table(_ leases: [ListedLease], now: UInt64) -> String {
         guard !leases.isEmpty else { return "No active leases.\n" }
         typealias C = TableFormat.Column
         let rows = leases.sorted { $0.id < $1.id }.map { lease -> [String] in

@@ -32,7 +32,7 @@ struct StrategiesCommand: AsyncParsableCommand {
         }
     }
 
-    static func table(_ strategies: [StrategyRow]) -> String {
+    static func table(_ strategies: [ListedStrategy]) -> String {
         guard !strategies.isEmpty else { return "No strategies configured.\n" }
         typealias C = TableFormat.Column
         // The column appears only when a strategy waits for its conditions.

@@ -86,6 +86,8 @@ private func paths(_ value: DBusValue?) -> [String] {
         #expect(parsed.stdout.contains("org.vigil.Vigil1.Lease 0 0 10\n"))
         #expect(parsed.stdout.contains("org.vigil.Vigil1.ClientLease 2 2 4\n"))
         #expect(parsed.stdout.contains("org.freedesktop.DBus.ObjectManager 1 2 0\n"))
+        #expect(parsed.stdout.contains("org.vigil.Vigil1.DownloadSession 4 0 0\n"))
+        #expect(parsed.stdout.contains("org.vigil.Vigil1.Download 0 0 9\n"))
         let docs = try String(contentsOfFile: Build.packageRoot + "/docs/org.vigil.Vigil1.xml", encoding: .utf8)
         #expect(docs == xml, "docs/org.vigil.Vigil1.xml is stale: regenerate it with `vigild --print-introspection > docs/org.vigil.Vigil1.xml`")
     }

@@ -12,7 +12,7 @@ import VigilKit
 /// address file).
 public actor BusService {
     /// The well-known name vigild owns.
-    public static let wellKnownName = "org.vigil.Vigil1"
+    public static let wellKnownName = VigilAPI.busName
 
     /// The bus in use and where it came from.
     public private(set) var hostBus: BusLocator.HostBus

@@ -138,30 +138,9 @@ public actor HostBusAPI {
         await runtime.inhibits.busLost()
     }
 
-    /// The introspection XML of the whole API: the root object's interfaces
-    /// (with the standard ones) followed by the Strategy and Lease
-    /// interfaces, generated from the declarations the host exports. This
-    /// is `docs/org.vigil.Vigil1.xml`.
-    public static func introspectionXML() -> String {
-        let xml = DBusIntrospection.xml(
-            interfaces: [HostBusInterfaces.host(nil), HostBusInterfaces.strategy(nil, name: ""), HostBusInterfaces.lease(nil, id: LeaseID(0)),
-                         HostBusInterfaces.clientLease(nil, id: LeaseID(0), client: ClientIdentity(owner: "", uid: 0, pid: 0, name: ""))],
-            isObject: true, isObjectManager: true, children: []
-        )
-        let comment = """
-        <!-- The org.vigil.Vigil1 D-Bus API of vigild (see docs/dbus-api.md).
-             Generated from the declarations vigild exports (its print-introspection
-             option); do not edit.
-             \(HostBusNames.rootPath): \(HostBusNames.hostInterface) and the standard interfaces listed here
-             \(HostBusNames.rootPath)/Strategy/<escaped name>: \(HostBusNames.strategyInterface)
-             \(HostBusNames.rootPath)/Lease/<id>: \(HostBusNames.leaseInterface), and \(HostBusNames.clientLeaseInterface)
-               when a D-Bus client began the lease (BeginBackgroundTask) -->
-
-        """
-        // After the DOCTYPE (its two lines), before the node.
-        guard let node = xml.range(of: "<node>") else { return xml }
-        return String(xml[..<node.lowerBound]) + comment + String(xml[node.lowerBound...])
-    }
+    /// The introspection XML of the whole API (docs/org.vigil.Vigil1.xml),
+    /// generated from the contract.
+    public static func introspectionXML() -> String { HostBusInterfaces.introspectionXML() }
 
     // MARK: access
 
@@ -193,25 +172,22 @@ public actor HostBusAPI {
     }
 
     func leaseRows() -> DBusValue {
-        .array(elementSignature: HostBusInterfaces.leaseRow, leases.keys.sorted().compactMap { id in
+        HostBusValues.rows(leases.keys.sorted().compactMap { id -> LeaseRow? in
             guard let entry = leases[id] else { return nil }
             let lease = entry.snapshot
-            return .structure([
-                .objectPath(HostBusNames.leasePath(id)), .uint64(id.rawValue), .string(lease.strategy), .string(entry.kind),
-                .string(lease.holds), .string(lease.reason), .uint64(UInt64(clamping: lease.acquiredWallMicros)),
-                .uint64(HostBusValues.deadlineWallMicros(lease)), .uint32(UInt32(clamping: lease.renewals)),
-                .string(lease.state.rawValue),
-            ])
+            return LeaseRow(
+                path: HostBusNames.leasePath(id), id: id.rawValue, strategy: lease.strategy, kind: entry.kind,
+                holds: lease.holds, reason: lease.reason, acquiredAt: UInt64(clamping: lease.acquiredWallMicros),
+                deadline: HostBusValues.deadlineWallMicros(lease), renewals: UInt32(clamping: lease.renewals),
+                state: lease.state.rawValue)
         })
     }
 
     func strategyRows() -> DBusValue {
-        .array(elementSignature: HostBusInterfaces.strategyRow, strategyOrder.compactMap { name in
+        HostBusValues.rows(strategyOrder.compactMap { name -> StrategyRow? in
             guard let status = strategies[name]?.status else { return nil }
-            return .structure([
-                .objectPath(HostBusNames.strategyPath(name)), .string(name), .string(status.kind), .string(status.state.rawValue),
-                .uint32(UInt32(clamping: status.restarts)), .string(status.lastError ?? ""),
-            ])
+            return StrategyRow(path: HostBusNames.strategyPath(name), name: name, kind: status.kind, state: status.state.rawValue,
+                               restarts: UInt32(clamping: status.restarts), lastError: status.lastError ?? "")
         })
     }
 
@@ -223,16 +199,7 @@ public actor HostBusAPI {
         } catch {
             throw DBusError.failed("cannot read the survival log: \(error)")
         }
-        return .array(elementSignature: HostBusInterfaces.runRow, runs.map { run in
-            .structure([
-                .string(run.runId), .uint64(UInt64(clamping: run.startWall)),
-                .uint64(run.endReason == .running ? 0 : UInt64(clamping: run.endWall ?? run.lastHeartbeatWall)),
-                .string(run.endReason.rawValue), .uint64(UInt64(clamping: run.aliveMicros)),
-                .uint64(UInt64(clamping: run.awakeMicros)), .uint64(UInt64(clamping: run.suspendedMicros)),
-                .uint32(UInt32(clamping: run.stalls)), .uint64(UInt64(clamping: run.longestStallMicros)),
-                .uint32(UInt32(clamping: run.heartbeats)),
-            ])
-        })
+        return HostBusValues.rows(runs.map(RunRow.init))
     }
 
     // MARK: following the runtime

@@ -1,57 +1,8 @@
 import VigilDBus
 import VigilKit
 
-extension HostBusNames {
-    /// The extra interface of a lease a D-Bus client began.
-    public static let clientLeaseInterface = "org.vigil.Vigil1.ClientLease"
-}
-
 extension ClientLeaseError {
     var dbusError: DBusError { DBusError(name: dbusName, message: description) }
-}
-
-extension HostBusInterfaces {
-    /// `org.vigil.Vigil1.Host.BeginBackgroundTask(s name, s reason, t budget_usec) → (o lease, h fd)`.
-    static func beginBackgroundTask(_ api: HostBusAPI?) -> DBusMethod {
-        DBusMethod(
-            "BeginBackgroundTask",
-            in: [DBusArgument("name", String.self), DBusArgument("reason", String.self), DBusArgument("budget_usec", UInt64.self)],
-            out: [DBusArgument("lease", "o"), DBusArgument("fd", "h")]
-        ) { [weak api] call in
-            guard let api else { throw DBusError.failed("vigild's D-Bus API is shutting down") }
-            return try await api.beginBackgroundTask(call)
-        }
-    }
-
-    /// `org.vigil.Vigil1.ClientLease` on a client lease's object: End,
-    /// Renew, the owner's identity, and the Expiring/Expired signals.
-    static func clientLease(_ api: HostBusAPI?, id: LeaseID, client: ClientIdentity) -> DBusInterface {
-        DBusInterface(
-            HostBusNames.clientLeaseInterface,
-            methods: [
-                DBusMethod("End") { [weak api] call in
-                    guard let api else { throw DBusError.failed("vigild's D-Bus API is shutting down") }
-                    try await api.endClientLease(id, call)
-                    return []
-                },
-                DBusMethod("Renew", in: [DBusArgument("budget_usec", UInt64.self)]) { [weak api] call in
-                    guard let api else { throw DBusError.failed("vigild's D-Bus API is shutting down") }
-                    try await api.renewClientLease(id, call, budgetMicros: try call.argument(0, as: UInt64.self))
-                    return []
-                },
-            ],
-            properties: [
-                .readOnly("Owner", String.self) { client.owner },
-                .readOnly("Uid", UInt32.self) { client.uid },
-                .readOnly("Pid", UInt32.self) { client.pid },
-                .readOnly("Name", String.self) { client.name },
-            ],
-            signals: [
-                DBusSignal("Expiring", arguments: [DBusArgument("remaining_usec", "t")]),
-                DBusSignal("Expired", arguments: []),
-            ]
-        )
-    }
 }
 
 extension HostBusAPI {

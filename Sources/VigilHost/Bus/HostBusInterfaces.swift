@@ -1,87 +1,78 @@
 import VigilDBus
 import VigilKit
 
-/// The declarations of `org.vigil.Vigil1.Host`, `.Strategy` and `.Lease`
-/// (docs/dbus-api.md). The object server exports them and
-/// `vigild --print-introspection` prints XML generated from the same values.
+/// vigild's handlers for the `org.vigil.Vigil1` interfaces the contract
+/// declares (``VigilAPI``: Host, Strategy, Lease, ClientLease). Each
+/// interface is built with ``DBusInterface/init(api:methods:properties:)``,
+/// which stops vigild if a declared member has no handler or a handler has
+/// no declaration.
 ///
 /// Handlers hold the API weakly: the server keeps the declarations, and the
-/// API keeps the server. Built with a nil API (for introspection only), every
-/// handler fails.
+/// API keeps the server. Built with a nil API, every handler fails.
 enum HostBusInterfaces {
-    static let leaseRow = "(otssssttus)"
-    static let strategyRow = "(osssus)"
-    static let runRow = "(sttstttutu)"
-
     private static func gone() -> DBusError { .failed("vigild's D-Bus API is shutting down") }
 
     // MARK: Host
 
     static func host(_ api: HostBusAPI?) -> DBusInterface {
         let runtime = api?.runtime
-        // Reads a constant of the runtime (or fails when built for introspection).
-        func constant<T: DBusEncodable>(_ name: String, _ type: T.Type, emitsChange: DBusProperty.EmitsChange = .const,
-                                        _ read: @escaping @Sendable (HostRuntime) async -> T) -> DBusProperty {
-            .readOnly(name, type, emitsChange: emitsChange) {
+        // Reads a value of the runtime (or fails when the API is gone).
+        func read<T: DBusEncodable>(_ value: @escaping @Sendable (HostRuntime) async -> T) -> DBusProperty.Getter {
+            {
                 guard let runtime else { throw gone() }
-                return await read(runtime)
+                return await value(runtime).dbusValue
             }
         }
         return DBusInterface(
-            HostBusNames.hostInterface,
+            api: VigilAPI.host,
             methods: [
-                DBusMethod("ListLeases", out: [DBusArgument("leases", "a" + leaseRow)]) { [weak api] _ in
+                "ListLeases": { [weak api] _ in
                     guard let api else { throw gone() }
                     return [await api.leaseRows()]
                 },
-                DBusMethod("ListStrategies", out: [DBusArgument("strategies", "a" + strategyRow)]) { [weak api] _ in
+                "ListStrategies": { [weak api] _ in
                     guard let api else { throw gone() }
                     return [await api.strategyRows()]
                 },
-                DBusMethod("Survival", in: [DBusArgument("since_usec", UInt64.self)], out: [DBusArgument("runs", "a" + runRow)]) { [weak api] call in
+                "Survival": { [weak api] call in
                     guard let api else { throw gone() }
                     return [try api.survivalRows(since: try call.argument(0, as: UInt64.self))]
                 },
-                beginBackgroundTask(api),
-                DBusMethod("Reload", out: [DBusArgument("applied", Bool.self), DBusArgument("messages", [String].self)]) { [weak api] call in
+                "BeginBackgroundTask": { [weak api] call in
+                    guard let api else { throw gone() }
+                    return try await api.beginBackgroundTask(call)
+                },
+                "Reload": { [weak api] call in
                     guard let api else { throw gone() }
                     let uid = try await call.connection.callerUID(call.sender)
-                    try HostBusAPI.requireMayMutate(callerUID: uid, hostUID: api.hostUID, method: "\(HostBusNames.hostInterface).Reload")
+                    try HostBusAPI.requireMayMutate(callerUID: uid, hostUID: api.hostUID, method: "\(VigilAPI.hostInterface).Reload")
                     let result = await api.runtime.reload()
                     return [.bool(result.applied), result.messages.dbusValue]
                 },
             ],
             properties: [
-                constant("Version", String.self) { $0.version },
-                constant("RunId", String.self) { $0.runId },
-                constant("StartedAt", UInt64.self) { UInt64(clamping: $0.startedWallMicros) },
-                constant("SurvivalSeconds", UInt64.self, emitsChange: .false) { runtime in
+                "Version": read { $0.version },
+                "RunId": read { $0.runId },
+                "StartedAt": read { UInt64(clamping: $0.startedWallMicros) },
+                "SurvivalSeconds": read { runtime in
                     UInt64(clamping: max(0, (runtime.clock.now - runtime.startedAt).components.seconds))
                 },
-                constant("PowerBackend", String.self) { $0.registry.backend.name },
-                constant("PowerBackendReason", String.self) { $0.registry.backend.reason },
-                constant("WakeClock", String.self) { $0.scheduler.clockInfo.clock },
-                constant("WakeClockReason", String.self) { $0.scheduler.clockInfo.reason },
-                constant("CanWakeSystem", Bool.self) { $0.scheduler.clockInfo.canWakeSystem },
-                constant("ConfigPath", String.self) { $0.configPath },
-                constant("StoreWritable", Bool.self, emitsChange: .false) { await $0.store.unwritableState == nil },
-                constant("DroppedLogLines", UInt64.self, emitsChange: .false) { UInt64(clamping: await $0.health().droppedLogLines) },
-                DBusProperty("Strategies", signature: "ao", access: .read, emitsChange: .true) { [weak api] in
+                "PowerBackend": read { $0.registry.backend.name },
+                "PowerBackendReason": read { $0.registry.backend.reason },
+                "WakeClock": read { $0.scheduler.clockInfo.clock },
+                "WakeClockReason": read { $0.scheduler.clockInfo.reason },
+                "CanWakeSystem": read { $0.scheduler.clockInfo.canWakeSystem },
+                "ConfigPath": read { $0.configPath },
+                "StoreWritable": read { await $0.store.unwritableState == nil },
+                "DroppedLogLines": read { UInt64(clamping: await $0.health().droppedLogLines) },
+                "Strategies": { [weak api] in
                     guard let api else { throw gone() }
                     return await api.strategyPaths()
                 },
-                DBusProperty("Leases", signature: "ao", access: .read, emitsChange: .true) { [weak api] in
+                "Leases": { [weak api] in
                     guard let api else { throw gone() }
                     return await api.leasePaths()
                 },
-            ],
-            signals: [
-                DBusSignal("LeaseAcquired", arguments: [DBusArgument("lease", "o"), DBusArgument("strategy", "s"), DBusArgument("holds", "s")]),
-                DBusSignal("LeaseRenewed", arguments: [DBusArgument("lease", "o"), DBusArgument("deadline", "t")]),
-                DBusSignal("LeaseExpiring", arguments: [DBusArgument("lease", "o"), DBusArgument("remaining_usec", "t")]),
-                DBusSignal("LeaseExpired", arguments: [DBusArgument("lease", "o"), DBusArgument("forced", "b")]),
-                DBusSignal("LeaseReleased", arguments: [DBusArgument("lease", "o"), DBusArgument("reason", "s")]),
-                DBusSignal("StrategyStateChanged", arguments: [DBusArgument("strategy", "o"), DBusArgument("state", "s"), DBusArgument("last_error", "s")]),
             ]
         )
     }
@@ -89,9 +80,8 @@ enum HostBusInterfaces {
     // MARK: Strategy
 
     static func strategy(_ api: HostBusAPI?, name: String) -> DBusInterface {
-        func read(_ property: String, _ signature: String, _ emitsChange: DBusProperty.EmitsChange,
-                  _ value: @escaping @Sendable (HostBusAPI.StrategyEntry) -> DBusValue) -> DBusProperty {
-            DBusProperty(property, signature: signature, access: .read, emitsChange: emitsChange) { [weak api] in
+        func read(_ value: @escaping @Sendable (HostBusAPI.StrategyEntry) -> DBusValue) -> DBusProperty.Getter {
+            { [weak api] in
                 guard let api else { throw gone() }
                 guard let entry = await api.strategy(named: name) else {
                     throw DBusError.unknownObject("strategy \"\(name)\" is no longer configured")
@@ -100,15 +90,15 @@ enum HostBusInterfaces {
             }
         }
         return DBusInterface(
-            HostBusNames.strategyInterface,
+            api: VigilAPI.strategy,
             properties: [
-                read("Name", "s", .const) { .string($0.status.name) },
-                read("Kind", "s", .const) { .string($0.status.kind) },
-                read("State", "s", .true) { .string($0.status.state.rawValue) },
-                read("Restarts", "u", .true) { .uint32(UInt32(clamping: $0.status.restarts)) },
-                read("LastError", "s", .true) { .string($0.status.lastError ?? "") },
-                read("WaitingFor", "s", .true) { .string($0.status.waitingFor) },
-                read("Config", "a{sv}", .const) { HostBusValues.configTable($0.config) },
+                "Name": read { .string($0.status.name) },
+                "Kind": read { .string($0.status.kind) },
+                "State": read { .string($0.status.state.rawValue) },
+                "Restarts": read { .uint32(UInt32(clamping: $0.status.restarts)) },
+                "LastError": read { .string($0.status.lastError ?? "") },
+                "WaitingFor": read { .string($0.status.waitingFor) },
+                "Config": read { HostBusValues.configTable($0.config) },
             ]
         )
     }
@@ -116,9 +106,8 @@ enum HostBusInterfaces {
     // MARK: Lease
 
     static func lease(_ api: HostBusAPI?, id: LeaseID) -> DBusInterface {
-        func read(_ property: String, _ signature: String, _ emitsChange: DBusProperty.EmitsChange,
-                  _ value: @escaping @Sendable (HostBusAPI.LeaseEntry) -> DBusValue) -> DBusProperty {
-            DBusProperty(property, signature: signature, access: .read, emitsChange: emitsChange) { [weak api] in
+        func read(_ value: @escaping @Sendable (HostBusAPI.LeaseEntry) -> DBusValue) -> DBusProperty.Getter {
+            { [weak api] in
                 guard let api else { throw gone() }
                 guard let entry = await api.lease(id) else {
                     throw DBusError.unknownObject("lease \(id) has ended")
@@ -127,19 +116,70 @@ enum HostBusInterfaces {
             }
         }
         return DBusInterface(
-            HostBusNames.leaseInterface,
+            api: VigilAPI.lease,
             properties: [
-                read("Id", "t", .const) { .uint64($0.snapshot.id.rawValue) },
-                read("Strategy", "s", .const) { .string($0.snapshot.strategy) },
-                read("Kind", "s", .const) { .string($0.kind) },
-                read("Holds", "s", .const) { .string($0.snapshot.holds) },
-                read("Reason", "s", .const) { .string($0.snapshot.reason) },
-                read("AcquiredAt", "t", .const) { .uint64(UInt64(clamping: $0.snapshot.acquiredWallMicros)) },
-                read("Deadline", "t", .true) { .uint64(HostBusValues.deadlineWallMicros($0.snapshot)) },
-                read("Renewals", "u", .true) { .uint32(UInt32(clamping: $0.snapshot.renewals)) },
-                read("State", "s", .true) { .string($0.snapshot.state.rawValue) },
-                read("Status", "a{sv}", .true) { HostBusValues.status($0.snapshot.status) },
+                "Id": read { .uint64($0.snapshot.id.rawValue) },
+                "Strategy": read { .string($0.snapshot.strategy) },
+                "Kind": read { .string($0.kind) },
+                "Holds": read { .string($0.snapshot.holds) },
+                "Reason": read { .string($0.snapshot.reason) },
+                "AcquiredAt": read { .uint64(UInt64(clamping: $0.snapshot.acquiredWallMicros)) },
+                "Deadline": read { .uint64(HostBusValues.deadlineWallMicros($0.snapshot)) },
+                "Renewals": read { .uint32(UInt32(clamping: $0.snapshot.renewals)) },
+                "State": read { .string($0.snapshot.state.rawValue) },
+                "Status": read { HostBusValues.status($0.snapshot.status) },
             ]
         )
+    }
+
+    // MARK: ClientLease
+
+    /// `org.vigil.Vigil1.ClientLease` on a client lease's object: End,
+    /// Renew, the owner's identity, and the Expiring/Expired signals.
+    static func clientLease(_ api: HostBusAPI?, id: LeaseID, client: ClientIdentity) -> DBusInterface {
+        DBusInterface(
+            api: VigilAPI.clientLease,
+            methods: [
+                "End": { [weak api] call in
+                    guard let api else { throw gone() }
+                    try await api.endClientLease(id, call)
+                    return []
+                },
+                "Renew": { [weak api] call in
+                    guard let api else { throw gone() }
+                    try await api.renewClientLease(id, call, budgetMicros: try call.argument(0, as: UInt64.self))
+                    return []
+                },
+            ],
+            properties: [
+                "Owner": { .string(client.owner) },
+                "Uid": { .uint32(client.uid) },
+                "Pid": { .uint32(client.pid) },
+                "Name": { .string(client.name) },
+            ]
+        )
+    }
+
+    // MARK: introspection
+
+    /// The introspection XML of the whole API, generated from the contract:
+    /// the root object's standard interfaces followed by every interface
+    /// vigild can export, with a comment saying where each lives. This is
+    /// `docs/org.vigil.Vigil1.xml` (`vigild --print-introspection`).
+    static func introspectionXML() -> String {
+        let xml = DBusIntrospection.xml(interfaces: VigilAPI.interfaces.map(DBusInterface.init(declaration:)),
+                                        isObject: true, isObjectManager: true, children: [])
+        let comment = """
+        <!-- The \(VigilAPI.busName) D-Bus API of vigild (see docs/dbus-api.md).
+             Generated from its declaration (VigilKit's APIContract.swift) by
+             vigild's print-introspection option; do not edit. Where each interface lives:
+
+        """ + VigilAPI.interfaces.map { "     \($0.name): \($0.objects)\n" }.joined() + """
+        -->
+
+        """
+        // After the DOCTYPE (its two lines), before the node.
+        guard let node = xml.range(of: "<node>") else { return xml }
+        return String(xml[..<node.lowerBound]) + comment + String(xml[node.lowerBound...])
     }
 }

@@ -117,8 +117,10 @@ public actor StrategyBusBridge {
     func update(path: String, values: [String: BusValue], immediately: Bool) async {
         guard var child = children[path] else { return }
         var changed: Set<String> = []
-        for (name, value) in values where child.properties.contains(where: { $0.name == name && $0.signature == value.signature }) {
-            if child.values[name] != value { changed.insert(name) }
+        for (name, value) in values {
+            guard let property = child.properties.first(where: { $0.name == name && $0.signature == value.signature }) else { continue }
+            // A const or unannounced property changes without PropertiesChanged.
+            if child.values[name] != value, property.emitsChange == .true || property.emitsChange == .invalidates { changed.insert(name) }
             child.values[name] = value
         }
         child.pending.formUnion(changed)
@@ -178,7 +180,7 @@ public actor StrategyBusBridge {
     private func exportChild(_ path: String) async {
         guard let server, var child = children[path], !child.exported else { return }
         let properties = child.properties.map { p in
-            DBusProperty(p.name, signature: p.signature, access: .read, emitsChange: .true) { [weak self] in
+            DBusProperty(p.name, signature: p.signature, access: .read, emitsChange: DBusProperty.EmitsChange(p.emitsChange)) { [weak self] in
                 guard let self, let value = await self.value(path: path, property: p.name) else {
                     throw DBusError.unknownObject("\(path) is gone")
                 }
@@ -286,61 +288,4 @@ struct BridgedObject: BusObjectHandle {
     }
 
     func remove() async { await bridge.removeChild(path) }
-}
-
-extension HostBusValues {
-    /// A strategy's bus value on the wire.
-    public static func bus(_ value: BusValue) -> DBusValue {
-        switch value {
-        case .string(let v): .string(v)
-        case .int64(let v): .int64(v)
-        case .uint64(let v): .uint64(v)
-        case .int32(let v): .int32(v)
-        case .uint32(let v): .uint32(v)
-        case .double(let v): .double(v)
-        case .bool(let v): .bool(v)
-        case .objectPath(let v): .objectPath(v)
-        case .array(let element, let items): .array(elementSignature: element, items.map { bus($0) })
-        case .dictionary(let d):
-            .dict(keySignature: "s", valueSignature: "v", d.keys.sorted().map { key in
-                DBusDictEntry(key: .string(key), value: .variant(bus(d[key] ?? .string(""))))
-            })
-        }
-    }
-
-    /// A wire value as a strategy's bus value; nil for types strategies do
-    /// not take (file descriptors, structs, bytes, non-`a{sv}` dictionaries).
-    public static func bus(_ value: DBusValue) -> BusValue? {
-        switch value {
-        case .string(let v): return .string(v)
-        case .int64(let v): return .int64(v)
-        case .uint64(let v): return .uint64(v)
-        case .int32(let v): return .int32(v)
-        case .uint32(let v): return .uint32(v)
-        case .int16(let v): return .int32(Int32(v))
-        case .uint16(let v): return .uint32(UInt32(v))
-        case .byte(let v): return .uint32(UInt32(v))
-        case .double(let v): return .double(v)
-        case .bool(let v): return .bool(v)
-        case .objectPath(let v): return .objectPath(v)
-        case .variant(let inner): return bus(inner)
-        case .array(let element, let items):
-            var out: [BusValue] = []
-            for item in items {
-                guard let v = bus(item) else { return nil }
-                out.append(v)
-            }
-            return .array(elementSignature: element, out)
-        case .dict(let key, let valueSig, let entries):
-            guard key == "s", valueSig == "v" else { return nil }
-            var out: [String: BusValue] = [:]
-            for entry in entries {
-                guard case .string(let k) = entry.key, let v = bus(entry.value) else { return nil }
-                out[k] = v
-            }
-            return .dictionary(out)
-        default:
-            return nil
-        }
-    }
 }

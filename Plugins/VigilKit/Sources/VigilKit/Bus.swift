@@ -13,6 +13,8 @@ public indirect enum BusValue: Sendable, Hashable, CustomStringConvertible {
     case array(elementSignature: String, [BusValue])
     /// `a{sv}`: string keys, each value in a variant.
     case dictionary([String: BusValue])
+    /// A struct: its fields in order (the rows of docs/dbus-api.md, see ``APIRow``).
+    case structure([BusValue])
 
     /// The D-Bus type signature.
     public var signature: String {
@@ -27,6 +29,7 @@ public indirect enum BusValue: Sendable, Hashable, CustomStringConvertible {
         case .objectPath: "o"
         case .array(let element, _): "a" + element
         case .dictionary: "a{sv}"
+        case .structure(let fields): "(" + fields.map(\.signature).joined() + ")"
         }
     }
 
@@ -41,6 +44,7 @@ public indirect enum BusValue: Sendable, Hashable, CustomStringConvertible {
         case .bool(let v): String(v)
         case .array(_, let items): "[" + items.map(\.description).joined(separator: ", ") + "]"
         case .dictionary(let d): "{" + d.keys.sorted().map { "\($0): \(d[$0]?.description ?? "")" }.joined(separator: ", ") + "}"
+        case .structure(let fields): "(" + fields.map(\.description).joined(separator: ", ") + ")"
         }
     }
 
@@ -128,9 +132,12 @@ public struct BusMethod: Sendable {
 public struct BusProperty: Sendable, Hashable {
     public var name: String
     public var signature: String
-    public init(_ name: String, _ signature: String) {
+    /// What a client is told when it changes (a `.const` one is never announced).
+    public var emitsChange: APIProperty.EmitsChange
+    public init(_ name: String, _ signature: String, emitsChange: APIProperty.EmitsChange = .true) {
         self.name = name
         self.signature = signature
+        self.emitsChange = emitsChange
     }
 }
 

@@ -1,0 +1,136 @@
+/// The declaration of one D-Bus interface of the `org.vigil.Vigil1` API:
+/// its methods, properties and signals with their names and signatures.
+/// Pure data: vigild binds handlers to it, vigilctl and the tests read it,
+/// and the introspection XML (docs/org.vigil.Vigil1.xml) is generated from it.
+public struct APIInterface: Sendable, Hashable {
+    public var name: String
+    /// Where objects with this interface live, for the XML's comment
+    /// (`/org/vigil/Vigil1/Lease/<id>`).
+    public var objects: String
+    public var methods: [APIMethod]
+    public var properties: [APIProperty]
+    public var signals: [APISignal]
+
+    public init(_ name: String, objects: String, methods: [APIMethod] = [], properties: [APIProperty] = [], signals: [APISignal] = []) {
+        self.name = name
+        self.objects = objects
+        self.methods = methods
+        self.properties = properties
+        self.signals = signals
+    }
+
+    /// The declared method `name`; a name the contract lacks is a programming error.
+    public func method(_ name: String) -> APIMethod {
+        guard let method = methods.first(where: { $0.name == name }) else { preconditionFailure("\(self.name) declares no method \(name)") }
+        return method
+    }
+
+    /// The declared property `name`; a name the contract lacks is a programming error.
+    public func property(_ name: String) -> APIProperty {
+        guard let property = properties.first(where: { $0.name == name }) else { preconditionFailure("\(self.name) declares no property \(name)") }
+        return property
+    }
+
+    /// The declared signal `name`; a name the contract lacks is a programming error.
+    public func signal(_ name: String) -> APISignal {
+        guard let signal = signals.first(where: { $0.name == name }) else { preconditionFailure("\(self.name) declares no signal \(name)") }
+        return signal
+    }
+
+    /// Checks that an implementation binds exactly the declared members:
+    /// every declared method and property has a handler, and no handler
+    /// is for a member the contract lacks.
+    public func checkBinding(methods bound: some Collection<String>, properties boundProperties: some Collection<String>) throws(APIBindingError) {
+        func compare(_ kind: String, declared: [String], bound: some Collection<String>) throws(APIBindingError) {
+            let missing = declared.filter { !bound.contains($0) }
+            let extra = bound.filter { !declared.contains($0) }.sorted()
+            if !missing.isEmpty { throw APIBindingError("\(name): declared \(kind) without a handler: \(missing.joined(separator: ", "))") }
+            if !extra.isEmpty { throw APIBindingError("\(name): \(kind) handler for an undeclared member: \(extra.joined(separator: ", "))") }
+        }
+        try compare("method", declared: methods.map(\.name), bound: bound)
+        try compare("property", declared: properties.map(\.name), bound: boundProperties)
+    }
+
+    /// The interface's methods as a strategy registers them
+    /// (``StrategyBus/register(interface:methods:)``): one handler per
+    /// declared method, in declaration order; `mutating` names the methods
+    /// only root and vigild's uid may call.
+    public func busMethods(mutating: Set<String>, _ handlers: [String: BusMethod.Handler]) throws(APIBindingError) -> [BusMethod] {
+        try checkBinding(methods: handlers.keys, properties: properties.map(\.name))
+        return methods.compactMap { method in
+            handlers[method.name].map {
+                BusMethod(method.name, in: method.inArguments, out: method.outArguments, mutating: mutating.contains(method.name), handler: $0)
+            }
+        }
+    }
+
+    /// The interface's properties as a strategy's child object exports
+    /// them (``StrategyBus/exportObject(relativePath:interface:properties:values:)``).
+    public var busProperties: [BusProperty] {
+        properties.map { BusProperty($0.name, $0.signature, emitsChange: $0.emitsChange) }
+    }
+}
+
+/// An implementation does not match the contract.
+public struct APIBindingError: Error, Hashable, Sendable, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// A declared method: its arguments in and out.
+public struct APIMethod: Sendable, Hashable {
+    public var name: String
+    public var inArguments: [BusArgument]
+    public var outArguments: [BusArgument]
+    public init(_ name: String, in inArguments: [BusArgument] = [], out outArguments: [BusArgument] = []) {
+        self.name = name
+        self.inArguments = inArguments
+        self.outArguments = outArguments
+    }
+    /// The signature a call must have.
+    public var inSignature: String { inArguments.map(\.signature).joined() }
+    /// The signature of the reply.
+    public var outSignature: String { outArguments.map(\.signature).joined() }
+}
+
+/// A declared property.
+public struct APIProperty: Sendable, Hashable {
+    public enum Access: String, Sendable, Hashable {
+        case read, write, readwrite
+    }
+
+    /// The `org.freedesktop.DBus.Property.EmitsChangedSignal` annotation:
+    /// what a client is told when the value changes.
+    public enum EmitsChange: String, Sendable, Hashable {
+        /// PropertiesChanged carries the new value.
+        case `true`
+        /// PropertiesChanged names the property without its value.
+        case invalidates
+        /// The value never changes during the object's lifetime.
+        case const
+        /// The value changes without a signal (read it again).
+        case `false`
+    }
+
+    public var name: String
+    public var signature: String
+    public var access: Access
+    public var emitsChange: EmitsChange
+    public init(_ name: String, _ signature: String, access: Access = .read, emitsChange: EmitsChange) {
+        self.name = name
+        self.signature = signature
+        self.access = access
+        self.emitsChange = emitsChange
+    }
+}
+
+/// A declared signal.
+public struct APISignal: Sendable, Hashable {
+    public var name: String
+    public var arguments: [BusArgument]
+    public init(_ name: String, _ arguments: [BusArgument] = []) {
+        self.name = name
+        self.arguments = arguments
+    }
+    public var signature: String { arguments.map(\.signature).joined() }
+}

@@ -1,0 +1,247 @@
+/// A typed row of the `org.vigil.Vigil1` API: a struct a method returns in
+/// an array (`ListLeases`' `(otssssttus)`), or the property set of an
+/// object (a download). Its ``fields`` are its D-Bus encoding, written once:
+/// the signature, the encoding vigild sends and the decoding vigilctl does
+/// all come from them.
+public protocol APIRow: Sendable, Equatable, Codable {
+    /// A row with every field at its zero value (the start of decoding).
+    init()
+    /// The fields in wire order.
+    static var fields: [APIField<Self>] { get }
+}
+
+extension APIRow {
+    /// The struct signature: `(otssssttus)`.
+    public static var signature: String { "(" + fields.map(\.signature).joined() + ")" }
+    /// An array of rows: `a(otssssttus)`.
+    public static var arraySignature: String { "a" + signature }
+
+    /// The row as a struct.
+    public var busValue: BusValue { .structure(Self.fields.map { $0.encode(self) }) }
+
+    /// The row of a struct.
+    public init(busValue: BusValue) throws(APIDecodingError) {
+        guard case .structure(let values) = busValue, values.count == Self.fields.count else {
+            throw APIDecodingError("expected a \(Self.self) of signature \(Self.signature), got \(busValue.signature)")
+        }
+        self.init()
+        for (field, value) in zip(Self.fields, values) {
+            guard field.decode(&self, value) else {
+                throw APIDecodingError("\(Self.self).\(field.name) should be \(field.signature), got \(value.signature)")
+            }
+        }
+    }
+
+    /// Rows as the array a method returns.
+    public static func array(_ rows: [Self]) -> BusValue {
+        .array(elementSignature: signature, rows.map(\.busValue))
+    }
+
+    /// The rows of an array a method returned.
+    public static func rows(_ value: BusValue) throws(APIDecodingError) -> [Self] {
+        guard case .array(let element, let items) = value, element == signature else {
+            throw APIDecodingError("expected \(arraySignature), got \(value.signature)")
+        }
+        var rows: [Self] = []
+        rows.reserveCapacity(items.count)
+        for item in items { rows.append(try Self(busValue: item)) }
+        return rows
+    }
+
+    /// The row as an object's properties, named by its fields.
+    public var properties: [String: BusValue] {
+        Dictionary(uniqueKeysWithValues: Self.fields.map { ($0.name, $0.encode(self)) })
+    }
+
+    /// The row of an object's properties (`GetAll`); every field must be there.
+    public init(properties: [String: BusValue]) throws(APIDecodingError) {
+        self.init()
+        for field in Self.fields {
+            guard let value = properties[field.name] else { throw APIDecodingError("\(Self.self) lacks \(field.name)") }
+            guard field.decode(&self, value) else {
+                throw APIDecodingError("\(Self.self).\(field.name) should be \(field.signature), got \(value.signature)")
+            }
+        }
+    }
+}
+
+/// A reply that does not match the contract.
+public struct APIDecodingError: Error, Hashable, Sendable, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// A Swift type a row field can have, with its D-Bus type.
+public protocol APIFieldValue: Sendable {
+    static var busSignature: String { get }
+    var busValue: BusValue { get }
+    init?(busValue: BusValue)
+}
+
+extension String: APIFieldValue {
+    public static var busSignature: String { "s" }
+    public var busValue: BusValue { .string(self) }
+    public init?(busValue: BusValue) { guard case .string(let v) = busValue else { return nil }; self = v }
+}
+
+extension UInt64: APIFieldValue {
+    public static var busSignature: String { "t" }
+    public var busValue: BusValue { .uint64(self) }
+    public init?(busValue: BusValue) { guard case .uint64(let v) = busValue else { return nil }; self = v }
+}
+
+extension UInt32: APIFieldValue {
+    public static var busSignature: String { "u" }
+    public var busValue: BusValue { .uint32(self) }
+    public init?(busValue: BusValue) { guard case .uint32(let v) = busValue else { return nil }; self = v }
+}
+
+extension Double: APIFieldValue {
+    public static var busSignature: String { "d" }
+    public var busValue: BusValue { .double(self) }
+    public init?(busValue: BusValue) { guard case .double(let v) = busValue else { return nil }; self = v }
+}
+
+/// One field of a row: its name, signature and how it is read from and
+/// written to the row.
+public struct APIField<Row>: Sendable {
+    public let name: String
+    public let signature: String
+    let encode: @Sendable (Row) -> BusValue
+    let decode: @Sendable (inout Row, BusValue) -> Bool
+
+    /// A field of a basic type.
+    public init<Value: APIFieldValue>(_ name: String, _ keyPath: WritableKeyPath<Row, Value> & Sendable) {
+        self.name = name
+        self.signature = Value.busSignature
+        self.encode = { $0[keyPath: keyPath].busValue }
+        self.decode = { row, value in
+            guard let decoded = Value(busValue: value) else { return false }
+            row[keyPath: keyPath] = decoded
+            return true
+        }
+    }
+
+    /// An object path (`o`), held as a string.
+    public static func objectPath(_ name: String, _ keyPath: WritableKeyPath<Row, String> & Sendable) -> APIField {
+        APIField(name: name, signature: "o", encode: { .objectPath($0[keyPath: keyPath]) }, decode: { row, value in
+            guard case .objectPath(let path) = value else { return false }
+            row[keyPath: keyPath] = path
+            return true
+        })
+    }
+
+    private init(name: String, signature: String, encode: @escaping @Sendable (Row) -> BusValue,
+                 decode: @escaping @Sendable (inout Row, BusValue) -> Bool) {
+        self.name = name
+        self.signature = signature
+        self.encode = encode
+        self.decode = decode
+    }
+}
+
+// MARK: the rows
+
+/// One entry of `Host.ListLeases`, per active lease by id.
+public struct LeaseRow: APIRow {
+    public var path = ""
+    public var id: UInt64 = 0
+    public var strategy = ""
+    public var kind = ""
+    public var holds = ""
+    public var reason = ""
+    /// Microseconds since the Unix epoch.
+    public var acquiredAt: UInt64 = 0
+    /// Microseconds since the Unix epoch; 0: no budget.
+    public var deadline: UInt64 = 0
+    public var renewals: UInt32 = 0
+    public var state = ""
+
+    public init() {}
+    public init(path: String, id: UInt64, strategy: String, kind: String, holds: String, reason: String,
+                acquiredAt: UInt64, deadline: UInt64, renewals: UInt32, state: String) {
+        (self.path, self.id, self.strategy, self.kind, self.holds, self.reason) = (path, id, strategy, kind, holds, reason)
+        (self.acquiredAt, self.deadline, self.renewals, self.state) = (acquiredAt, deadline, renewals, state)
+    }
+
+    public static let fields: [APIField<LeaseRow>] = [
+        .objectPath("path", \.path), APIField("id", \.id), APIField("strategy", \.strategy), APIField("kind", \.kind),
+        APIField("holds", \.holds), APIField("reason", \.reason), APIField("acquired_at", \.acquiredAt),
+        APIField("deadline", \.deadline), APIField("renewals", \.renewals), APIField("state", \.state),
+    ]
+}
+
+/// One entry of `Host.ListStrategies`, per strategy in config order.
+public struct StrategyRow: APIRow {
+    public var path = ""
+    public var name = ""
+    public var kind = ""
+    public var state = ""
+    public var restarts: UInt32 = 0
+    public var lastError = ""
+
+    public init() {}
+    public init(path: String, name: String, kind: String, state: String, restarts: UInt32, lastError: String) {
+        (self.path, self.name, self.kind, self.state, self.restarts, self.lastError) = (path, name, kind, state, restarts, lastError)
+    }
+
+    public static let fields: [APIField<StrategyRow>] = [
+        .objectPath("path", \.path), APIField("name", \.name), APIField("kind", \.kind), APIField("state", \.state),
+        APIField("restarts", \.restarts), APIField("last_error", \.lastError),
+    ]
+}
+
+/// One entry of `Host.Survival`, per run, newest first. Times are
+/// microseconds since the Unix epoch, durations microseconds.
+public struct RunRow: APIRow {
+    public var runId = ""
+    public var startedAt: UInt64 = 0
+    /// 0 while running; for a killed run its last heartbeat.
+    public var endedAt: UInt64 = 0
+    public var endReason = ""
+    public var aliveUsec: UInt64 = 0
+    public var awakeUsec: UInt64 = 0
+    public var suspendedUsec: UInt64 = 0
+    public var stalls: UInt32 = 0
+    public var longestStallUsec: UInt64 = 0
+    public var heartbeats: UInt32 = 0
+
+    public init() {}
+
+    public static let fields: [APIField<RunRow>] = [
+        APIField("run_id", \.runId), APIField("started_at", \.startedAt), APIField("ended_at", \.endedAt),
+        APIField("end_reason", \.endReason), APIField("alive_usec", \.aliveUsec), APIField("awake_usec", \.awakeUsec),
+        APIField("suspended_usec", \.suspendedUsec), APIField("stalls", \.stalls),
+        APIField("longest_stall_usec", \.longestStallUsec), APIField("heartbeats", \.heartbeats),
+    ]
+}
+
+/// The properties of a `org.vigil.Vigil1.Download` object (a download of a
+/// download-session strategy); the fields are the property names.
+public struct DownloadRow: APIRow {
+    public var url = ""
+    /// The absolute destination path.
+    public var dest = ""
+    /// `queued`, `active`, `retrying`, `paused`, `completed`, `failed`.
+    public var state = ""
+    public var bytesDone: UInt64 = 0
+    /// 0 while unknown.
+    public var bytesTotal: UInt64 = 0
+    /// Bytes per second while active, else 0.
+    public var rate: Double = 0
+    public var attempts: UInt32 = 0
+    public var lastError = ""
+    /// Of the published file; empty until completed.
+    public var sha256 = ""
+
+    public init() {}
+
+    public static let fields: [APIField<DownloadRow>] = [
+        APIField("Url", \.url), APIField("Dest", \.dest), APIField("State", \.state), APIField("BytesDone", \.bytesDone),
+        APIField("BytesTotal", \.bytesTotal), APIField("Rate", \.rate), APIField("Attempts", \.attempts),
+        APIField("LastError", \.lastError), APIField("Sha256", \.sha256),
+    ]
+
+    /// The properties that never change while the object exists.
+    static let constant: Set<String> = ["Url", "Dest"]
+}
