@@ -1,0 +1,61 @@
+import Testing
+import VigilKit
+
+/// The API's rows: the signature comes from the fields, a row survives its
+/// own encoding, and a reply of another shape is refused naming the field.
+@Suite struct APIRowTests {
+    static let lease = LeaseRow(path: "/org/vigil/Vigil1/Lease/7", id: 7, strategy: "mail-sync", kind: "periodic-wake",
+                                holds: "sleep", reason: "syncing\u{1B}[2J", acquiredAt: 1, deadline: 2, renewals: 3, state: "active")
+
+    @Test func signaturesComeFromTheFields() {
+        #expect(LeaseRow.signature == "(" + LeaseRow.fields.map(\.signature).joined() + ")")
+        #expect(Self.lease.busValue.signature == LeaseRow.signature)
+        #expect(StrategyRow().busValue.signature == StrategyRow.signature)
+        #expect(RunRow().busValue.signature == RunRow.signature)
+        #expect(DownloadRow().busValue.signature == DownloadRow.signature)
+        #expect(LeaseRow.array([]).signature == LeaseRow.arraySignature)
+    }
+
+    @Test func rowsRoundTrip() throws {
+        #expect(try LeaseRow.rows(LeaseRow.array([Self.lease, LeaseRow()])) == [Self.lease, LeaseRow()])
+        var download = DownloadRow()
+        download.url = "http://example.org/a"
+        download.rate = 1.5
+        download.attempts = 2
+        #expect(try DownloadRow(properties: download.properties) == download)
+        #expect(Set(download.properties.keys) == Set(VigilAPI.download.properties.map(\.name)))
+    }
+
+    @Test func anotherShapeIsRefusedNamingTheField() {
+        guard case .structure(var fields) = Self.lease.busValue else { Issue.record("not a struct"); return }
+        fields[8] = .uint64(3)
+        #expect(throws: APIDecodingError("LeaseRow.renewals should be u, got t")) { try LeaseRow(busValue: .structure(fields)) }
+        #expect(throws: APIDecodingError.self) { try LeaseRow(busValue: .structure(Array(fields.dropLast()))) }
+        #expect(throws: APIDecodingError.self) { try LeaseRow.rows(StrategyRow.array([StrategyRow()])) }
+        #expect(throws: APIDecodingError("DownloadRow lacks Sha256")) {
+            try DownloadRow(properties: DownloadRow().properties.filter { $0.key != "Sha256" })
+        }
+    }
+
+    @Test func aStrategyBindsExactlyTheDeclaredMethods() throws {
+        let api = VigilAPI.downloadSession
+        let handler: BusMethod.Handler = { _, _ in [] }
+        #expect(throws: APIBindingError("org.vigil.Vigil1.DownloadSession: declared method without a handler: Resume")) {
+            try api.busMethods(mutating: [], ["Enqueue": handler, "Cancel": handler, "Pause": handler])
+        }
+        #expect(throws: APIBindingError.self) {
+            try api.busMethods(mutating: [], ["Enqueue": handler, "Cancel": handler, "Pause": handler, "Resume": handler, "Explode": handler])
+        }
+        let methods = try api.busMethods(mutating: ["Cancel"], ["Enqueue": handler, "Cancel": handler, "Pause": handler, "Resume": handler])
+        #expect(methods.map(\.name) == api.methods.map(\.name))
+        #expect(methods.map(\.inArguments) == api.methods.map(\.inArguments))
+        #expect(methods.map(\.mutating) == [false, true, false, false])
+    }
+
+    @Test func downloadPathsRoundTrip() {
+        let strategy = VigilAPI.strategyPath("dl")
+        #expect(VigilAPI.downloadID(path: strategy + "/" + VigilAPI.downloadRelativePath(42), strategyPath: strategy) == 42)
+        #expect(VigilAPI.downloadID(path: VigilAPI.strategyPath("other") + "/" + VigilAPI.downloadRelativePath(42), strategyPath: strategy) == nil)
+        #expect(VigilAPI.downloadID(path: strategy + "/" + VigilAPI.downloadRelativePath(42) + "x", strategyPath: strategy) == nil)
+    }
+}

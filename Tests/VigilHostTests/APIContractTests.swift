@@ -1,0 +1,99 @@
+import Foundation
+import Testing
+import VigilDBus
+@testable import VigilHost
+import VigilKit
+
+/// The contract (VigilKit's ``VigilAPI``) as vigild uses it: interfaces are
+/// built only from complete bindings, rows cross the wire unchanged, and
+/// the XML generated from it is what GLib's binding generator accepts.
+@Suite struct IntrospectionContractTests {
+    @Test func anInterfaceNeedsAHandlerForEveryDeclaredMemberAndNoOther() throws {
+        let api = VigilAPI.clientLease
+        let method: DBusMethod.Handler = { _ in [] }
+        let getter: DBusProperty.Getter = { .string("") }
+        let properties = Dictionary(uniqueKeysWithValues: api.properties.map { ($0.name, getter) })
+        #expect(throws: APIBindingError("org.vigil.Vigil1.ClientLease: declared method without a handler: Renew")) {
+            try DBusInterface(checking: api, methods: ["End": method], properties: properties)
+        }
+        #expect(throws: APIBindingError("org.vigil.Vigil1.ClientLease: property handler for an undeclared member: Colour")) {
+            try DBusInterface(checking: api, methods: ["End": method, "Renew": method], properties: properties.merging(["Colour": getter]) { a, _ in a })
+        }
+        #expect(throws: APIBindingError.self) {
+            try DBusInterface(checking: api, methods: ["End": method, "Renew": method], properties: properties.filter { $0.key != "Uid" })
+        }
+        let bound = try DBusInterface(checking: api, methods: ["End": method, "Renew": method], properties: properties)
+        #expect(bound.methods.map(\.name) == api.methods.map(\.name))
+        #expect(bound.methods.map(\.inSignature) == api.methods.map(\.inSignature))
+        #expect(bound.properties.map(\.emitsChange.rawValue) == api.properties.map(\.emitsChange.rawValue))
+        #expect(bound.signals.map(\.signature) == api.signals.map(\.signature))
+        #expect(throws: Never.self) { try bound.validate() }
+    }
+
+    @Test func rowsCrossTheWireUnchanged() throws {
+        var row = StrategyRow()
+        row.path = VigilAPI.strategyPath("mail-sync")
+        row.name = "mail-sync"
+        row.restarts = 2
+        let wire = HostBusValues.rows([row])
+        #expect(wire.signature == VigilAPI.host.method("ListStrategies").outSignature)
+        #expect(throws: Never.self) { try wire.validate() }
+        #expect(try HostBusValues.rows(wire, as: StrategyRow.self) == [row])
+        #expect(throws: APIDecodingError.self) { try HostBusValues.rows(wire, as: LeaseRow.self) }
+    }
+
+    /// docs/dbus-api.md shows each row's signature as the contract derives it.
+    @Test func theDocsShowTheDeclaredRowSignatures() throws {
+        let docs = try String(contentsOfFile: Self.packageRoot + "/docs/dbus-api.md", encoding: .utf8)
+        for signature in [LeaseRow.arraySignature, StrategyRow.arraySignature, RunRow.arraySignature] {
+            #expect(docs.contains("`\(signature)`"), "docs/dbus-api.md lacks \(signature)")
+        }
+        for property in VigilAPI.download.properties {
+            #expect(docs.contains("| `\(property.name)` | `\(property.signature)` |"), "docs/dbus-api.md lacks Download.\(property.name)")
+        }
+    }
+
+    /// gdbus-codegen (GLib's binding generator) turns the generated XML into
+    /// C code with an interface struct per interface, a handler per method
+    /// and a getter per property.
+    @Test func gdbusCodegenGeneratesCodeForEveryInterface() async throws {
+        let dir = NSTemporaryDirectory() + "vigil-codegen-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let xml = dir + "/org.vigil.Vigil1.xml"
+        try HostBusAPI.introspectionXML().write(toFile: xml, atomically: true, encoding: .utf8)
+        let prefix = VigilAPI.busName + "."
+        let result = try await runProgram("/usr/bin/gdbus-codegen", [
+            "--interface-prefix", prefix, "--c-namespace", "Vigil", "--generate-c-code", "vigil", "--output-directory", dir, xml,
+        ])
+        try #require(result.status == 0, "gdbus-codegen failed: \(result.stderr)")
+        let header = try String(contentsOfFile: dir + "/vigil.h", encoding: .utf8)
+        for interface in VigilAPI.interfaces {
+            let short = String(interface.name.dropFirst(prefix.count))
+            #expect(header.contains("struct _Vigil\(short)Iface"), "no interface struct for \(interface.name)")
+            for method in interface.methods {
+                #expect(header.contains("(*handle_\(Self.snake(method.name))) ("), "no handler for \(interface.name).\(method.name)")
+            }
+            for property in interface.properties {
+                #expect(header.contains("vigil_\(Self.snake(short))_get_\(Self.snake(property.name)) ("), "no getter for \(interface.name).\(property.name)")
+            }
+            for signal in interface.signals {
+                #expect(header.contains("vigil_\(Self.snake(short))_emit_\(Self.snake(signal.name)) ("), "no emitter for \(interface.name).\(signal.name)")
+            }
+        }
+    }
+
+    /// CamelCase to snake_case, as gdbus-codegen names C symbols.
+    static func snake(_ name: String) -> String {
+        var out = ""
+        var previous: Character?
+        for character in name {
+            if character.isUppercase, let previous, previous.isLowercase || previous.isNumber { out += "_" }
+            out += character.lowercased()
+            previous = character
+        }
+        return out
+    }
+
+    static let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+}
