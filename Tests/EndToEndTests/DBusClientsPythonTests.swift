@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import VigilDBus
 import VigilHost
+import VigilKit
 
 /// vigild's API from python3-dbus (libdbus underneath, but its own
 /// marshalling): every property and method, then malformed and random calls.
@@ -9,9 +10,9 @@ extension EndToEnd {
     @Suite(.serialized) struct DBusClientsPythonTests {
         static let prelude = """
             import sys, dbus
-            NAME = "org.vigil.Vigil1"; ROOT = "/org/vigil/Vigil1"
-            HOST = "org.vigil.Vigil1.Host"; STRATEGY = "org.vigil.Vigil1.Strategy"; LEASE = "org.vigil.Vigil1.Lease"
-            PROPS = "org.freedesktop.DBus.Properties"
+            NAME = "\(VigilAPI.busName)"; ROOT = "\(VigilAPI.rootPath)"
+            HOST = "\(VigilAPI.hostInterface)"; STRATEGY = "\(VigilAPI.strategyInterface)"; LEASE = "\(VigilAPI.leaseInterface)"
+            PROPS = "\(VigilAPI.propertiesInterface)"
             bus = dbus.bus.BusConnection(sys.argv[1])
 
             def sig(v):
@@ -91,7 +92,7 @@ extension EndToEnd {
 
             obj = bus.get_object(NAME, ROOT, introspect=False)
             xml = obj.Introspect(dbus_interface="org.freedesktop.DBus.Introspectable")
-            print("Introspect", '<interface name="org.vigil.Vigil1.Host">' in xml)
+            print("Introspect", '<interface name="' + HOST + '">' in xml)
             managed = obj.GetManagedObjects(dbus_interface="org.freedesktop.DBus.ObjectManager")
             print("GetManagedObjects", sig(managed), ROOT + "/Strategy/mail_2dsync" in managed, path in managed)
             obj.Ping(dbus_interface="org.freedesktop.DBus.Peer")
@@ -107,23 +108,18 @@ extension EndToEnd {
                 ])
                 #expect(result.status == 0, "\(result.stderr)")
                 let lines = Set(result.stdout.split(separator: "\n").map(String.init))
-                let hostTypes = ["Version": "s", "RunId": "s", "StartedAt": "t", "SurvivalSeconds": "t", "PowerBackend": "s",
-                                 "PowerBackendReason": "s", "WakeClock": "s", "WakeClockReason": "s", "CanWakeSystem": "b",
-                                 "ConfigPath": "s", "StoreWritable": "b", "DroppedLogLines": "t", "Strategies": "ao", "Leases": "ao"]
-                let strategyTypes = ["Name": "s", "Kind": "s", "State": "s", "Restarts": "u", "LastError": "s", "WaitingFor": "s", "Config": "a{sv}"]
-                let leaseTypes = ["Id": "t", "Strategy": "s", "Kind": "s", "Holds": "s", "Reason": "s", "AcquiredAt": "t",
-                                  "Deadline": "t", "Renewals": "u", "State": "s"]
-                var expected = hostTypes.map { "host \($0.key) \($0.value)" }
-                expected += ["mail-sync", "tick"].flatMap { name in strategyTypes.map { "strategy \(name) \($0.key) \($0.value)" } }
-                expected += leaseTypes.map { "lease \($0.key) \($0.value)" }
+                // The types python sees are the declared ones.
+                var expected = VigilAPI.host.properties.map { "host \($0.name) \($0.signature)" }
+                expected += ["mail-sync", "tick"].flatMap { name in VigilAPI.strategy.properties.map { "strategy \(name) \($0.name) \($0.signature)" } }
+                expected += VigilAPI.lease.properties.map { "lease \($0.name) \($0.signature)" }
                 expected += [
                     "host GetAll True True",
-                    "ListLeases a(otssssttus)",
+                    "ListLeases \(LeaseRow.arraySignature)",
                     "ListLeases matches lease object True",
-                    "ListStrategies a(osssus) ['mail-sync', 'tick']",
-                    "Survival a(sttstttutu) 1 True running",
+                    "ListStrategies \(StrategyRow.arraySignature) ['mail-sync', 'tick']",
+                    "Survival \(RunRow.arraySignature) 1 True running",
                     "Survival future 0",
-                    "Reload b as True",
+                    "Reload \(VigilAPI.host.method("Reload").outArguments.map(\.signature).joined(separator: " ")) True",
                     "Introspect True",
                     "GetManagedObjects a{oa{sa{sv}}} True True",
                     "Ping ok",

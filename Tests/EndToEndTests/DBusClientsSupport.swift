@@ -3,6 +3,7 @@ import VigilTestSupport
 import Testing
 import VigilDBus
 import VigilHost
+import VigilKit
 
 /// A private dbus-daemon for one test (Tests/TestSupport).
 typealias PrivateBusDaemon = TestDBusDaemon
@@ -67,9 +68,9 @@ final class SignalLog: @unchecked Sendable {
 /// periodic-wake strategies, and a watcher connection that records every
 /// Host signal and name change from before vigild started.
 final class BusHost: Sendable {
-    static let name = "org.vigil.Vigil1"
-    static let root = "/org/vigil/Vigil1"
-    static let hostInterface = "org.vigil.Vigil1.Host"
+    static let name = VigilAPI.busName
+    static let root = VigilAPI.rootPath
+    static let hostInterface = VigilAPI.hostInterface
 
     /// Two strategies: `mail-sync` holds one lease for minutes (a long
     /// command started at once), `tick` takes and releases a lease every
@@ -319,18 +320,12 @@ func runPythonScript(_ script: String, _ arguments: [String]) throws -> CommandR
     return try runCommand("/usr/bin/python3", [path] + arguments)
 }
 
-/// The member names docs/dbus-api.md promises, checked against what every
-/// client sees.
+/// The members the contract (VigilKit's ``VigilAPI``) declares, checked
+/// against what every client sees.
 enum APIContract {
-    static let hostProperties = [
-        "Version", "RunId", "StartedAt", "SurvivalSeconds", "PowerBackend", "PowerBackendReason",
-        "WakeClock", "WakeClockReason", "CanWakeSystem", "ConfigPath", "StoreWritable", "DroppedLogLines",
-        "Strategies", "Leases",
-    ]
-    static let hostMethods = ["ListLeases", "ListStrategies", "Survival", "Reload", "BeginBackgroundTask"]
-    static let hostSignals = [
-        "LeaseAcquired", "LeaseRenewed", "LeaseExpiring", "LeaseExpired", "LeaseReleased", "StrategyStateChanged",
-    ]
-    static let strategyProperties = ["Name", "Kind", "State", "Restarts", "LastError", "WaitingFor", "Config"]
-    static let leaseProperties = ["Id", "Strategy", "Kind", "Holds", "Reason", "AcquiredAt", "Deadline", "Renewals", "State", "Status"]
+    static var hostProperties: [String] { VigilAPI.host.properties.map(\.name) }
+    static var hostMethods: [String] { VigilAPI.host.methods.map(\.name) }
+    static var hostSignals: [String] { VigilAPI.host.signals.map(\.name) }
+    static var strategyProperties: [String] { VigilAPI.strategy.properties.map(\.name) }
+    static var leaseProperties: [String] { VigilAPI.lease.properties.map(\.name) }
 }

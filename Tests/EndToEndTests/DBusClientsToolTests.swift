@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import VigilDBus
 import VigilHost
+import VigilKit
 
 /// vigild's org.vigil.Vigil1 API through the standard command-line clients
 /// (systemd's busctl, libdbus's dbus-send and dbus-monitor, GLib's gdbus),
@@ -32,16 +33,16 @@ extension EndToEnd {
                     #expect(lines.contains { $0.hasPrefix(iface + " ") && $0.contains("interface") }, "introspect lacks \(iface)")
                 }
                 // The exact signatures of the contract.
-                #expect(lines.contains { $0.hasPrefix(".ListLeases ") && $0.contains("a(otssssttus)") })
-                #expect(lines.contains { $0.hasPrefix(".ListStrategies ") && $0.contains("a(osssus)") })
-                #expect(lines.contains { $0.hasPrefix(".Survival ") && $0.contains("a(sttstttutu)") })
-                #expect(lines.contains { $0.hasPrefix(".Reload ") && $0.contains("bas") })
+                for method in VigilAPI.host.methods {
+                    #expect(lines.contains { $0.hasPrefix(".\(method.name) ") && $0.contains(method.inSignature.isEmpty ? "-" : method.inSignature)
+                        && $0.contains(method.outSignature.isEmpty ? "-" : method.outSignature) }, "introspect shows \(method.name) with other signatures")
+                }
 
-                let strategyIntrospect = try host.busctl(["introspect", BusHost.name, "\(BusHost.root)/Strategy/mail_2dsync", "org.vigil.Vigil1.Strategy"])
+                let strategyIntrospect = try host.busctl(["introspect", BusHost.name, "\(BusHost.root)/Strategy/mail_2dsync", VigilAPI.strategyInterface])
                 for name in APIContract.strategyProperties {
                     #expect(strategyIntrospect.stdout.contains(".\(name) "), "strategy introspection lacks \(name):\n\(strategyIntrospect.stdout)")
                 }
-                let leaseIntrospect = try host.busctl(["introspect", BusHost.name, leasePath, "org.vigil.Vigil1.Lease"])
+                let leaseIntrospect = try host.busctl(["introspect", BusHost.name, leasePath, VigilAPI.leaseInterface])
                 for name in APIContract.leaseProperties {
                     #expect(leaseIntrospect.stdout.contains(".\(name) "), "lease introspection lacks \(name):\n\(leaseIntrospect.stdout)")
                 }
@@ -53,22 +54,22 @@ extension EndToEnd {
                 #expect(strategies.stdout.contains("\"\(BusHost.root)/Strategy/mail_2dsync\""))
                 let leases = try host.busctl(["get-property", BusHost.name, BusHost.root, BusHost.hostInterface, "Leases"])
                 #expect(leases.stdout.contains("\"\(leasePath)\""), "\(leases.stdout)")
-                let holds = try host.busctl(["get-property", BusHost.name, leasePath, "org.vigil.Vigil1.Lease", "Holds", "Strategy", "State"])
+                let holds = try host.busctl(["get-property", BusHost.name, leasePath, VigilAPI.leaseInterface, "Holds", "Strategy", "State"])
                 #expect(holds.stdout == "s \"command /bin/sleep\"\ns \"mail-sync\"\ns \"active\"\n", "\(holds.stdout)\(holds.stderr)")
 
                 let list = try host.busctl(["call", BusHost.name, BusHost.root, BusHost.hostInterface, "ListStrategies"])
                 #expect(list.status == 0, "\(list.stderr)")
-                #expect(list.stdout.hasPrefix("a(osssus) 2 "), "\(list.stdout)")
+                #expect(list.stdout.hasPrefix(StrategyRow.arraySignature + " 2 "), "\(list.stdout)")
                 #expect(list.stdout.contains("\"\(BusHost.root)/Strategy/mail_2dsync\" \"mail-sync\" \"periodic-wake\" \"running\" 0 \"\""), "\(list.stdout)")
 
                 let leaseList = try host.busctl(["call", BusHost.name, BusHost.root, BusHost.hostInterface, "ListLeases"])
-                #expect(leaseList.stdout.hasPrefix("a(otssssttus) "), "\(leaseList.stdout)")
+                #expect(leaseList.stdout.hasPrefix(LeaseRow.arraySignature + " "), "\(leaseList.stdout)")
                 #expect(leaseList.stdout.contains("\"\(leasePath)\""))
                 #expect(leaseList.stdout.contains("\"mail-sync\" \"periodic-wake\" \"command /bin/sleep\" \"periodic-wake run #1\""), "\(leaseList.stdout)")
 
                 let runId = try host.busctl(["get-property", BusHost.name, BusHost.root, BusHost.hostInterface, "RunId"])
                 let survival = try host.busctl(["call", BusHost.name, BusHost.root, BusHost.hostInterface, "Survival", "t", "0"])
-                #expect(survival.stdout.hasPrefix("a(sttstttutu) 1 "), "\(survival.stdout)\(survival.stderr)")
+                #expect(survival.stdout.hasPrefix(RunRow.arraySignature + " 1 "), "\(survival.stdout)\(survival.stderr)")
                 #expect(survival.stdout.contains(String(runId.stdout.dropFirst(2)).trimmingCharacters(in: .whitespacesAndNewlines)))
                 #expect(survival.stdout.contains("\"running\""), "\(survival.stdout)")
 
@@ -134,7 +135,7 @@ extension EndToEnd {
                 for name in APIContract.hostProperties + APIContract.hostMethods + APIContract.hostSignals {
                     #expect(root.stdout.contains(" \(name)"), "gdbus introspect lacks \(name)")
                 }
-                #expect(root.stdout.contains("ListLeases(out a(otssssttus) "), "\(root.stdout)")
+                #expect(root.stdout.contains("ListLeases(out \(LeaseRow.arraySignature) "), "\(root.stdout)")
                 // -r recurses into the strategy and lease objects, -p shows their values.
                 let introspect = try gdbus("introspect", ["-o", BusHost.root, "-r", "-p"])
                 #expect(introspect.stdout.contains("node \(BusHost.root)/Strategy/mail_2dsync"), "\(introspect.stdout)")
@@ -143,7 +144,7 @@ extension EndToEnd {
                 let strategies = try gdbus("call", ["-o", BusHost.root, "-m", "\(BusHost.hostInterface).ListStrategies"])
                 #expect(strategies.status == 0, "\(strategies.stderr)")
                 #expect(strategies.stdout.contains("(objectpath '\(BusHost.root)/Strategy/mail_2dsync', 'mail-sync', 'periodic-wake', 'running', uint32 0, '')"), "\(strategies.stdout)")
-                let config = try gdbus("call", ["-o", "\(BusHost.root)/Strategy/tick", "-m", "org.freedesktop.DBus.Properties.Get", "org.vigil.Vigil1.Strategy", "Config"])
+                let config = try gdbus("call", ["-o", "\(BusHost.root)/Strategy/tick", "-m", "org.freedesktop.DBus.Properties.Get", VigilAPI.strategyInterface, "Config"])
                 #expect(config.stdout.contains("'every': <'250ms'>"), "\(config.stdout)\(config.stderr)")
                 let reload = try gdbus("call", ["-o", BusHost.root, "-m", "\(BusHost.hostInterface).Reload"])
                 #expect(reload.status == 0, "\(reload.stderr)")
