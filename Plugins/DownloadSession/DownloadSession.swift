@@ -229,7 +229,7 @@ actor DownloadManager {
         do {
             path = try DestinationPath.resolve(name, in: settings.dir, create: false)
         } catch {
-            throw BusMethodError("org.vigil.Vigil1.Error.DestinationRefused", error.message)
+            throw BusMethodError(VigilAPI.destinationRefusedError, error.message)
         }
         if let other = records.values.first(where: { $0.state != .completed && $0.state != .failed && absolutePath($0) == path }) {
             throw BusMethodError.invalidArgs("\(path) is already the destination of download \(other.id) (\(other.state.rawValue))")

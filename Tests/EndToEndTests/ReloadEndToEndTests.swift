@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Testing
+import VigilKit
 
 /// The org.vigil.Vigil1 API through the built vigild: the introspection
 /// document in docs/ is what vigild prints, and Reload over the bus applies
@@ -46,7 +47,7 @@ extension EndToEnd {
             func call(_ method: String) throws -> CommandResult {
                 try busctl(["call", "org.vigil.Vigil1", "/org/vigil/Vigil1", "org.vigil.Vigil1.Host", method])
             }
-            #expect(try call("ListStrategies").stdout == "a(osssus) 1 \"/org/vigil/Vigil1/Strategy/hourly\" \"hourly\" \"periodic-wake\" \"running\" 0 \"\"\n")
+            #expect(try call("ListStrategies").stdout == StrategyRow.arraySignature + " 1 \"/org/vigil/Vigil1/Strategy/hourly\" \"hourly\" \"periodic-wake\" \"running\" 0 \"\"\n")
 
             // Invalid: nothing changes, the problems name file, line and column.
             try dir.write("vigil.toml", host + "\n" + first + "\nevry = \"2h\"\n")

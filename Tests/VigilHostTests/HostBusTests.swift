@@ -245,7 +245,7 @@ private enum Build {
             #expect(try await f.get(lease(3), HostBusNames.leaseInterface, "Deadline") == .uint64(0))
 
             let list = try await f.hostCall("ListLeases")
-            #expect(list.signature == "a(otssssttus)")
+            #expect(list.signature == LeaseRow.arraySignature)
             #expect(list.body.first.map(rows) == [
                 [.objectPath(lease(1)), .uint64(1), .string("lease-script"), .string("test-script"), .string("a"), .string("script a"),
                  .uint64(wall0 + 1_000_000), .uint64(wall0 + 11_000_000), .uint32(0), .string("active")],
@@ -255,13 +255,13 @@ private enum Build {
                  .uint64(wall0 + 1_000_000), .uint64(0), .uint32(0), .string("active")],
             ])
             let strategies = try await f.hostCall("ListStrategies")
-            #expect(strategies.signature == "a(osssus)")
+            #expect(strategies.signature == StrategyRow.arraySignature)
             #expect(strategies.body.first.map(rows) == [
                 [.objectPath(strategy("lease-script")), .string("lease-script"), .string("test-script"), .string("running"), .uint32(0), .string("")],
             ])
 
             let survival = try await f.hostCall("Survival", [UInt64(0)])
-            #expect(survival.signature == "a(sttstttutu)")
+            #expect(survival.signature == RunRow.arraySignature)
             let runs = survival.body.first.map(rows) ?? []
             #expect(runs.count == 1)
             #expect(runs.first?[0] == .string(f.runtime.runId))

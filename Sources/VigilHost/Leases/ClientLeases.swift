@@ -47,7 +47,7 @@ public struct ClientLeaseError: Error, Sendable, Equatable, CustomStringConverti
         switch code {
         case .invalidArgument: "org.freedesktop.DBus.Error.InvalidArgs"
         case .limitExceeded: "org.freedesktop.DBus.Error.LimitsExceeded"
-        case .ended: "org.vigil.Vigil1.Error.LeaseEnded"
+        case .ended: VigilAPI.leaseEndedError
         case .accessDenied: "org.freedesktop.DBus.Error.AccessDenied"
         case .failed: "org.freedesktop.DBus.Error.Failed"
         }

@@ -8,8 +8,12 @@ public enum VigilAPI {
     public static let busName = "org.vigil.Vigil1"
     /// The root object: the host, and the ObjectManager for everything below.
     public static let rootPath = "/org/vigil/Vigil1"
-    /// The prefix of the API's own error names (`org.vigil.Vigil1.Error.LeaseEnded`).
+    /// The prefix of the API's own error names.
     public static let errorPrefix = busName + ".Error."
+    /// A client lease's End or Renew after it ended (docs/dbus-api.md).
+    public static let leaseEndedError = errorPrefix + "LeaseEnded"
+    /// `DownloadSession.Enqueue` to a destination outside the strategy's `dir`.
+    public static let destinationRefusedError = errorPrefix + "DestinationRefused"
     public static let propertiesInterface = "org.freedesktop.DBus.Properties"
     public static let objectManagerInterface = "org.freedesktop.DBus.ObjectManager"
 

@@ -178,7 +178,7 @@ public protocol StrategyBus: Sendable {
 /// The bus of a context with no host D-Bus: accepts everything, exports nothing.
 public struct DetachedStrategyBus: StrategyBus {
     public let objectPath: String
-    public init(objectPath: String = "/org/vigil/Vigil1/Strategy/_") { self.objectPath = objectPath }
+    public init(objectPath: String = VigilAPI.strategyPath("")) { self.objectPath = objectPath }
     public func register(interface: String, methods: [BusMethod]) async throws {}
     public func exportObject(relativePath: String, interface: String, properties: [BusProperty],
                              values: [String: BusValue]) async throws -> any BusObjectHandle {
