@@ -247,62 +247,76 @@ extension [String: DBusVariant] {
     }
 }
 
-/// A `ListLeases` row (the contract's ``LeaseRow``) and its `Status`
-/// property; in JSON, the row's fields and `status`.
+/// A row of the contract (``LeaseRow``, ``StrategyRow``) with one more
+/// figure vigilctl reads separately; in JSON, the row's fields and the
+/// figure under `Figure.name` (absent when nil).
 @dynamicMemberLookup
-struct ListedLease: Codable, Equatable {
-    var row: LeaseRow
-    /// The lease's `Status` property, values as text; nil when empty.
-    var status: [String: String]?
+struct Listed<Row: APIRow, Figure: ListedFigure>: Codable, Equatable {
+    var row: Row
+    var figure: Figure.Value?
 
-    init(row: LeaseRow, status: [String: String]? = nil) {
+    init(row: Row, figure: Figure.Value? = nil) {
         self.row = row
-        self.status = status
+        self.figure = figure
     }
 
-    subscript<T>(dynamicMember keyPath: KeyPath<LeaseRow, T>) -> T { row[keyPath: keyPath] }
+    subscript<T>(dynamicMember keyPath: KeyPath<Row, T>) -> T { row[keyPath: keyPath] }
 
     func encode(to encoder: any Encoder) throws {
         try row.encode(to: encoder)
-        var container = encoder.container(keyedBy: Keys.self)
-        try container.encodeIfPresent(status, forKey: .status)
+        var container = encoder.container(keyedBy: FigureKey.self)
+        try container.encodeIfPresent(figure, forKey: FigureKey())
     }
 
     init(from decoder: any Decoder) throws {
-        row = try LeaseRow(from: decoder)
-        status = try decoder.container(keyedBy: Keys.self).decodeIfPresent([String: String].self, forKey: .status)
+        row = try Row(from: decoder)
+        figure = try decoder.container(keyedBy: FigureKey.self).decodeIfPresent(Figure.Value.self, forKey: FigureKey())
     }
 
-    private enum Keys: String, CodingKey { case status }
+    private struct FigureKey: CodingKey {
+        var stringValue: String { Figure.name }
+        var intValue: Int? { nil }
+        init() {}
+        init?(stringValue: String) { guard stringValue == Figure.name else { return nil } }
+        init?(intValue: Int) { nil }
+    }
 }
 
-/// A `ListStrategies` row (the contract's ``StrategyRow``) and, while it
-/// waits, its `WaitingFor` property; in JSON, the row's fields and `waitingFor`.
-@dynamicMemberLookup
-struct ListedStrategy: Codable, Equatable {
-    var row: StrategyRow
+/// The extra figure of a ``Listed`` row: its JSON name and type.
+protocol ListedFigure {
+    associatedtype Value: Codable & Equatable
+    static var name: String { get }
+}
+
+/// A lease's `Status` property, values as text.
+enum LeaseStatusFigure: ListedFigure {
+    typealias Value = [String: String]
+    static let name = "status"
+}
+
+/// A waiting strategy's `WaitingFor` property: the `when` conditions that are false.
+enum WaitingForFigure: ListedFigure {
+    typealias Value = String
+    static let name = "waitingFor"
+}
+
+typealias ListedLease = Listed<LeaseRow, LeaseStatusFigure>
+typealias ListedStrategy = Listed<StrategyRow, WaitingForFigure>
+
+extension Listed where Figure == LeaseStatusFigure {
+    /// The lease's `Status`; nil when empty.
+    var status: [String: String]? {
+        get { figure }
+        set { figure = newValue }
+    }
+}
+
+extension Listed where Figure == WaitingForFigure {
     /// While waiting: the `when` conditions that are false.
-    var waitingFor: String?
-
-    init(row: StrategyRow, waitingFor: String? = nil) {
-        self.row = row
-        self.waitingFor = waitingFor
+    var waitingFor: String? {
+        get { figure }
+        set { figure = newValue }
     }
-
-    subscript<T>(dynamicMember keyPath: KeyPath<StrategyRow, T>) -> T { row[keyPath: keyPath] }
-
-    func encode(to encoder: any Encoder) throws {
-        try row.encode(to: encoder)
-        var container = encoder.container(keyedBy: Keys.self)
-        try container.encodeIfPresent(waitingFor, forKey: .waitingFor)
-    }
-
-    init(from decoder: any Decoder) throws {
-        row = try StrategyRow(from: decoder)
-        waitingFor = try decoder.container(keyedBy: Keys.self).decodeIfPresent(String.self, forKey: .waitingFor)
-    }
-
-    private enum Keys: String, CodingKey { case waitingFor }
 }
 
 /// JSON for tools: sorted keys, pretty-printed, slashes unescaped.

@@ -50,23 +50,11 @@ extension DBusArgument {
     init(_ argument: BusArgument) { self.init(argument.name, argument.signature) }
 }
 
+// The SDK's enums spell their cases as the annotation values, like VigilDBus's.
 extension DBusProperty.Access {
-    init(_ access: APIProperty.Access) {
-        switch access {
-        case .read: self = .read
-        case .write: self = .write
-        case .readwrite: self = .readwrite
-        }
-    }
+    init(_ access: APIProperty.Access) { self = Self(rawValue: access.rawValue) ?? .read }
 }
 
 extension DBusProperty.EmitsChange {
-    init(_ emitsChange: APIProperty.EmitsChange) {
-        switch emitsChange {
-        case .true: self = .true
-        case .invalidates: self = .invalidates
-        case .const: self = .const
-        case .false: self = .false
-        }
-    }
+    init(_ emitsChange: APIProperty.EmitsChange) { self = Self(rawValue: emitsChange.rawValue) ?? .true }
 }
