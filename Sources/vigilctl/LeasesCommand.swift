@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import VigilHost
+import VigilKit
 import VigilDBus
 
 /// `vigilctl leases`: the active leases, once or followed live.
@@ -173,25 +174,29 @@ struct LeasesCommand: AsyncParsableCommand {
         }
     }
 
-    /// Decodes a lease signal's arguments (as in docs/dbus-api.md).
+    /// Decodes a lease signal's arguments by the names the contract gives
+    /// them (``VigilAPI/host``); one of another signature shows none.
     private func describe(_ member: String, _ body: [DBusValue], client: VigilBusClient) async -> LeaseEventJSON {
-        func string(_ i: Int) -> String? {
-            guard i < body.count else { return nil }
-            switch body[i] {
-            case let .string(s), let .objectPath(s): return s
-            default: return nil
+        var arguments: [String: BusValue] = [:]
+        if let declared = VigilAPI.host.signals.first(where: { $0.name == member }), body.map(\.signature).joined() == declared.signature {
+            for (argument, value) in zip(declared.arguments, body) { arguments[argument.name] = HostBusValues.bus(value) }
+        }
+        func string(_ name: String) -> String? {
+            switch arguments[name] {
+            case let .string(s)?, let .objectPath(s)?: s
+            default: nil
             }
         }
-        func uint64(_ i: Int) -> UInt64? { if i < body.count, case let .uint64(v) = body[i] { v } else { nil } }
-        let path = string(0) ?? ""
+        func uint64(_ name: String) -> UInt64? { if case let .uint64(v)? = arguments[name] { v } else { nil } }
+        let path = string("lease") ?? ""
         let name = member.dropFirst("Lease".count).lowercased()
         var event = LeaseEventJSON(
             event: name, receivedAt: TableFormat.nowMicros(), lease: path,
             id: path.split(separator: "/").last.flatMap { UInt64($0) })
         switch member {
         case "LeaseAcquired":
-            event.strategy = string(1)
-            event.holds = string(2)
+            event.strategy = string("strategy")
+            event.holds = string("holds")
             // The reason and deadline are lease properties; the object may
             // already be gone for a very short lease.
             if let properties = try? await client.properties(path: path, interface: VigilBusClient.leaseInterface) {
@@ -199,10 +204,10 @@ struct LeasesCommand: AsyncParsableCommand {
                 let deadline: UInt64 = properties.value("Deadline", default: 0)
                 event.deadline = deadline == 0 ? nil : deadline
             }
-        case "LeaseRenewed": event.deadline = uint64(1)
-        case "LeaseExpiring": event.remainingUsec = uint64(1)
-        case "LeaseExpired": if body.count > 1, case let .bool(forced) = body[1] { event.forced = forced }
-        case "LeaseReleased": event.reason = string(1)
+        case "LeaseRenewed": event.deadline = uint64("deadline")
+        case "LeaseExpiring": event.remainingUsec = uint64("remaining_usec")
+        case "LeaseExpired": if case let .bool(forced)? = arguments["forced"] { event.forced = forced }
+        case "LeaseReleased": event.reason = string("reason")
         default: break
         }
         return event
