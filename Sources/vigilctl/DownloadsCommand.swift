@@ -71,11 +71,8 @@ struct DownloadsCommand: AsyncParsableCommand {
             } catch {
                 throw VigilctlFailure("the download at \(path) is not what this vigilctl expects (\(error)); are vigild and vigilctl the same version?")
             }
-            // .../Strategy/<escaped name>/Download/<id>
-            let elements = path.split(separator: "/")
-            let id = elements.last.flatMap { UInt64($0) } ?? 0
-            let escaped = elements.count >= 3 ? String(elements[elements.count - 3]) : ""
-            rows.append(Row(path: path, strategy: VigilAPI.unescapePathElement(escaped) ?? escaped, id: id, properties: properties))
+            guard let (strategy, id) = VigilAPI.download(at: path) else { continue }
+            rows.append(Row(path: path, strategy: strategy, id: id, properties: properties))
         }
         return rows.sorted { ($0.strategy, $0.id) < ($1.strategy, $1.id) }
     }
@@ -150,7 +147,8 @@ struct DownloadsCommand: AsyncParsableCommand {
                 for await signal in changes where signal.body.first == .string(Self.downloadInterface) { redraw.yield() }
             }
             group.addTask {
-                for await signal in objects where (signal.path ?? "").contains("/Download/") || signal.body.count > 1 { redraw.yield() }
+                // Objects appear and go (InterfacesAdded/Removed, sent from the root).
+                for await signal in objects where signal.body.count == 2 { redraw.yield() }
             }
             group.addTask {
                 var last = first

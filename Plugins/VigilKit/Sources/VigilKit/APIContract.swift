@@ -28,8 +28,10 @@ public enum VigilAPI {
 
     /// `/org/vigil/Vigil1/Strategy/<escaped name>`.
     public static func strategyPath(_ name: String) -> String {
-        rootPath + "/Strategy/" + escapePathElement(name)
+        strategyPathPrefix + escapePathElement(name)
     }
+
+    private static let strategyPathPrefix = rootPath + "/Strategy/"
 
     /// `/org/vigil/Vigil1/Lease/<id in decimal>`.
     public static func leasePath(_ id: LeaseID) -> String {
@@ -47,6 +49,16 @@ public enum VigilAPI {
         let prefix = strategyPath + "/" + downloadRelativePath(0).dropLast()
         guard path.hasPrefix(prefix) else { return nil }
         return UInt64(path.dropFirst(prefix.count))
+    }
+
+    /// The strategy and id of the download object at `path`; nil for any
+    /// other path.
+    public static func download(at path: String) -> (strategy: String, id: UInt64)? {
+        guard path.hasPrefix(strategyPathPrefix),
+              let element = path.dropFirst(strategyPathPrefix.count).split(separator: "/").first,
+              let strategy = unescapePathElement(String(element)),
+              let id = downloadID(path: path, strategyPath: strategyPath(strategy)) else { return nil }
+        return (strategy, id)
     }
 
     /// Escapes a name into one object-path element the way systemd escapes

@@ -57,5 +57,9 @@ import VigilKit
         #expect(VigilAPI.downloadID(path: strategy + "/" + VigilAPI.downloadRelativePath(42), strategyPath: strategy) == 42)
         #expect(VigilAPI.downloadID(path: VigilAPI.strategyPath("other") + "/" + VigilAPI.downloadRelativePath(42), strategyPath: strategy) == nil)
         #expect(VigilAPI.downloadID(path: strategy + "/" + VigilAPI.downloadRelativePath(42) + "x", strategyPath: strategy) == nil)
+        let location = VigilAPI.download(at: VigilAPI.strategyPath("mail-sync") + "/" + VigilAPI.downloadRelativePath(7))
+        #expect(location?.strategy == "mail-sync" && location?.id == 7)
+        #expect(VigilAPI.download(at: VigilAPI.strategyPath("mail-sync")) == nil)
+        #expect(VigilAPI.download(at: VigilAPI.leasePath(LeaseID(7))) == nil)
     }
 }
