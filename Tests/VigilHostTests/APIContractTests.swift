@@ -97,3 +97,30 @@ import VigilKit
 
     static let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
 }
+
+/// A strategy cannot put a contract interface on the bus in another shape.
+@Suite struct IntrospectionContractStrategyTests {
+    @Test func aStrategyCannotRegisterADeclaredInterfaceInAnotherShape() async throws {
+        let bridge = StrategyBusBridge(clock: ManualClock(), logSink: MemoryLogSink())
+        let bus = bridge.bus(for: "dl")
+        let api = VigilAPI.downloadSession
+        let handler: BusMethod.Handler = { _, _ in [] }
+        var methods = try api.busMethods(mutating: [], Dictionary(uniqueKeysWithValues: api.methods.map { ($0.name, handler) }))
+        try await bus.register(interface: api.name, methods: methods)
+        methods[0].inArguments[0].signature = "ay"
+        await #expect(throws: BusMethodError.self) { try await bus.register(interface: api.name, methods: methods) }
+        await #expect(throws: BusMethodError.self) { try await bus.register(interface: api.name, methods: Array(methods.dropLast())) }
+        // An interface the contract does not declare is the strategy's own.
+        try await bus.register(interface: "org.example.Mine", methods: methods)
+
+        let values = DownloadRow().properties
+        let object = try await bus.exportObject(relativePath: VigilAPI.downloadRelativePath(1), interface: VigilAPI.downloadInterface,
+                                                properties: VigilAPI.download.busProperties, values: values)
+        await #expect(throws: BusMethodError.self) {
+            try await bus.exportObject(relativePath: VigilAPI.downloadRelativePath(2), interface: VigilAPI.downloadInterface,
+                                       properties: VigilAPI.download.busProperties.map { BusProperty($0.name, $0.signature) }, values: values)
+        }
+        await object.remove()
+        await bridge.runEnded("dl")
+    }
+}

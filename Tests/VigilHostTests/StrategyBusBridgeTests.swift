@@ -9,8 +9,8 @@ import VigilKit
 /// objects a strategy exports announce their property changes at most once
 /// a second, with the newest values, and state changes at once.
 @Suite struct StrategyBusBridgeTests {
-    static let interface = "org.vigil.Vigil1.Download"
-    static let properties = [BusProperty("State", "s"), BusProperty("BytesDone", "t")]
+    static let interface = VigilAPI.downloadInterface
+    static let properties = VigilAPI.download.busProperties
 
     /// A bridge attached to an object server on a private bus, and a client
     /// connection recording every signal the server's connection sends.

@@ -89,6 +89,7 @@ public actor StrategyBusBridge {
     // MARK: what strategies call
 
     func register(strategy: String, interface: String, methods: [BusMethod]) async throws {
+        do { try VigilAPI.interface(named: interface)?.check(methods) } catch { throw BusMethodError.invalidArgs("cannot register \(interface): \(error)") }
         let declaration = try Self.declaration(interface, methods: methods, strategy: strategy, bridge: self)
         do { try declaration.validate() } catch { throw BusMethodError.invalidArgs("cannot register \(interface): \(error)") }
         // Replace an earlier registration: take it off the object first.
@@ -105,6 +106,7 @@ public actor StrategyBusBridge {
         let path = HostBusNames.strategyPath(strategy) + "/" + relativePath
         guard DBusObjectPath.isValid(path) else { throw BusMethodError.invalidArgs("\"\(path)\" is not a valid object path") }
         guard children[path] == nil else { throw BusMethodError.invalidArgs("an object is already exported at \(path)") }
+        do { try VigilAPI.interface(named: interface)?.check(properties) } catch { throw BusMethodError.invalidArgs("cannot export \(path): \(error)") }
         for (name, value) in values {
             guard let p = properties.first(where: { $0.name == name }) else { throw BusMethodError.invalidArgs("\(interface) has no property \(name)") }
             guard p.signature == value.signature else { throw BusMethodError.invalidArgs("\(interface).\(name) is \(p.signature), got \(value.signature)") }

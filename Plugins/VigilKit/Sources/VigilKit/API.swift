@@ -64,6 +64,24 @@ public struct APIInterface: Sendable, Hashable {
         }
     }
 
+    /// Checks that methods a strategy registers under this interface's name
+    /// are the declared ones, with the declared arguments, in order.
+    public func check(_ registered: [BusMethod]) throws(APIBindingError) {
+        let declared = methods.map { [$0.name] + ($0.inArguments + $0.outArguments).map { "\($0.name) \($0.signature)" } }
+        let got = registered.map { [$0.name] + ($0.inArguments + $0.outArguments).map { "\($0.name) \($0.signature)" } }
+        guard got == declared else {
+            throw APIBindingError("\(name) is declared by the \(VigilAPI.busName) contract: its methods must be \(methods.map(\.name)) with the declared arguments")
+        }
+    }
+
+    /// Checks that an object exported with this interface's name has the
+    /// declared properties, in order.
+    public func check(_ exported: [BusProperty]) throws(APIBindingError) {
+        guard exported == busProperties else {
+            throw APIBindingError("\(name) is declared by the \(VigilAPI.busName) contract: its properties must be \(properties.map(\.name)) as declared")
+        }
+    }
+
     /// The interface's properties as a strategy's child object exports
     /// them (``StrategyBus/exportObject(relativePath:interface:properties:values:)``).
     public var busProperties: [BusProperty] {

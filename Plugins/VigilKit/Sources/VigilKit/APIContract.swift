@@ -112,6 +112,11 @@ public enum VigilAPI {
     /// Every interface vigild can export, in the order of the XML.
     public static var interfaces: [APIInterface] { [host, strategy, lease, clientLease, downloadSession, download] }
 
+    /// The declaration of the interface `name`, if the contract has one.
+    public static func interface(named name: String) -> APIInterface? {
+        interfaces.first { $0.name == name }
+    }
+
     public static let host = APIInterface(
         "org.vigil.Vigil1.Host",
         objects: rootPath + " (with Properties, Introspectable, Peer and ObjectManager)",
