@@ -34,16 +34,7 @@ public actor HostBusAPI {
         var snapshot: LeaseSnapshot
         /// The kind of the lease's strategy.
         var kind: String
-        /// When `Status` was last announced with PropertiesChanged.
-        var statusAnnouncedAt: VigilInstant?
-        /// A later announcement is scheduled (the rate limit held one back).
-        var statusAnnouncementPending = false
     }
-
-    /// At most one PropertiesChanged for a lease's `Status` per interval; a
-    /// change inside the interval is announced at its end, with the status
-    /// of that moment. Reads always see the newest status.
-    static let statusAnnouncementInterval: Duration = .seconds(1)
 
     private var server: DBusObjectServer?
     private var strategyOrder: [String] = []
@@ -53,11 +44,14 @@ public actor HostBusAPI {
     /// BeginBackgroundTask calls waiting for their lease's object.
     private var showWaiters: [LeaseID: [CheckedContinuation<Void, Never>]] = [:]
     /// Callers' uid and pid by unique name, while they are on the bus.
-    var knownCredentials: [String: (uid: UInt32, pid: UInt32)] = [:]
+    nonisolated let credentials: CallerCredentials
     /// The highest lease id whose object was exported.
     private var highestShownLease: UInt64 = 0
-    /// Scheduled `Status` announcements, by lease.
-    private var statusFlushes: [LeaseID: Task<Void, Never>] = [:]
+    /// At most one PropertiesChanged per second for a lease's `Status` (and
+    /// for strategies' child objects); a change inside the interval is
+    /// announced at its end, with the status of that moment. Reads always
+    /// see the newest status.
+    private var limiter: PropertiesChangedLimiter?
     /// The freedesktop inhibit names and objects, when served.
     private var inhibitBridge: InhibitBusBridge?
     private let survival: HostBusSurvivalReader
@@ -67,13 +61,13 @@ public actor HostBusAPI {
         self.runtime = runtime
         self.connection = connection
         self.hostUID = hostUID
+        self.credentials = CallerCredentials(connection: connection)
         self.survival = HostBusSurvivalReader(path: runtime.store.path)
         self.log = StrategyLogger(source: "dbus", sink: runtime.logSink)
     }
 
     deinit {
         for task in followers { task.cancel() }
-        for task in statusFlushes.values { task.cancel() }
     }
 
     // MARK: exporting
@@ -87,8 +81,12 @@ public actor HostBusAPI {
         let statusChanges = await runtime.supervisor.changes()
         let server = try await DBusObjectServer(connection: connection)
         self.server = server
+        let limiter = PropertiesChangedLimiter(clock: runtime.clock, log: log) { path, interface, properties in
+            try await server.emitPropertiesChanged(path: path, interface: interface, properties: properties)
+        }
+        self.limiter = limiter
         try await server.addObjectManager(at: HostBusNames.rootPath)
-        await runtime.strategyBus.attach(server: server, hostUID: hostUID)
+        await runtime.strategyBus.attach(server: server, hostUID: hostUID, credentials: credentials, limiter: limiter)
         try await server.export(HostBusNames.rootPath, interfaces: [HostBusInterfaces.host(self)])
         for status in await runtime.supervisor.statuses where status.state != .stopped {
             try await addStrategy(status, on: server)
@@ -98,9 +96,10 @@ public actor HostBusAPI {
         }
         let host = await runtime.config.host
         if host.inhibits.mode == .auto, host.bus != .system {
-            let bridge = InhibitBusBridge(server: server, connection: connection, inhibits: runtime.inhibits, log: log, credentials: { [weak self] call in
-                guard let self else { throw DBusError.failed("vigild's D-Bus API is shutting down") }
-                return try await self.credentials(of: call)
+            let credentials = self.credentials
+            let bridge = InhibitBusBridge(server: server, connection: connection, inhibits: runtime.inhibits, log: log, credentials: { call in
+                let caller = try await credentials.of(call.sender)
+                return (caller.uid, caller.pid)
             }, shown: { [weak self] id in await self?.waitUntilShown(id) })
             inhibitBridge = bridge
             try await bridge.export()
@@ -121,18 +120,17 @@ public actor HostBusAPI {
     }
 
     /// Stops following the runtime (the objects stay as they are).
-    public func stop() {
+    public func stop() async {
         for task in followers { task.cancel() }
         followers = []
-        for task in statusFlushes.values { task.cancel() }
-        statusFlushes = [:]
+        await limiter?.forgetAll()
     }
 
     /// The connection is gone (the bus went away): stop following, end the
     /// client leases (their holders were on that bus) and let the strategy
     /// bridge export everything again on the next connection.
     public func connectionLost() async {
-        stop()
+        await stop()
         await runtime.strategyBus.detach()
         await runtime.clientLeases.busLost()
         await runtime.inhibits.busLost()
@@ -263,7 +261,7 @@ public actor HostBusAPI {
                 guard var entry = leases[id] else { return }
                 entry.snapshot.status = event.lease.status
                 leases[id] = entry
-                try await announceStatus(id, at: event.at)
+                await limiter?.changed(path, properties: ["Status"])
             case .expiring:
                 guard var entry = leases[id], entry.snapshot.state == .active else { return }
                 entry.snapshot = event.lease
@@ -288,44 +286,12 @@ public actor HostBusAPI {
                     try await emit("LeaseReleased", [.objectPath(path), .string(event.detail)])
                 }
                 leases[id] = nil
-                statusFlushes.removeValue(forKey: id)?.cancel()
+                await limiter?.forget(path)
                 try await server.unexport(path)
                 try await server.emitPropertiesChanged(path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, properties: ["Leases"])
             }
         } catch {
             log.warning("cannot publish lease \(id) \(event.kind.rawValue) on D-Bus: \(error)")
-        }
-    }
-
-    /// Sends PropertiesChanged for a lease's `Status`, or schedules it for
-    /// the end of the rate-limit interval.
-    private func announceStatus(_ id: LeaseID, at now: VigilInstant) async throws {
-        guard let server, var entry = leases[id], !entry.statusAnnouncementPending else { return }
-        if let last = entry.statusAnnouncedAt, now - last < Self.statusAnnouncementInterval {
-            entry.statusAnnouncementPending = true
-            leases[id] = entry
-            let due = last + Self.statusAnnouncementInterval
-            let clock = runtime.clock
-            statusFlushes[id] = Task { [weak self] in
-                do { try await clock.sleep(until: due) } catch { return }
-                await self?.flushStatus(id)
-            }
-            return
-        }
-        entry.statusAnnouncedAt = now
-        leases[id] = entry
-        try await server.emitPropertiesChanged(path: HostBusNames.leasePath(id), interface: HostBusNames.leaseInterface, properties: ["Status"])
-    }
-
-    private func flushStatus(_ id: LeaseID) async {
-        statusFlushes[id] = nil
-        guard var entry = leases[id], entry.statusAnnouncementPending else { return }
-        entry.statusAnnouncementPending = false
-        leases[id] = entry
-        do {
-            try await announceStatus(id, at: runtime.clock.now)
-        } catch {
-            log.warning("cannot publish lease \(id) status on D-Bus: \(error)")
         }
     }
 
@@ -396,10 +362,7 @@ public actor HostBusAPI {
         highestShownLease = max(highestShownLease, lease.id.rawValue)
         defer { resumeShowWaiters(lease.id) }
         try await server.export(HostBusNames.leasePath(lease.id), interfaces: interfaces)
-    }
-
-    func forgetCredentials(of name: String) {
-        knownCredentials[name] = nil
+        await limiter?.track(HostBusNames.leasePath(lease.id), interface: HostBusNames.leaseInterface, startsInterval: false)
     }
 
     /// A unique name left the bus: its inhibits, portal requests and sessions end.

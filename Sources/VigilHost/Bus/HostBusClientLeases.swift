@@ -65,8 +65,8 @@ extension HostBusAPI {
         } catch {
             throw DBusError(name: error.name, message: error.message)
         }
-        let (uid, pid) = try await credentials(of: call)
-        let identity = ClientIdentity(owner: call.sender, uid: uid, pid: pid, name: name)
+        let caller = try await credentials.of(call.sender)
+        let identity = ClientIdentity(owner: call.sender, uid: caller.uid, pid: caller.pid, name: name)
         let granted: (id: LeaseID, fd: Int32)
         do {
             granted = try await runtime.clientLeases.begin(identity, reason: reason, budgetMicros: budget)
@@ -102,29 +102,8 @@ extension HostBusAPI {
 
     /// Root and vigild's own uid may end or renew any client's lease.
     private func callerIsPrivileged(_ call: DBusMethodCall) async throws -> Bool {
-        let (uid, _) = try await credentials(of: call)
+        let uid = try await credentials.of(call.sender).uid
         return Self.mayMutate(callerUID: uid, hostUID: hostUID)
-    }
-
-    /// The caller's uid and pid (0: unknown), asked of the bus once per
-    /// connection (GetConnectionCredentials) and remembered until it leaves
-    /// the bus: a unique name's credentials never change and the name is
-    /// never reused.
-    func credentials(of call: DBusMethodCall) async throws -> (uid: UInt32, pid: UInt32) {
-        if let known = knownCredentials[call.sender] { return known }
-        let reply = try await call.connection.call(
-            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-            member: "GetConnectionCredentials", arguments: [call.sender], returning: [String: DBusVariant].self)
-        guard case .uint32(let uid)? = reply["UnixUserID"]?.value else {
-            throw DBusError.failed("the bus did not tell the uid of \(call.sender)")
-        }
-        var pid: UInt32 = 0
-        if case .uint32(let value)? = reply["ProcessID"]?.value { pid = value }
-        // A call racing its caller's departure can re-add a gone name; the
-        // bound keeps such leftovers from piling up.
-        if knownCredentials.count >= 4096 { knownCredentials.removeAll() }
-        knownCredentials[call.sender] = (uid, pid)
-        return (uid, pid)
     }
 
     /// Follows the bus's NameOwnerChanged: a unique name that lost its
@@ -136,12 +115,10 @@ extension HostBusAPI {
             sender: DBusConnection.busDriverName, path: "/org/freedesktop/DBus",
             interface: "org.freedesktop.DBus", member: "NameOwnerChanged"))
         let clientLeases = runtime.clientLeases
+        let credentials = self.credentials
         return Task { [weak self] in
             for await message in changes {
-                guard message.sender == DBusConnection.busDriverName, message.body.count == 3, case .string(let name) = message.body[0],
-                      case .string(let newOwner) = message.body[2],
-                      name.hasPrefix(":"), newOwner.isEmpty else { continue }
-                await self?.forgetCredentials(of: name)
+                guard let name = credentials.follow(nameOwnerChangedFrom: message.sender, body: message.body) else { continue }
                 await clientLeases.ownerVanished(name)
                 await self?.inhibitorVanished(name)
             }

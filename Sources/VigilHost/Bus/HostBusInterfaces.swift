@@ -45,7 +45,7 @@ enum HostBusInterfaces {
                 beginBackgroundTask(api),
                 DBusMethod("Reload", out: [DBusArgument("applied", Bool.self), DBusArgument("messages", [String].self)]) { [weak api] call in
                     guard let api else { throw gone() }
-                    let uid = try await call.connection.callerUID(call.sender)
+                    let uid = try await api.credentials.of(call.sender).uid
                     try HostBusAPI.requireMayMutate(callerUID: uid, hostUID: api.hostUID, method: "\(HostBusNames.hostInterface).Reload")
                     let result = await api.runtime.reload()
                     return [.bool(result.applied), result.messages.dbusValue]
