@@ -1,3 +1,4 @@
+import Synchronization
 import VigilDBus
 import VigilKit
 
@@ -15,6 +16,13 @@ import VigilKit
 /// The objects show this actor's copy of the registry and supervisor state,
 /// updated in event order, so that what a client reads always agrees with
 /// the signals it has received.
+///
+/// Handlers never wait for this actor: each change publishes an immutable
+/// snapshot (behind a lock) that reads (Properties.Get/GetAll, ListLeases,
+/// ListStrategies, GetManagedObjects) take without an actor hop, the rows
+/// encoded once per change; BeginBackgroundTask, End and Renew run
+/// nonisolated too, so a Begin never queues behind readers or behind the
+/// following of events.
 public actor HostBusAPI {
     public nonisolated let runtime: HostRuntime
     public nonisolated let connection: DBusConnection
@@ -36,17 +44,36 @@ public actor HostBusAPI {
         var kind: String
     }
 
+    /// What the handlers read, published by this actor after each change.
+    struct Published: Sendable {
+        var strategyOrder: [String] = []
+        var strategies: [String: StrategyEntry] = [:]
+        var leases: [LeaseID: LeaseEntry] = [:]
+        /// Encoded on the first read after a change.
+        var strategyPaths: DBusValue?
+        var strategyRows: DBusValue?
+        var leasePaths: DBusValue?
+        var leaseRows: DBusValue?
+        /// The highest lease id whose object was exported.
+        var highestShownLease: UInt64 = 0
+        /// BeginBackgroundTask calls waiting for their lease's object.
+        var showWaiters: [LeaseID: [CheckedContinuation<Void, Never>]] = [:]
+    }
+
+    private nonisolated let published = Mutex(Published())
     private var server: DBusObjectServer?
-    private var strategyOrder: [String] = []
-    private var strategies: [String: StrategyEntry] = [:]
-    private var leases: [LeaseID: LeaseEntry] = [:]
+    private var strategyOrder: [String] = [] {
+        didSet { published.withLock { $0.strategyOrder = strategyOrder; $0.strategyPaths = nil; $0.strategyRows = nil } }
+    }
+    private var strategies: [String: StrategyEntry] = [:] {
+        didSet { published.withLock { $0.strategies = strategies; $0.strategyRows = nil } }
+    }
+    private var leases: [LeaseID: LeaseEntry] = [:] {
+        didSet { published.withLock { $0.leases = leases; $0.leasePaths = nil; $0.leaseRows = nil } }
+    }
     private var followers: [Task<Void, Never>] = []
-    /// BeginBackgroundTask calls waiting for their lease's object.
-    private var showWaiters: [LeaseID: [CheckedContinuation<Void, Never>]] = [:]
     /// Callers' uid and pid by unique name, while they are on the bus.
     nonisolated let credentials: CallerCredentials
-    /// The highest lease id whose object was exported.
-    private var highestShownLease: UInt64 = 0
     /// At most one PropertiesChanged per second for a lease's `Status` (and
     /// for strategies' child objects); a change inside the interval is
     /// announced at its end, with the status of that moment. Reads always
@@ -178,19 +205,47 @@ public actor HostBusAPI {
 
     // MARK: reading (for the handlers)
 
-    func strategy(named name: String) -> StrategyEntry? { strategies[name] }
+    nonisolated func strategy(named name: String) -> StrategyEntry? { published.withLock { $0.strategies[name] } }
 
-    func lease(_ id: LeaseID) -> LeaseEntry? { leases[id] }
+    nonisolated func lease(_ id: LeaseID) -> LeaseEntry? { published.withLock { $0.leases[id] } }
 
-    func strategyPaths() -> DBusValue {
-        .array(elementSignature: "o", strategyOrder.map { .objectPath(HostBusNames.strategyPath($0)) })
+    nonisolated func strategyPaths() -> DBusValue {
+        published.withLock { state in
+            if let cached = state.strategyPaths { return cached }
+            let paths = DBusValue.array(elementSignature: "o", state.strategyOrder.map { .objectPath(HostBusNames.strategyPath($0)) })
+            state.strategyPaths = paths
+            return paths
+        }
     }
 
-    func leasePaths() -> DBusValue {
-        .array(elementSignature: "o", leases.keys.sorted().map { .objectPath(HostBusNames.leasePath($0)) })
+    nonisolated func leasePaths() -> DBusValue {
+        published.withLock { state in
+            if let cached = state.leasePaths { return cached }
+            let paths = DBusValue.array(elementSignature: "o", state.leases.keys.sorted().map { .objectPath(HostBusNames.leasePath($0)) })
+            state.leasePaths = paths
+            return paths
+        }
     }
 
-    func leaseRows() -> DBusValue {
+    nonisolated func leaseRows() -> DBusValue {
+        published.withLock { state in
+            if let cached = state.leaseRows { return cached }
+            let rows = Self.leaseRows(state.leases)
+            state.leaseRows = rows
+            return rows
+        }
+    }
+
+    nonisolated func strategyRows() -> DBusValue {
+        published.withLock { state in
+            if let cached = state.strategyRows { return cached }
+            let rows = Self.strategyRows(order: state.strategyOrder, state.strategies)
+            state.strategyRows = rows
+            return rows
+        }
+    }
+
+    static func leaseRows(_ leases: [LeaseID: LeaseEntry]) -> DBusValue {
         .array(elementSignature: HostBusInterfaces.leaseRow, leases.keys.sorted().compactMap { id in
             guard let entry = leases[id] else { return nil }
             let lease = entry.snapshot
@@ -203,7 +258,7 @@ public actor HostBusAPI {
         })
     }
 
-    func strategyRows() -> DBusValue {
+    static func strategyRows(order strategyOrder: [String], _ strategies: [String: StrategyEntry]) -> DBusValue {
         .array(elementSignature: HostBusInterfaces.strategyRow, strategyOrder.compactMap { name in
             guard let status = strategies[name]?.status else { return nil }
             return .structure([
@@ -359,7 +414,7 @@ public actor HostBusAPI {
             if kind == nil { kind = await runtime.configuredStrategy(named: lease.strategy)?.kind }
         }
         leases[lease.id] = LeaseEntry(snapshot: lease, kind: kind ?? "")
-        highestShownLease = max(highestShownLease, lease.id.rawValue)
+        published.withLock { $0.highestShownLease = max($0.highestShownLease, lease.id.rawValue) }
         defer { resumeShowWaiters(lease.id) }
         try await server.export(HostBusNames.leasePath(lease.id), interfaces: interfaces)
         await limiter?.track(HostBusNames.leasePath(lease.id), interface: HostBusNames.leaseInterface, startsInterval: false)
@@ -374,18 +429,20 @@ public actor HostBusAPI {
     /// Returns once the lease's object is exported (or was, and the lease
     /// already ended). Lease ids grow and the registry's events arrive in
     /// order, so a lease with an id up to the last one shown was handled.
-    func waitUntilShown(_ id: LeaseID) async {
+    nonisolated func waitUntilShown(_ id: LeaseID) async {
         await withCheckedContinuation { continuation in
-            if id.rawValue <= highestShownLease {
-                continuation.resume()
-            } else {
-                showWaiters[id, default: []].append(continuation)
+            let shown = published.withLock { state in
+                if id.rawValue <= state.highestShownLease { return true }
+                state.showWaiters[id, default: []].append(continuation)
+                return false
             }
+            if shown { continuation.resume() }
         }
     }
 
     private func resumeShowWaiters(_ id: LeaseID) {
-        for waiter in showWaiters.removeValue(forKey: id) ?? [] { waiter.resume() }
+        let waiters = published.withLock { $0.showWaiters.removeValue(forKey: id) } ?? []
+        for waiter in waiters { waiter.resume() }
     }
 
     private func emit(_ signal: String, _ arguments: [DBusValue]) async throws {

@@ -55,7 +55,7 @@ extension HostBusInterfaces {
 }
 
 extension HostBusAPI {
-    func beginBackgroundTask(_ call: DBusMethodCall) async throws -> [DBusValue] {
+    nonisolated func beginBackgroundTask(_ call: DBusMethodCall) async throws -> [DBusValue] {
         let name = try call.argument(0, as: String.self)
         let reason = try call.argument(1, as: String.self)
         let budget = try call.argument(2, as: UInt64.self)
@@ -82,7 +82,7 @@ extension HostBusAPI {
         return [.objectPath(HostBusNames.leasePath(granted.id)), .unixFD(fd)]
     }
 
-    func endClientLease(_ id: LeaseID, _ call: DBusMethodCall) async throws {
+    nonisolated func endClientLease(_ id: LeaseID, _ call: DBusMethodCall) async throws {
         let privileged = try await callerIsPrivileged(call)
         do {
             try await runtime.clientLeases.endByClient(id, caller: call.sender, privileged: privileged)
@@ -91,7 +91,7 @@ extension HostBusAPI {
         }
     }
 
-    func renewClientLease(_ id: LeaseID, _ call: DBusMethodCall, budgetMicros: UInt64) async throws {
+    nonisolated func renewClientLease(_ id: LeaseID, _ call: DBusMethodCall, budgetMicros: UInt64) async throws {
         let privileged = try await callerIsPrivileged(call)
         do {
             try await runtime.clientLeases.renew(id, caller: call.sender, privileged: privileged, budgetMicros: budgetMicros)
@@ -101,7 +101,7 @@ extension HostBusAPI {
     }
 
     /// Root and vigild's own uid may end or renew any client's lease.
-    private func callerIsPrivileged(_ call: DBusMethodCall) async throws -> Bool {
+    private nonisolated func callerIsPrivileged(_ call: DBusMethodCall) async throws -> Bool {
         let uid = try await credentials.of(call.sender).uid
         return Self.mayMutate(callerUID: uid, hostUID: hostUID)
     }

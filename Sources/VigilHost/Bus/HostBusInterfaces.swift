@@ -32,11 +32,11 @@ enum HostBusInterfaces {
             methods: [
                 DBusMethod("ListLeases", out: [DBusArgument("leases", "a" + leaseRow)]) { [weak api] _ in
                     guard let api else { throw gone() }
-                    return [await api.leaseRows()]
+                    return [api.leaseRows()]
                 },
                 DBusMethod("ListStrategies", out: [DBusArgument("strategies", "a" + strategyRow)]) { [weak api] _ in
                     guard let api else { throw gone() }
-                    return [await api.strategyRows()]
+                    return [api.strategyRows()]
                 },
                 DBusMethod("Survival", in: [DBusArgument("since_usec", UInt64.self)], out: [DBusArgument("runs", "a" + runRow)]) { [weak api] call in
                     guard let api else { throw gone() }
@@ -68,11 +68,11 @@ enum HostBusInterfaces {
                 constant("DroppedLogLines", UInt64.self, emitsChange: .false) { UInt64(clamping: await $0.health().droppedLogLines) },
                 DBusProperty("Strategies", signature: "ao", access: .read, emitsChange: .true) { [weak api] in
                     guard let api else { throw gone() }
-                    return await api.strategyPaths()
+                    return api.strategyPaths()
                 },
                 DBusProperty("Leases", signature: "ao", access: .read, emitsChange: .true) { [weak api] in
                     guard let api else { throw gone() }
-                    return await api.leasePaths()
+                    return api.leasePaths()
                 },
             ],
             signals: [
@@ -93,7 +93,7 @@ enum HostBusInterfaces {
                   _ value: @escaping @Sendable (HostBusAPI.StrategyEntry) -> DBusValue) -> DBusProperty {
             DBusProperty(property, signature: signature, access: .read, emitsChange: emitsChange) { [weak api] in
                 guard let api else { throw gone() }
-                guard let entry = await api.strategy(named: name) else {
+                guard let entry = api.strategy(named: name) else {
                     throw DBusError.unknownObject("strategy \"\(name)\" is no longer configured")
                 }
                 return value(entry)
@@ -120,7 +120,7 @@ enum HostBusInterfaces {
                   _ value: @escaping @Sendable (HostBusAPI.LeaseEntry) -> DBusValue) -> DBusProperty {
             DBusProperty(property, signature: signature, access: .read, emitsChange: emitsChange) { [weak api] in
                 guard let api else { throw gone() }
-                guard let entry = await api.lease(id) else {
+                guard let entry = api.lease(id) else {
                     throw DBusError.unknownObject("lease \(id) has ended")
                 }
                 return value(entry)

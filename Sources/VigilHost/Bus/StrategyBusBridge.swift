@@ -1,3 +1,4 @@
+import Synchronization
 import VigilDBus
 import VigilKit
 
@@ -25,7 +26,12 @@ public actor StrategyBusBridge {
     /// strategy → interfaces currently added to its object.
     private var addedInterfaces: [String: Set<String>] = [:]
     /// path → child object.
-    private var children: [String: Child] = [:]
+    private var children: [String: Child] = [:] {
+        didSet { shownValues.withLock { $0 = children.mapValues(\.values) } }
+    }
+    /// path → the children's property values, read by Properties.Get
+    /// without a hop onto this actor.
+    private nonisolated let shownValues = Mutex<[String: [String: BusValue]]>([:])
 
     struct Child {
         var strategy: String
@@ -135,7 +141,7 @@ public actor StrategyBusBridge {
         }
     }
 
-    func value(path: String, property: String) -> BusValue? { children[path]?.values[property] }
+    nonisolated func value(path: String, property: String) -> BusValue? { shownValues.withLock { $0[path]?[property] } }
 
     // MARK: internals
 
@@ -143,7 +149,7 @@ public actor StrategyBusBridge {
         guard let server, var child = children[path], !child.exported else { return }
         let properties = child.properties.map { p in
             DBusProperty(p.name, signature: p.signature, access: .read, emitsChange: .true) { [weak self] in
-                guard let self, let value = await self.value(path: path, property: p.name) else {
+                guard let self, let value = self.value(path: path, property: p.name) else {
                     throw DBusError.unknownObject("\(path) is gone")
                 }
                 return HostBusValues.bus(value)
