@@ -135,7 +135,48 @@ public final class DBusObjectServer: @unchecked Sendable {
     /// Emits `PropertiesChanged` for `properties` of `interface` at `path`:
     /// new values for `emitsChange: .true`, names for `.invalidates`.
     public func emitPropertiesChanged(path: String, interface: String, properties: [String]) async throws {
-        let declared: [DBusProperty] = try await connection.onQueueThrowing { [self] _ in
+        let declared = try await changingProperties(path: path, interface: interface, properties: properties)
+        var changed: [DBusDictEntry] = []
+        var invalidated: [String] = []
+        for property in declared {
+            if property.emitsChange == .true, let getter = property.getter {
+                changed.append(DBusDictEntry(key: .string(property.name), value: .variant(try await getter())))
+            } else {
+                invalidated.append(property.name)
+            }
+        }
+        try await sendPropertiesChanged(path: path, interface: interface, changed: changed, invalidated: invalidated)
+    }
+
+    /// Emits `PropertiesChanged` with `values` as given (taken when the
+    /// change was decided, e.g. by a rate limiter's flush, rather than read
+    /// from the getters when the signal is built). Every property must be
+    /// declared with `emitsChange: .true`, and each value must have its
+    /// declared signature.
+    public func emitPropertiesChanged(path: String, interface: String, values: [(name: String, value: DBusValue)]) async throws {
+        let declared = try await changingProperties(path: path, interface: interface, properties: values.map(\.name))
+        var changed: [DBusDictEntry] = []
+        for (property, entry) in zip(declared, values) {
+            guard property.emitsChange == .true else {
+                throw DBusError.invalidArgs("\(interface).\(property.name) is not announced with its value")
+            }
+            guard entry.value.signature == property.signature else {
+                throw DBusError.invalidArgs("\(interface).\(property.name) is declared \"\(property.signature)\", got \"\(entry.value.signature)\"")
+            }
+            changed.append(DBusDictEntry(key: .string(property.name), value: .variant(entry.value)))
+        }
+        try await sendPropertiesChanged(path: path, interface: interface, changed: changed, invalidated: [])
+    }
+
+    private func sendPropertiesChanged(path: String, interface: String, changed: [DBusDictEntry], invalidated: [String]) async throws {
+        try await connection.emitSignal(
+            path: path, interface: DBusStandardInterfaces.properties, name: "PropertiesChanged",
+            arguments: [.string(interface), .dict(keySignature: "s", valueSignature: "v", changed), invalidated.dbusValue])
+    }
+
+    /// The declarations of `properties`, which must announce changes.
+    private func changingProperties(path: String, interface: String, properties: [String]) async throws -> [DBusProperty] {
+        try await connection.onQueueThrowing { [self] _ in
             guard let interfaces = objects[path] else { throw DBusError.unknownObject("no object is exported at \(path)") }
             guard let declaration = interfaces.first(where: { $0.name == interface }) else {
                 throw DBusError.unknownInterface("the object at \(path) has no interface \(interface)")
@@ -152,18 +193,6 @@ public final class DBusObjectServer: @unchecked Sendable {
             }
             return result
         }
-        var changed: [DBusDictEntry] = []
-        var invalidated: [String] = []
-        for property in declared {
-            if property.emitsChange == .true, let getter = property.getter {
-                changed.append(DBusDictEntry(key: .string(property.name), value: .variant(try await getter())))
-            } else {
-                invalidated.append(property.name)
-            }
-        }
-        try await connection.emitSignal(
-            path: path, interface: DBusStandardInterfaces.properties, name: "PropertiesChanged",
-            arguments: [.string(interface), .dict(keySignature: "s", valueSignature: "v", changed), invalidated.dbusValue])
     }
 
     // MARK: - Dispatch (on the connection's queue)

@@ -30,8 +30,8 @@ import VigilKit
             let server = try await DBusObjectServer(connection: host)
             bridge = StrategyBusBridge(logSink: MemoryLogSink())
             let log = StrategyLogger(source: "dbus", sink: MemoryLogSink())
-            let limiter = PropertiesChangedLimiter(clock: clock, log: log) { path, interface, properties in
-                try await server.emitPropertiesChanged(path: path, interface: interface, properties: properties)
+            let limiter = PropertiesChangedLimiter(clock: clock, log: log) { path, interface, values in
+                try await server.emitPropertiesChanged(path: path, interface: interface, values: values)
             }
             await bridge.attach(server: server, hostUID: getuid(), credentials: CallerCredentials(connection: host), limiter: limiter)
             signals = SignalRecorder(try await client.signals(matching: DBusMatchRule(

@@ -108,8 +108,8 @@ public actor HostBusAPI {
         let statusChanges = await runtime.supervisor.changes()
         let server = try await DBusObjectServer(connection: connection)
         self.server = server
-        let limiter = PropertiesChangedLimiter(clock: runtime.clock, log: log) { path, interface, properties in
-            try await server.emitPropertiesChanged(path: path, interface: interface, properties: properties)
+        let limiter = PropertiesChangedLimiter(clock: runtime.clock, log: log) { path, interface, values in
+            try await server.emitPropertiesChanged(path: path, interface: interface, values: values)
         }
         self.limiter = limiter
         try await server.addObjectManager(at: HostBusNames.rootPath)
@@ -417,7 +417,7 @@ public actor HostBusAPI {
         published.withLock { $0.highestShownLease = max($0.highestShownLease, lease.id.rawValue) }
         defer { resumeShowWaiters(lease.id) }
         try await server.export(HostBusNames.leasePath(lease.id), interfaces: interfaces)
-        await limiter?.track(HostBusNames.leasePath(lease.id), interface: HostBusNames.leaseInterface, startsInterval: false)
+        await limiter?.track(HostBusNames.leasePath(lease.id), interface: interfaces[0], startsInterval: false)
     }
 
     /// A unique name left the bus: its inhibits, portal requests and sessions end.

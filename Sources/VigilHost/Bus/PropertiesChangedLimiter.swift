@@ -1,22 +1,23 @@
+import VigilDBus
 import VigilKit
 
 /// Rate-limits `PropertiesChanged`: at most one announcement per object per
 /// interval (1 s). A change inside the interval is announced at its end, once,
-/// naming every property that changed meanwhile; the announcement reads the
-/// values of that moment, so the trailing signal carries the newest value.
-/// Reads are never limited, only signals.
+/// naming every property that changed meanwhile, with the values of that
+/// moment (read through the declared getters when the announcement is
+/// decided, not when the signal is built later), so the trailing signal
+/// carries the newest value. Reads are never limited, only signals.
 ///
 /// One limiter serves every rate-limited object vigild exports: lease
 /// objects' `Status` and the child objects strategies export.
 actor PropertiesChangedLimiter {
-    /// Sends the signal for `properties` of `interface` at `path` (reading
-    /// their current values).
-    typealias Announce = @Sendable (_ path: String, _ interface: String, _ properties: [String]) async throws -> Void
+    /// Sends the signal for `values` of `interface` at `path`.
+    typealias Announce = @Sendable (_ path: String, _ interface: String, _ values: [(name: String, value: DBusValue)]) async throws -> Void
 
     static let interval: Duration = .seconds(1)
 
     private struct Object {
-        var interface: String
+        var interface: DBusInterface
         var announcedAt: VigilInstant?
         var pending: Set<String> = []
         var flush: Task<Void, Never>?
@@ -40,7 +41,7 @@ actor PropertiesChangedLimiter {
     /// An object was exported. `startsInterval`: its export counts as an
     /// announcement (InterfacesAdded carried its values), so a change right
     /// after it waits for the interval.
-    func track(_ path: String, interface: String, startsInterval: Bool) {
+    func track(_ path: String, interface: DBusInterface, startsInterval: Bool) {
         objects[path]?.flush?.cancel()
         objects[path] = Object(interface: interface, announcedAt: startsInterval ? clock.now : nil)
     }
@@ -96,7 +97,12 @@ actor PropertiesChangedLimiter {
         objects[path] = object
         guard !names.isEmpty else { return }
         do {
-            try await announce(path, object.interface, names)
+            var values: [(name: String, value: DBusValue)] = []
+            for name in names {
+                guard let getter = object.interface.property(named: name)?.getter else { continue }
+                values.append((name, try await getter()))
+            }
+            try await announce(path, object.interface.name, values)
         } catch {
             log.warning("cannot announce \(path) properties on D-Bus: \(error)")
         }

@@ -156,10 +156,11 @@ public actor StrategyBusBridge {
             }
         }
         do {
-            try await server.export(path, interfaces: [DBusInterface(child.interface, properties: properties)])
+            let declaration = DBusInterface(child.interface, properties: properties)
+            try await server.export(path, interfaces: [declaration])
             child.exported = true
             children[path] = child
-            await limiter?.track(path, interface: child.interface, startsInterval: true)
+            await limiter?.track(path, interface: declaration, startsInterval: true)
         } catch {
             log.warning("cannot export \(path) on D-Bus: \(error)")
         }
