@@ -6,7 +6,8 @@ import VigilKit
 ///
 /// `export()` attaches an object server to the connection and exports the
 /// root object `/org/vigil/Vigil1` (Host + ObjectManager), one object per
-/// strategy and one per active lease. From then on it follows the runtime:
+/// strategy and one per active lease. From then on it follows the host
+/// (the ``HostBusServices`` it is given, not the whole runtime):
 /// lease objects and strategy objects appear and disappear
 /// (`InterfacesAdded` / `InterfacesRemoved`), the Host signals and
 /// `PropertiesChanged` are emitted as the registry and the supervisor
@@ -24,7 +25,8 @@ import VigilKit
 /// nonisolated too, so a Begin never queues behind readers or behind the
 /// following of events.
 public actor HostBusAPI {
-    public nonisolated let runtime: HostRuntime
+    /// What it is given of the host.
+    public nonisolated let services: HostBusServices
     public nonisolated let connection: DBusConnection
     /// The uid vigild runs as: besides root, the only uid allowed to call
     /// mutating methods.
@@ -84,13 +86,13 @@ public actor HostBusAPI {
     private let survival: HostBusSurvivalReader
     private let log: StrategyLogger
 
-    public init(runtime: HostRuntime, connection: DBusConnection, hostUID: UInt32) {
-        self.runtime = runtime
+    public init(services: HostBusServices, connection: DBusConnection, hostUID: UInt32) {
+        self.services = services
         self.connection = connection
         self.hostUID = hostUID
         self.credentials = CallerCredentials(connection: connection)
-        self.survival = HostBusSurvivalReader(path: runtime.store.path)
-        self.log = StrategyLogger(source: "dbus", sink: runtime.logSink)
+        self.survival = HostBusSurvivalReader(path: services.store.path)
+        self.log = StrategyLogger(source: "dbus", sink: services.logSink)
     }
 
     deinit {
@@ -99,32 +101,31 @@ public actor HostBusAPI {
 
     // MARK: exporting
 
-    /// Exports the objects and starts following the runtime. Call once.
+    /// Exports the objects and starts following the host. Call once.
     public func export() async throws {
         guard server == nil else { throw DBusError.failed("the org.vigil.Vigil1 objects are already exported") }
         // Subscribe before taking the snapshot: an event that happens in
         // between is in both, and the handlers skip what is already shown.
-        let leaseEvents = await runtime.registry.events()
-        let statusChanges = await runtime.supervisor.changes()
+        let leaseEvents = await services.registry.events()
+        let statusChanges = await services.supervisor.changes()
         let server = try await DBusObjectServer(connection: connection)
         self.server = server
-        let limiter = PropertiesChangedLimiter(clock: runtime.clock, log: log) { path, interface, values in
+        let limiter = PropertiesChangedLimiter(clock: services.clock, log: log) { path, interface, values in
             try await server.emitPropertiesChanged(path: path, interface: interface, values: values)
         }
         self.limiter = limiter
         try await server.addObjectManager(at: HostBusNames.rootPath)
-        await runtime.strategyBus.attach(server: server, hostUID: hostUID, credentials: credentials, limiter: limiter)
+        await services.strategyBus.attach(server: server, hostUID: hostUID, credentials: credentials, limiter: limiter)
         try await server.export(HostBusNames.rootPath, interfaces: [HostBusInterfaces.host(self)])
-        for status in await runtime.supervisor.statuses where status.state != .stopped {
+        for status in await services.supervisor.statuses where status.state != .stopped {
             try await addStrategy(status, on: server)
         }
-        for lease in await runtime.registry.active {
+        for lease in await services.registry.active {
             try await addLease(lease, on: server)
         }
-        let host = await runtime.config.host
-        if host.inhibits.mode == .auto, host.bus != .system {
+        if await services.servesInhibits() {
             let credentials = self.credentials
-            let bridge = InhibitBusBridge(server: server, connection: connection, inhibits: runtime.inhibits, log: log, credentials: { call in
+            let bridge = InhibitBusBridge(server: server, connection: connection, inhibits: services.inhibits, log: log, credentials: { call in
                 let caller = try await credentials.of(call.sender)
                 return (caller.uid, caller.pid)
             }, shown: { [weak self] id in await self?.waitUntilShown(id) })
@@ -146,7 +147,7 @@ public actor HostBusAPI {
         })
     }
 
-    /// Stops following the runtime (the objects stay as they are).
+    /// Stops following the host (the objects stay as they are).
     public func stop() async {
         for task in followers { task.cancel() }
         followers = []
@@ -158,9 +159,9 @@ public actor HostBusAPI {
     /// bridge export everything again on the next connection.
     public func connectionLost() async {
         await stop()
-        await runtime.strategyBus.detach()
-        await runtime.clientLeases.busLost()
-        await runtime.inhibits.busLost()
+        await services.strategyBus.detach()
+        await services.clientLeases.busLost()
+        await services.inhibits.busLost()
     }
 
     /// The introspection XML of the whole API: the root object's interfaces
@@ -288,7 +289,7 @@ public actor HostBusAPI {
         })
     }
 
-    // MARK: following the runtime
+    // MARK: following the host
 
     /// One registry event: for a lease, the object appears before
     /// `LeaseAcquired` and disappears after its final signal.
@@ -385,7 +386,7 @@ public actor HostBusAPI {
                 strategies[status.name] = nil
                 strategyOrder.removeAll { $0 == status.name }
                 try await server.unexport(path)
-                await runtime.strategyBus.strategyUnexported(status.name)
+                await services.strategyBus.strategyUnexported(status.name)
                 try await server.emitPropertiesChanged(path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, properties: ["Strategies"])
             }
         } catch {
@@ -394,11 +395,11 @@ public actor HostBusAPI {
     }
 
     private func addStrategy(_ status: StrategyStatus, on server: DBusObjectServer) async throws {
-        let config = await runtime.configuredStrategy(named: status.name)?.values ?? [:]
+        let config = await services.configuredStrategy(status.name)?.values ?? [:]
         strategies[status.name] = StrategyEntry(status: status, config: config)
         strategyOrder.append(status.name)
         try await server.export(HostBusNames.strategyPath(status.name), interfaces: [HostBusInterfaces.strategy(self, name: status.name)])
-        await runtime.strategyBus.strategyExported(status.name)
+        await services.strategyBus.strategyExported(status.name)
     }
 
     private func addLease(_ lease: LeaseSnapshot, on server: DBusObjectServer) async throws {
@@ -411,7 +412,7 @@ public actor HostBusAPI {
             interfaces.append(HostBusInterfaces.clientLease(self, id: lease.id, client: client))
         } else {
             kind = strategies[lease.strategy]?.status.kind
-            if kind == nil { kind = await runtime.configuredStrategy(named: lease.strategy)?.kind }
+            if kind == nil { kind = await services.configuredStrategy(lease.strategy)?.kind }
         }
         leases[lease.id] = LeaseEntry(snapshot: lease, kind: kind ?? "")
         published.withLock { $0.highestShownLease = max($0.highestShownLease, lease.id.rawValue) }
@@ -422,7 +423,7 @@ public actor HostBusAPI {
 
     /// A unique name left the bus: its inhibits, portal requests and sessions end.
     func inhibitorVanished(_ name: String) async {
-        await runtime.inhibits.ownerVanished(name)
+        await services.inhibits.ownerVanished(name)
         await inhibitBridge?.ownerVanished(name)
     }
 

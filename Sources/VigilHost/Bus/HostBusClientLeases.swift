@@ -69,7 +69,7 @@ extension HostBusAPI {
         let identity = ClientIdentity(owner: call.sender, uid: caller.uid, pid: caller.pid, name: name)
         let granted: (id: LeaseID, fd: Int32)
         do {
-            granted = try await runtime.clientLeases.begin(identity, reason: reason, budgetMicros: budget)
+            granted = try await services.clientLeases.begin(identity, reason: reason, budgetMicros: budget)
         } catch {
             throw error.dbusError
         }
@@ -85,7 +85,7 @@ extension HostBusAPI {
     nonisolated func endClientLease(_ id: LeaseID, _ call: DBusMethodCall) async throws {
         let privileged = try await callerIsPrivileged(call)
         do {
-            try await runtime.clientLeases.endByClient(id, caller: call.sender, privileged: privileged)
+            try await services.clientLeases.endByClient(id, caller: call.sender, privileged: privileged)
         } catch {
             throw error.dbusError
         }
@@ -94,7 +94,7 @@ extension HostBusAPI {
     nonisolated func renewClientLease(_ id: LeaseID, _ call: DBusMethodCall, budgetMicros: UInt64) async throws {
         let privileged = try await callerIsPrivileged(call)
         do {
-            try await runtime.clientLeases.renew(id, caller: call.sender, privileged: privileged, budgetMicros: budgetMicros)
+            try await services.clientLeases.renew(id, caller: call.sender, privileged: privileged, budgetMicros: budgetMicros)
         } catch {
             throw error.dbusError
         }
@@ -114,7 +114,7 @@ extension HostBusAPI {
         let changes = try await connection.signals(matching: DBusMatchRule(
             sender: DBusConnection.busDriverName, path: "/org/freedesktop/DBus",
             interface: "org.freedesktop.DBus", member: "NameOwnerChanged"))
-        let clientLeases = runtime.clientLeases
+        let clientLeases = services.clientLeases
         let credentials = self.credentials
         return Task { [weak self] in
             for await message in changes {

@@ -18,10 +18,10 @@ enum HostBusInterfaces {
     // MARK: Host
 
     static func host(_ api: HostBusAPI?) -> DBusInterface {
-        let runtime = api?.runtime
-        // Reads a constant of the runtime (or fails when built for introspection).
+        let runtime = api?.services
+        // Reads a constant of the host (or fails when built for introspection).
         func constant<T: DBusEncodable>(_ name: String, _ type: T.Type, emitsChange: DBusProperty.EmitsChange = .const,
-                                        _ read: @escaping @Sendable (HostRuntime) async -> T) -> DBusProperty {
+                                        _ read: @escaping @Sendable (HostBusServices) async -> T) -> DBusProperty {
             .readOnly(name, type, emitsChange: emitsChange) {
                 guard let runtime else { throw gone() }
                 return await read(runtime)
@@ -47,7 +47,7 @@ enum HostBusInterfaces {
                     guard let api else { throw gone() }
                     let uid = try await api.credentials.of(call.sender).uid
                     try HostBusAPI.requireMayMutate(callerUID: uid, hostUID: api.hostUID, method: "\(HostBusNames.hostInterface).Reload")
-                    let result = await api.runtime.reload()
+                    let result = await api.services.reload()
                     return [.bool(result.applied), result.messages.dbusValue]
                 },
             ],
