@@ -226,7 +226,8 @@ public final class DBusObjectServer: @unchecked Sendable {
                 } catch {
                     result = .failure(.failed(String(describing: error)))
                 }
-                await connection.onQueue { connection in connection.replyOnQueue(to: handle, result: result) }
+                // Queued without waiting for it: nothing follows the reply.
+                connection.queue.async { connection.replyOnQueue(to: handle, result: result) }
             }
         }
         return DBUS_HANDLER_RESULT_HANDLED
@@ -329,6 +330,16 @@ public final class DBusObjectServer: @unchecked Sendable {
         let handler = method.handler
         let outSignature = method.outSignature
         let qualified = "\(target.name).\(member)"
+        if let immediate = method.immediateHandler {
+            return .reply(Result { () throws(DBusError) -> [DBusValue] in
+                let values: [DBusValue]
+                do { values = try immediate(typedCall) } catch let error as DBusError { throw error } catch { throw .failed(String(describing: error)) }
+                guard values.map(\.signature).joined() == outSignature else {
+                    throw .failed("\(qualified) returned signature \"\(values.map(\.signature).joined())\" but is declared to return \"\(outSignature)\"")
+                }
+                return values
+            })
+        }
         return .run {
             let values = try await handler(typedCall)
             let actual = values.map(\.signature).joined()
@@ -372,6 +383,11 @@ public final class DBusObjectServer: @unchecked Sendable {
             guard property.access.isReadable, let getter = property.getter else {
                 return .reply(.failure(.accessDenied("\(interfaceName).\(name) is write-only")))
             }
+            if let immediate = property.immediateGetter {
+                return .reply(Result { () throws(DBusError) -> [DBusValue] in
+                    [.variant(try Self.checkedValue(of: property, in: interfaceName, immediate))]
+                })
+            }
             return .run {
                 let value = try await Self.checkedValue(of: property, in: interfaceName, getter)
                 return [.variant(value)]
@@ -384,6 +400,18 @@ public final class DBusObjectServer: @unchecked Sendable {
             switch find(interfaceName) {
             case let .success(found): interface = found
             case let .failure(error): return .reply(.failure(error))
+            }
+            let readable = interface.properties.filter { $0.access.isReadable && $0.getter != nil }
+            if readable.allSatisfy({ $0.immediateGetter != nil }) {
+                return .reply(Result { () throws(DBusError) -> [DBusValue] in
+                    var entries: [DBusDictEntry] = []
+                    for property in readable {
+                        guard let immediate = property.immediateGetter else { continue }
+                        let value = try Self.checkedValue(of: property, in: interfaceName, immediate)
+                        entries.append(DBusDictEntry(key: .string(property.name), value: .variant(value)))
+                    }
+                    return [.dict(keySignature: "s", valueSignature: "v", entries)]
+                })
             }
             return .run {
                 var entries: [DBusDictEntry] = []
@@ -425,6 +453,16 @@ public final class DBusObjectServer: @unchecked Sendable {
         default:
             return .reply(.failure(.unknownMethod("\(DBusStandardInterfaces.properties) has no method \(member)")))
         }
+    }
+
+    /// Runs an immediate getter and checks its value against the declared signature.
+    private static func checkedValue(of property: DBusProperty, in interface: String, _ getter: DBusProperty.ImmediateGetter) throws(DBusError) -> DBusValue {
+        let value: DBusValue
+        do { value = try getter() } catch let error as DBusError { throw error } catch { throw .failed(String(describing: error)) }
+        guard value.signature == property.signature else {
+            throw DBusError.failed("\(interface).\(property.name) returned signature \"\(value.signature)\" but is declared \"\(property.signature)\"")
+        }
+        return value
     }
 
     /// Runs a getter and checks its value against the declared signature.

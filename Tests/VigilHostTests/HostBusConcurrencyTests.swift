@@ -8,14 +8,9 @@ import VigilKit
 /// is blocked (a strategy method waiting on a gate the test holds), a
 /// BeginBackgroundTask, its End and the reads are answered.
 @Suite struct HostBusConcurrencyTests {
-    static let strategies = """
-        [[strategy]]
-        kind = "test-idle"
-        name = "idle"
-        """
-
     @Test func beginIsAnsweredWhileAnotherHandlerIsBlocked() async throws {
-        try await HostBusFixture.with(strategies: Self.strategies) { f in
+        // One strategy, whose object carries the gate interface.
+        try await HostBusFixture.with(strategies: "[[strategy]]\nkind = \"test-idle\"\nname = \"idle\"") { f in
             let (entered, enteredNow) = AsyncStream<Void>.makeStream()
             let (gate, open) = AsyncStream<Void>.makeStream()
             try await f.runtime.strategyBus.bus(for: "idle").register(interface: "org.vigil.Test.Gate", methods: [

@@ -27,17 +27,25 @@ enum HostBusInterfaces {
                 return await read(runtime)
             }
         }
+        // One read without waiting: answered on the connection's queue.
+        func constant<T: DBusEncodable>(_ name: String, _ type: T.Type, emitsChange: DBusProperty.EmitsChange = .const,
+                                        _ read: @escaping @Sendable (HostBusServices) -> T) -> DBusProperty {
+            DBusProperty(name, signature: T.dbusSignature, emitsChange: emitsChange) {
+                guard let runtime else { throw gone() }
+                return read(runtime).dbusValue
+            }
+        }
         return DBusInterface(
             HostBusNames.hostInterface,
             methods: [
-                DBusMethod("ListLeases", out: [DBusArgument("leases", "a" + leaseRow)]) { [weak api] _ in
+                DBusMethod("ListLeases", out: [DBusArgument("leases", "a" + leaseRow)], immediate: { [weak api] _ in
                     guard let api else { throw gone() }
                     return [api.leaseRows()]
-                },
-                DBusMethod("ListStrategies", out: [DBusArgument("strategies", "a" + strategyRow)]) { [weak api] _ in
+                }),
+                DBusMethod("ListStrategies", out: [DBusArgument("strategies", "a" + strategyRow)], immediate: { [weak api] _ in
                     guard let api else { throw gone() }
                     return [api.strategyRows()]
-                },
+                }),
                 DBusMethod("Survival", in: [DBusArgument("since_usec", UInt64.self)], out: [DBusArgument("runs", "a" + runRow)]) { [weak api] call in
                     guard let api else { throw gone() }
                     return [try api.survivalRows(since: try call.argument(0, as: UInt64.self))]
@@ -66,11 +74,11 @@ enum HostBusInterfaces {
                 constant("ConfigPath", String.self) { $0.configPath },
                 constant("StoreWritable", Bool.self, emitsChange: .false) { await $0.store.unwritableState == nil },
                 constant("DroppedLogLines", UInt64.self, emitsChange: .false) { UInt64(clamping: await $0.health().droppedLogLines) },
-                DBusProperty("Strategies", signature: "ao", access: .read, emitsChange: .true) { [weak api] in
+                DBusProperty("Strategies", signature: "ao", emitsChange: .true) { [weak api] in
                     guard let api else { throw gone() }
                     return api.strategyPaths()
                 },
-                DBusProperty("Leases", signature: "ao", access: .read, emitsChange: .true) { [weak api] in
+                DBusProperty("Leases", signature: "ao", emitsChange: .true) { [weak api] in
                     guard let api else { throw gone() }
                     return api.leasePaths()
                 },
@@ -91,7 +99,7 @@ enum HostBusInterfaces {
     static func strategy(_ api: HostBusAPI?, name: String) -> DBusInterface {
         func read(_ property: String, _ signature: String, _ emitsChange: DBusProperty.EmitsChange,
                   _ value: @escaping @Sendable (HostBusAPI.StrategyEntry) -> DBusValue) -> DBusProperty {
-            DBusProperty(property, signature: signature, access: .read, emitsChange: emitsChange) { [weak api] in
+            DBusProperty(property, signature: signature, emitsChange: emitsChange) { [weak api] in
                 guard let api else { throw gone() }
                 guard let entry = api.strategy(named: name) else {
                     throw DBusError.unknownObject("strategy \"\(name)\" is no longer configured")
@@ -118,7 +126,7 @@ enum HostBusInterfaces {
     static func lease(_ api: HostBusAPI?, id: LeaseID) -> DBusInterface {
         func read(_ property: String, _ signature: String, _ emitsChange: DBusProperty.EmitsChange,
                   _ value: @escaping @Sendable (HostBusAPI.LeaseEntry) -> DBusValue) -> DBusProperty {
-            DBusProperty(property, signature: signature, access: .read, emitsChange: emitsChange) { [weak api] in
+            DBusProperty(property, signature: signature, emitsChange: emitsChange) { [weak api] in
                 guard let api else { throw gone() }
                 guard let entry = api.lease(id) else {
                     throw DBusError.unknownObject("lease \(id) has ended")

@@ -148,7 +148,7 @@ public actor StrategyBusBridge {
     private func exportChild(_ path: String) async {
         guard let server, var child = children[path], !child.exported else { return }
         let properties = child.properties.map { p in
-            DBusProperty(p.name, signature: p.signature, access: .read, emitsChange: .true) { [weak self] in
+            DBusProperty(p.name, signature: p.signature, emitsChange: .true) { [weak self] in
                 guard let self, let value = self.value(path: path, property: p.name) else {
                     throw DBusError.unknownObject("\(path) is gone")
                 }
