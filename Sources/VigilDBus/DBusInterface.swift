@@ -107,6 +107,9 @@ public struct DBusMethod: Sendable {
     /// state published behind a lock): it is answered on the connection's
     /// queue, without a task per call. It must not block.
     public var immediateHandler: (@Sendable (DBusMethodCall) throws -> [DBusValue])?
+    /// Set for an immediate method whose reply body is marshalled once and
+    /// reused (``DBusPreparedBody``).
+    public var preparedHandler: (@Sendable (DBusMethodCall) throws -> DBusPreparedBody)?
 
     public init(_ name: String, in inArguments: [DBusArgument] = [], out outArguments: [DBusArgument] = [], handler: @escaping Handler) {
         self.name = name
@@ -116,10 +119,20 @@ public struct DBusMethod: Sendable {
     }
 
     /// A method answered at once (see ``immediateHandler``).
-    public init(_ name: String, in inArguments: [DBusArgument] = [], out outArguments: [DBusArgument] = [],
-                immediate handler: @escaping @Sendable (DBusMethodCall) throws -> [DBusValue]) {
-        self.init(name, in: inArguments, out: outArguments, handler: { call in try handler(call) })
-        self.immediateHandler = handler
+    public static func immediate(_ name: String, in inArguments: [DBusArgument] = [], out outArguments: [DBusArgument] = [],
+                                 _ handler: @escaping @Sendable (DBusMethodCall) throws -> [DBusValue]) -> DBusMethod {
+        var method = DBusMethod(name, in: inArguments, out: outArguments, handler: { call in try handler(call) })
+        method.immediateHandler = handler
+        return method
+    }
+
+    /// A method answered at once with a body marshalled beforehand (see
+    /// ``DBusPreparedBody``).
+    public static func prepared(_ name: String, in inArguments: [DBusArgument] = [], out outArguments: [DBusArgument] = [],
+                                _ handler: @escaping @Sendable (DBusMethodCall) throws -> DBusPreparedBody) -> DBusMethod {
+        var method = immediate(name, in: inArguments, out: outArguments) { call in try handler(call).values }
+        method.preparedHandler = handler
+        return method
     }
 
     /// The signature a call must have.

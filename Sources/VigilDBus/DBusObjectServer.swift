@@ -215,6 +215,8 @@ public final class DBusObjectServer: @unchecked Sendable {
         switch route {
         case let .reply(result):
             connection.replyOnQueue(to: handle, result: result)
+        case let .replyPrepared(body):
+            connection.replyOnQueue(to: handle, prepared: body)
         case let .run(work):
             let connection = self.connection
             Task {
@@ -235,6 +237,7 @@ public final class DBusObjectServer: @unchecked Sendable {
 
     private enum Route {
         case reply(Result<[DBusValue], DBusError>)
+        case replyPrepared(DBusPreparedBody)
         case run(@Sendable () async throws -> [DBusValue])
     }
 
@@ -330,6 +333,19 @@ public final class DBusObjectServer: @unchecked Sendable {
         let handler = method.handler
         let outSignature = method.outSignature
         let qualified = "\(target.name).\(member)"
+        if let prepared = method.preparedHandler {
+            do {
+                let body = try prepared(typedCall)
+                guard body.signature == outSignature else {
+                    return .reply(.failure(.failed("\(qualified) returned signature \"\(body.signature)\" but is declared to return \"\(outSignature)\"")))
+                }
+                return .replyPrepared(body)
+            } catch let error as DBusError {
+                return .reply(.failure(error))
+            } catch {
+                return .reply(.failure(.failed(String(describing: error))))
+            }
+        }
         if let immediate = method.immediateHandler {
             return .reply(Result { () throws(DBusError) -> [DBusValue] in
                 let values: [DBusValue]
@@ -537,6 +553,20 @@ extension DBusConnection {
             try sendOnQueue(reply)
         } catch {
             // e.g. fds on a connection that cannot pass them: tell the caller.
+            if let fallback = Self.makeError(for: call, error) { try? sendOnQueue(fallback) }
+        }
+    }
+
+    /// Sends `body` as the reply to `call` (on the queue).
+    func replyOnQueue(to call: DBusMessageHandle, prepared body: DBusPreparedBody) {
+        guard dbus_message_get_no_reply(call.raw) == 0 else { return }
+        guard let reply = body.reply(to: call) else {
+            replyOnQueue(to: call, result: .failure(.failed("the reply could not be built")))
+            return
+        }
+        do {
+            try sendOnQueue(reply)
+        } catch {
             if let fallback = Self.makeError(for: call, error) { try? sendOnQueue(fallback) }
         }
     }

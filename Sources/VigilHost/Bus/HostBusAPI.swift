@@ -55,7 +55,7 @@ public actor HostBusAPI {
         var strategyPaths: DBusValue?
         var strategyRows: DBusValue?
         var leasePaths: DBusValue?
-        var leaseRows: DBusValue?
+        var leaseRows: DBusPreparedBody?
         /// The highest lease id whose object was exported.
         var highestShownLease: UInt64 = 0
         /// BeginBackgroundTask calls waiting for their lease's object.
@@ -228,10 +228,11 @@ public actor HostBusAPI {
         }
     }
 
-    nonisolated func leaseRows() -> DBusValue {
-        published.withLock { state in
+    /// The ListLeases reply body, marshalled once per change.
+    nonisolated func leaseRows() throws(DBusError) -> DBusPreparedBody {
+        try published.withLock { state throws(DBusError) in
             if let cached = state.leaseRows { return cached }
-            let rows = Self.leaseRows(state.leases)
+            let rows = try DBusPreparedBody([Self.leaseRows(state.leases)])
             state.leaseRows = rows
             return rows
         }

@@ -38,14 +38,14 @@ enum HostBusInterfaces {
         return DBusInterface(
             HostBusNames.hostInterface,
             methods: [
-                DBusMethod("ListLeases", out: [DBusArgument("leases", "a" + leaseRow)], immediate: { [weak api] _ in
+                .prepared("ListLeases", out: [DBusArgument("leases", "a" + leaseRow)]) { [weak api] _ in
                     guard let api else { throw gone() }
-                    return [api.leaseRows()]
-                }),
-                DBusMethod("ListStrategies", out: [DBusArgument("strategies", "a" + strategyRow)], immediate: { [weak api] _ in
+                    return try api.leaseRows()
+                },
+                .immediate("ListStrategies", out: [DBusArgument("strategies", "a" + strategyRow)]) { [weak api] _ in
                     guard let api else { throw gone() }
                     return [api.strategyRows()]
-                }),
+                },
                 DBusMethod("Survival", in: [DBusArgument("since_usec", UInt64.self)], out: [DBusArgument("runs", "a" + runRow)]) { [weak api] call in
                     guard let api else { throw gone() }
                     return [try api.survivalRows(since: try call.argument(0, as: UInt64.self))]
