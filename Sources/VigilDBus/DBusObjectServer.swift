@@ -59,22 +59,34 @@ public final class DBusObjectServer: @unchecked Sendable {
                 throw DBusError.invalidArgs("interface \(interface.name) is exported twice at \(path)")
             }
         }
-        let managerPaths: [String] = try await connection.onQueueThrowing { [self] _ in
+        // One hop to the queue: when every property reads without waiting,
+        // InterfacesAdded is built and sent there too.
+        let pending: [String] = try await connection.onQueueThrowing { [self] connection in
             guard objects[path] == nil else { throw DBusError.invalidArgs("an object is already exported at \(path)") }
             objects[path] = interfaces
-            return managers.filter { Self.isStrictDescendant(path, of: $0) }
+            let managerPaths = Array(managers.filter { Self.isStrictDescendant(path, of: $0) })
+            guard !managerPaths.isEmpty, let added = Self.immediateInterfacesAndProperties(interfaces) else { return managerPaths }
+            for manager in managerPaths {
+                try connection.sendOnQueue(DBusConnection.signalMessage(
+                    path: manager, interface: DBusStandardInterfaces.objectManager, name: "InterfacesAdded",
+                    arguments: [.objectPath(path), added]))
+            }
+            return []
         }
-        try await announceAdded(interfaces, at: path, to: managerPaths)
+        try await announceAdded(interfaces, at: path, to: pending)
     }
 
     /// Removes the object at `path`. Under an ObjectManager this emits
     /// `InterfacesRemoved`.
     public func unexport(_ path: String) async throws {
-        let (removed, managerPaths): ([DBusInterface], [String]) = try await connection.onQueueThrowing { [self] _ in
+        try await connection.onQueueThrowing { [self] connection in
             guard let removed = objects.removeValue(forKey: path) else { throw DBusError.unknownObject("no object is exported at \(path)") }
-            return (removed, managers.filter { Self.isStrictDescendant(path, of: $0) })
+            for manager in managers where Self.isStrictDescendant(path, of: manager) {
+                try connection.sendOnQueue(DBusConnection.signalMessage(
+                    path: manager, interface: DBusStandardInterfaces.objectManager, name: "InterfacesRemoved",
+                    arguments: [.objectPath(path), removed.map(\.name).dbusValue]))
+            }
         }
-        try await announceRemoved(removed.map(\.name), at: path, to: managerPaths)
     }
 
     /// Emits `InterfacesAdded` (with the interfaces' properties) for `path`
@@ -98,6 +110,22 @@ public final class DBusObjectServer: @unchecked Sendable {
         }
     }
 
+    /// `a{sa{sv}}` for ObjectManager, when every readable property has an
+    /// immediate getter (nil otherwise); a getter that fails is left out.
+    static func immediateInterfacesAndProperties(_ interfaces: [DBusInterface]) -> DBusValue? {
+        var entries: [DBusDictEntry] = []
+        for interface in interfaces {
+            var properties: [DBusDictEntry] = []
+            for property in interface.properties where property.access.isReadable && property.getter != nil {
+                guard let immediate = property.immediateGetter else { return nil }
+                guard let value = try? checkedValue(of: property, in: interface.name, immediate) else { continue }
+                properties.append(DBusDictEntry(key: .string(property.name), value: .variant(value)))
+            }
+            entries.append(DBusDictEntry(key: .string(interface.name), value: .dict(keySignature: "s", valueSignature: "v", properties)))
+        }
+        return .dict(keySignature: "s", valueSignature: "a{sv}", entries)
+    }
+
     /// Adds an `org.freedesktop.DBus.ObjectManager` at `path`, managing
     /// every object exported below it.
     public func addObjectManager(at path: String) async throws {
@@ -115,27 +143,46 @@ public final class DBusObjectServer: @unchecked Sendable {
     /// Emits a declared signal; the object, interface and signal must be
     /// exported and the arguments must match the declared signature.
     public func emit(path: String, interface: String, signal: String, arguments: [DBusValue] = []) async throws {
-        let declaration: DBusSignal = try await connection.onQueueThrowing { [self] _ in
+        let actual = arguments.map(\.signature).joined()
+        // Built here; checked against the declaration and sent in one hop.
+        let message = try DBusConnection.signalMessage(path: path, interface: interface, name: signal, arguments: arguments)
+        try await connection.onQueueThrowing { [self] connection in
             guard let interfaces = objects[path] else { throw DBusError.unknownObject("no object is exported at \(path)") }
             guard let declared = interfaces.first(where: { $0.name == interface }) else {
                 throw DBusError.unknownInterface("the object at \(path) has no interface \(interface)")
             }
-            guard let signal = declared.signal(named: signal) else {
+            guard let declaration = declared.signal(named: signal) else {
                 throw DBusError.invalidArgs("\(interface) declares no signal \(signal)")
             }
-            return signal
+            guard actual == declaration.signature else {
+                throw DBusError.invalidArgs("signal \(interface).\(signal) is declared with signature \"\(declaration.signature)\", got \"\(actual)\"")
+            }
+            try connection.sendOnQueue(message)
         }
-        let actual = arguments.map(\.signature).joined()
-        guard actual == declaration.signature else {
-            throw DBusError.invalidArgs("signal \(interface).\(signal) is declared with signature \"\(declaration.signature)\", got \"\(actual)\"")
-        }
-        try await connection.emitSignal(path: path, interface: interface, name: signal, arguments: arguments)
     }
 
     /// Emits `PropertiesChanged` for `properties` of `interface` at `path`:
     /// new values for `emitsChange: .true`, names for `.invalidates`.
     public func emitPropertiesChanged(path: String, interface: String, properties: [String]) async throws {
-        let declared = try await changingProperties(path: path, interface: interface, properties: properties)
+        // One hop when every value reads without waiting: built and sent there.
+        let slow: [DBusProperty]? = try await connection.onQueueThrowing { [self] connection in
+            let declared = try changingPropertiesOnQueue(path: path, interface: interface, properties: properties)
+            var changed: [DBusDictEntry] = []
+            var invalidated: [String] = []
+            for property in declared {
+                if property.emitsChange == .true, property.getter != nil {
+                    guard let immediate = property.immediateGetter else { return declared }
+                    changed.append(DBusDictEntry(key: .string(property.name), value: .variant(try immediate())))
+                } else {
+                    invalidated.append(property.name)
+                }
+            }
+            try connection.sendOnQueue(DBusConnection.signalMessage(
+                path: path, interface: DBusStandardInterfaces.properties, name: "PropertiesChanged",
+                arguments: [.string(interface), .dict(keySignature: "s", valueSignature: "v", changed), invalidated.dbusValue]))
+            return nil
+        }
+        guard let declared = slow else { return }
         var changed: [DBusDictEntry] = []
         var invalidated: [String] = []
         for property in declared {
@@ -176,23 +223,26 @@ public final class DBusObjectServer: @unchecked Sendable {
 
     /// The declarations of `properties`, which must announce changes.
     private func changingProperties(path: String, interface: String, properties: [String]) async throws -> [DBusProperty] {
-        try await connection.onQueueThrowing { [self] _ in
-            guard let interfaces = objects[path] else { throw DBusError.unknownObject("no object is exported at \(path)") }
-            guard let declaration = interfaces.first(where: { $0.name == interface }) else {
-                throw DBusError.unknownInterface("the object at \(path) has no interface \(interface)")
-            }
-            var result: [DBusProperty] = []
-            for name in properties {
-                guard let property = declaration.property(named: name) else {
-                    throw DBusError.unknownProperty("\(interface) has no property \(name)")
-                }
-                guard property.emitsChange == .true || property.emitsChange == .invalidates else {
-                    throw DBusError.invalidArgs("\(interface).\(name) is declared with EmitsChangedSignal=\(property.emitsChange.rawValue)")
-                }
-                result.append(property)
-            }
-            return result
+        try await connection.onQueueThrowing { [self] _ in try changingPropertiesOnQueue(path: path, interface: interface, properties: properties) }
+    }
+
+    /// ``changingProperties(path:interface:properties:)``, on the queue.
+    private func changingPropertiesOnQueue(path: String, interface: String, properties: [String]) throws(DBusError) -> [DBusProperty] {
+        guard let interfaces = objects[path] else { throw DBusError.unknownObject("no object is exported at \(path)") }
+        guard let declaration = interfaces.first(where: { $0.name == interface }) else {
+            throw DBusError.unknownInterface("the object at \(path) has no interface \(interface)")
         }
+        var result: [DBusProperty] = []
+        for name in properties {
+            guard let property = declaration.property(named: name) else {
+                throw DBusError.unknownProperty("\(interface) has no property \(name)")
+            }
+            guard property.emitsChange == .true || property.emitsChange == .invalidates else {
+                throw DBusError.invalidArgs("\(interface).\(name) is declared with EmitsChangedSignal=\(property.emitsChange.rawValue)")
+            }
+            result.append(property)
+        }
+        return result
     }
 
     // MARK: - Dispatch (on the connection's queue)
