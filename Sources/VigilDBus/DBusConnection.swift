@@ -388,6 +388,13 @@ public final class DBusConnection: @unchecked Sendable {
     /// Emits a signal (with no declaration check; see `DBusObjectServer.emit`
     /// for declared signals).
     public func emitSignal(path: String, interface: String, name: String, arguments: [DBusValue] = [], destination: String? = nil) async throws {
+        let handle = try Self.signalMessage(path: path, interface: interface, name: name, arguments: arguments, destination: destination)
+        try await onQueueThrowing { connection in try connection.sendOnQueue(handle) }
+    }
+
+    /// A signal message, checked and marshalled (on any thread).
+    static func signalMessage(path: String, interface: String, name: String, arguments: [DBusValue],
+                              destination: String? = nil) throws(DBusError) -> DBusMessageHandle {
         guard DBusObjectPath.isValid(path) else { throw DBusError.invalidArgs("\"\(path)\" is not a valid object path") }
         guard DBusSignatureSyntax.isValidInterfaceName(interface) else { throw DBusError.invalidArgs("\"\(interface)\" is not a valid interface name") }
         guard DBusSignatureSyntax.isValidMemberName(name) else { throw DBusError.invalidArgs("\"\(name)\" is not a valid signal name") }
@@ -400,7 +407,7 @@ public final class DBusConnection: @unchecked Sendable {
         let handle = DBusMessageHandle(owning: raw)
         if let destination { dbus_message_set_destination(raw, destination) }
         try DBusMarshal.append(arguments, to: raw)
-        try await onQueueThrowing { connection in try connection.sendOnQueue(handle) }
+        return handle
     }
 
     // MARK: - Bus helpers

@@ -103,12 +103,36 @@ public struct DBusMethod: Sendable {
     public var inArguments: [DBusArgument]
     public var outArguments: [DBusArgument]
     public var handler: Handler
+    /// Set for a method that answers without waiting for anything (reads of
+    /// state published behind a lock): it is answered on the connection's
+    /// queue, without a task per call. It must not block.
+    public var immediateHandler: (@Sendable (DBusMethodCall) throws -> [DBusValue])?
+    /// Set for an immediate method whose reply body is marshalled once and
+    /// reused (``DBusPreparedBody``).
+    public var preparedHandler: (@Sendable (DBusMethodCall) throws -> DBusPreparedBody)?
 
     public init(_ name: String, in inArguments: [DBusArgument] = [], out outArguments: [DBusArgument] = [], handler: @escaping Handler) {
         self.name = name
         self.inArguments = inArguments
         self.outArguments = outArguments
         self.handler = handler
+    }
+
+    /// A method answered at once (see ``immediateHandler``).
+    public static func immediate(_ name: String, in inArguments: [DBusArgument] = [], out outArguments: [DBusArgument] = [],
+                                 _ handler: @escaping @Sendable (DBusMethodCall) throws -> [DBusValue]) -> DBusMethod {
+        var method = DBusMethod(name, in: inArguments, out: outArguments, handler: { call in try handler(call) })
+        method.immediateHandler = handler
+        return method
+    }
+
+    /// A method answered at once with a body marshalled beforehand (see
+    /// ``DBusPreparedBody``).
+    public static func prepared(_ name: String, in inArguments: [DBusArgument] = [], out outArguments: [DBusArgument] = [],
+                                _ handler: @escaping @Sendable (DBusMethodCall) throws -> DBusPreparedBody) -> DBusMethod {
+        var method = immediate(name, in: inArguments, out: outArguments) { call in try handler(call).values }
+        method.preparedHandler = handler
+        return method
     }
 
     /// The signature a call must have.
@@ -138,6 +162,10 @@ public struct DBusProperty: Sendable {
     }
 
     public typealias Getter = @Sendable () async throws -> DBusValue
+    /// A getter that answers at once, without waiting for anything (a
+    /// value behind a lock, a constant): `Get` and `GetAll` are answered
+    /// with it on the connection's queue, without a task per call.
+    public typealias ImmediateGetter = @Sendable () throws -> DBusValue
     public typealias Setter = @Sendable (DBusValue, DBusMethodCall) async throws -> Void
 
     public var name: String
@@ -145,6 +173,8 @@ public struct DBusProperty: Sendable {
     public var access: Access
     public var emitsChange: EmitsChange
     public var getter: Getter?
+    /// Set when the value can be read without waiting (see ``ImmediateGetter``).
+    public var immediateGetter: ImmediateGetter?
     public var setter: Setter?
 
     public init(_ name: String, signature: String, access: Access, emitsChange: EmitsChange = .true,
@@ -155,6 +185,14 @@ public struct DBusProperty: Sendable {
         self.emitsChange = emitsChange
         self.getter = getter
         self.setter = setter
+    }
+
+    /// A read-only property whose value is read without waiting: a
+    /// constant, or state published behind a lock. It must not block.
+    public init(_ name: String, signature: String, emitsChange: EmitsChange = .true,
+                immediate getter: @escaping ImmediateGetter) {
+        self.init(name, signature: signature, access: .read, emitsChange: emitsChange, get: { try getter() })
+        self.immediateGetter = getter
     }
 
     /// A read-only property of Swift type `T`.

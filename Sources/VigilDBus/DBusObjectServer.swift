@@ -59,22 +59,34 @@ public final class DBusObjectServer: @unchecked Sendable {
                 throw DBusError.invalidArgs("interface \(interface.name) is exported twice at \(path)")
             }
         }
-        let managerPaths: [String] = try await connection.onQueueThrowing { [self] _ in
+        // One hop to the queue: when every property reads without waiting,
+        // InterfacesAdded is built and sent there too.
+        let pending: [String] = try await connection.onQueueThrowing { [self] connection in
             guard objects[path] == nil else { throw DBusError.invalidArgs("an object is already exported at \(path)") }
             objects[path] = interfaces
-            return managers.filter { Self.isStrictDescendant(path, of: $0) }
+            let managerPaths = Array(managers.filter { Self.isStrictDescendant(path, of: $0) })
+            guard !managerPaths.isEmpty, let added = Self.immediateInterfacesAndProperties(interfaces) else { return managerPaths }
+            for manager in managerPaths {
+                try connection.sendOnQueue(DBusConnection.signalMessage(
+                    path: manager, interface: DBusStandardInterfaces.objectManager, name: "InterfacesAdded",
+                    arguments: [.objectPath(path), added]))
+            }
+            return []
         }
-        try await announceAdded(interfaces, at: path, to: managerPaths)
+        try await announceAdded(interfaces, at: path, to: pending)
     }
 
     /// Removes the object at `path`. Under an ObjectManager this emits
     /// `InterfacesRemoved`.
     public func unexport(_ path: String) async throws {
-        let (removed, managerPaths): ([DBusInterface], [String]) = try await connection.onQueueThrowing { [self] _ in
+        try await connection.onQueueThrowing { [self] connection in
             guard let removed = objects.removeValue(forKey: path) else { throw DBusError.unknownObject("no object is exported at \(path)") }
-            return (removed, managers.filter { Self.isStrictDescendant(path, of: $0) })
+            for manager in managers where Self.isStrictDescendant(path, of: manager) {
+                try connection.sendOnQueue(DBusConnection.signalMessage(
+                    path: manager, interface: DBusStandardInterfaces.objectManager, name: "InterfacesRemoved",
+                    arguments: [.objectPath(path), removed.map(\.name).dbusValue]))
+            }
         }
-        try await announceRemoved(removed.map(\.name), at: path, to: managerPaths)
     }
 
     /// Emits `InterfacesAdded` (with the interfaces' properties) for `path`
@@ -98,6 +110,22 @@ public final class DBusObjectServer: @unchecked Sendable {
         }
     }
 
+    /// `a{sa{sv}}` for ObjectManager, when every readable property has an
+    /// immediate getter (nil otherwise); a getter that fails is left out.
+    static func immediateInterfacesAndProperties(_ interfaces: [DBusInterface]) -> DBusValue? {
+        var entries: [DBusDictEntry] = []
+        for interface in interfaces {
+            var properties: [DBusDictEntry] = []
+            for property in interface.properties where property.access.isReadable && property.getter != nil {
+                guard let immediate = property.immediateGetter else { return nil }
+                guard let value = try? checkedValue(of: property, in: interface.name, immediate) else { continue }
+                properties.append(DBusDictEntry(key: .string(property.name), value: .variant(value)))
+            }
+            entries.append(DBusDictEntry(key: .string(interface.name), value: .dict(keySignature: "s", valueSignature: "v", properties)))
+        }
+        return .dict(keySignature: "s", valueSignature: "a{sv}", entries)
+    }
+
     /// Adds an `org.freedesktop.DBus.ObjectManager` at `path`, managing
     /// every object exported below it.
     public func addObjectManager(at path: String) async throws {
@@ -115,43 +143,46 @@ public final class DBusObjectServer: @unchecked Sendable {
     /// Emits a declared signal; the object, interface and signal must be
     /// exported and the arguments must match the declared signature.
     public func emit(path: String, interface: String, signal: String, arguments: [DBusValue] = []) async throws {
-        let declaration: DBusSignal = try await connection.onQueueThrowing { [self] _ in
+        let actual = arguments.map(\.signature).joined()
+        // Built here; checked against the declaration and sent in one hop.
+        let message = try DBusConnection.signalMessage(path: path, interface: interface, name: signal, arguments: arguments)
+        try await connection.onQueueThrowing { [self] connection in
             guard let interfaces = objects[path] else { throw DBusError.unknownObject("no object is exported at \(path)") }
             guard let declared = interfaces.first(where: { $0.name == interface }) else {
                 throw DBusError.unknownInterface("the object at \(path) has no interface \(interface)")
             }
-            guard let signal = declared.signal(named: signal) else {
+            guard let declaration = declared.signal(named: signal) else {
                 throw DBusError.invalidArgs("\(interface) declares no signal \(signal)")
             }
-            return signal
+            guard actual == declaration.signature else {
+                throw DBusError.invalidArgs("signal \(interface).\(signal) is declared with signature \"\(declaration.signature)\", got \"\(actual)\"")
+            }
+            try connection.sendOnQueue(message)
         }
-        let actual = arguments.map(\.signature).joined()
-        guard actual == declaration.signature else {
-            throw DBusError.invalidArgs("signal \(interface).\(signal) is declared with signature \"\(declaration.signature)\", got \"\(actual)\"")
-        }
-        try await connection.emitSignal(path: path, interface: interface, name: signal, arguments: arguments)
     }
 
     /// Emits `PropertiesChanged` for `properties` of `interface` at `path`:
     /// new values for `emitsChange: .true`, names for `.invalidates`.
     public func emitPropertiesChanged(path: String, interface: String, properties: [String]) async throws {
-        let declared: [DBusProperty] = try await connection.onQueueThrowing { [self] _ in
-            guard let interfaces = objects[path] else { throw DBusError.unknownObject("no object is exported at \(path)") }
-            guard let declaration = interfaces.first(where: { $0.name == interface }) else {
-                throw DBusError.unknownInterface("the object at \(path) has no interface \(interface)")
-            }
-            var result: [DBusProperty] = []
-            for name in properties {
-                guard let property = declaration.property(named: name) else {
-                    throw DBusError.unknownProperty("\(interface) has no property \(name)")
+        // One hop when every value reads without waiting: built and sent there.
+        let slow: [DBusProperty]? = try await connection.onQueueThrowing { [self] connection in
+            let declared = try changingPropertiesOnQueue(path: path, interface: interface, properties: properties)
+            var changed: [DBusDictEntry] = []
+            var invalidated: [String] = []
+            for property in declared {
+                if property.emitsChange == .true, property.getter != nil {
+                    guard let immediate = property.immediateGetter else { return declared }
+                    changed.append(DBusDictEntry(key: .string(property.name), value: .variant(try immediate())))
+                } else {
+                    invalidated.append(property.name)
                 }
-                guard property.emitsChange == .true || property.emitsChange == .invalidates else {
-                    throw DBusError.invalidArgs("\(interface).\(name) is declared with EmitsChangedSignal=\(property.emitsChange.rawValue)")
-                }
-                result.append(property)
             }
-            return result
+            try connection.sendOnQueue(DBusConnection.signalMessage(
+                path: path, interface: DBusStandardInterfaces.properties, name: "PropertiesChanged",
+                arguments: [.string(interface), .dict(keySignature: "s", valueSignature: "v", changed), invalidated.dbusValue]))
+            return nil
         }
+        guard let declared = slow else { return }
         var changed: [DBusDictEntry] = []
         var invalidated: [String] = []
         for property in declared {
@@ -161,9 +192,57 @@ public final class DBusObjectServer: @unchecked Sendable {
                 invalidated.append(property.name)
             }
         }
+        try await sendPropertiesChanged(path: path, interface: interface, changed: changed, invalidated: invalidated)
+    }
+
+    /// Emits `PropertiesChanged` with `values` as given (taken when the
+    /// change was decided, e.g. by a rate limiter's flush, rather than read
+    /// from the getters when the signal is built). Every property must be
+    /// declared with `emitsChange: .true`, and each value must have its
+    /// declared signature.
+    public func emitPropertiesChanged(path: String, interface: String, values: [(name: String, value: DBusValue)]) async throws {
+        let declared = try await changingProperties(path: path, interface: interface, properties: values.map(\.name))
+        var changed: [DBusDictEntry] = []
+        for (property, entry) in zip(declared, values) {
+            guard property.emitsChange == .true else {
+                throw DBusError.invalidArgs("\(interface).\(property.name) is not announced with its value")
+            }
+            guard entry.value.signature == property.signature else {
+                throw DBusError.invalidArgs("\(interface).\(property.name) is declared \"\(property.signature)\", got \"\(entry.value.signature)\"")
+            }
+            changed.append(DBusDictEntry(key: .string(property.name), value: .variant(entry.value)))
+        }
+        try await sendPropertiesChanged(path: path, interface: interface, changed: changed, invalidated: [])
+    }
+
+    private func sendPropertiesChanged(path: String, interface: String, changed: [DBusDictEntry], invalidated: [String]) async throws {
         try await connection.emitSignal(
             path: path, interface: DBusStandardInterfaces.properties, name: "PropertiesChanged",
             arguments: [.string(interface), .dict(keySignature: "s", valueSignature: "v", changed), invalidated.dbusValue])
+    }
+
+    /// The declarations of `properties`, which must announce changes.
+    private func changingProperties(path: String, interface: String, properties: [String]) async throws -> [DBusProperty] {
+        try await connection.onQueueThrowing { [self] _ in try changingPropertiesOnQueue(path: path, interface: interface, properties: properties) }
+    }
+
+    /// ``changingProperties(path:interface:properties:)``, on the queue.
+    private func changingPropertiesOnQueue(path: String, interface: String, properties: [String]) throws(DBusError) -> [DBusProperty] {
+        guard let interfaces = objects[path] else { throw DBusError.unknownObject("no object is exported at \(path)") }
+        guard let declaration = interfaces.first(where: { $0.name == interface }) else {
+            throw DBusError.unknownInterface("the object at \(path) has no interface \(interface)")
+        }
+        var result: [DBusProperty] = []
+        for name in properties {
+            guard let property = declaration.property(named: name) else {
+                throw DBusError.unknownProperty("\(interface) has no property \(name)")
+            }
+            guard property.emitsChange == .true || property.emitsChange == .invalidates else {
+                throw DBusError.invalidArgs("\(interface).\(name) is declared with EmitsChangedSignal=\(property.emitsChange.rawValue)")
+            }
+            result.append(property)
+        }
+        return result
     }
 
     // MARK: - Dispatch (on the connection's queue)
@@ -186,6 +265,8 @@ public final class DBusObjectServer: @unchecked Sendable {
         switch route {
         case let .reply(result):
             connection.replyOnQueue(to: handle, result: result)
+        case let .replyPrepared(body):
+            connection.replyOnQueue(to: handle, prepared: body)
         case let .run(work):
             let connection = self.connection
             Task {
@@ -197,7 +278,8 @@ public final class DBusObjectServer: @unchecked Sendable {
                 } catch {
                     result = .failure(.failed(String(describing: error)))
                 }
-                await connection.onQueue { connection in connection.replyOnQueue(to: handle, result: result) }
+                // Queued without waiting for it: nothing follows the reply.
+                connection.queue.async { connection.replyOnQueue(to: handle, result: result) }
             }
         }
         return DBUS_HANDLER_RESULT_HANDLED
@@ -205,6 +287,7 @@ public final class DBusObjectServer: @unchecked Sendable {
 
     private enum Route {
         case reply(Result<[DBusValue], DBusError>)
+        case replyPrepared(DBusPreparedBody)
         case run(@Sendable () async throws -> [DBusValue])
     }
 
@@ -300,6 +383,29 @@ public final class DBusObjectServer: @unchecked Sendable {
         let handler = method.handler
         let outSignature = method.outSignature
         let qualified = "\(target.name).\(member)"
+        if let prepared = method.preparedHandler {
+            do {
+                let body = try prepared(typedCall)
+                guard body.signature == outSignature else {
+                    return .reply(.failure(.failed("\(qualified) returned signature \"\(body.signature)\" but is declared to return \"\(outSignature)\"")))
+                }
+                return .replyPrepared(body)
+            } catch let error as DBusError {
+                return .reply(.failure(error))
+            } catch {
+                return .reply(.failure(.failed(String(describing: error))))
+            }
+        }
+        if let immediate = method.immediateHandler {
+            return .reply(Result { () throws(DBusError) -> [DBusValue] in
+                let values: [DBusValue]
+                do { values = try immediate(typedCall) } catch let error as DBusError { throw error } catch { throw .failed(String(describing: error)) }
+                guard values.map(\.signature).joined() == outSignature else {
+                    throw .failed("\(qualified) returned signature \"\(values.map(\.signature).joined())\" but is declared to return \"\(outSignature)\"")
+                }
+                return values
+            })
+        }
         return .run {
             let values = try await handler(typedCall)
             let actual = values.map(\.signature).joined()
@@ -343,6 +449,11 @@ public final class DBusObjectServer: @unchecked Sendable {
             guard property.access.isReadable, let getter = property.getter else {
                 return .reply(.failure(.accessDenied("\(interfaceName).\(name) is write-only")))
             }
+            if let immediate = property.immediateGetter {
+                return .reply(Result { () throws(DBusError) -> [DBusValue] in
+                    [.variant(try Self.checkedValue(of: property, in: interfaceName, immediate))]
+                })
+            }
             return .run {
                 let value = try await Self.checkedValue(of: property, in: interfaceName, getter)
                 return [.variant(value)]
@@ -355,6 +466,18 @@ public final class DBusObjectServer: @unchecked Sendable {
             switch find(interfaceName) {
             case let .success(found): interface = found
             case let .failure(error): return .reply(.failure(error))
+            }
+            let readable = interface.properties.filter { $0.access.isReadable && $0.getter != nil }
+            if readable.allSatisfy({ $0.immediateGetter != nil }) {
+                return .reply(Result { () throws(DBusError) -> [DBusValue] in
+                    var entries: [DBusDictEntry] = []
+                    for property in readable {
+                        guard let immediate = property.immediateGetter else { continue }
+                        let value = try Self.checkedValue(of: property, in: interfaceName, immediate)
+                        entries.append(DBusDictEntry(key: .string(property.name), value: .variant(value)))
+                    }
+                    return [.dict(keySignature: "s", valueSignature: "v", entries)]
+                })
             }
             return .run {
                 var entries: [DBusDictEntry] = []
@@ -396,6 +519,16 @@ public final class DBusObjectServer: @unchecked Sendable {
         default:
             return .reply(.failure(.unknownMethod("\(DBusStandardInterfaces.properties) has no method \(member)")))
         }
+    }
+
+    /// Runs an immediate getter and checks its value against the declared signature.
+    private static func checkedValue(of property: DBusProperty, in interface: String, _ getter: DBusProperty.ImmediateGetter) throws(DBusError) -> DBusValue {
+        let value: DBusValue
+        do { value = try getter() } catch let error as DBusError { throw error } catch { throw .failed(String(describing: error)) }
+        guard value.signature == property.signature else {
+            throw DBusError.failed("\(interface).\(property.name) returned signature \"\(value.signature)\" but is declared \"\(property.signature)\"")
+        }
+        return value
     }
 
     /// Runs a getter and checks its value against the declared signature.
@@ -470,6 +603,20 @@ extension DBusConnection {
             try sendOnQueue(reply)
         } catch {
             // e.g. fds on a connection that cannot pass them: tell the caller.
+            if let fallback = Self.makeError(for: call, error) { try? sendOnQueue(fallback) }
+        }
+    }
+
+    /// Sends `body` as the reply to `call` (on the queue).
+    func replyOnQueue(to call: DBusMessageHandle, prepared body: DBusPreparedBody) {
+        guard dbus_message_get_no_reply(call.raw) == 0 else { return }
+        guard let reply = body.reply(to: call) else {
+            replyOnQueue(to: call, result: .failure(.failed("the reply could not be built")))
+            return
+        }
+        do {
+            try sendOnQueue(reply)
+        } catch {
             if let fallback = Self.makeError(for: call, error) { try? sendOnQueue(fallback) }
         }
     }

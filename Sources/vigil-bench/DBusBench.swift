@@ -99,7 +99,7 @@ private func switches(from before: [String: Int], to after: [String: Int]) -> In
 }
 
 /// A flag set once from one thread and read from another.
-private final class ManagedAtomicFlag: @unchecked Sendable {
+final class ManagedAtomicFlag: @unchecked Sendable {
     // Invariant: `value` is only touched under `lock`.
     private let lock = NSLock()
     private var value = false

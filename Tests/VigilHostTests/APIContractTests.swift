@@ -10,8 +10,8 @@ import VigilKit
 @Suite struct IntrospectionContractTests {
     @Test func anInterfaceNeedsAHandlerForEveryDeclaredMemberAndNoOther() throws {
         let api = VigilAPI.clientLease
-        let method: DBusMethod.Handler = { _ in [] }
-        let getter: DBusProperty.Getter = { .string("") }
+        let method = APIMethodHandler.task { _ in [] }
+        let getter = APIPropertyGetter.immediate { .string("") }
         let properties = Dictionary(uniqueKeysWithValues: api.properties.map { ($0.name, getter) })
         #expect(throws: APIBindingError("org.vigil.Vigil1.ClientLease: declared method without a handler: Renew")) {
             try DBusInterface(checking: api, methods: ["End": method], properties: properties)
@@ -101,7 +101,7 @@ import VigilKit
 /// A strategy cannot put a contract interface on the bus in another shape.
 @Suite struct IntrospectionContractStrategyTests {
     @Test func aStrategyCannotRegisterADeclaredInterfaceInAnotherShape() async throws {
-        let bridge = StrategyBusBridge(clock: ManualClock(), logSink: MemoryLogSink())
+        let bridge = StrategyBusBridge(logSink: MemoryLogSink())
         let bus = bridge.bus(for: "dl")
         let api = VigilAPI.downloadSession
         let handler: BusMethod.Handler = { _, _ in [] }

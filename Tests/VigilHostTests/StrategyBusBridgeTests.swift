@@ -28,8 +28,12 @@ import VigilKit
             host = try await bus.connect()
             client = try await bus.connect()
             let server = try await DBusObjectServer(connection: host)
-            bridge = StrategyBusBridge(clock: clock, logSink: MemoryLogSink())
-            await bridge.attach(server: server, hostUID: getuid())
+            bridge = StrategyBusBridge(logSink: MemoryLogSink())
+            let log = StrategyLogger(source: "dbus", sink: MemoryLogSink())
+            let limiter = PropertiesChangedLimiter(clock: clock, log: log) { path, interface, values in
+                try await server.emitPropertiesChanged(path: path, interface: interface, values: values)
+            }
+            await bridge.attach(server: server, hostUID: getuid(), credentials: CallerCredentials(connection: host), limiter: limiter)
             signals = SignalRecorder(try await client.signals(matching: DBusMatchRule(
                 sender: await host.uniqueName, interface: HostBusNames.propertiesInterface, member: "PropertiesChanged")))
         }

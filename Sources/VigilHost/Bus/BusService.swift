@@ -225,22 +225,6 @@ public actor BusService {
         }
     }
 
-    /// Serves `runtime` on its bus: finds or starts the bus for the
-    /// runtime's `[host] bus`, exports ``HostBusAPI`` (mutating methods
-    /// allowed to root and to this process's uid), then owns
-    /// `org.vigil.Vigil1`.
-    public static func start(
-        runtime: HostRuntime, environment: [String: String] = ProcessInfo.processInfo.environment,
-        backoff: ReconnectBackoff = ReconnectBackoff(), log: StrategyLogger
-    ) async throws(StartError) -> BusService {
-        let settings = await runtime.config.host
-        return try await start(selection: settings.bus, stateDir: settings.stateDir, environment: environment, backoff: backoff, log: log) { connection in
-            let api = HostBusAPI(runtime: runtime, connection: connection, hostUID: getuid())
-            try await api.export()
-            return api
-        }
-    }
-
     /// Releases the name, closes the connection and stops a private bus
     /// vigild started. Idempotent.
     public func stop() async {

@@ -1,24 +1,62 @@
 import VigilDBus
 import VigilKit
 
+/// How vigild answers a method the contract declares.
+struct APIMethodHandler: Sendable {
+    fileprivate let make: @Sendable (_ name: String, _ in: [DBusArgument], _ out: [DBusArgument]) -> DBusMethod
+
+    /// In a task of its own: the handler may wait.
+    static func task(_ handler: @escaping DBusMethod.Handler) -> Self {
+        Self { DBusMethod($0, in: $1, out: $2, handler: handler) }
+    }
+
+    /// On the connection's queue, at once: the handler must not wait
+    /// (reads of state published behind a lock).
+    static func immediate(_ handler: @escaping @Sendable (DBusMethodCall) throws -> [DBusValue]) -> Self {
+        Self { .immediate($0, in: $1, out: $2, handler) }
+    }
+
+    /// At once, with a reply body marshalled beforehand (``DBusPreparedBody``).
+    static func prepared(_ handler: @escaping @Sendable (DBusMethodCall) throws -> DBusPreparedBody) -> Self {
+        Self { .prepared($0, in: $1, out: $2, handler) }
+    }
+}
+
+/// How vigild reads a property the contract declares.
+struct APIPropertyGetter: Sendable {
+    fileprivate let make: @Sendable (_ name: String, _ signature: String, _ access: DBusProperty.Access, _ emitsChange: DBusProperty.EmitsChange) -> DBusProperty
+
+    /// In a task of its own: the getter may wait.
+    static func task(_ getter: @escaping DBusProperty.Getter) -> Self {
+        Self { DBusProperty($0, signature: $1, access: $2, emitsChange: $3, get: getter) }
+    }
+
+    /// On the connection's queue, at once: a constant or a value behind a lock.
+    static func immediate(_ getter: @escaping DBusProperty.ImmediateGetter) -> Self {
+        Self { name, signature, access, emitsChange in
+            // Immediate answers serve reads only; a writable property keeps its task.
+            access == .read
+                ? DBusProperty(name, signature: signature, emitsChange: emitsChange, immediate: getter)
+                : DBusProperty(name, signature: signature, access: access, emitsChange: emitsChange, get: { try getter() })
+        }
+    }
+}
+
 extension DBusInterface {
     /// The interface declared by the contract, with a handler for each
     /// declared method and a getter for each declared property. Throws when
     /// a declared member has no handler or a handler has no declaration.
-    init(checking api: APIInterface, methods: [String: DBusMethod.Handler] = [:],
-         properties: [String: DBusProperty.Getter] = [:]) throws(APIBindingError) {
+    init(checking api: APIInterface, methods: [String: APIMethodHandler] = [:],
+         properties: [String: APIPropertyGetter] = [:]) throws(APIBindingError) {
         try api.checkBinding(methods: methods.keys, properties: properties.keys)
         self.init(
             api.name,
             methods: api.methods.compactMap { method in
-                methods[method.name].map {
-                    DBusMethod(method.name, in: method.inArguments.map(DBusArgument.init), out: method.outArguments.map(DBusArgument.init), handler: $0)
-                }
+                methods[method.name].map { $0.make(method.name, method.inArguments.map(DBusArgument.init), method.outArguments.map(DBusArgument.init)) }
             },
             properties: api.properties.compactMap { property in
                 properties[property.name].map {
-                    DBusProperty(property.name, signature: property.signature, access: DBusProperty.Access(property.access),
-                                 emitsChange: DBusProperty.EmitsChange(property.emitsChange), get: $0)
+                    $0.make(property.name, property.signature, DBusProperty.Access(property.access), DBusProperty.EmitsChange(property.emitsChange))
                 }
             },
             signals: api.signals.map { DBusSignal($0.name, arguments: $0.arguments.map(DBusArgument.init)) }
@@ -28,7 +66,7 @@ extension DBusInterface {
     /// ``init(checking:methods:properties:)`` for vigild's own interfaces,
     /// whose bindings are fixed in the source: a mismatch stops vigild at
     /// start-up (and every bus test) with the member named.
-    init(api: APIInterface, methods: [String: DBusMethod.Handler] = [:], properties: [String: DBusProperty.Getter] = [:]) {
+    init(api: APIInterface, methods: [String: APIMethodHandler] = [:], properties: [String: APIPropertyGetter] = [:]) {
         do {
             try self.init(checking: api, methods: methods, properties: properties)
         } catch {
@@ -39,8 +77,8 @@ extension DBusInterface {
     /// The contract's declaration alone, for introspection: every handler
     /// fails.
     init(declaration api: APIInterface) {
-        let method: DBusMethod.Handler = { call in throw DBusError.failed("\(call.interface).\(call.member) is only declared here") }
-        let getter: DBusProperty.Getter = { throw DBusError.failed("\(api.name) is only declared here") }
+        let method = APIMethodHandler.task { call in throw DBusError.failed("\(call.interface).\(call.member) is only declared here") }
+        let getter = APIPropertyGetter.task { throw DBusError.failed("\(api.name) is only declared here") }
         self.init(api: api, methods: Dictionary(uniqueKeysWithValues: api.methods.map { ($0.name, method) }),
                   properties: Dictionary(uniqueKeysWithValues: api.properties.map { ($0.name, getter) }))
     }

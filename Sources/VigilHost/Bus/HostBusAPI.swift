@@ -1,3 +1,4 @@
+import Synchronization
 import VigilDBus
 import VigilKit
 
@@ -5,7 +6,8 @@ import VigilKit
 ///
 /// `export()` attaches an object server to the connection and exports the
 /// root object `/org/vigil/Vigil1` (Host + ObjectManager), one object per
-/// strategy and one per active lease. From then on it follows the runtime:
+/// strategy and one per active lease. From then on it follows the host
+/// (the ``HostBusServices`` it is given, not the whole runtime):
 /// lease objects and strategy objects appear and disappear
 /// (`InterfacesAdded` / `InterfacesRemoved`), the Host signals and
 /// `PropertiesChanged` are emitted as the registry and the supervisor
@@ -15,8 +17,16 @@ import VigilKit
 /// The objects show this actor's copy of the registry and supervisor state,
 /// updated in event order, so that what a client reads always agrees with
 /// the signals it has received.
+///
+/// Handlers never wait for this actor: each change publishes an immutable
+/// snapshot (behind a lock) that reads (Properties.Get/GetAll, ListLeases,
+/// ListStrategies, GetManagedObjects) take without an actor hop, the rows
+/// encoded once per change; BeginBackgroundTask, End and Renew run
+/// nonisolated too, so a Begin never queues behind readers or behind the
+/// following of events.
 public actor HostBusAPI {
-    public nonisolated let runtime: HostRuntime
+    /// What it is given of the host.
+    public nonisolated let services: HostBusServices
     public nonisolated let connection: DBusConnection
     /// The uid vigild runs as: besides root, the only uid allowed to call
     /// mutating methods.
@@ -34,73 +44,90 @@ public actor HostBusAPI {
         var snapshot: LeaseSnapshot
         /// The kind of the lease's strategy.
         var kind: String
-        /// When `Status` was last announced with PropertiesChanged.
-        var statusAnnouncedAt: VigilInstant?
-        /// A later announcement is scheduled (the rate limit held one back).
-        var statusAnnouncementPending = false
     }
 
-    /// At most one PropertiesChanged for a lease's `Status` per interval; a
-    /// change inside the interval is announced at its end, with the status
-    /// of that moment. Reads always see the newest status.
-    static let statusAnnouncementInterval: Duration = .seconds(1)
+    /// What the handlers read, published by this actor after each change.
+    struct Published: Sendable {
+        var strategyOrder: [String] = []
+        var strategies: [String: StrategyEntry] = [:]
+        var leases: [LeaseID: LeaseEntry] = [:]
+        /// Encoded on the first read after a change.
+        var strategyPaths: DBusValue?
+        var strategyRows: DBusValue?
+        var leasePaths: DBusValue?
+        var leaseRows: DBusPreparedBody?
+        /// The highest lease id whose object was exported.
+        var highestShownLease: UInt64 = 0
+        /// BeginBackgroundTask calls waiting for their lease's object.
+        var showWaiters: [LeaseID: [CheckedContinuation<Void, Never>]] = [:]
+    }
 
+    private nonisolated let published = Mutex(Published())
     private var server: DBusObjectServer?
-    private var strategyOrder: [String] = []
-    private var strategies: [String: StrategyEntry] = [:]
-    private var leases: [LeaseID: LeaseEntry] = [:]
+    private var strategyOrder: [String] = [] {
+        didSet { published.withLock { $0.strategyOrder = strategyOrder; $0.strategyPaths = nil; $0.strategyRows = nil } }
+    }
+    private var strategies: [String: StrategyEntry] = [:] {
+        didSet { published.withLock { $0.strategies = strategies; $0.strategyRows = nil } }
+    }
+    private var leases: [LeaseID: LeaseEntry] = [:] {
+        didSet { published.withLock { $0.leases = leases; $0.leasePaths = nil; $0.leaseRows = nil } }
+    }
     private var followers: [Task<Void, Never>] = []
-    /// BeginBackgroundTask calls waiting for their lease's object.
-    private var showWaiters: [LeaseID: [CheckedContinuation<Void, Never>]] = [:]
     /// Callers' uid and pid by unique name, while they are on the bus.
-    var knownCredentials: [String: (uid: UInt32, pid: UInt32)] = [:]
-    /// The highest lease id whose object was exported.
-    private var highestShownLease: UInt64 = 0
-    /// Scheduled `Status` announcements, by lease.
-    private var statusFlushes: [LeaseID: Task<Void, Never>] = [:]
+    nonisolated let credentials: CallerCredentials
+    /// At most one PropertiesChanged per second for a lease's `Status` (and
+    /// for strategies' child objects); a change inside the interval is
+    /// announced at its end, with the status of that moment. Reads always
+    /// see the newest status.
+    private var limiter: PropertiesChangedLimiter?
     /// The freedesktop inhibit names and objects, when served.
     private var inhibitBridge: InhibitBusBridge?
     private let survival: HostBusSurvivalReader
     private let log: StrategyLogger
 
-    public init(runtime: HostRuntime, connection: DBusConnection, hostUID: UInt32) {
-        self.runtime = runtime
+    public init(services: HostBusServices, connection: DBusConnection, hostUID: UInt32) {
+        self.services = services
         self.connection = connection
         self.hostUID = hostUID
-        self.survival = HostBusSurvivalReader(path: runtime.store.path)
-        self.log = StrategyLogger(source: "dbus", sink: runtime.logSink)
+        self.credentials = CallerCredentials(connection: connection)
+        self.survival = HostBusSurvivalReader(path: services.store.path)
+        self.log = StrategyLogger(source: "dbus", sink: services.logSink)
     }
 
     deinit {
         for task in followers { task.cancel() }
-        for task in statusFlushes.values { task.cancel() }
     }
 
     // MARK: exporting
 
-    /// Exports the objects and starts following the runtime. Call once.
+    /// Exports the objects and starts following the host. Call once.
     public func export() async throws {
         guard server == nil else { throw DBusError.failed("the org.vigil.Vigil1 objects are already exported") }
         // Subscribe before taking the snapshot: an event that happens in
         // between is in both, and the handlers skip what is already shown.
-        let leaseEvents = await runtime.registry.events()
-        let statusChanges = await runtime.supervisor.changes()
+        let leaseEvents = await services.registry.events()
+        let statusChanges = await services.supervisor.changes()
         let server = try await DBusObjectServer(connection: connection)
         self.server = server
+        let limiter = PropertiesChangedLimiter(clock: services.clock, log: log) { path, interface, values in
+            try await server.emitPropertiesChanged(path: path, interface: interface, values: values)
+        }
+        self.limiter = limiter
         try await server.addObjectManager(at: HostBusNames.rootPath)
-        await runtime.strategyBus.attach(server: server, hostUID: hostUID)
+        await services.strategyBus.attach(server: server, hostUID: hostUID, credentials: credentials, limiter: limiter)
         try await server.export(HostBusNames.rootPath, interfaces: [HostBusInterfaces.host(self)])
-        for status in await runtime.supervisor.statuses where status.state != .stopped {
+        for status in await services.supervisor.statuses where status.state != .stopped {
             try await addStrategy(status, on: server)
         }
-        for lease in await runtime.registry.active {
+        for lease in await services.registry.active {
             try await addLease(lease, on: server)
         }
-        let host = await runtime.config.host
-        if host.inhibits.mode == .auto, host.bus != .system {
-            let bridge = InhibitBusBridge(server: server, connection: connection, inhibits: runtime.inhibits, log: log, credentials: { [weak self] call in
-                guard let self else { throw DBusError.failed("vigild's D-Bus API is shutting down") }
-                return try await self.credentials(of: call)
+        if await services.servesInhibits() {
+            let credentials = self.credentials
+            let bridge = InhibitBusBridge(server: server, connection: connection, inhibits: services.inhibits, log: log, credentials: { call in
+                let caller = try await credentials.of(call.sender)
+                return (caller.uid, caller.pid)
             }, shown: { [weak self] id in await self?.waitUntilShown(id) })
             inhibitBridge = bridge
             try await bridge.export()
@@ -120,22 +147,21 @@ public actor HostBusAPI {
         })
     }
 
-    /// Stops following the runtime (the objects stay as they are).
-    public func stop() {
+    /// Stops following the host (the objects stay as they are).
+    public func stop() async {
         for task in followers { task.cancel() }
         followers = []
-        for task in statusFlushes.values { task.cancel() }
-        statusFlushes = [:]
+        await limiter?.forgetAll()
     }
 
     /// The connection is gone (the bus went away): stop following, end the
     /// client leases (their holders were on that bus) and let the strategy
     /// bridge export everything again on the next connection.
     public func connectionLost() async {
-        stop()
-        await runtime.strategyBus.detach()
-        await runtime.clientLeases.busLost()
-        await runtime.inhibits.busLost()
+        await stop()
+        await services.strategyBus.detach()
+        await services.clientLeases.busLost()
+        await services.inhibits.busLost()
     }
 
     /// The introspection XML of the whole API (docs/org.vigil.Vigil1.xml),
@@ -159,19 +185,48 @@ public actor HostBusAPI {
 
     // MARK: reading (for the handlers)
 
-    func strategy(named name: String) -> StrategyEntry? { strategies[name] }
+    nonisolated func strategy(named name: String) -> StrategyEntry? { published.withLock { $0.strategies[name] } }
 
-    func lease(_ id: LeaseID) -> LeaseEntry? { leases[id] }
+    nonisolated func lease(_ id: LeaseID) -> LeaseEntry? { published.withLock { $0.leases[id] } }
 
-    func strategyPaths() -> DBusValue {
-        .array(elementSignature: "o", strategyOrder.map { .objectPath(HostBusNames.strategyPath($0)) })
+    nonisolated func strategyPaths() -> DBusValue {
+        published.withLock { state in
+            if let cached = state.strategyPaths { return cached }
+            let paths = DBusValue.array(elementSignature: "o", state.strategyOrder.map { .objectPath(HostBusNames.strategyPath($0)) })
+            state.strategyPaths = paths
+            return paths
+        }
     }
 
-    func leasePaths() -> DBusValue {
-        .array(elementSignature: "o", leases.keys.sorted().map { .objectPath(HostBusNames.leasePath($0)) })
+    nonisolated func leasePaths() -> DBusValue {
+        published.withLock { state in
+            if let cached = state.leasePaths { return cached }
+            let paths = DBusValue.array(elementSignature: "o", state.leases.keys.sorted().map { .objectPath(HostBusNames.leasePath($0)) })
+            state.leasePaths = paths
+            return paths
+        }
     }
 
-    func leaseRows() -> DBusValue {
+    /// The ListLeases reply body, marshalled once per change.
+    nonisolated func leaseRows() throws(DBusError) -> DBusPreparedBody {
+        try published.withLock { state throws(DBusError) in
+            if let cached = state.leaseRows { return cached }
+            let rows = try DBusPreparedBody([Self.leaseRows(state.leases)])
+            state.leaseRows = rows
+            return rows
+        }
+    }
+
+    nonisolated func strategyRows() -> DBusValue {
+        published.withLock { state in
+            if let cached = state.strategyRows { return cached }
+            let rows = Self.strategyRows(order: state.strategyOrder, state.strategies)
+            state.strategyRows = rows
+            return rows
+        }
+    }
+
+    static func leaseRows(_ leases: [LeaseID: LeaseEntry]) -> DBusValue {
         HostBusValues.rows(leases.keys.sorted().compactMap { id -> LeaseRow? in
             guard let entry = leases[id] else { return nil }
             let lease = entry.snapshot
@@ -183,7 +238,7 @@ public actor HostBusAPI {
         })
     }
 
-    func strategyRows() -> DBusValue {
+    static func strategyRows(order strategyOrder: [String], _ strategies: [String: StrategyEntry]) -> DBusValue {
         HostBusValues.rows(strategyOrder.compactMap { name -> StrategyRow? in
             guard let status = strategies[name]?.status else { return nil }
             return StrategyRow(path: HostBusNames.strategyPath(name), name: name, kind: status.kind, state: status.state.rawValue,
@@ -202,7 +257,7 @@ public actor HostBusAPI {
         return HostBusValues.rows(runs.map(RunRow.init))
     }
 
-    // MARK: following the runtime
+    // MARK: following the host
 
     /// One registry event: for a lease, the object appears before
     /// `LeaseAcquired` and disappears after its final signal.
@@ -230,7 +285,7 @@ public actor HostBusAPI {
                 guard var entry = leases[id] else { return }
                 entry.snapshot.status = event.lease.status
                 leases[id] = entry
-                try await announceStatus(id, at: event.at)
+                await limiter?.changed(path, properties: ["Status"])
             case .expiring:
                 guard var entry = leases[id], entry.snapshot.state == .active else { return }
                 entry.snapshot = event.lease
@@ -255,44 +310,12 @@ public actor HostBusAPI {
                     try await emit("LeaseReleased", [.objectPath(path), .string(event.detail)])
                 }
                 leases[id] = nil
-                statusFlushes.removeValue(forKey: id)?.cancel()
+                await limiter?.forget(path)
                 try await server.unexport(path)
                 try await server.emitPropertiesChanged(path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, properties: ["Leases"])
             }
         } catch {
             log.warning("cannot publish lease \(id) \(event.kind.rawValue) on D-Bus: \(error)")
-        }
-    }
-
-    /// Sends PropertiesChanged for a lease's `Status`, or schedules it for
-    /// the end of the rate-limit interval.
-    private func announceStatus(_ id: LeaseID, at now: VigilInstant) async throws {
-        guard let server, var entry = leases[id], !entry.statusAnnouncementPending else { return }
-        if let last = entry.statusAnnouncedAt, now - last < Self.statusAnnouncementInterval {
-            entry.statusAnnouncementPending = true
-            leases[id] = entry
-            let due = last + Self.statusAnnouncementInterval
-            let clock = runtime.clock
-            statusFlushes[id] = Task { [weak self] in
-                do { try await clock.sleep(until: due) } catch { return }
-                await self?.flushStatus(id)
-            }
-            return
-        }
-        entry.statusAnnouncedAt = now
-        leases[id] = entry
-        try await server.emitPropertiesChanged(path: HostBusNames.leasePath(id), interface: HostBusNames.leaseInterface, properties: ["Status"])
-    }
-
-    private func flushStatus(_ id: LeaseID) async {
-        statusFlushes[id] = nil
-        guard var entry = leases[id], entry.statusAnnouncementPending else { return }
-        entry.statusAnnouncementPending = false
-        leases[id] = entry
-        do {
-            try await announceStatus(id, at: runtime.clock.now)
-        } catch {
-            log.warning("cannot publish lease \(id) status on D-Bus: \(error)")
         }
     }
 
@@ -331,7 +354,7 @@ public actor HostBusAPI {
                 strategies[status.name] = nil
                 strategyOrder.removeAll { $0 == status.name }
                 try await server.unexport(path)
-                await runtime.strategyBus.strategyUnexported(status.name)
+                await services.strategyBus.strategyUnexported(status.name)
                 try await server.emitPropertiesChanged(path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, properties: ["Strategies"])
             }
         } catch {
@@ -340,11 +363,11 @@ public actor HostBusAPI {
     }
 
     private func addStrategy(_ status: StrategyStatus, on server: DBusObjectServer) async throws {
-        let config = await runtime.configuredStrategy(named: status.name)?.values ?? [:]
+        let config = await services.configuredStrategy(status.name)?.values ?? [:]
         strategies[status.name] = StrategyEntry(status: status, config: config)
         strategyOrder.append(status.name)
         try await server.export(HostBusNames.strategyPath(status.name), interfaces: [HostBusInterfaces.strategy(self, name: status.name)])
-        await runtime.strategyBus.strategyExported(status.name)
+        await services.strategyBus.strategyExported(status.name)
     }
 
     private func addLease(_ lease: LeaseSnapshot, on server: DBusObjectServer) async throws {
@@ -357,39 +380,38 @@ public actor HostBusAPI {
             interfaces.append(HostBusInterfaces.clientLease(self, id: lease.id, client: client))
         } else {
             kind = strategies[lease.strategy]?.status.kind
-            if kind == nil { kind = await runtime.configuredStrategy(named: lease.strategy)?.kind }
+            if kind == nil { kind = await services.configuredStrategy(lease.strategy)?.kind }
         }
         leases[lease.id] = LeaseEntry(snapshot: lease, kind: kind ?? "")
-        highestShownLease = max(highestShownLease, lease.id.rawValue)
+        published.withLock { $0.highestShownLease = max($0.highestShownLease, lease.id.rawValue) }
         defer { resumeShowWaiters(lease.id) }
         try await server.export(HostBusNames.leasePath(lease.id), interfaces: interfaces)
-    }
-
-    func forgetCredentials(of name: String) {
-        knownCredentials[name] = nil
+        await limiter?.track(HostBusNames.leasePath(lease.id), interface: interfaces[0], startsInterval: false)
     }
 
     /// A unique name left the bus: its inhibits, portal requests and sessions end.
     func inhibitorVanished(_ name: String) async {
-        await runtime.inhibits.ownerVanished(name)
+        await services.inhibits.ownerVanished(name)
         await inhibitBridge?.ownerVanished(name)
     }
 
     /// Returns once the lease's object is exported (or was, and the lease
     /// already ended). Lease ids grow and the registry's events arrive in
     /// order, so a lease with an id up to the last one shown was handled.
-    func waitUntilShown(_ id: LeaseID) async {
+    nonisolated func waitUntilShown(_ id: LeaseID) async {
         await withCheckedContinuation { continuation in
-            if id.rawValue <= highestShownLease {
-                continuation.resume()
-            } else {
-                showWaiters[id, default: []].append(continuation)
+            let shown = published.withLock { state in
+                if id.rawValue <= state.highestShownLease { return true }
+                state.showWaiters[id, default: []].append(continuation)
+                return false
             }
+            if shown { continuation.resume() }
         }
     }
 
     private func resumeShowWaiters(_ id: LeaseID) {
-        for waiter in showWaiters.removeValue(forKey: id) ?? [] { waiter.resume() }
+        let waiters = published.withLock { $0.showWaiters.removeValue(forKey: id) } ?? []
+        for waiter in waiters { waiter.resume() }
     }
 
     private func emit(_ signal: String, _ arguments: [DBusValue]) async throws {

@@ -15,63 +15,70 @@ enum HostBusInterfaces {
     // MARK: Host
 
     static func host(_ api: HostBusAPI?) -> DBusInterface {
-        let runtime = api?.runtime
-        // Reads a value of the runtime (or fails when the API is gone).
-        func read<T: DBusEncodable>(_ value: @escaping @Sendable (HostRuntime) async -> T) -> DBusProperty.Getter {
-            {
-                guard let runtime else { throw gone() }
-                return await value(runtime).dbusValue
+        let services = api?.services
+        // A value of the host read without waiting: answered on the connection's queue.
+        func now<T: DBusEncodable>(_ value: @escaping @Sendable (HostBusServices) -> T) -> APIPropertyGetter {
+            .immediate {
+                guard let services else { throw gone() }
+                return value(services).dbusValue
+            }
+        }
+        // A value that needs a wait (the store, the health actor).
+        func awaiting<T: DBusEncodable>(_ value: @escaping @Sendable (HostBusServices) async -> T) -> APIPropertyGetter {
+            .task {
+                guard let services else { throw gone() }
+                return await value(services).dbusValue
             }
         }
         return DBusInterface(
             api: VigilAPI.host,
             methods: [
-                "ListLeases": { [weak api] _ in
+                "ListLeases": .prepared { [weak api] _ in
                     guard let api else { throw gone() }
-                    return [await api.leaseRows()]
+                    return try api.leaseRows()
                 },
-                "ListStrategies": { [weak api] _ in
+                "ListStrategies": .immediate { [weak api] _ in
                     guard let api else { throw gone() }
-                    return [await api.strategyRows()]
+                    return [api.strategyRows()]
                 },
-                "Survival": { [weak api] call in
+                "Survival": .task { [weak api] call in
                     guard let api else { throw gone() }
                     return [try api.survivalRows(since: try call.argument(0, as: UInt64.self))]
                 },
-                "BeginBackgroundTask": { [weak api] call in
+                "BeginBackgroundTask": .task { [weak api] call in
                     guard let api else { throw gone() }
                     return try await api.beginBackgroundTask(call)
                 },
-                "Reload": { [weak api] call in
+                "Reload": .task { [weak api] call in
                     guard let api else { throw gone() }
-                    let uid = try await call.connection.callerUID(call.sender)
+                    let uid = try await api.credentials.of(call.sender).uid
                     try HostBusAPI.requireMayMutate(callerUID: uid, hostUID: api.hostUID, method: "\(VigilAPI.hostInterface).Reload")
-                    let result = await api.runtime.reload()
+                    let result = await api.services.reload()
                     return [.bool(result.applied), result.messages.dbusValue]
                 },
             ],
             properties: [
-                "Version": read { $0.version },
-                "RunId": read { $0.runId },
-                "StartedAt": read { UInt64(clamping: $0.startedWallMicros) },
-                "SurvivalSeconds": read { runtime in
-                    UInt64(clamping: max(0, (runtime.clock.now - runtime.startedAt).components.seconds))
+                "Version": now { $0.version },
+                "RunId": now { $0.runId },
+                "StartedAt": now { UInt64(clamping: $0.startedWallMicros) },
+                "SurvivalSeconds": now { services in
+                    UInt64(clamping: max(0, (services.clock.now - services.startedAt).components.seconds))
                 },
-                "PowerBackend": read { $0.registry.backend.name },
-                "PowerBackendReason": read { $0.registry.backend.reason },
-                "WakeClock": read { $0.scheduler.clockInfo.clock },
-                "WakeClockReason": read { $0.scheduler.clockInfo.reason },
-                "CanWakeSystem": read { $0.scheduler.clockInfo.canWakeSystem },
-                "ConfigPath": read { $0.configPath },
-                "StoreWritable": read { await $0.store.unwritableState == nil },
-                "DroppedLogLines": read { UInt64(clamping: await $0.health().droppedLogLines) },
-                "Strategies": { [weak api] in
+                "PowerBackend": now { $0.registry.backend.name },
+                "PowerBackendReason": now { $0.registry.backend.reason },
+                "WakeClock": now { $0.scheduler.clockInfo.clock },
+                "WakeClockReason": now { $0.scheduler.clockInfo.reason },
+                "CanWakeSystem": now { $0.scheduler.clockInfo.canWakeSystem },
+                "ConfigPath": now { $0.configPath },
+                "StoreWritable": awaiting { await $0.store.unwritableState == nil },
+                "DroppedLogLines": awaiting { UInt64(clamping: await $0.health().droppedLogLines) },
+                "Strategies": .immediate { [weak api] in
                     guard let api else { throw gone() }
-                    return await api.strategyPaths()
+                    return api.strategyPaths()
                 },
-                "Leases": { [weak api] in
+                "Leases": .immediate { [weak api] in
                     guard let api else { throw gone() }
-                    return await api.leasePaths()
+                    return api.leasePaths()
                 },
             ]
         )
@@ -80,10 +87,10 @@ enum HostBusInterfaces {
     // MARK: Strategy
 
     static func strategy(_ api: HostBusAPI?, name: String) -> DBusInterface {
-        func read(_ value: @escaping @Sendable (HostBusAPI.StrategyEntry) -> DBusValue) -> DBusProperty.Getter {
-            { [weak api] in
+        func read(_ value: @escaping @Sendable (HostBusAPI.StrategyEntry) -> DBusValue) -> APIPropertyGetter {
+            .immediate { [weak api] in
                 guard let api else { throw gone() }
-                guard let entry = await api.strategy(named: name) else {
+                guard let entry = api.strategy(named: name) else {
                     throw DBusError.unknownObject("strategy \"\(name)\" is no longer configured")
                 }
                 return value(entry)
@@ -106,10 +113,10 @@ enum HostBusInterfaces {
     // MARK: Lease
 
     static func lease(_ api: HostBusAPI?, id: LeaseID) -> DBusInterface {
-        func read(_ value: @escaping @Sendable (HostBusAPI.LeaseEntry) -> DBusValue) -> DBusProperty.Getter {
-            { [weak api] in
+        func read(_ value: @escaping @Sendable (HostBusAPI.LeaseEntry) -> DBusValue) -> APIPropertyGetter {
+            .immediate { [weak api] in
                 guard let api else { throw gone() }
-                guard let entry = await api.lease(id) else {
+                guard let entry = api.lease(id) else {
                     throw DBusError.unknownObject("lease \(id) has ended")
                 }
                 return value(entry)
@@ -140,22 +147,22 @@ enum HostBusInterfaces {
         DBusInterface(
             api: VigilAPI.clientLease,
             methods: [
-                "End": { [weak api] call in
+                "End": .task { [weak api] call in
                     guard let api else { throw gone() }
                     try await api.endClientLease(id, call)
                     return []
                 },
-                "Renew": { [weak api] call in
+                "Renew": .task { [weak api] call in
                     guard let api else { throw gone() }
                     try await api.renewClientLease(id, call, budgetMicros: try call.argument(0, as: UInt64.self))
                     return []
                 },
             ],
             properties: [
-                "Owner": { .string(client.owner) },
-                "Uid": { .uint32(client.uid) },
-                "Pid": { .uint32(client.pid) },
-                "Name": { .string(client.name) },
+                "Owner": .immediate { .string(client.owner) },
+                "Uid": .immediate { .uint32(client.uid) },
+                "Pid": .immediate { .uint32(client.pid) },
+                "Name": .immediate { .string(client.name) },
             ]
         )
     }

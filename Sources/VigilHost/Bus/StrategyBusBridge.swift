@@ -1,3 +1,4 @@
+import Synchronization
 import VigilDBus
 import VigilKit
 
@@ -10,14 +11,14 @@ import VigilKit
 /// when ``HostBusAPI`` attaches the object server and exports the strategy
 /// object. When a strategy's `run` ends, everything it put on the bus goes.
 public actor StrategyBusBridge {
-    /// At most one PropertiesChanged per child object per interval (the
-    /// lease `Status` rule).
-    static let announcementInterval: Duration = .seconds(1)
-
-    private let clock: any VigilClock
     private let log: StrategyLogger
     private var server: DBusObjectServer?
     private var hostUID: UInt32 = 0
+    /// The callers' credentials on the attached connection.
+    private var credentials: CallerCredentials?
+    /// Child objects' PropertiesChanged, at most one per object per second
+    /// (the projection's limiter, shared with the lease objects).
+    private var limiter: PropertiesChangedLimiter?
     /// Strategy objects HostBusAPI has exported.
     private var exportedStrategies: Set<String> = []
     /// strategy → interface name → declaration.
@@ -25,7 +26,12 @@ public actor StrategyBusBridge {
     /// strategy → interfaces currently added to its object.
     private var addedInterfaces: [String: Set<String>] = [:]
     /// path → child object.
-    private var children: [String: Child] = [:]
+    private var children: [String: Child] = [:] {
+        didSet { shownValues.withLock { $0 = children.mapValues(\.values) } }
+    }
+    /// path → the children's property values, read by Properties.Get
+    /// without a hop onto this actor.
+    private nonisolated let shownValues = Mutex<[String: [String: BusValue]]>([:])
 
     struct Child {
         var strategy: String
@@ -33,13 +39,9 @@ public actor StrategyBusBridge {
         var properties: [BusProperty]
         var values: [String: BusValue]
         var exported = false
-        var announcedAt: VigilInstant?
-        var pending: Set<String> = []
-        var flush: Task<Void, Never>?
     }
 
-    public init(clock: any VigilClock, logSink: any LogSink) {
-        self.clock = clock
+    public init(logSink: any LogSink) {
         self.log = StrategyLogger(source: "dbus", sink: logSink)
     }
 
@@ -51,18 +53,23 @@ public actor StrategyBusBridge {
     // MARK: hooks for HostBusAPI and the supervisor
 
     /// The host's object server is ready; export the children known so far.
-    func attach(server: DBusObjectServer, hostUID: UInt32) async {
+    func attach(server: DBusObjectServer, hostUID: UInt32, credentials: CallerCredentials, limiter: PropertiesChangedLimiter) async {
         self.server = server
         self.hostUID = hostUID
+        self.credentials = credentials
+        self.limiter = limiter
         for path in children.keys.sorted() { await exportChild(path) }
     }
 
     /// The server's connection is gone: forget what was exported on it, so
-    /// the next ``attach(server:hostUID:)`` exports everything again.
+    /// the next ``attach(server:hostUID:credentials:limiter:)`` exports everything again.
     func detach() {
         server = nil
+        credentials = nil
+        limiter = nil
         exportedStrategies = []
         addedInterfaces = [:]
+        for path in children.keys { children[path]?.exported = false }
     }
 
     /// HostBusAPI exported the strategy's object: add its registered interfaces.
@@ -125,76 +132,39 @@ public actor StrategyBusBridge {
             if child.values[name] != value, property.emitsChange == .true || property.emitsChange == .invalidates { changed.insert(name) }
             child.values[name] = value
         }
-        child.pending.formUnion(changed)
         children[path] = child
-        guard child.exported, !child.pending.isEmpty else { return }
-        let now = clock.now
-        if !immediately, let last = child.announcedAt, now - last < Self.announcementInterval {
-            guard child.flush == nil else { return }
-            let due = last + Self.announcementInterval
-            let clock = self.clock
-            children[path]?.flush = Task { [weak self] in
-                do { try await clock.sleep(until: due) } catch { return }
-                await self?.flushDue(path)
-            }
-            return
-        }
-        await announce(path)
+        guard child.exported, !changed.isEmpty, let limiter else { return }
+        await limiter.changed(path, properties: changed, immediately: immediately)
     }
 
     func removeChild(_ path: String) async {
         guard let child = children.removeValue(forKey: path) else { return }
-        child.flush?.cancel()
+        await limiter?.forget(path)
         if child.exported, let server {
             do { try await server.unexport(path) } catch { log.warning("cannot remove \(path) from D-Bus: \(error)") }
         }
     }
 
-    func value(path: String, property: String) -> BusValue? { children[path]?.values[property] }
+    nonisolated func value(path: String, property: String) -> BusValue? { shownValues.withLock { $0[path]?[property] } }
 
     // MARK: internals
-
-    /// A delayed flush came due. It may have been superseded while it
-    /// waited for the actor (an immediate announcement cancels it): then it
-    /// must not announce, or it would cancel the newer flush and send a
-    /// second signal within the interval.
-    private func flushDue(_ path: String) async {
-        guard !Task.isCancelled else { return }
-        await announce(path)
-    }
-
-    private func announce(_ path: String) async {
-        guard var child = children[path], let server else { return }
-        child.flush?.cancel()
-        child.flush = nil
-        let names = child.pending.sorted()
-        child.pending = []
-        child.announcedAt = clock.now
-        children[path] = child
-        guard !names.isEmpty else { return }
-        do {
-            try await server.emitPropertiesChanged(path: path, interface: child.interface, properties: names)
-        } catch {
-            log.warning("cannot announce \(path) properties on D-Bus: \(error)")
-        }
-    }
 
     private func exportChild(_ path: String) async {
         guard let server, var child = children[path], !child.exported else { return }
         let properties = child.properties.map { p in
-            DBusProperty(p.name, signature: p.signature, access: .read, emitsChange: DBusProperty.EmitsChange(p.emitsChange)) { [weak self] in
-                guard let self, let value = await self.value(path: path, property: p.name) else {
+            DBusProperty(p.name, signature: p.signature, emitsChange: DBusProperty.EmitsChange(p.emitsChange)) { [weak self] in
+                guard let self, let value = self.value(path: path, property: p.name) else {
                     throw DBusError.unknownObject("\(path) is gone")
                 }
                 return HostBusValues.bus(value)
             }
         }
         do {
-            try await server.export(path, interfaces: [DBusInterface(child.interface, properties: properties)])
+            let declaration = DBusInterface(child.interface, properties: properties)
+            try await server.export(path, interfaces: [declaration])
             child.exported = true
-            child.announcedAt = clock.now
-            child.pending = []
             children[path] = child
+            await limiter?.track(path, interface: declaration, startsInterval: true)
         } catch {
             log.warning("cannot export \(path) on D-Bus: \(error)")
         }
@@ -223,7 +193,11 @@ public actor StrategyBusBridge {
         addedInterfaces[strategy] = present.subtracting(stale).union(missing)
     }
 
-    private func uid() -> UInt32 { hostUID }
+    /// The uid vigild runs as and the credentials cache, for the handlers.
+    private func caller() throws(DBusError) -> (hostUID: UInt32, credentials: CallerCredentials) {
+        guard let credentials else { throw DBusError.failed("vigild is not on its bus") }
+        return (hostUID, credentials)
+    }
 
     /// The D-Bus declaration of a strategy's interface: each method checks
     /// the caller (mutating ones with the Reload rule), converts the
@@ -236,9 +210,10 @@ public actor StrategyBusBridge {
                 out: method.outArguments.map { DBusArgument($0.name, $0.signature) }
             ) { [weak bridge] call in
                 guard let bridge else { throw DBusError.failed("vigild's D-Bus API is shutting down") }
-                let uid = try await call.connection.callerUID(call.sender)
+                let (hostUID, credentials) = try await bridge.caller()
+                let uid = try await credentials.of(call.sender).uid
                 if method.mutating {
-                    try HostBusAPI.requireMayMutate(callerUID: uid, hostUID: await bridge.uid(), method: "\(interface).\(method.name)")
+                    try HostBusAPI.requireMayMutate(callerUID: uid, hostUID: hostUID, method: "\(interface).\(method.name)")
                 }
                 let arguments = try call.arguments.map { value throws(DBusError) in
                     guard let converted = HostBusValues.bus(value) else {

@@ -116,7 +116,7 @@ public actor HostRuntime {
         let logSink = env.logSink
         let metrics = HostMetrics()
         self.metrics = metrics
-        let strategyBus = StrategyBusBridge(clock: env.clock, logSink: env.logSink)
+        let strategyBus = StrategyBusBridge(logSink: env.logSink)
         self.strategyBus = strategyBus
         var services = StrategyServices(
             registry: registry, scheduler: env.scheduler, clock: env.clock, logSink: env.logSink,
