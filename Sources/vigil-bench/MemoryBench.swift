@@ -13,6 +13,8 @@ struct ProcessMemory {
     var rssKiB = 0, pssKiB = 0, privateKiB = 0, threads = 0
     /// Resident KiB per mapped file (anonymous memory as "[anon]", heap as "[heap]").
     var byMapping: [String: Int] = [:]
+    /// Resident KiB per kind of memory (`MemoryGroup`).
+    var byGroup: [MemoryGroup: Int] = [:]
 
     init(pid: Int32) {
         if let rollup = Self.read("/proc/\(pid)/smaps_rollup") {
@@ -25,13 +27,18 @@ struct ProcessMemory {
         }
         if let smaps = Self.read("/proc/\(pid)/smaps") {
             var current = "[anon]"
+            var size = 0
             for line in smaps.split(separator: "\n") {
                 let parts = line.split(separator: " ", omittingEmptySubsequences: true)
                 if let first = parts.first, first.contains("-"), parts.count >= 5 {
                     // A mapping header: address perms offset dev inode [path].
                     current = parts.count >= 6 ? String(parts[5]).components(separatedBy: "/").last ?? "?" : "[anon]"
+                } else if line.hasPrefix("Size:") {
+                    size = Int(parts[1]) ?? 0
                 } else if line.hasPrefix("Rss:") {
-                    byMapping[current, default: 0] += Int(parts[1]) ?? 0
+                    let rss = Int(parts[1]) ?? 0
+                    byMapping[current, default: 0] += rss
+                    byGroup[MemoryGroup(mapping: current, sizeKiB: size), default: 0] += rss
                 }
             }
         }
@@ -52,6 +59,43 @@ struct ProcessMemory {
     }
 }
 
+/// What a mapping is, for the breakdown of an idle vigild's RSS.
+enum MemoryGroup: String, CaseIterable {
+    case swiftRuntime = "Swift runtime, Concurrency, Dispatch"
+    case foundation = "Foundation, FoundationEssentials"
+    case icu = "FoundationInternationalization + ICU data"
+    case vigil = "vigild (+ GRDB, TOMLKit), VigilKit (+ swift-log), plugins"
+    case dbus = "libdbus"
+    case clibs = "libc, libstdc++, sqlite and other C libraries"
+    case stacks = "thread stacks (8 MiB anonymous mappings)"
+    case heap = "malloc heap and arenas, other anonymous memory"
+    case other = "other"
+
+    init(mapping name: String, sizeKiB: Int) {
+        switch name {
+        case _ where name.hasPrefix("libswift") || name.hasPrefix("libdispatch") || name.hasPrefix("libBlocksRuntime"):
+            self = .swiftRuntime
+        case _ where name.hasPrefix("libFoundationInternationalization") || name.hasPrefix("lib_FoundationICU"):
+            self = .icu
+        case _ where name.hasPrefix("libFoundation") || name.hasPrefix("lib_FoundationCollections"):
+            self = .foundation
+        case "vigild", "libVigilKit.so", _ where name.hasPrefix("libvigil-"):
+            self = .vigil
+        case _ where name.hasPrefix("libdbus"):
+            self = .dbus
+        case "[heap]":
+            self = .heap
+        case "[anon]", "[stack]":
+            // pthread stacks are 8 MiB (+ guard) each; glibc arenas reserve 64 MiB.
+            self = name == "[stack]" || (8_188...8_196).contains(sizeKiB) ? .stacks : .heap
+        case _ where name.hasSuffix(".so") || name.contains(".so."):
+            self = .clibs
+        default:
+            self = .other
+        }
+    }
+}
+
 func idleMemoryBench(_ args: [String]) async throws {
     let settle = args.first.flatMap(Double.init) ?? 3
     let bin = URL(fileURLWithPath: PluginLoader.executableDirectory() ?? ".")
@@ -61,7 +105,7 @@ func idleMemoryBench(_ args: [String]) async throws {
     let bus = try TestDBusDaemon()
     defer { bus.stop() }
 
-    func host(_ label: String, strategies: String) async throws -> ProcessMemory {
+    func host(_ label: String, strategies: String, environment: [String: String] = [:]) async throws -> ProcessMemory {
         let state = dir.appendingPathComponent(label).path
         let config = """
         [host]
@@ -71,6 +115,9 @@ func idleMemoryBench(_ args: [String]) async throws {
         \(strategies)
         """
         let p = try vigildProcess(bin, dir: dir, name: label, config: config, logLevel: "notice")
+        if !environment.isEmpty {
+            p.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+        }
         let err = Pipe()
         p.standardError = err
         try p.run()
@@ -119,6 +166,10 @@ func idleMemoryBench(_ args: [String]) async throws {
     """
 
     let none = try await host("none", strategies: "")
+    // vigild caps glibc's malloc arenas at 2 unless MALLOC_ARENA_MAX is set:
+    // glibc's own default (8 per core) for comparison.
+    let cores = ProcessInfo.processInfo.activeProcessorCount
+    let defaultArenas = try await host("none-default-arenas", strategies: "", environment: ["MALLOC_ARENA_MAX": String(8 * cores)])
     let five = try await host("five", strategies: all)
 
     // References, on the same machine in the same run.
@@ -143,10 +194,17 @@ func idleMemoryBench(_ args: [String]) async throws {
                      Double(m.rssKiB) / 1024, Double(m.pssKiB) / 1024, Double(m.privateKiB) / 1024, m.threads))
     }
     row("vigild, no strategy", none)
+    row("vigild, no strategy, glibc's default arenas", defaultArenas)
     row("vigild, all five kinds", five)
     row("dbus-test-tool echo (C libdbus, reference)", echoMemory)
     row("sleep (C, reference)", sleepMemory)
-    print("\nwhere an idle vigild's RSS goes (no strategy), top mappings:")
+    print("\nwhere an idle vigild's RSS goes (no strategy / all five kinds), by kind of memory:")
+    for group in MemoryGroup.allCases {
+        let a = none.byGroup[group] ?? 0, b = five.byGroup[group] ?? 0
+        guard a + b > 0 else { continue }
+        print(String(format: "  %7.1f MB  %7.1f MB  %@", Double(a) / 1024, Double(b) / 1024, group.rawValue as NSString))
+    }
+    print("\ntop mappings (no strategy):")
     for (name, kib) in none.byMapping.sorted(by: { $0.value > $1.value }).prefix(12) {
         print(String(format: "  %7.1f MB  %@", Double(kib) / 1024, name as NSString))
     }
