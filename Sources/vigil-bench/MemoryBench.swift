@@ -13,8 +13,11 @@ struct ProcessMemory {
     var rssKiB = 0, pssKiB = 0, privateKiB = 0, threads = 0
     /// Resident KiB per mapped file (anonymous memory as "[anon]", heap as "[heap]").
     var byMapping: [String: Int] = [:]
-    /// Resident KiB per kind of memory (`MemoryGroup`).
+    /// Resident and private dirty KiB per kind of memory (`MemoryGroup`):
+    /// file-backed pages are shared with every process mapping the same
+    /// library and can be dropped and re-read; dirty ones are the process's own.
     var byGroup: [MemoryGroup: Int] = [:]
+    var dirtyByGroup: [MemoryGroup: Int] = [:]
 
     init(pid: Int32) {
         if let rollup = Self.read("/proc/\(pid)/smaps_rollup") {
@@ -28,6 +31,7 @@ struct ProcessMemory {
         if let smaps = Self.read("/proc/\(pid)/smaps") {
             var current = "[anon]"
             var size = 0
+            var group = MemoryGroup.other
             for line in smaps.split(separator: "\n") {
                 let parts = line.split(separator: " ", omittingEmptySubsequences: true)
                 if let first = parts.first, first.contains("-"), parts.count >= 5 {
@@ -37,8 +41,11 @@ struct ProcessMemory {
                     size = Int(parts[1]) ?? 0
                 } else if line.hasPrefix("Rss:") {
                     let rss = Int(parts[1]) ?? 0
+                    group = MemoryGroup(mapping: current, sizeKiB: size)
                     byMapping[current, default: 0] += rss
-                    byGroup[MemoryGroup(mapping: current, sizeKiB: size), default: 0] += rss
+                    byGroup[group, default: 0] += rss
+                } else if line.hasPrefix("Private_Dirty:") {
+                    dirtyByGroup[group, default: 0] += Int(parts[1]) ?? 0
                 }
             }
         }
@@ -65,7 +72,7 @@ enum MemoryGroup: String, CaseIterable {
     case foundation = "Foundation, FoundationEssentials"
     case icu = "FoundationInternationalization + ICU data"
     case vigil = "vigild (+ GRDB, TOMLKit), VigilKit (+ swift-log), plugins"
-    case dbus = "libdbus"
+    case dbus = "libdbus (+ libsystemd, libgcrypt, libcap, zstd/lz4/lzma it loads)"
     case clibs = "libc, libstdc++, sqlite and other C libraries"
     case stacks = "thread stacks (8 MiB anonymous mappings)"
     case heap = "malloc heap and arenas, other anonymous memory"
@@ -81,7 +88,7 @@ enum MemoryGroup: String, CaseIterable {
             self = .foundation
         case "vigild", "libVigilKit.so", _ where name.hasPrefix("libvigil-"):
             self = .vigil
-        case _ where name.hasPrefix("libdbus"):
+        case _ where ["libdbus", "libsystemd", "libgcrypt", "libgpg-error", "libcap.", "libzstd", "liblz4", "liblzma"].contains(where: name.hasPrefix):
             self = .dbus
         case "[heap]":
             self = .heap
@@ -105,7 +112,7 @@ func idleMemoryBench(_ args: [String]) async throws {
     let bus = try TestDBusDaemon()
     defer { bus.stop() }
 
-    func host(_ label: String, strategies: String, environment: [String: String] = [:]) async throws -> ProcessMemory {
+    func host(_ label: String, strategies: String) async throws -> ProcessMemory {
         let state = dir.appendingPathComponent(label).path
         let config = """
         [host]
@@ -115,9 +122,6 @@ func idleMemoryBench(_ args: [String]) async throws {
         \(strategies)
         """
         let p = try vigildProcess(bin, dir: dir, name: label, config: config, logLevel: "notice")
-        if !environment.isEmpty {
-            p.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
-        }
         let err = Pipe()
         p.standardError = err
         try p.run()
@@ -166,10 +170,6 @@ func idleMemoryBench(_ args: [String]) async throws {
     """
 
     let none = try await host("none", strategies: "")
-    // vigild caps glibc's malloc arenas at 2 unless MALLOC_ARENA_MAX is set:
-    // glibc's own default (8 per core) for comparison.
-    let cores = ProcessInfo.processInfo.activeProcessorCount
-    let defaultArenas = try await host("none-default-arenas", strategies: "", environment: ["MALLOC_ARENA_MAX": String(8 * cores)])
     let five = try await host("five", strategies: all)
 
     // References, on the same machine in the same run.
@@ -194,15 +194,19 @@ func idleMemoryBench(_ args: [String]) async throws {
                      Double(m.rssKiB) / 1024, Double(m.pssKiB) / 1024, Double(m.privateKiB) / 1024, m.threads))
     }
     row("vigild, no strategy", none)
-    row("vigild, no strategy, glibc's default arenas", defaultArenas)
     row("vigild, all five kinds", five)
     row("dbus-test-tool echo (C libdbus, reference)", echoMemory)
     row("sleep (C, reference)", sleepMemory)
-    print("\nwhere an idle vigild's RSS goes (no strategy / all five kinds), by kind of memory:")
+    print("\nwhere an idle vigild's RSS goes, by kind of memory (dirty: the process's own pages; the rest is")
+    print("library code and data shared with every process that maps it):")
+    print("  no strategy          all five kinds")
+    print("      RSS    dirty        RSS    dirty")
     for group in MemoryGroup.allCases {
         let a = none.byGroup[group] ?? 0, b = five.byGroup[group] ?? 0
         guard a + b > 0 else { continue }
-        print(String(format: "  %7.1f MB  %7.1f MB  %@", Double(a) / 1024, Double(b) / 1024, group.rawValue as NSString))
+        let da = none.dirtyByGroup[group] ?? 0, db = five.dirtyByGroup[group] ?? 0
+        print(String(format: "  %5.1f MB %5.1f MB   %5.1f MB %5.1f MB  %@", Double(a) / 1024, Double(da) / 1024,
+                     Double(b) / 1024, Double(db) / 1024, group.rawValue as NSString))
     }
     print("\ntop mappings (no strategy):")
     for (name, kib) in none.byMapping.sorted(by: { $0.value > $1.value }).prefix(12) {

@@ -55,14 +55,6 @@ struct Vigild: AsyncParsableCommand {
         // A reader of stdout/stderr that goes away must not kill the host:
         // writes then fail with EPIPE, which the log sink counts.
         signal(SIGPIPE, SIG_IGN)
-        // glibc gives each thread that mallocs under contention its own
-        // arena (up to 8 per core), each keeping freed memory resident; an
-        // idle daemon with a few worker threads needs two. MALLOC_ARENA_MAX
-        // in the environment still wins (diagnosis; vigil-bench idle-memory
-        // measures both).
-        if ProcessInfo.processInfo.environment["MALLOC_ARENA_MAX"] == nil {
-            _ = vigil_limit_malloc_arenas(2)
-        }
         let workers = Int32(max(2, min(8, ProcessInfo.processInfo.activeProcessorCount)))
         // VIGIL_DEFAULT_EXECUTOR=1 keeps Swift's default executor (diagnosis).
         if ProcessInfo.processInfo.environment["VIGIL_DEFAULT_EXECUTOR"] == "1" {

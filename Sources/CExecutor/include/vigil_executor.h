@@ -33,9 +33,4 @@ typedef struct {
 } vigil_executor_stats;
 
 vigil_executor_stats vigil_executor_statistics(void);
-/// Caps glibc's malloc arenas (`mallopt(M_ARENA_MAX, arenas)`, which Swift's
-/// Glibc module does not import); returns mallopt's result (1 on success).
-#include <malloc.h>
-static inline int vigil_limit_malloc_arenas(int arenas) { return mallopt(M_ARENA_MAX, arenas); }
-
 #endif
