@@ -102,11 +102,13 @@ public struct BackgroundTask: KeepAliveStrategy {
             holds: command.map { "command \($0.joined(separator: " "))" } ?? "background task",
             reason: reason, budget: budget, grace: grace, power: hold,
             onExpire: { expiry in
-                context.log.warning("lease \(expiry.lease) ran out of budget; expiration handler has \(expiry.grace.vigilDescription)")
+                context.log.with(lease: expiry.lease).warning("lease \(expiry.lease) ran out of budget; expiration handler has \(expiry.grace.vigilDescription)")
                 if let onExpire {
                     _ = await hooks.run(HookCommand(argv: onExpire, timeout: timeout), event: "expire", variables: ["lease": String(expiry.lease.rawValue)])
                 }
             }))
+        // The lines about this lease say which one (lease=<id>).
+        let log = context.log.with(lease: lease.id)
         let started = context.clock.now
         var deadline = started + budget
         await context.events.record("task-started", ["lease": String(lease.id.rawValue), "budget_ms": String(budget.microseconds / 1_000)])
@@ -126,13 +128,13 @@ public struct BackgroundTask: KeepAliveStrategy {
         while true {
             if let result = await outcome.result {
                 await lease.release()
-                context.log.info("command \(result.exit)")
+                log.info("command \(result.exit)")
                 await context.events.record("task-finished", ["exit": result.exit.description])
                 return
             }
             if let end, context.clock.now >= end {
                 await lease.release()
-                context.log.info("max_duration \(maxDuration?.vigilDescription ?? "") reached")
+                log.info("max_duration \(maxDuration?.vigilDescription ?? "") reached")
                 await context.events.record("task-completed", ["max_duration": maxDuration?.vigilDescription ?? ""])
                 if let onComplete {
                     let result = await hooks.run(HookCommand(argv: onComplete, timeout: hookTimeout), event: "complete", variables: [:])
@@ -153,7 +155,7 @@ public struct BackgroundTask: KeepAliveStrategy {
             if remaining < renewWhen, await lease.state == .active {
                 try await lease.renew(budget: budget)
                 deadline = context.clock.now + budget
-                context.log.debug("renewed with \(remaining.vigilDescription) left")
+                log.debug("renewed with \(remaining.vigilDescription) left")
             }
         }
     }

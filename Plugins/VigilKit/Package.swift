@@ -3,6 +3,12 @@
 // shared library, into the host and every plugin. A plain target of the root
 // package would be linked statically into each image, and `as?` casts across
 // the dlopen boundary would fail (two copies of every type's metadata).
+//
+// swift-log's Logging module is linked into libVigilKit.so and nowhere else:
+// VigilKit re-exports it (`@_exported import Logging`), and neither the host
+// nor any plugin depends on swift-log directly, so there is one copy of
+// Logger's type metadata and of LoggingSystem's globals in a process
+// (Scripts/check-single-logging checks the built images).
 import PackageDescription
 
 let package = Package(
@@ -10,8 +16,11 @@ let package = Package(
     products: [
         .library(name: "VigilKit", type: .dynamic, targets: ["VigilKit"]),
     ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.0"),
+    ],
     targets: [
-        .target(name: "VigilKit", path: "Sources/VigilKit"),
+        .target(name: "VigilKit", dependencies: [.product(name: "Logging", package: "swift-log")], path: "Sources/VigilKit"),
         .testTarget(name: "VigilKitTests", dependencies: ["VigilKit"], path: "Tests/VigilKitTests"),
     ],
     swiftLanguageModes: [.v6]

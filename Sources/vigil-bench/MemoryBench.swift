@@ -13,6 +13,11 @@ struct ProcessMemory {
     var rssKiB = 0, pssKiB = 0, privateKiB = 0, threads = 0
     /// Resident KiB per mapped file (anonymous memory as "[anon]", heap as "[heap]").
     var byMapping: [String: Int] = [:]
+    /// Resident and private dirty KiB per kind of memory (`MemoryGroup`):
+    /// file-backed pages are shared with every process mapping the same
+    /// library and can be dropped and re-read; dirty ones are the process's own.
+    var byGroup: [MemoryGroup: Int] = [:]
+    var dirtyByGroup: [MemoryGroup: Int] = [:]
 
     init(pid: Int32) {
         if let rollup = Self.read("/proc/\(pid)/smaps_rollup") {
@@ -25,13 +30,22 @@ struct ProcessMemory {
         }
         if let smaps = Self.read("/proc/\(pid)/smaps") {
             var current = "[anon]"
+            var size = 0
+            var group = MemoryGroup.other
             for line in smaps.split(separator: "\n") {
                 let parts = line.split(separator: " ", omittingEmptySubsequences: true)
                 if let first = parts.first, first.contains("-"), parts.count >= 5 {
                     // A mapping header: address perms offset dev inode [path].
                     current = parts.count >= 6 ? String(parts[5]).components(separatedBy: "/").last ?? "?" : "[anon]"
+                } else if line.hasPrefix("Size:") {
+                    size = Int(parts[1]) ?? 0
                 } else if line.hasPrefix("Rss:") {
-                    byMapping[current, default: 0] += Int(parts[1]) ?? 0
+                    let rss = Int(parts[1]) ?? 0
+                    group = MemoryGroup(mapping: current, sizeKiB: size)
+                    byMapping[current, default: 0] += rss
+                    byGroup[group, default: 0] += rss
+                } else if line.hasPrefix("Private_Dirty:") {
+                    dirtyByGroup[group, default: 0] += Int(parts[1]) ?? 0
                 }
             }
         }
@@ -49,6 +63,43 @@ struct ProcessMemory {
             return Int(line.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "") ?? 0
         }
         return 0
+    }
+}
+
+/// What a mapping is, for the breakdown of an idle vigild's RSS.
+enum MemoryGroup: String, CaseIterable {
+    case swiftRuntime = "Swift runtime, Concurrency, Dispatch"
+    case foundation = "Foundation, FoundationEssentials"
+    case icu = "FoundationInternationalization + ICU data"
+    case vigil = "vigild (+ GRDB, TOMLKit), VigilKit (+ swift-log), plugins"
+    case dbus = "libdbus (+ libsystemd, libgcrypt, libcap, zstd/lz4/lzma it loads)"
+    case clibs = "libc, libstdc++, sqlite and other C libraries"
+    case stacks = "thread stacks (8 MiB anonymous mappings)"
+    case heap = "malloc heap and arenas, other anonymous memory"
+    case other = "other"
+
+    init(mapping name: String, sizeKiB: Int) {
+        switch name {
+        case _ where name.hasPrefix("libswift") || name.hasPrefix("libdispatch") || name.hasPrefix("libBlocksRuntime"):
+            self = .swiftRuntime
+        case _ where name.hasPrefix("libFoundationInternationalization") || name.hasPrefix("lib_FoundationICU"):
+            self = .icu
+        case _ where name.hasPrefix("libFoundation") || name.hasPrefix("lib_FoundationCollections"):
+            self = .foundation
+        case "vigild", "libVigilKit.so", _ where name.hasPrefix("libvigil-"):
+            self = .vigil
+        case _ where ["libdbus", "libsystemd", "libgcrypt", "libgpg-error", "libcap.", "libzstd", "liblz4", "liblzma"].contains(where: name.hasPrefix):
+            self = .dbus
+        case "[heap]":
+            self = .heap
+        case "[anon]", "[stack]":
+            // pthread stacks are 8 MiB (+ guard) each; glibc arenas reserve 64 MiB.
+            self = name == "[stack]" || (8_188...8_196).contains(sizeKiB) ? .stacks : .heap
+        case _ where name.hasSuffix(".so") || name.contains(".so."):
+            self = .clibs
+        default:
+            self = .other
+        }
     }
 }
 
@@ -146,7 +197,18 @@ func idleMemoryBench(_ args: [String]) async throws {
     row("vigild, all five kinds", five)
     row("dbus-test-tool echo (C libdbus, reference)", echoMemory)
     row("sleep (C, reference)", sleepMemory)
-    print("\nwhere an idle vigild's RSS goes (no strategy), top mappings:")
+    print("\nwhere an idle vigild's RSS goes, by kind of memory (dirty: the process's own pages; the rest is")
+    print("library code and data shared with every process that maps it):")
+    print("  no strategy          all five kinds")
+    print("      RSS    dirty        RSS    dirty")
+    for group in MemoryGroup.allCases {
+        let a = none.byGroup[group] ?? 0, b = five.byGroup[group] ?? 0
+        guard a + b > 0 else { continue }
+        let da = none.dirtyByGroup[group] ?? 0, db = five.dirtyByGroup[group] ?? 0
+        print(String(format: "  %5.1f MB %5.1f MB   %5.1f MB %5.1f MB  %@", Double(a) / 1024, Double(da) / 1024,
+                     Double(b) / 1024, Double(db) / 1024, group.rawValue as NSString))
+    }
+    print("\ntop mappings (no strategy):")
     for (name, kib) in none.byMapping.sorted(by: { $0.value > $1.value }).prefix(12) {
         print(String(format: "  %7.1f MB  %@", Double(kib) / 1024, name as NSString))
     }

@@ -141,7 +141,7 @@ struct BenchError: Error, CustomStringConvertible {
 }
 
 private struct DiscardingLogSink: LogSink {
-    func log(_ level: LogLevel, source: String, _ message: String) {}
+    func log(_ level: LogLevel, source: String, _ message: String, metadata: Logger.Metadata) {}
 }
 
 private struct NoHooks: HookRunning {

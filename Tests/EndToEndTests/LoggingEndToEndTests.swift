@@ -53,6 +53,33 @@ extension EndToEnd {
             #expect(runs.first?.endReason == .stopped)
         }
 
+        /// A plugin's lines (background-task, dlopen'ed) carry swift-log
+        /// metadata: the strategy, the lease they are about, and the run.
+        @Test func strategyLinesCarryStrategyLeaseAndRun() async throws {
+            let dir = try TempDir()
+            let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state")) + """
+
+                [[strategy]]
+                name = "nightly job"
+                kind = "background-task"
+                budget = "1h"
+                command = ["/bin/true"]
+                """)
+            let daemon = try Daemon(arguments: ["--config", config])
+            defer { daemon.signal(SIGKILL) }
+            let started = try await daemon.waitForLine(containing: "vigild: run ")
+            let runId = try #require(started.split(separator: " ").drop { $0 != "run" }.dropFirst().first.map(String.init), "\(started)")
+            let done = try await daemon.waitForLine(containing: "nightly job: command ")
+            #expect(done.hasPrefix("info nightly job: command exited with status 0 "), "\(done)")
+            // Sorted fields; the name has a space, so it is quoted.
+            #expect(done.range(of: #" lease=[0-9]+ run=\#(runId) strategy="nightly job"$"#, options: .regularExpression) != nil, "\(done)")
+            // The host's own lines carry the run, not a strategy.
+            let heartbeat = try await daemon.waitForLine(containing: "vigild: heartbeat ")
+            #expect(heartbeat.hasSuffix(" run=\(runId)"), "\(heartbeat)")
+            daemon.signal(SIGTERM)
+            #expect(await daemon.waitForExit() == 0)
+        }
+
         @Test func journalPrefixesOnlyWhenStderrIsTheJournal() async throws {
             let dir = try TempDir()
             let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state")))
@@ -74,6 +101,8 @@ extension EndToEnd {
             #expect(warning.hasPrefix("<4>vigild: previous run"), "\(warning)")
             let debug = try await first.waitForLine(containing: "heartbeat 1 written")
             #expect(debug.hasPrefix("<7>"), "\(debug)")
+            // The run's metadata follows the message under the journal too.
+            #expect(debug.range(of: #" run=[0-9a-f-]+$"#, options: .regularExpression) != nil, "\(debug)")
             #expect(first.output.filter { $0.contains("vigild: ") }.allSatisfy { $0.range(of: #"^<[3-7]>vigild: "#, options: .regularExpression) != nil }, "\(first.output)")
 
             // A second host on the same state dir is refused with an error line.
@@ -85,6 +114,21 @@ extension EndToEnd {
             first.signal(SIGTERM)
             #expect(await first.waitForExit() == 0)
             #expect(first.output.contains { $0.hasPrefix("<5>vigild: received SIGTERM") }, "\(first.output)")
+        }
+
+        /// swift-log's Logging is linked into libVigilKit.so only: vigild,
+        /// vigilctl and every plugin get it from there (one Logger type, one
+        /// LoggingSystem), as Scripts/check-single-logging checks.
+        @Test func loggingIsLinkedIntoTheSDKOnly() throws {
+            let bin = Build.binDir.path
+            let plugins = try FileManager.default.contentsOfDirectory(atPath: bin)
+                .filter { $0.hasPrefix("libvigil-") && $0.hasSuffix(".so") }.sorted().map { "\(bin)/\($0)" }
+            #expect(plugins.count >= 5, "\(plugins)")
+            let check = try runCommand(Build.packageRoot.appendingPathComponent("Scripts/check-single-logging").path,
+                                       ["\(bin)/libVigilKit.so", Build.vigild, Build.vigilctl] + plugins)
+            #expect(check.status == 0, "\(check.stdout)\(check.stderr)")
+            #expect(check.stdout.contains("vigild: 0 Logging symbols"), "\(check.stdout)")
+            #expect(check.stdout.range(of: #"libVigilKit.so: [1-9][0-9]* Logging symbols"#, options: .regularExpression) != nil, "\(check.stdout)")
         }
     }
 }

@@ -47,7 +47,48 @@ import VigilKit
     @Test func controlCharactersAreEscaped() throws {
         let p = try PipePair()
         StderrLogSink(fd: p.write, journal: false).log(.info, source: "x", "a\nb\u{1B}[31mc\td")
-        #expect(p.lines() == ["info x: a\\nb\\u{1b}[31mc\td"])
+        #expect(p.lines() == ["info x: a\\nb\\e[31mc\\td"])
+    }
+
+    /// swift-log metadata (the logger's, the provider's and the call's own)
+    /// follows the message as sorted key=value fields, escaped and quoted,
+    /// in both formats.
+    @Test func metadataFollowsTheMessage() throws {
+        let p = try PipePair()
+        let plain = StderrLogSink(minimum: .debug, fd: p.write, journal: false)
+        var log = StrategyLogger(source: "mail", sink: MetadataLogSink(plain, metadata: ["run": "r1"]), metadata: ["strategy": "mail"])
+        log.with(lease: LeaseID(7)).warning("late")
+        log[metadataKey: "peer"] = "a b\n\u{1B}[2J=\"x\""
+        log.info("odd")
+        log.logger.error("direct", metadata: ["strategy": "override", "attempt": "3"])
+        StrategyLogger(source: "mail", sink: StderrLogSink(fd: p.write, journal: true), metadata: ["strategy": "mail"]).error("failed")
+        #expect(p.lines() == [
+            "warning mail: late lease=7 run=r1 strategy=mail",
+            #"info mail: odd peer="a b\n\e[2J=\"x\"" run=r1 strategy=mail"#,
+            #"error mail: direct attempt=3 peer="a b\n\e[2J=\"x\"" run=r1 strategy=override"#,
+            "<3>mail: failed strategy=mail",
+        ])
+    }
+
+    /// The sink's level is the handler's: a line below it is never built.
+    @Test func linesBelowTheMinimumAreNotBuilt() throws {
+        let p = try PipePair()
+        let log = StrategyLogger(source: "x", sink: StderrLogSink(minimum: .warning, fd: p.write, journal: false))
+        #expect(log.logger.logLevel == .warning)
+        var built = false
+        log.info({ built = true; return "hidden" }())
+        #expect(!built)
+        #expect(p.lines().isEmpty)
+    }
+
+    /// Identical messages with different metadata (two leases) are two lines.
+    @Test func repeatsWithOtherMetadataAreWritten() throws {
+        let p = try PipePair()
+        let log = StrategyLogger(source: "x", sink: StderrLogSink(fd: p.write, journal: false))
+        log.with(lease: LeaseID(1)).info("expired")
+        log.with(lease: LeaseID(2)).info("expired")
+        log.with(lease: LeaseID(2)).info("expired")
+        #expect(p.lines() == ["info x: expired lease=1", "info x: expired lease=2"])
     }
 
     @Test func identicalLinesAreSuppressedAndSummarised() throws {

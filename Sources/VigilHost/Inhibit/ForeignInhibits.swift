@@ -152,7 +152,7 @@ public actor ForeignInhibits {
             budget: settings.maxDuration, grace: grace,
             power: what.isEmpty ? nil : PowerHold(what: what, mode: "block"),
             onExpire: { expiry in
-                log.warning("inhibit by \"\(TerminalText.escaped(name))\" ran for inhibit_max; releasing lease \(expiry.lease) in \(expiry.grace.vigilDescription)")
+                log.with(lease: expiry.lease).warning("inhibit by \"\(TerminalText.escaped(name))\" ran for inhibit_max; releasing lease \(expiry.lease) in \(expiry.grace.vigilDescription)")
             }
         )
         let id: LeaseID
@@ -170,7 +170,7 @@ public actor ForeignInhibits {
         while cookie == 0 || byCookie[cookie] != nil { cookie = generator.next() }
         let wasEmpty = byCookie.isEmpty
         byCookie[cookie] = Held(lease: id, caller: caller, source: source)
-        log.info("lease \(id): inhibit by \"\(TerminalText.escaped(name))\" (uid \(caller.uid), pid \(caller.pid)) through \(source.rawValue) holds \(request.holds)")
+        log.with(lease: id).info("lease \(id): inhibit by \"\(TerminalText.escaped(name))\" (uid \(caller.uid), pid \(caller.pid)) through \(source.rawValue) holds \(request.holds)")
         cookieOfLease[id] = cookie
         if wasEmpty { onHasInhibitChanged?(true) }
         if vanished.contains(caller.owner) { await end(cookie, detail: "the app left the bus") }
@@ -201,7 +201,7 @@ public actor ForeignInhibits {
     private func end(_ cookie: UInt32, detail: String) async {
         guard let held = byCookie.removeValue(forKey: cookie) else { return }
         cookieOfLease[held.lease] = nil
-        log.info("lease \(held.lease): inhibit of pid \(held.caller.pid) ended: \(detail)")
+        log.with(lease: held.lease).info("lease \(held.lease): inhibit of pid \(held.caller.pid) ended: \(detail)")
         if byCookie.isEmpty { onHasInhibitChanged?(false) }
         await registry.release(held.lease, detail: detail)
     }

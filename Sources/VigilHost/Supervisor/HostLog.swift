@@ -2,15 +2,18 @@ import Foundation
 import VigilKit
 
 /// Log lines to a file descriptor (stderr by default), `<level> source:
-/// message`, or `<N>source: message` with sd-daemon's priority prefix when
-/// that descriptor is the journal (see `JournalStream`).
+/// message key=value...`, or `<N>source: message key=value...` with
+/// sd-daemon's priority prefix when that descriptor is the journal (see
+/// `JournalStream`). The key=value fields are the swift-log metadata of the
+/// logger that wrote the line (`strategy`, `lease`, `run`, ...), sorted by key.
 ///
 /// Logging never stops the host: a line that cannot be written (EPIPE from
 /// a reader that went away, ENOSPC, EIO, a non-blocking descriptor that is
 /// full) is dropped and counted in `droppedLines`, and a run of identical
 /// lines is written once, then summarised as "suppressed N identical lines".
-/// Control characters in messages are escaped, so one log call is one line
-/// (and one journal entry) and nothing from outside reaches a terminal raw.
+/// Control characters in messages and metadata are escaped (`TerminalText`),
+/// so one log call is one line (and one journal entry) and nothing from
+/// outside reaches a terminal raw.
 public final class StderrLogSink: LogSink, @unchecked Sendable {
     // Invariant: `state` and the writes to `fd` are only touched while
     // holding `lock`, so lines never interleave and the counters are exact.
@@ -24,7 +27,7 @@ public final class StderrLogSink: LogSink, @unchecked Sendable {
     private struct State {
         var dropped = 0
         var written = 0
-        var last: (level: LogLevel, source: String, message: String)?
+        var last: (level: LogLevel, source: String, message: String, metadata: Logger.Metadata)?
         var lastShownAt = ContinuousClock.Instant.now
         var suppressed = 0
     }
@@ -48,19 +51,19 @@ public final class StderrLogSink: LogSink, @unchecked Sendable {
     /// Lines written since start (summary lines included).
     public var writtenLines: Int { lock.withLock { state.written } }
 
-    public func log(_ level: LogLevel, source: String, _ message: String) {
+    public func log(_ level: LogLevel, source: String, _ message: String, metadata: Logger.Metadata) {
         guard level >= minimum else { return }
         let now = ContinuousClock.Instant.now
         lock.withLock {
             if let last = state.last, last.level == level, last.source == source, last.message == message,
-               now - state.lastShownAt < repeatWindow {
+               last.metadata == metadata, now - state.lastShownAt < repeatWindow {
                 state.suppressed += 1
                 return
             }
             flushSuppressedLocked()
-            state.last = (level, source, message)
+            state.last = (level, source, message, metadata)
             state.lastShownAt = now
-            writeLocked(format(level, source: source, message))
+            writeLocked(format(level, source: source, message, metadata: metadata))
         }
     }
 
@@ -73,14 +76,16 @@ public final class StderrLogSink: LogSink, @unchecked Sendable {
         guard let last = state.last, state.suppressed > 0 else { return }
         let n = state.suppressed
         state.suppressed = 0
-        writeLocked(format(last.level, source: last.source, "suppressed \(n) identical line\(n == 1 ? "" : "s")"))
+        writeLocked(format(last.level, source: last.source, "suppressed \(n) identical line\(n == 1 ? "" : "s")", metadata: last.metadata))
     }
 
-    private func format(_ level: LogLevel, source: String, _ message: String) -> [UInt8] {
-        let text = LogEscaping.escape(message)
-        let line = journal
-            ? "<\(level.syslogPriority)>\(LogEscaping.escape(source)): \(text)\n"
-            : "\(level.name) \(LogEscaping.escape(source)): \(text)\n"
+    private func format(_ level: LogLevel, source: String, _ message: String, metadata: Logger.Metadata) -> [UInt8] {
+        var line = journal ? "<\(level.syslogPriority)>" : "\(level.name) "
+        line += TerminalText.escaped(source)
+        line += ": "
+        line += TerminalText.escaped(message)
+        LogMetadataText.append(metadata, to: &line)
+        line += "\n"
         return Array(line.utf8)
     }
 
@@ -126,27 +131,49 @@ public enum JournalStream {
     }
 }
 
-/// Escapes control characters so that a message is one line and safe for a
-/// terminal: newline as `\n`, tab kept, other C0/C1 controls and DEL as `\u{XX}`.
-public enum LogEscaping {
-    public static func escape(_ text: String) -> String {
-        guard text.unicodeScalars.contains(where: needsEscape) else { return text }
-        var out = ""
-        out.reserveCapacity(text.utf8.count + 8)
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case _ where needsEscape(scalar): out += "\\u{\(String(scalar.value, radix: 16))}"
-            default: out.unicodeScalars.append(scalar)
-            }
+/// swift-log metadata as ` key=value` fields after a log line's message,
+/// sorted by key. Keys and values are escaped (`TerminalText`); a value that
+/// is empty or holds a space, a quote or `=` is quoted, with `"` as `\"`.
+public enum LogMetadataText {
+    public static func append(_ metadata: Logger.Metadata, to line: inout String) {
+        for key in metadata.keys.sorted() {
+            guard let value = metadata[key] else { continue }
+            line += " "
+            line += TerminalText.escaped(key)
+            line += "="
+            line += quoted(TerminalText.escaped(value.description))
         }
-        return out
     }
 
-    private static func needsEscape(_ scalar: Unicode.Scalar) -> Bool {
-        let v = scalar.value
-        return (v < 0x20 && v != 0x09) || (0x7F...0x9F).contains(v)
+    private static func quoted(_ value: String) -> String {
+        guard value.isEmpty || value.contains(where: { $0 == " " || $0 == "\"" || $0 == "=" }) else { return value }
+        var out = "\""
+        for c in value {
+            if c == "\"" { out.append("\\") }
+            out.append(c)
+        }
+        return out + "\""
+    }
+}
+
+/// Another sink with fields added to every line: the host's run id on every
+/// line of a run (`run=...`). A logger's own fields win over these.
+public struct MetadataLogSink: LogSink {
+    public let inner: any LogSink
+    public let metadata: Logger.Metadata
+
+    public init(_ inner: any LogSink, metadata: Logger.Metadata) {
+        self.inner = inner
+        self.metadata = metadata
+    }
+
+    public var minimum: LogLevel { inner.minimum }
+
+    /// The sink that writes the lines, under any number of these.
+    public var base: any LogSink { (inner as? MetadataLogSink)?.base ?? inner }
+
+    public func log(_ level: LogLevel, source: String, _ message: String, metadata: Logger.Metadata) {
+        inner.log(level, source: source, message, metadata: self.metadata.merging(metadata) { _, own in own })
     }
 }
 
@@ -158,8 +185,10 @@ public final class MemoryLogSink: LogSink, @unchecked Sendable {
 
     public init() {}
 
-    public func log(_ level: LogLevel, source: String, _ message: String) {
-        lock.withLock { lines.append("\(level.name) \(source): \(message)") }
+    public func log(_ level: LogLevel, source: String, _ message: String, metadata: Logger.Metadata) {
+        var line = "\(level.name) \(source): \(message)"
+        LogMetadataText.append(metadata, to: &line)
+        lock.withLock { lines.append(line) }
     }
 
     public var entries: [String] { lock.withLock { lines } }

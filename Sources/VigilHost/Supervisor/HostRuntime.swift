@@ -104,7 +104,10 @@ public actor HostRuntime {
         self.configOverrides = env.configOverrides
         self.clock = env.clock
         self.scheduler = env.scheduler
-        self.logSink = env.logSink
+        // Every line of this run, the host's and its strategies', says
+        // which run it belongs to (`run=` as in the survival log).
+        let logSink = MetadataLogSink(env.logSink, metadata: ["run": .string(runId)])
+        self.logSink = logSink
         self.readings = env.readings
         self.store = store
         self.began = began
@@ -112,17 +115,16 @@ public actor HostRuntime {
         let registry = LeaseRegistry(clock: env.clock, backend: env.power)
         self.registry = registry
         self.clientLeases = ClientLeases(registry: registry, settings: config.host.clientLeases)
-        self.inhibits = ForeignInhibits(registry: registry, settings: config.host.inhibits, grace: config.host.clientLeases.grace, logSink: env.logSink)
-        let logSink = env.logSink
+        self.inhibits = ForeignInhibits(registry: registry, settings: config.host.inhibits, grace: config.host.clientLeases.grace, logSink: logSink)
         let metrics = HostMetrics()
         self.metrics = metrics
-        let strategyBus = StrategyBusBridge(logSink: env.logSink)
+        let strategyBus = StrategyBusBridge(logSink: logSink)
         self.strategyBus = strategyBus
         var services = StrategyServices(
-            registry: registry, scheduler: env.scheduler, clock: env.clock, logSink: env.logSink,
+            registry: registry, scheduler: env.scheduler, clock: env.clock, logSink: logSink,
             hooks: { name, log in HookRunner(strategy: name, log: log) },
             events: { name in MetricsCountedEvents(
-                inner: StoreEvents(store: store, strategy: name, readings: env.readings, log: StrategyLogger(source: name, sink: logSink)),
+                inner: StoreEvents(store: store, strategy: name, readings: env.readings, log: StrategyLogger(source: name, sink: logSink, metadata: ["strategy": .string(name)])),
                 metrics: metrics, strategy: name) }
         )
         services.store = { name in HostStrategyStore(store: store, strategy: name) }
@@ -130,7 +132,7 @@ public actor HostRuntime {
         services.runEnded = { name in await strategyBus.runEnded(name) }
         let conditions = ConditionMonitor(
             settings: ConditionMonitor.Settings(powerSupplyDir: config.host.powerSupplyDir, timeZone: env.timeZone, networkNamespace: env.networkNamespace),
-            registry: registry, scheduler: env.scheduler, clock: env.clock, logSink: env.logSink)
+            registry: registry, scheduler: env.scheduler, clock: env.clock, logSink: logSink)
         self.conditions = conditions
         services.conditions = conditions
         self.supervisor = Supervisor(services: services)

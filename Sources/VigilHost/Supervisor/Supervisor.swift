@@ -141,7 +141,7 @@ public actor Supervisor {
         task.cancel()
         let clock = services.clock
         let timeout = stopTimeout
-        let log = StrategyLogger(source: name, sink: services.logSink)
+        let log = StrategyLogger(source: name, sink: services.logSink, metadata: ["strategy": .string(name)])
         let finished = await withTaskGroup(of: Bool.self) { group in
             group.addTask { await task.value; return true }
             group.addTask {
@@ -163,7 +163,7 @@ public actor Supervisor {
     }
 
     private func supervise(_ s: SupervisedStrategy) async {
-        let log = StrategyLogger(source: s.name, sink: services.logSink)
+        let log = StrategyLogger(source: s.name, sink: services.logSink, metadata: ["strategy": .string(s.name)])
         let context = StrategyContext(
             name: s.name, kind: s.kind, log: log,
             leases: StrategyLeases(registry: services.registry, strategy: s.name),
