@@ -35,7 +35,9 @@ final class PingKeeper: Sendable {
     private let link: TCPLink
     private let interval: Duration
     let scheduler: any WakeScheduling
-    let align: Duration?
+    /// Where this keeper's rounds wait on ``KeepAliveSchedule`` (with the
+    /// alignment).
+    let scheduleKey: KeepAliveSchedule.Key
     private let clock: any VigilClock
     // What each ping reads, taken out of the settings once per session (a
     // ping must not copy the whole settings struct, or retain what it holds).
@@ -61,7 +63,7 @@ final class PingKeeper: Sendable {
         self.interval = interval
         self.scheduler = connection.context.scheduler
         self.clock = connection.context.clock
-        self.align = settings.align
+        self.scheduleKey = KeepAliveSchedule.Key(connection.context.scheduler, align: settings.align)
         self.ping = settings.ping
         self.expectsPong = !settings.expect.isEmpty
         self.handlerTimeout = settings.handlerTimeout
@@ -221,7 +223,7 @@ final class PingKeeper: Sendable {
         // sockets (coalesced or aligned wakes) takes a few hundred ms to go
         // through, and the last of them must still ping inside the window.
         let target = end - min((end - earliest) / 4, .seconds(1))
-        if align != nil { return (earliest, target) }
+        if scheduleKey.align != nil { return (earliest, target) }
         let pick = Int64.random(in: earliest.nanoseconds...target.nanoseconds)
         return (earliest, VigilInstant(nanoseconds: pick))
     }

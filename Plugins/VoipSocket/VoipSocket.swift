@@ -60,6 +60,9 @@ final class VoipConnection: Sendable {
     var settings: VoipSocketSettings { shared.settings }
     let context: StrategyContext
     let lease: any LeaseHandle
+    /// Where the status goes in a batch with other connections' (the host's
+    /// registry), if the lease handle allows it.
+    let statusSink: (any LeaseStatusSink)?
     private let figures: Mutex<ConnectionFigures>
 
     /// Acquires the connection's lease and makes the connection.
@@ -81,6 +84,7 @@ final class VoipConnection: Sendable {
         self.shared = settings
         self.context = context
         self.lease = lease
+        self.statusSink = (lease as? any BatchableLeaseHandle)?.statusSink
         self.figures = Mutex(ConnectionFigures(
             remote: settings.settings.endpoint.description,
             wire: settings.settings.wire.rawValue + (settings.settings.tls != nil ? "+tls" : "")))
@@ -97,13 +101,13 @@ final class VoipConnection: Sendable {
         if enqueue { StatusPublisher.shared.enqueue(self) }
     }
 
-    /// Publishes the current figures (called by ``StatusPublisher``).
-    func publishStatus() async {
-        let status = figures.withLock { f in
+    /// The current figures as a status, to publish now (called by
+    /// ``StatusPublisher``: a later change queues the connection again).
+    func takeStatus() -> [String: StatusValue] {
+        figures.withLock { f in
             f.queued = false
             return f.status
         }
-        await lease.setStatus(status)
     }
 
     // Memory: an async function's frame holds every local of everything
@@ -560,7 +564,34 @@ final class StatusPublisher: Sendable {
                 return s.queue
             }
             if batch.isEmpty { return }
-            for connection in batch { await connection.publishStatus() }
+            await Self.publish(batch)
         }
+    }
+
+    /// Most statuses in one call: the registry is not held for long at once.
+    static let chunk = 512
+
+    /// One call per sink (the host's registry) for up to ``chunk``
+    /// connections; a lease that cannot batch gets a call of its own.
+    private static func publish(_ batch: [VoipConnection]) async {
+        var sink: (any LeaseStatusSink)?
+        var updates: [(lease: LeaseID, status: [String: StatusValue])] = []
+        func flush() async {
+            if let sink, !updates.isEmpty { await sink.setStatuses(updates) }
+            updates.removeAll(keepingCapacity: true)
+        }
+        for connection in batch {
+            guard let own = connection.statusSink else {
+                await flush()
+                await connection.lease.setStatus(connection.takeStatus())
+                continue
+            }
+            if own !== sink || updates.count >= chunk {
+                await flush()
+                sink = own
+            }
+            updates.append((connection.lease.id, connection.takeStatus()))
+        }
+        await flush()
     }
 }

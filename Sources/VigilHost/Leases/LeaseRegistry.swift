@@ -68,7 +68,7 @@ public struct LeaseEvent: Sendable, Hashable {
 /// lease becomes `expiring` and its expiration handler runs for at most its
 /// grace time; then the lease is released (`expired`), force-released if the
 /// handler overran. Every change is published to `events()` subscribers.
-public actor LeaseRegistry {
+public actor LeaseRegistry: LeaseStatusSink {
     private struct Entry {
         var snapshot: LeaseSnapshot
         var request: LeaseRequest
@@ -227,10 +227,17 @@ public actor LeaseRegistry {
     /// Replaces a lease's live status. Does nothing for an ended or unknown
     /// lease, or when the status did not change.
     public func setStatus(_ id: LeaseID, _ status: [String: StatusValue]) {
-        guard var entry = entries[id], entry.snapshot.status != status else { return }
-        entry.snapshot.status = status
-        entries[id] = entry
-        publish(.status, entry.snapshot)
+        // In place: copying the entry out and back retains and releases
+        // every string it holds, which for a status set per keep-alive
+        // ping of thousands of connections was most of the call.
+        guard let index = entries.index(forKey: id), entries.values[index].snapshot.status != status else { return }
+        entries.values[index].snapshot.status = status
+        publish(.status, entries.values[index].snapshot)
+    }
+
+    /// ``setStatus(_:_:)`` for many leases, in order, in one call.
+    public func setStatuses(_ updates: [(lease: LeaseID, status: [String: StatusValue])]) {
+        for update in updates { setStatus(update.lease, update.status) }
     }
 
     /// Ends a lease. Releasing an ended or unknown lease does nothing.
@@ -385,7 +392,7 @@ extension StrategyLeases: SystemSleepWatching {
 }
 
 /// A lease handle backed by the registry.
-public struct RegistryLease: LeaseHandle {
+public struct RegistryLease: BatchableLeaseHandle {
     public let id: LeaseID
     let registry: LeaseRegistry
 
@@ -400,6 +407,8 @@ public struct RegistryLease: LeaseHandle {
     public func setStatus(_ status: [String: StatusValue]) async {
         await registry.setStatus(id, status)
     }
+
+    public var statusSink: any LeaseStatusSink { registry }
 
     public var state: LeaseState {
         get async { await registry.state(of: id) ?? .released }
