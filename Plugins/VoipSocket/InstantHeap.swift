@@ -44,15 +44,22 @@ struct InstantHeap<Element: InstantOrdered> {
     /// callers pick by a test that holds for all of those).
     mutating func popAll(while predicate: (Element) -> Bool, popLimit: Int = 64) -> [Element] {
         var taken: [Element] = []
+        popAll(while: predicate, into: &taken, popLimit: popLimit)
+        return taken
+    }
+
+    /// ``popAll(while:popLimit:)``, appending to `taken`.
+    mutating func popAll(while predicate: (Element) -> Bool, into taken: inout [Element], popLimit: Int = 64) {
+        var popped = 0
         while let top = items.first, predicate(top) {
-            guard taken.count < popLimit else {
+            guard popped < popLimit else {
                 partition(taking: predicate, into: &taken)
-                break
+                return
             }
             _ = pop()
             taken.append(top)
+            popped += 1
         }
-        return taken
     }
 
     /// Moves every entry `predicate` picks into `taken`, then restores the

@@ -121,17 +121,19 @@ final class KeepAliveSchedule: Sendable {
             }
             // The top's window is what the scheduler fired for; the others
             // whose window opened go along (their `latest` is later).
-            var opened = group.heap.pop().map { [$0] } ?? []
-            opened += group.heap.popAll { $0.earliest <= now }
             var due: [Entry] = []
-            due.reserveCapacity(opened.count)
-            for entry in opened {
-                // A stale entry: its keeper was rescheduled or removed since.
-                guard entry.keeper.scheduledEntry.compareExchange(
-                    expected: entry.generation, desired: 0, ordering: .relaxed).exchanged else { continue }
-                group.live -= 1
-                due.append(entry)
+            if let top = group.heap.pop() { due.append(top) }
+            group.heap.popAll(while: { $0.earliest <= now }, into: &due)
+            // Stale entries (their keeper was rescheduled or removed since)
+            // are dropped in place.
+            var kept = 0
+            for i in due.indices where due[i].keeper.scheduledEntry.compareExchange(
+                expected: due[i].generation, desired: 0, ordering: .relaxed).exchanged {
+                if kept != i { due.swapAt(kept, i) }
+                kept += 1
             }
+            due.removeLast(due.count - kept)
+            group.live -= kept
             arm(&group, key: key, lastWaker: &s.lastWaker)
             if group.live > 0 || group.waker != nil { s.groups[key] = group }
             return due

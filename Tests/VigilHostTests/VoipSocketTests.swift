@@ -419,6 +419,53 @@ func runProcess(_ path: String, _ arguments: [String]) throws -> String {
     }
 }
 
+/// A round of more connections than the plugin pops one by one (64): the
+/// schedule and the handler deadlines take the rest in one pass.
+@Suite struct VoipSocketManyConnectionsTests {
+    /// 150 connections on the test clock, one window: every one pings in the
+    /// wake, once; answered, none is cut off at the deadline; unanswered,
+    /// every one is cut off at its deadline exactly, not before.
+    @Test func aRoundOfManyConnectionsPingsEachOnceAndCutsEachOff() async throws {
+        let n = 150
+        let clock = ManualClock()
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let h = try VoipHarness(clock: clock, scheduler: WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock)))
+        let names = (0..<n).map { "voip\($0)" }
+        for name in names {
+            try await h.start([
+                "connect": .string(server.address), "keepalive_interval": .string("60s"), "jitter": .integer(0),
+                "handler_timeout": .string("10s"), "expect": .string("\r\n"), "reconnect": .table(["initial": .string("1h")]),
+            ], name: name)
+        }
+        #expect(await h.waitForAll(names) { $0["State"]?.stringValue == "up" })
+        await clock.settle()
+
+        // Answered: one wake pings all, each once.
+        await clock.advance(by: .seconds(60))
+        #expect(await server.count(.ping, atLeast: n))
+        #expect(await h.waitForAll(names) { $0["Pings"]?.uintValue == 1 })
+        await clock.advance(by: .seconds(10))
+        await clock.settle()
+        #expect(server.all(.ping).count == n)
+        #expect(server.all(.closedByClient).isEmpty)
+
+        // Unanswered: all ping again; a millisecond before the deadline none
+        // is cut off, at the deadline every one is.
+        server.answering = false
+        await clock.advance(by: .seconds(50))
+        #expect(await server.count(.ping, atLeast: 2 * n))
+        await clock.advance(by: .seconds(10) - .milliseconds(1))
+        await clock.settle()
+        #expect(server.all(.closedByClient).isEmpty)
+        await clock.advance(by: .milliseconds(1))
+        #expect(await server.count(.closedByClient, atLeast: n))
+        #expect(await h.waitForAll(names) { $0["Overruns"]?.uintValue == 1 })
+        #expect(server.all(.ping).count == 2 * n)
+        await h.supervisor.stopAll()
+    }
+}
+
 /// A lease status sink that holds its first call until `open()`, counts the
 /// statuses each call carries and hands them to the registry.
 final class GatedStatusSink: LeaseStatusSink {

@@ -230,9 +230,17 @@ public actor LeaseRegistry: LeaseStatusSink {
         // In place: copying the entry out and back retains and releases
         // every string it holds, which for a status set per keep-alive
         // ping of thousands of connections was most of the call.
-        guard let index = entries.index(forKey: id), entries.values[index].snapshot.status != status else { return }
-        entries.values[index].snapshot.status = status
-        publish(.status, entries.values[index].snapshot)
+        guard let index = entries.index(forKey: id), let changed = Self.replaceStatus(of: &entries.values[index].snapshot, with: status) else { return }
+        publish(.status, changed)
+    }
+
+    /// The snapshot with `status`, or nil when it had that status already.
+    /// Inout, so the entry is changed where it lies (reading it out of the
+    /// table would copy it).
+    private static func replaceStatus(of snapshot: inout LeaseSnapshot, with status: [String: StatusValue]) -> LeaseSnapshot? {
+        guard snapshot.status != status else { return nil }
+        snapshot.status = status
+        return snapshot
     }
 
     /// ``setStatus(_:_:)`` for many leases, in order, in one call.
