@@ -39,9 +39,10 @@ struct InstantHeap<Element: InstantOrdered> {
     /// returns them (earliest first, then in no order). Popping k entries
     /// one by one costs O(k log n); a round of thousands of connections
     /// leaves thousands due or stale at once, so after `popLimit` pops the
-    /// rest is taken in one O(n) pass over the whole heap instead (every
-    /// entry `predicate` picks, not only those the top run would reach:
-    /// callers pick by a test that holds for all of those).
+    /// rest is taken in one O(n) pass over the whole heap instead. That pass
+    /// takes every entry `predicate` picks, also one below an entry it does
+    /// not pick: callers use a test for which that is right (a deadline
+    /// passed, an entry gone stale, a window opened).
     mutating func popAll(while predicate: (Element) -> Bool, popLimit: Int = 64) -> [Element] {
         var taken: [Element] = []
         popAll(while: predicate, into: &taken, popLimit: popLimit)
