@@ -75,11 +75,10 @@ final class HandlerDeadlines: Sendable {
                     s.queues[key] = queue
                     return ([], nil)
                 }
-                var due: [Entry] = []
-                while let top = queue.heap.first, top.deadline <= now, let entry = queue.heap.pop() { due.append(entry) }
+                let due = queue.heap.popAll { $0.deadline <= now }
                 // Handlers that already finished need no wake: a batch of
                 // pings answered at once leaves one sleep, not one per ping.
-                while let top = queue.heap.first, !top.link.runsHandler(generation: top.generation) { _ = queue.heap.pop() }
+                _ = queue.heap.popAll { !$0.link.runsHandler(generation: $0.generation) }
                 queue.sleepingUntil = queue.heap.first?.deadline
                 if !queue.heap.isEmpty { s.queues[key] = queue }
                 return (due, queue.sleepingUntil)

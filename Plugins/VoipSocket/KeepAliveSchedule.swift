@@ -16,9 +16,16 @@ final class KeepAliveSchedule: Sendable {
     static let shared = KeepAliveSchedule()
 
     /// Rounds waiting on one scheduler, with one alignment.
-    private struct Key: Hashable {
+    struct Key: Hashable {
         var scheduler: ObjectIdentifier
         var align: Duration?
+
+        /// A keeper's key, worked out once per session: telling schedulers
+        /// apart takes a dynamic cast, too dear for every ping.
+        init(_ scheduler: any WakeScheduling, align: Duration?) {
+            self.scheduler = instanceIdentity(of: scheduler)
+            self.align = align
+        }
     }
 
     private struct Entry: InstantOrdered {
@@ -51,7 +58,7 @@ final class KeepAliveSchedule: Sendable {
     /// Runs `keeper.due(generation:)` once the host's scheduler fires a wake
     /// inside [earliest, latest]; replaces the keeper's earlier entry.
     func add(_ keeper: PingKeeper, generation: UInt64, earliest: VigilInstant, latest: VigilInstant) {
-        let key = Key(scheduler: instanceIdentity(of: keeper.scheduler), align: keeper.align)
+        let key = keeper.scheduleKey
         let cancel: Task<Void, Never>? = state.withLock { s in
             // Changed in place: one lookup, no copy of the heap.
             func add(_ group: inout Group, _ lastWaker: inout UInt64) -> Task<Void, Never>? {
@@ -70,7 +77,7 @@ final class KeepAliveSchedule: Sendable {
 
     /// Drops `keeper`'s entry; the wake goes when no round is left.
     func remove(_ keeper: PingKeeper) {
-        let key = Key(scheduler: instanceIdentity(of: keeper.scheduler), align: keeper.align)
+        let key = keeper.scheduleKey
         let cancel: Task<Void, Never>? = state.withLock { s in
             guard var group = s.groups.removeValue(forKey: key) else { return nil }
             if keeper.scheduledEntry.exchange(0, ordering: .relaxed) != 0 { group.live -= 1 }
@@ -86,9 +93,7 @@ final class KeepAliveSchedule: Sendable {
     /// Requests a wake for the most urgent live entry (dropping stale ones
     /// on the way), or none when nothing is left.
     private func arm(_ group: inout Group, key: Key, lastWaker: inout UInt64) {
-        while let top = group.heap.first, top.keeper.scheduledEntry.load(ordering: .relaxed) != top.generation {
-            _ = group.heap.pop()
-        }
+        _ = group.heap.popAll { $0.keeper.scheduledEntry.load(ordering: .relaxed) != $0.generation }
         guard let top = group.heap.first else {
             group.waker = nil
             return
@@ -114,18 +119,21 @@ final class KeepAliveSchedule: Sendable {
                 s.groups[key] = group
                 return []
             }
-            var due: [Entry] = []
             // The top's window is what the scheduler fired for; the others
             // whose window opened go along (their `latest` is later).
-            var first = true
-            while let top = group.heap.first, first || top.earliest <= now {
-                first = false
-                guard let entry = group.heap.pop() else { break }
-                guard entry.keeper.scheduledEntry.compareExchange(
-                    expected: entry.generation, desired: 0, ordering: .relaxed).exchanged else { continue }
-                group.live -= 1
-                due.append(entry)
+            var due: [Entry] = []
+            if let top = group.heap.pop() { due.append(top) }
+            group.heap.popAll(while: { $0.earliest <= now }, into: &due)
+            // Stale entries (their keeper was rescheduled or removed since)
+            // are dropped in place.
+            var kept = 0
+            for i in due.indices where due[i].keeper.scheduledEntry.compareExchange(
+                expected: due[i].generation, desired: 0, ordering: .relaxed).exchanged {
+                if kept != i { due.swapAt(kept, i) }
+                kept += 1
             }
+            due.removeLast(due.count - kept)
+            group.live -= kept
             arm(&group, key: key, lastWaker: &s.lastWaker)
             if group.live > 0 || group.waker != nil { s.groups[key] = group }
             return due

@@ -35,7 +35,9 @@ final class PingKeeper: Sendable {
     private let link: TCPLink
     private let interval: Duration
     let scheduler: any WakeScheduling
-    let align: Duration?
+    /// Where this keeper's rounds wait on ``KeepAliveSchedule`` (with the
+    /// alignment).
+    let scheduleKey: KeepAliveSchedule.Key
     private let clock: any VigilClock
     // What each ping reads, taken out of the settings once per session (a
     // ping must not copy the whole settings struct, or retain what it holds).
@@ -43,12 +45,12 @@ final class PingKeeper: Sendable {
     private let expectsPong: Bool
     private let handlerTimeout: Duration
     private let skipPingOnTraffic: Bool
-    private let jitter: Double
     /// MQTT's keep-alive counts only what the client sends (the broker drops
     /// a client that sent nothing for 1.5 × keep-alive, whatever the broker
     /// itself sent); raw and SIP count what comes back.
     private let countsClientTraffic: Bool
     private let state: Mutex<State>
+    private let offsets: (earliest: Int64, target: Int64)
     /// The generation of this keeper's live entry on ``KeepAliveSchedule``
     /// (0: none). Changed only under the schedule's lock; atomic so that the
     /// schedule needs no table of its keepers.
@@ -61,14 +63,14 @@ final class PingKeeper: Sendable {
         self.interval = interval
         self.scheduler = connection.context.scheduler
         self.clock = connection.context.clock
-        self.align = settings.align
+        self.scheduleKey = KeepAliveSchedule.Key(connection.context.scheduler, align: settings.align)
         self.ping = settings.ping
         self.expectsPong = !settings.expect.isEmpty
         self.handlerTimeout = settings.handlerTimeout
         self.skipPingOnTraffic = settings.skipPingOnTraffic
-        self.jitter = settings.jitter
         self.countsClientTraffic = settings.wire == .mqtt
         self.state = Mutex(State(phase: .stopped, base: connectedAt))
+        self.offsets = Self.windowOffsets(interval: interval, jitter: settings.jitter)
     }
 
     /// Schedules the first round.
@@ -214,15 +216,23 @@ final class PingKeeper: Sendable {
     /// fire anywhere in [earliest, latest] to coalesce with other wakes; with
     /// `align`, it prefers a slot boundary, so the window stays whole.
     private func window(after base: VigilInstant) -> (VigilInstant, VigilInstant) {
-        let earliest = base + .nanoseconds(Int64(Double(interval.nanoseconds) * (1 - jitter)))
-        let end = base + interval
+        let earliest = VigilInstant(nanoseconds: base.nanoseconds &+ offsets.earliest)
+        let target = VigilInstant(nanoseconds: base.nanoseconds &+ offsets.target)
+        if scheduleKey.align != nil || target <= earliest { return (earliest, target) }
+        let pick = Int64.random(in: earliest.nanoseconds...target.nanoseconds)
+        return (earliest, VigilInstant(nanoseconds: pick))
+    }
+
+    /// Where the window starts and where it aims, in nanoseconds after the
+    /// base: the same for every round of the session, so worked out once
+    /// (Duration arithmetic is 128-bit and showed in a ping's cost).
+    private static func windowOffsets(interval: Duration, jitter: Double) -> (earliest: Int64, target: Int64) {
+        let end = interval.nanoseconds
+        let earliest = Int64(Double(end) * (1 - jitter))
         guard earliest < end else { return (earliest, end) }
         // Aim a little before the window's end: a batch of thousands of
         // sockets (coalesced or aligned wakes) takes a few hundred ms to go
         // through, and the last of them must still ping inside the window.
-        let target = end - min((end - earliest) / 4, .seconds(1))
-        if align != nil { return (earliest, target) }
-        let pick = Int64.random(in: earliest.nanoseconds...target.nanoseconds)
-        return (earliest, VigilInstant(nanoseconds: pick))
+        return (earliest, end - min((end - earliest) / 4, 1_000_000_000))
     }
 }

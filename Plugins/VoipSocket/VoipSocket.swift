@@ -28,29 +28,66 @@ final class SharedSettings: Sendable {
 
 /// The live figures of one connection, published as its lease's status.
 struct ConnectionFigures: Sendable {
-    var state = "connecting"
-    var remote: String
-    var local = ""
-    var lastRttMicroseconds: Int64 = -1
-    var pings: UInt64 = 0
-    var skippedPings: UInt64 = 0
-    var latePings: UInt64 = 0
-    var reconnects: UInt64 = 0
-    var overruns: UInt64 = 0
-    var registrations: UInt64 = 0
-    var lastError = ""
+    var state = "connecting" { didSet { changed.insert(.state) } }
+    var remote: String { didSet { changed.insert(.remote) } }
+    var local = "" { didSet { changed.insert(.local) } }
+    var lastRttMicroseconds: Int64 = -1 { didSet { changed.insert(.lastRtt) } }
+    var pings: UInt64 = 0 { didSet { changed.insert(.pings) } }
+    var skippedPings: UInt64 = 0 { didSet { changed.insert(.skippedPings) } }
+    var latePings: UInt64 = 0 { didSet { changed.insert(.latePings) } }
+    var reconnects: UInt64 = 0 { didSet { changed.insert(.reconnects) } }
+    var overruns: UInt64 = 0 { didSet { changed.insert(.overruns) } }
+    var registrations: UInt64 = 0 { didSet { changed.insert(.registrations) } }
+    var lastError = "" { didSet { changed.insert(.lastError) } }
     var wire = "raw"
     /// Waiting in ``StatusPublisher``'s queue (not shown).
     var queued = false
 
-    var status: [String: StatusValue] {
-        [
-            "State": .string(state), "Remote": .string(remote), "Local": .string(local),
-            "LastRttUsec": .int(lastRttMicroseconds), "Pings": .uint(pings), "SkippedPings": .uint(skippedPings),
-            "LatePings": .uint(latePings),
-            "Reconnects": .uint(reconnects), "Overruns": .uint(overruns), "LastError": .string(lastError),
-            "Protocol": .string(wire), "Registrations": .uint(registrations),
-        ]
+    /// The figures changed since `published` was last brought up to date.
+    private struct Fields: OptionSet {
+        let rawValue: UInt16
+        static let state = Self(rawValue: 1 << 0), remote = Self(rawValue: 1 << 1), local = Self(rawValue: 1 << 2)
+        static let lastRtt = Self(rawValue: 1 << 3), pings = Self(rawValue: 1 << 4), skippedPings = Self(rawValue: 1 << 5)
+        static let latePings = Self(rawValue: 1 << 6), reconnects = Self(rawValue: 1 << 7), overruns = Self(rawValue: 1 << 8)
+        static let registrations = Self(rawValue: 1 << 9), lastError = Self(rawValue: 1 << 10)
+    }
+    private var changed: Fields = []
+    /// The status last handed out. Its storage is shared with the host's
+    /// copy, so it costs no memory of its own; the next status is this one
+    /// with the changed keys set (a ping changes two), not a new dictionary
+    /// of twelve hashed keys, which was the largest cost of a ping's status.
+    private var published: [String: StatusValue] = [:]
+
+    init(remote: String, wire: String) {
+        self.remote = remote
+        self.wire = wire
+    }
+
+    /// The status now.
+    mutating func status() -> [String: StatusValue] {
+        if published.isEmpty {
+            published = [
+                "State": .string(state), "Remote": .string(remote), "Local": .string(local),
+                "LastRttUsec": .int(lastRttMicroseconds), "Pings": .uint(pings), "SkippedPings": .uint(skippedPings),
+                "LatePings": .uint(latePings),
+                "Reconnects": .uint(reconnects), "Overruns": .uint(overruns), "LastError": .string(lastError),
+                "Protocol": .string(wire), "Registrations": .uint(registrations),
+            ]
+        } else if !changed.isEmpty {
+            if changed.contains(.state) { published["State"] = .string(state) }
+            if changed.contains(.remote) { published["Remote"] = .string(remote) }
+            if changed.contains(.local) { published["Local"] = .string(local) }
+            if changed.contains(.lastRtt) { published["LastRttUsec"] = .int(lastRttMicroseconds) }
+            if changed.contains(.pings) { published["Pings"] = .uint(pings) }
+            if changed.contains(.skippedPings) { published["SkippedPings"] = .uint(skippedPings) }
+            if changed.contains(.latePings) { published["LatePings"] = .uint(latePings) }
+            if changed.contains(.reconnects) { published["Reconnects"] = .uint(reconnects) }
+            if changed.contains(.overruns) { published["Overruns"] = .uint(overruns) }
+            if changed.contains(.registrations) { published["Registrations"] = .uint(registrations) }
+            if changed.contains(.lastError) { published["LastError"] = .string(lastError) }
+        }
+        changed = []
+        return published
     }
 }
 
@@ -60,6 +97,9 @@ final class VoipConnection: Sendable {
     var settings: VoipSocketSettings { shared.settings }
     let context: StrategyContext
     let lease: any LeaseHandle
+    /// Where the status goes in a batch with other connections' (the host's
+    /// registry), if the lease handle allows it.
+    let statusSink: (any LeaseStatusSink)?
     private let figures: Mutex<ConnectionFigures>
 
     /// Acquires the connection's lease and makes the connection.
@@ -81,6 +121,7 @@ final class VoipConnection: Sendable {
         self.shared = settings
         self.context = context
         self.lease = lease
+        self.statusSink = (lease as? any BatchableLeaseHandle)?.statusSink
         self.figures = Mutex(ConnectionFigures(
             remote: settings.settings.endpoint.description,
             wire: settings.settings.wire.rawValue + (settings.settings.tls != nil ? "+tls" : "")))
@@ -97,13 +138,13 @@ final class VoipConnection: Sendable {
         if enqueue { StatusPublisher.shared.enqueue(self) }
     }
 
-    /// Publishes the current figures (called by ``StatusPublisher``).
-    func publishStatus() async {
-        let status = figures.withLock { f in
+    /// The current figures as a status, to publish now (called by
+    /// ``StatusPublisher``: a later change queues the connection again).
+    func takeStatus() -> [String: StatusValue] {
+        figures.withLock { f in
             f.queued = false
-            return f.status
+            return f.status()
         }
-        await lease.setStatus(status)
     }
 
     // Memory: an async function's frame holds every local of everything
@@ -560,7 +601,34 @@ final class StatusPublisher: Sendable {
                 return s.queue
             }
             if batch.isEmpty { return }
-            for connection in batch { await connection.publishStatus() }
+            await Self.publish(batch)
         }
+    }
+
+    /// Most statuses in one call: the registry is not held for long at once.
+    static let chunk = 512
+
+    /// One call per sink (the host's registry) for up to ``chunk``
+    /// connections; a lease that cannot batch gets a call of its own.
+    private static func publish(_ batch: [VoipConnection]) async {
+        var sink: (any LeaseStatusSink)?
+        var updates: [(lease: LeaseID, status: [String: StatusValue])] = []
+        func flush() async {
+            if let sink, !updates.isEmpty { await sink.setStatuses(updates) }
+            updates.removeAll(keepingCapacity: true)
+        }
+        for connection in batch {
+            guard let own = connection.statusSink else {
+                await flush()
+                await connection.lease.setStatus(connection.takeStatus())
+                continue
+            }
+            if own !== sink || updates.count >= chunk {
+                await flush()
+                sink = own
+            }
+            updates.append((connection.lease.id, connection.takeStatus()))
+        }
+        await flush()
     }
 }

@@ -35,8 +35,9 @@ func voipSocketBench(_ arguments: [String]) async throws {
     var n = args.first.flatMap(Int.init) ?? 10_000
     let interval = args.dropFirst().first.flatMap(Int64.init) ?? 10
     // The pong server runs in a child process, so this process needs about
-    // n descriptors (the connections) and the child another n.
-    let wanted = rlim_t(n + 300 + (tls ? n : 0))
+    // n descriptors (the connections) and the child another n; with TLS,
+    // nginx's workers hold the two sides of each connection between them.
+    let wanted = rlim_t(n + 300)
     var current = rlimit()
     getrlimit(Int32(RLIMIT_NOFILE.rawValue), &current)
     if current.rlim_cur < wanted {
@@ -47,7 +48,7 @@ func voipSocketBench(_ arguments: [String]) async throws {
             if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 {
                 limit = raised
             } else {
-                n = (Int(current.rlim_max) - 300) / (tls ? 2 : 1)
+                n = Int(current.rlim_max) - 300
                 print("note: RLIMIT_NOFILE hard limit is \(current.rlim_max) (raising it needs CAP_SYS_RESOURCE): \(n) connections")
             }
         }
@@ -61,7 +62,8 @@ func voipSocketBench(_ arguments: [String]) async throws {
     let terminator = tls ? try VoipTLSTerminator(upstreamPort: server.port, connections: n + 100) : nil
     defer { terminator?.stop() }
     let target = terminator?.address ?? server.address
-    print("voip-socket: \(n) \(tls ? "TLS " : "")connections to \(target)\(tls ? " (nginx TLS in front of \(server.address))" : ""), keepalive_interval \(interval)s, aligned to \(interval)s slots")
+    let front = terminator.map { " (nginx TLS, \($0.workers) workers, in front of \(server.address))" } ?? ""
+    print("voip-socket: \(n) \(tls ? "TLS " : "")connections to \(target)\(front), keepalive_interval \(interval)s, aligned to \(interval)s slots")
 
     let kind = try PluginLoader(searchPath: [PluginLoader.executableDirectory() ?? "."]).loadKind("voip-socket").get()
     let clock = SystemClock()

@@ -139,4 +139,42 @@ func observe(_ registry: LeaseRegistry) async -> (EventLog, Task<Void, Never>) {
         for _ in 0..<20 { await small.release(try await small.acquire(strategy: "s", LeaseRequest(holds: "h", reason: "r"))) }
         #expect(await small.history.count == 10)
     }
+
+    /// Statuses set in one batch (the voip-socket plugin's way) land like
+    /// single calls, in order: an unchanged status and an unknown or ended
+    /// lease publish nothing, and each change is one `status` event that
+    /// stays out of the history.
+    @Test func batchedStatusesArePublishedInOrderLikeSingleOnes() async throws {
+        let registry = LeaseRegistry(clock: ManualClock())
+        let stream = await registry.events()
+        let handle = try await StrategyLeases(registry: registry, strategy: "a").acquire(LeaseRequest(holds: "1", reason: "r"))
+        let a = handle.id
+        let b = try await registry.acquire(strategy: "b", LeaseRequest(holds: "2", reason: "r"))
+        let ended = try await registry.acquire(strategy: "c", LeaseRequest(holds: "3", reason: "r"))
+        await registry.release(ended)
+        // The handle names its registry as the sink, so a strategy batches there.
+        let sink = try #require((handle as? any BatchableLeaseHandle)?.statusSink)
+        #expect(sink === registry)
+        let updates: [(lease: LeaseID, status: [String: StatusValue])] = [
+            (a, ["Pings": .uint(1)]), (b, ["Pings": .uint(7)]), (a, ["Pings": .uint(2)]),
+            (a, ["Pings": .uint(2)]), (ended, ["Pings": .uint(9)]), (LeaseID(99), ["Pings": .uint(9)]),
+        ]
+        await sink.setStatuses(updates)
+        await registry.setStatus(b, ["Pings": .uint(7)])
+        #expect(await registry.lease(a)?.status == ["Pings": .uint(2)])
+        #expect(await registry.lease(b)?.status == ["Pings": .uint(7)])
+        // Events are published before the calls return: this release marks
+        // the end of what the calls above published.
+        await registry.release(b)
+        var seen: [LeaseEvent] = []
+        for await event in stream {
+            seen.append(event)
+            if event.kind == .released && event.lease.id == b { break }
+        }
+        let statuses = seen.filter { $0.kind == .status }
+        #expect(statuses.map(\.lease.id) == [a, b, a])
+        let pings: [StatusValue?] = statuses.map { $0.lease.status["Pings"] }
+        #expect(pings == [.uint(1), .uint(7), .uint(2)])
+        #expect(await registry.history.allSatisfy { $0.kind != .status })
+    }
 }

@@ -223,6 +223,27 @@ struct VoipHarness {
         return await status(name)
     }
 
+    /// Waits (bounded) until the statuses of all of `names` satisfy `condition`.
+    func waitForAll(_ names: [String], timeout: Duration = .seconds(20), _ condition: @escaping @Sendable ([String: StatusValue]) -> Bool) async -> Bool {
+        let stream = await registry.events()
+        var waiting = Set(names)
+        for lease in await registry.active where waiting.contains(lease.strategy) && condition(lease.status) {
+            waiting.remove(lease.strategy)
+        }
+        if waiting.isEmpty { return true }
+        let found = Task { [waiting] () -> Bool in
+            var left = waiting
+            for await e in stream where left.contains(e.lease.strategy) && condition(e.lease.status) {
+                left.remove(e.lease.strategy)
+                if left.isEmpty { return true }
+            }
+            return false
+        }
+        let timer = Task { try? await Task.sleep(for: timeout); found.cancel() }
+        defer { timer.cancel() }
+        return await found.value
+    }
+
     /// Records of `event` so far.
     func recorded(_ event: String) -> [[String: String]] { events.all.filter { $0.0 == event }.map(\.1) }
 

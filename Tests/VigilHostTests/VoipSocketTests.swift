@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Synchronization
 import Testing
 import VigilHost
 import VigilKit
@@ -356,6 +357,171 @@ import VigilKit
 
 func runProcess(_ path: String, _ arguments: [String]) throws -> String {
     try runProcessWithStatus(path, arguments).output
+}
+
+/// How the plugin hands statuses to the host.
+@Suite struct VoipSocketStatusBatchTests {
+    /// Many connections' statuses reach the host in batches, one call for
+    /// many leases: while the first call into the lease status sink is held,
+    /// the other connections' changes queue up and go together after it, and
+    /// every connection's status still lands in the registry.
+    @Test func statusesOfManyConnectionsGoToTheHostInBatches() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let clock = SystemClock()
+        let registry = LeaseRegistry(clock: clock)
+        let sink = GatedStatusSink(registry: registry)
+        // However the test ends, the plugin's one publisher goes on (other
+        // tests in this process share it).
+        defer { sink.open() }
+        let scheduler = try WakeScheduler.system(clock: clock)
+        let logs = MemoryLogSink()
+        let n = 8
+        let stream = await registry.events()
+        let strategies = try (0..<n).map { i -> (String, any KeepAliveStrategy) in
+            ("voip\(i)", try VoipSocketPlugin.make([
+                "connect": .string(server.address), "keepalive_interval": .string("500ms"),
+                "handler_timeout": .string("400ms"), "expect": .string("\r\n"),
+            ]))
+        }
+        let running = Task {
+            await withTaskGroup(of: Void.self) { group in
+                for (name, strategy) in strategies {
+                    let log = StrategyLogger(source: name, sink: logs)
+                    let context = StrategyContext(
+                        name: name, kind: "voip-socket", log: log,
+                        leases: GatedLeases(inner: StrategyLeases(registry: registry, strategy: name), sink: sink),
+                        scheduler: scheduler, hooks: HookRunner(strategy: name, log: log), clock: clock, events: WaitableEvents())
+                    group.addTask { try? await strategy.run(in: context) }
+                }
+            }
+        }
+        defer { running.cancel() }
+        // Every connection changed its status (connecting, up) while the
+        // first call was held.
+        #expect(await server.count(.accepted, atLeast: n))
+        sink.open()
+        let answered = Task { () -> Set<String> in
+            var pinged: Set<String> = []
+            for await event in stream where event.kind == .status && (event.lease.status["Pings"]?.uintValue ?? 0) >= 1 {
+                pinged.insert(event.lease.strategy)
+                if pinged.count == n { break }
+            }
+            return pinged
+        }
+        let timer = Task { try? await Task.sleep(for: .seconds(20)); answered.cancel() }
+        defer { timer.cancel() }
+        let pinged = await answered.value
+        #expect(pinged.count == n, "statuses with a ping answered: \(pinged.sorted()); \(logs.entries)")
+        #expect((sink.batchSizes.max() ?? 0) >= 2, "calls into the sink carried \(sink.batchSizes) statuses")
+        running.cancel()
+        await running.value
+    }
+}
+
+/// A round of more connections than the plugin pops one by one (64): the
+/// schedule and the handler deadlines take the rest in one pass.
+@Suite struct VoipSocketManyConnectionsTests {
+    /// 150 connections on the test clock, one window: every one pings in the
+    /// wake, once; answered, none is cut off at the deadline; unanswered,
+    /// every one is cut off at its deadline exactly, not before.
+    @Test func aRoundOfManyConnectionsPingsEachOnceAndCutsEachOff() async throws {
+        let n = 150
+        let clock = ManualClock()
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let h = try VoipHarness(clock: clock, scheduler: WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock)))
+        let names = (0..<n).map { "voip\($0)" }
+        for name in names {
+            try await h.start([
+                "connect": .string(server.address), "keepalive_interval": .string("60s"), "jitter": .integer(0),
+                "handler_timeout": .string("10s"), "expect": .string("\r\n"), "reconnect": .table(["initial": .string("1h")]),
+            ], name: name)
+        }
+        #expect(await h.waitForAll(names) { $0["State"]?.stringValue == "up" })
+        await clock.settle()
+
+        // Answered: one wake pings all, each once.
+        await clock.advance(by: .seconds(60))
+        #expect(await server.count(.ping, atLeast: n))
+        #expect(await h.waitForAll(names) { $0["Pings"]?.uintValue == 1 })
+        await clock.advance(by: .seconds(10))
+        await clock.settle()
+        #expect(server.all(.ping).count == n)
+        #expect(server.all(.closedByClient).isEmpty)
+
+        // Unanswered: all ping again; a millisecond before the deadline none
+        // is cut off, at the deadline every one is.
+        server.answering = false
+        await clock.advance(by: .seconds(50))
+        #expect(await server.count(.ping, atLeast: 2 * n))
+        await clock.advance(by: .seconds(10) - .milliseconds(1))
+        await clock.settle()
+        #expect(server.all(.closedByClient).isEmpty)
+        await clock.advance(by: .milliseconds(1))
+        #expect(await server.count(.closedByClient, atLeast: n))
+        #expect(await h.waitForAll(names) { $0["Overruns"]?.uintValue == 1 })
+        #expect(server.all(.ping).count == 2 * n)
+        await h.supervisor.stopAll()
+    }
+}
+
+/// A lease status sink that holds its first call until `open()`, counts the
+/// statuses each call carries and hands them to the registry.
+final class GatedStatusSink: LeaseStatusSink {
+    private struct State {
+        var isOpen = false
+        var waiting: [CheckedContinuation<Void, Never>] = []
+        var sizes: [Int] = []
+    }
+
+    let registry: LeaseRegistry
+    private let state = Mutex(State())
+
+    init(registry: LeaseRegistry) { self.registry = registry }
+
+    var batchSizes: [Int] { state.withLock { $0.sizes } }
+
+    func open() {
+        let waiting = state.withLock { s in
+            s.isOpen = true
+            defer { s.waiting = [] }
+            return s.waiting
+        }
+        for continuation in waiting { continuation.resume() }
+    }
+
+    func setStatuses(_ updates: [(lease: LeaseID, status: [String: StatusValue])]) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let go = state.withLock { s in
+                s.sizes.append(updates.count)
+                if !s.isOpen { s.waiting.append(continuation) }
+                return s.isOpen
+            }
+            if go { continuation.resume() }
+        }
+        await registry.setStatuses(updates)
+    }
+}
+
+/// The registry's leases, with their statuses going through `sink`.
+struct GatedLeases: LeaseProvider {
+    let inner: StrategyLeases
+    let sink: GatedStatusSink
+
+    func acquire(_ request: LeaseRequest) async throws -> any LeaseHandle {
+        GatedLease(inner: try await inner.acquire(request), statusSink: sink)
+    }
+}
+
+struct GatedLease: BatchableLeaseHandle {
+    let inner: any LeaseHandle
+    let statusSink: any LeaseStatusSink
+    var id: LeaseID { inner.id }
+    func setStatus(_ status: [String: StatusValue]) async { await inner.setStatus(status) }
+    func renew(budget: Duration?) async throws { try await inner.renew(budget: budget) }
+    func release() async { await inner.release() }
+    var state: LeaseState { get async { await inner.state } }
 }
 
 /// Runs `path` to its end; its stdout and stderr together, and its exit status.

@@ -122,6 +122,21 @@ extension LeaseHandle {
     public func renew() async throws { try await renew(budget: nil) }
 }
 
+/// Takes the statuses of many leases in one call: a strategy that keeps
+/// thousands of leases (a voip-socket connection each) publishes a round of
+/// changes at once instead of one call, and one hop into the host, per lease.
+/// Same meaning as ``LeaseHandle/setStatus(_:)`` for each, in order.
+public protocol LeaseStatusSink: AnyObject, Sendable {
+    func setStatuses(_ updates: [(lease: LeaseID, status: [String: StatusValue])]) async
+}
+
+/// A lease handle whose status may go to its host in a batch with other
+/// leases' (see ``LeaseStatusSink``). Handles with the same `statusSink`
+/// object may be batched together; anything else calls ``setStatus(_:)``.
+public protocol BatchableLeaseHandle: LeaseHandle {
+    var statusSink: any LeaseStatusSink { get }
+}
+
 public protocol LeaseProvider: Sendable {
     func acquire(_ request: LeaseRequest) async throws -> any LeaseHandle
 }
