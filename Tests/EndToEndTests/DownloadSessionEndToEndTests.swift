@@ -129,7 +129,8 @@ extension EndToEnd {
             let resumed = try await second.waitForLine(containing: "download 1 resumed at byte")
             try await second.waitForLine(containing: "download 1 completed", timeout: .seconds(60))
             #expect(try Self.sha256(h.downloads + "/maps/resume.bin") == digest)
-            let offset = Int(resumed.split(separator: " ").last ?? "") ?? -1
+            // "download 1 resumed at byte N", then the line's fields.
+            let offset = resumed.split(separator: "resumed at byte ").last.flatMap { Int($0.prefix { $0.isNumber }) } ?? -1
             #expect(offset == kept)
             let ranged = h.nginx.requests().filter { $0.contains("range=\"bytes=\(kept)-\"") }
             #expect(ranged.count == 1, "\(h.nginx.requests())")

@@ -150,7 +150,7 @@ public actor StrategyBusBridge {
     // MARK: internals
 
     private func exportChild(_ path: String) async {
-        guard let server, var child = children[path], !child.exported else { return }
+        guard let server, let child = children[path], !child.exported else { return }
         let properties = child.properties.map { p in
             DBusProperty(p.name, signature: p.signature, emitsChange: DBusProperty.EmitsChange(p.emitsChange)) { [weak self] in
                 guard let self, let value = self.value(path: path, property: p.name) else {
@@ -162,8 +162,9 @@ public actor StrategyBusBridge {
         do {
             let declaration = DBusInterface(child.interface, properties: properties)
             try await server.export(path, interfaces: [declaration])
-            child.exported = true
-            children[path] = child
+            // Only the flag: values updated while the export was awaited
+            // stay (writing back `child` would lose them).
+            children[path]?.exported = true
             await limiter?.track(path, interface: declaration, startsInterval: true)
         } catch {
             log.warning("cannot export \(path) on D-Bus: \(error)")
