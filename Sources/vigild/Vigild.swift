@@ -49,6 +49,9 @@ struct Vigild: AsyncParsableCommand {
     @Flag(name: .customLong("print-introspection"), help: "Print the D-Bus introspection XML of the org.vigil.Vigil1 API (docs/org.vigil.Vigil1.xml) and exit.")
     var printIntrospection = false
 
+    @Flag(name: .customLong("print-inhibit-introspection"), help: "Print the D-Bus introspection XML of the freedesktop inhibit interfaces vigild serves for apps (docs/freedesktop-inhibit.xml) and exit.")
+    var printInhibitIntrospection = false
+
     /// Installs Vigil's global executor before any task exists, then runs
     /// the command as ArgumentParser would. See Sources/CExecutor for why.
     static func main() async {
@@ -77,6 +80,10 @@ struct Vigild: AsyncParsableCommand {
     func run() async throws {
         if printIntrospection {
             print(HostBusAPI.introspectionXML(), terminator: "")
+            return
+        }
+        if printInhibitIntrospection {
+            print(HostBusAPI.inhibitIntrospectionXML(), terminator: "")
             return
         }
         let path = try resolveConfigPath()

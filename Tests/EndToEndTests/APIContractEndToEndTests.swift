@@ -23,7 +23,7 @@ extension EndToEnd {
             lease, fd = iface(cfg["root"], cfg["host"]).BeginBackgroundTask("contract", "introspection", dbus.UInt64(600000000))
             download = iface(cfg["strategy"], cfg["session"]).Enqueue("http://127.0.0.1:9/contract.bin", "", dbus.Dictionary({}, signature="sv"))
             xml = {}
-            for path in [cfg["root"], cfg["strategy"], str(lease), str(download)]:
+            for path in [cfg["root"], cfg["strategy"], str(lease), str(download)] + cfg["inhibitPaths"]:
                 xml[path] = subprocess.run(["gdbus", "introspect", "--address", cfg["address"], "--dest", cfg["name"],
                                             "--object-path", path, "--xml"], capture_output=True, text=True, check=True).stdout
             print(json.dumps(xml))
@@ -36,6 +36,9 @@ extension EndToEnd {
             var host = VigilAPI.hostInterface
             var strategy = VigilAPI.strategyPath("dl")
             var session = VigilAPI.downloadSessionInterface
+            /// The freedesktop objects vigild serves on a session bus
+            /// (docs/freedesktop-inhibit.xml), under its own name too.
+            var inhibitPaths = InhibitBusNames.powerManagementPaths + InhibitBusNames.screenSaverPaths + [InhibitBusNames.portalPath]
         }
 
         @Test func everyExportedInterfaceIsTheDeclaredOne() async throws {
@@ -72,6 +75,16 @@ extension EndToEnd {
                     #expect(!exported.isEmpty, "no introspected object carries \(interface.name): \(objects.keys.sorted())")
                     for (path, block) in exported {
                         #expect(block == expected, "\(path) exports \(interface.name) as\n\(block)\nbut the contract declares\n\(expected)")
+                    }
+                }
+                // The freedesktop interfaces apps call: as their generated XML says.
+                let inhibitXML = HostBusAPI.inhibitIntrospectionXML()
+                for name in [InhibitBusNames.powerManagementInterface, InhibitBusNames.screenSaverInterface, InhibitBusNames.portalInterface] {
+                    let expected = try #require(Self.block(name, in: inhibitXML), "the generated inhibit XML lacks \(name)")
+                    let exported = objects.compactMap { path, xml in Self.block(name, in: xml).map { (path, $0) } }
+                    #expect(!exported.isEmpty, "no introspected object carries \(name): \(objects.keys.sorted())")
+                    for (path, block) in exported {
+                        #expect(block == expected, "\(path) exports \(name) as\n\(block)\nbut docs/freedesktop-inhibit.xml declares\n\(expected)")
                     }
                 }
             }

@@ -83,6 +83,35 @@ import VigilKit
         }
     }
 
+    /// The freedesktop inhibit interfaces vigild serves are documented by
+    /// XML generated from the declarations it exports: the file in docs/
+    /// is that XML, and gdbus-codegen makes a handler for each method.
+    @Test func theInhibitInterfacesXMLIsGeneratedAndGdbusCodegenAcceptsIt() async throws {
+        let generated = HostBusAPI.inhibitIntrospectionXML()
+        let docs = try String(contentsOfFile: Self.packageRoot + "/docs/freedesktop-inhibit.xml", encoding: .utf8)
+        #expect(docs == generated, "docs/freedesktop-inhibit.xml is stale: regenerate it with `vigild --print-inhibit-introspection > docs/freedesktop-inhibit.xml`")
+        let dir = NSTemporaryDirectory() + "vigil-codegen-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let xml = dir + "/inhibit.xml"
+        try generated.write(toFile: xml, atomically: true, encoding: .utf8)
+        let result = try await runProgram("/usr/bin/gdbus-codegen", [
+            "--interface-prefix", "org.freedesktop.", "--c-namespace", "Fd", "--generate-c-code", "inhibit", "--output-directory", dir, xml,
+        ])
+        try #require(result.status == 0, "gdbus-codegen failed: \(result.stderr)")
+        let header = try String(contentsOfFile: dir + "/inhibit.h", encoding: .utf8)
+        let declared = [InhibitBusBridge.powerManagement(nil), InhibitBusBridge.screenSaver(nil), InhibitBusBridge.portal(nil)]
+        for interface in declared {
+            #expect(generated.contains("<interface name=\"\(interface.name)\">"), "the XML lacks \(interface.name)")
+            for method in interface.methods {
+                #expect(header.contains("(*handle_\(Self.snake(method.name))) ("), "no handler for \(interface.name).\(method.name)")
+            }
+        }
+        for name in [InhibitBusNames.requestInterface, InhibitBusNames.sessionInterface] {
+            #expect(generated.contains("<interface name=\"\(name)\">"), "the XML lacks \(name)")
+        }
+    }
+
     /// CamelCase to snake_case, as gdbus-codegen names C symbols.
     static func snake(_ name: String) -> String {
         var out = ""

@@ -168,6 +168,10 @@ public actor HostBusAPI {
     /// generated from the contract.
     public static func introspectionXML() -> String { HostBusInterfaces.introspectionXML() }
 
+    /// The introspection XML of the freedesktop inhibit interfaces vigild
+    /// serves (docs/freedesktop-inhibit.xml), generated from their declarations.
+    public static func inhibitIntrospectionXML() -> String { InhibitBusBridge.introspectionXML() }
+
     // MARK: access
 
     /// Whether a caller running as `callerUID` may call mutating methods:

@@ -174,19 +174,21 @@ enum HostBusInterfaces {
     /// vigild can export, with a comment saying where each lives. This is
     /// `docs/org.vigil.Vigil1.xml` (`vigild --print-introspection`).
     static func introspectionXML() -> String {
-        let xml = DBusIntrospection.xml(interfaces: VigilAPI.interfaces.map(DBusInterface.init(declaration:)),
-                                        isObject: true, isObjectManager: true, children: [])
-        let comment = """
-        <!-- The \(VigilAPI.busName) D-Bus API of vigild (see docs/dbus-api.md).
-             Generated from its declaration (VigilKit's APIContract.swift) by
-             vigild's print-introspection option; do not edit. Where each interface lives:
+        document(VigilAPI.interfaces.map(DBusInterface.init(declaration:)), isObjectManager: true, comment: """
+            The \(VigilAPI.busName) D-Bus API of vigild (see docs/dbus-api.md).
+                 Generated from its declaration (VigilKit's APIContract.swift) by
+                 vigild's print-introspection option; do not edit. Where each interface lives:
 
-        """ + VigilAPI.interfaces.map { "     \($0.name): \($0.objects)\n" }.joined() + """
-        -->
+            """ + VigilAPI.interfaces.map { "     \($0.name): \($0.objects)\n" }.joined())
+    }
 
-        """
+    /// An introspection document of `interfaces` (with the standard ones)
+    /// with `comment` between the DOCTYPE and the node: the form
+    /// gdbus-codegen takes.
+    static func document(_ interfaces: [DBusInterface], isObjectManager: Bool, comment: String) -> String {
+        let xml = DBusIntrospection.xml(interfaces: interfaces, isObject: true, isObjectManager: isObjectManager, children: [])
         // After the DOCTYPE (its two lines), before the node.
         guard let node = xml.range(of: "<node>") else { return xml }
-        return String(xml[..<node.lowerBound]) + comment + String(xml[node.lowerBound...])
+        return String(xml[..<node.lowerBound]) + "<!-- " + comment + "-->\n" + String(xml[node.lowerBound...])
     }
 }

@@ -214,6 +214,30 @@ actor InhibitBusBridge {
 
     // MARK: declarations
 
+    /// The introspection XML of the freedesktop interfaces vigild serves
+    /// for apps' inhibits, generated from the declarations it exports
+    /// (docs/freedesktop-inhibit.xml, `vigild --print-inhibit-introspection`).
+    static func introspectionXML() -> String {
+        let n = InhibitBusNames.self
+        let places = [
+            (n.powerManagementInterface, "\(n.powerManagementPaths.joined(separator: ", ")) on \(n.powerManagement)"),
+            (n.screenSaverInterface, "\(n.screenSaverPaths.joined(separator: ", ")) on \(n.screenSaver)"),
+            (n.portalInterface, "\(n.portalPath) on \(n.portalBackend)"),
+            (n.requestInterface, "the request handle xdg-desktop-portal passes to Inhibit"),
+            (n.sessionInterface, "the session handle xdg-desktop-portal passes to CreateMonitor"),
+        ]
+        return HostBusInterfaces.document(
+            [powerManagement(nil), screenSaver(nil), portal(nil), request(nil, handle: ""), session(nil, path: "")],
+            isObjectManager: false, comment: """
+            The freedesktop inhibit interfaces vigild serves for apps (see
+                 docs/desktop-integration.md). Generated from the declarations vigild
+                 exports, by its print-inhibit-introspection option; do not edit.
+                 Where each interface lives:
+
+            """ + places.map { "     \($0.0): \($0.1)\n" }.joined())
+    }
+
+
     private static func gone() -> DBusError { .failed("vigild's D-Bus API is shutting down") }
 
     private static func notSupported(_ name: String, in inArguments: [DBusArgument] = [], out: [DBusArgument] = [], interface: String) -> DBusMethod {
