@@ -49,6 +49,16 @@ enum Framer: Sendable {
         }
     }
 
+    /// Takes `bytes` as the pong when they are exactly the awaited raw pong
+    /// at a message boundary (what a keep-alive round almost always reads):
+    /// the same outcome as ``feed(_:awaitingPong:into:)``, without building
+    /// frames. False, with nothing changed, for anything else.
+    mutating func takeWholePong(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard case .raw(var f) = self, f.takeWholePong(bytes) else { return false }
+        self = .raw(f)
+        return true
+    }
+
     /// A ping is about to go out.
     mutating func pingSent() {
         if case .raw(var f) = self {
@@ -89,6 +99,13 @@ struct RawFramer: Sendable {
             // half-received as a candidate before it is data.
             atBoundary = true
         }
+    }
+
+    /// See ``Framer/takeWholePong(_:)``; call only while a pong is awaited.
+    mutating func takeWholePong(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard atBoundary, candidate.isEmpty, !pong.isEmpty, bytes.count == pong.count, bytes.elementsEqual(pong) else { return false }
+        atBoundary = !delimiter.isEmpty
+        return true
     }
 
     mutating func feed(_ bytes: UnsafeRawBufferPointer, awaitingPong: inout Bool, into out: inout [Frame]) {

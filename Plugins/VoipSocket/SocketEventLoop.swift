@@ -15,9 +15,23 @@ final class SocketEventLoop: Sendable {
     /// The plugin's loop, started on first use and kept for the life of the process.
     static let shared = SocketEventLoop()
 
+    /// The watched links in slots; an event's token is its slot and the
+    /// slot's use count, so finding the link is an array index (a dictionary
+    /// lookup per event showed in a ping's cost) and an event still queued
+    /// for a link that left its slot cannot reach the slot's next link.
     private struct Table {
-        var links: [UInt64: TCPLink] = [:]
-        var lastToken: UInt64 = 0
+        var links: [TCPLink?] = []
+        var uses: [UInt32] = []
+        var free: [Int] = []
+        var count = 0
+
+        static func token(slot: Int, use: UInt32) -> UInt64 { UInt64(use) << 32 | UInt64(slot) }
+
+        func link(for token: UInt64) -> TCPLink? {
+            let slot = Int(token & 0xFFFF_FFFF)
+            guard slot < links.count, uses[slot] == UInt32(truncatingIfNeeded: token >> 32) else { return nil }
+            return links[slot]
+        }
     }
 
     private let epollFD: Int32
@@ -54,13 +68,22 @@ final class SocketEventLoop: Sendable {
     func register(_ link: TCPLink, fd: Int32) throws(LinkError) -> UInt64 {
         if let startFailure { throw LinkError(startFailure) }
         let token = table.withLock { table -> UInt64 in
-            table.lastToken += 1
-            table.links[table.lastToken] = link
-            return table.lastToken
+            let slot: Int
+            if let reused = table.free.popLast() {
+                slot = reused
+            } else {
+                slot = table.links.count
+                table.links.append(nil)
+                table.uses.append(0)
+            }
+            table.uses[slot] &+= 1
+            table.links[slot] = link
+            table.count += 1
+            return Table.token(slot: slot, use: table.uses[slot])
         }
         if vigil_epoll_add(epollFD, fd, token) != 0 {
             let why = String(cString: strerror(errno))
-            _ = table.withLock { $0.links.removeValue(forKey: token) }
+            remove(token)
             throw LinkError("cannot watch the socket: epoll_ctl: \(why)")
         }
         return token
@@ -69,14 +92,24 @@ final class SocketEventLoop: Sendable {
     /// Stops watching `fd`; call before closing it.
     func unregister(token: UInt64, fd: Int32) {
         _ = vigil_epoll_del(epollFD, fd)
-        _ = table.withLock { $0.links.removeValue(forKey: token) }
+        remove(token)
+    }
+
+    private func remove(_ token: UInt64) {
+        table.withLock { table in
+            let slot = Int(token & 0xFFFF_FFFF)
+            guard slot < table.links.count, table.uses[slot] == UInt32(truncatingIfNeeded: token >> 32), table.links[slot] != nil else { return }
+            table.links[slot] = nil
+            table.free.append(slot)
+            table.count -= 1
+        }
     }
 
     /// Number of sockets watched (tests, benchmarks).
-    var watchedCount: Int { table.withLock { $0.links.count } }
+    var watchedCount: Int { table.withLock { $0.count } }
 
     fileprivate func link(for token: UInt64) -> TCPLink? {
-        table.withLock { $0.links[token] }
+        table.withLock { $0.link(for: token) }
     }
 }
 

@@ -195,7 +195,7 @@ final class TCPLink: Sendable {
                 }
             }
             if events & (vigil_EV_IN | vigil_EV_RDHUP | vigil_EV_HUP | vigil_EV_ERR) != 0 || s.tls != nil {
-                drain(&s, buffer: buffer, resumes: &resumes)
+                drain(&s, buffer: buffer, hangup: events & (vigil_EV_RDHUP | vigil_EV_HUP | vigil_EV_ERR) != 0, resumes: &resumes)
             }
         }
         for resume in resumes { resume() }
@@ -241,7 +241,9 @@ final class TCPLink: Sendable {
     }
 
     /// Reads until the socket has nothing more (edge-triggered epoll).
-    private func drain(_ s: inout State, buffer: UnsafeMutableRawBufferPointer, resumes: inout [() -> Void]) {
+    /// `hangup`: the event said the peer closed or the socket failed, which
+    /// raises no new edge: read until the end is seen.
+    private func drain(_ s: inout State, buffer: UnsafeMutableRawBufferPointer, hangup: Bool, resumes: inout [() -> Void]) {
         if let tls = s.tls {
             drainTLS(&s, tls, buffer: buffer, resumes: &resumes)
             return
@@ -250,6 +252,11 @@ final class TCPLink: Sendable {
             let n = vigil_recv(s.fd, buffer.baseAddress, UInt(buffer.count))
             if n > 0 {
                 deliver(&s, UnsafeRawBufferPointer(rebasing: buffer[0..<n]), resumes: &resumes)
+                // A short read emptied the socket: bytes, a close or an
+                // error arriving after it raise a new edge, so another recv
+                // only to hear EAGAIN is not needed (one syscall of the
+                // three a pong took). A close already reported is read now.
+                if (n < buffer.count && !hangup) || s.phase != .open { return }
                 continue
             }
             if n == 0 {
@@ -288,6 +295,11 @@ final class TCPLink: Sendable {
         let now = clock.now
         s.lastReceived = now
         s.bytesReceived &+= UInt64(bytes.count)
+        if s.awaitingPong, s.framer.takeWholePong(bytes) {
+            s.awaitingPong = false
+            pongArrived(&s, at: now, resumes: &resumes)
+            return
+        }
         var frames: [Frame] = []
         do {
             try s.framer.feed(bytes, awaitingPong: &s.awaitingPong, into: &frames)
@@ -298,11 +310,7 @@ final class TCPLink: Sendable {
         for frame in frames {
             switch frame {
             case .pong:
-                s.pongAt = now
-                if let w = s.pongWaiter {
-                    s.pongWaiter = nil
-                    resumes.append { w(.success(now)) }
-                }
+                pongArrived(&s, at: now, resumes: &resumes)
             case .control(let message):
                 if let w = s.controlWaiter {
                     s.controlWaiter = nil
@@ -332,6 +340,14 @@ final class TCPLink: Sendable {
             let frame = s.data.removeFirst()
             s.dataBytes -= frame.bytes.count
             resumes.append { w.resume(returning: frame) }
+        }
+    }
+
+    private func pongArrived(_ s: inout State, at now: VigilInstant, resumes: inout [() -> Void]) {
+        s.pongAt = now
+        if let w = s.pongWaiter {
+            s.pongWaiter = nil
+            resumes.append { w(.success(now)) }
         }
     }
 

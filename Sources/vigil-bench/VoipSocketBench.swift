@@ -25,13 +25,18 @@ import VigilKit
 /// With `--tls`, every connection is TLS: nginx's stream module terminates
 /// it in front of the same pong server (``VoipTLSTerminator``), and the
 /// reference loop runs OpenSSL sessions through the same nginx.
+///
+/// vigild's bus projection follows every lease event, statuses included, so
+/// the benchmark's registry has a follower doing the same per-event work
+/// (``BusFollowerStandIn``); `--no-follower` measures without it.
 func voipSocketBench(_ arguments: [String]) async throws {
     if arguments.first == PongServerProcess.childFlag {
         try runPongServerChild()
         return
     }
     let tls = arguments.contains("--tls")
-    let args = arguments.filter { $0 != "--tls" }
+    let follower = !arguments.contains("--no-follower")
+    let args = arguments.filter { $0 != "--tls" && $0 != "--no-follower" }
     var n = args.first.flatMap(Int.init) ?? 10_000
     let interval = args.dropFirst().first.flatMap(Int64.init) ?? 10
     // The pong server runs in a child process, so this process needs about
@@ -63,11 +68,13 @@ func voipSocketBench(_ arguments: [String]) async throws {
     defer { terminator?.stop() }
     let target = terminator?.address ?? server.address
     let front = terminator.map { " (nginx TLS, \($0.workers) workers, in front of \(server.address))" } ?? ""
-    print("voip-socket: \(n) \(tls ? "TLS " : "")connections to \(target)\(front), keepalive_interval \(interval)s, aligned to \(interval)s slots")
+    print("voip-socket: \(n) \(tls ? "TLS " : "")connections to \(target)\(front), keepalive_interval \(interval)s, aligned to \(interval)s slots, \(follower ? "with" : "without") a bus-projection stand-in following the registry")
 
     let kind = try PluginLoader(searchPath: [PluginLoader.executableDirectory() ?? "."]).loadKind("voip-socket").get()
     let clock = SystemClock()
     let registry = LeaseRegistry(clock: clock)
+    let standIn = follower ? await BusFollowerStandIn.follow(registry) : nil
+    defer { standIn?.stop() }
     let scheduler = try WakeScheduler.system(clock: clock)
     let supervisor = Supervisor(services: StrategyServices(
         registry: registry, scheduler: scheduler, clock: clock, logSink: DiscardingLogSink(),
@@ -126,6 +133,7 @@ func voipSocketBench(_ arguments: [String]) async throws {
     print("late pings (strategy):   \(latePings) of \(sentPings) pings so far started after their window's end; overruns \(overruns)")
     let stats = await scheduler.statistics
     print("wake scheduler:          \(stats.batchesFired) batches for \(stats.requestsFired) wakes")
+    if let standIn { print("registry follower:       \(await standIn.statusEvents) status events seen, \(await standIn.announcements) rate-limited announcements") }
     await supervisor.stopAll()
 
     // Reference: the same round from a bare epoll loop over plain sockets.
@@ -134,6 +142,69 @@ func voipSocketBench(_ arguments: [String]) async throws {
     print("reference (bare epoll loop, same server, \(n) \(tls ? "OpenSSL sessions through the same nginx" : "sockets")):")
     print("  round: \(String(format: "%.1f", reference.wallMs)) ms; CPU \(String(format: "%.1f", reference.clientCPUms)) ms client side (\(String(format: "%.2f", reference.clientCPUms * 1000 / Double(n))) us per ping), server process \(String(format: "%.1f", reference.serverCPUms)) ms; memory \(String(format: "%.2f", reference.rssPerConnection / 1024)) KiB per connection (malloc in use +\(kibPerConnection(heapInUse() - heapBefore, n)))")
     print("ratio: strategy CPU per round / bare loop = \(String(format: "%.1f", cpu * 1000 / max(reference.clientCPUms, 0.001)))x")
+}
+
+/// What vigild's bus projection does per lease event (HostBusAPI's
+/// follower), without a bus: a task reading `registry.events()`, one hop
+/// into an actor that keeps each lease's snapshot, and for a status change
+/// a hop into a rate limiter that announces each lease at most once a second.
+actor BusFollowerStandIn {
+    private var leases: [LeaseID: LeaseSnapshot] = [:]
+    private(set) var statusEvents = 0
+    private(set) var announcements = 0
+    private let limiter = LimiterStandIn()
+    private var task: Task<Void, Never>?
+
+    static func follow(_ registry: LeaseRegistry) async -> BusFollowerStandIn {
+        let follower = BusFollowerStandIn()
+        let events = await registry.events()
+        await follower.start(events, clock: registry.clock)
+        return follower
+    }
+
+    private func start(_ events: AsyncStream<LeaseEvent>, clock: any VigilClock) {
+        task = Task { [weak self] in
+            for await event in events {
+                guard let self else { return }
+                await self.follow(event, now: clock.now)
+            }
+        }
+    }
+
+    nonisolated func stop() { Task { await self.cancel() } }
+    private func cancel() { task?.cancel() }
+
+    private func follow(_ event: LeaseEvent, now: VigilInstant) async {
+        let id = event.lease.id
+        switch event.kind {
+        case .acquired: leases[id] = event.lease
+        case .released, .expired: leases[id] = nil
+        case .status:
+            guard var entry = leases[id] else { return }
+            entry.status = event.lease.status
+            leases[id] = entry
+            statusEvents += 1
+            if await limiter.changed("/org/vigil/Vigil1/lease/\(id)", now: now) { announcements += 1 }
+        default: return
+        }
+    }
+}
+
+/// The rate limiter's bookkeeping (PropertiesChangedLimiter): one
+/// announcement per object per second.
+actor LimiterStandIn {
+    private var announcedAt: [String: VigilInstant] = [:]
+    private var pending: Set<String> = []
+
+    func changed(_ path: String, now: VigilInstant) -> Bool {
+        if let last = announcedAt[path], now - last < .seconds(1) {
+            pending.insert(path)
+            return false
+        }
+        announcedAt[path] = now
+        pending.remove(path)
+        return true
+    }
 }
 
 /// A benchmark that cannot go on, with the reason (shared by the benchmarks).

@@ -37,7 +37,8 @@ struct ServerEvent: Sendable {
 
 /// A TCP server on 127.0.0.1 running on its own thread (poll(2)), for the
 /// voip-socket tests. It answers each `ping` it finds with `pong` while
-/// `answering` is on, can greet, can close every connection at once, and
+/// `answering` is on, can greet (also right before closing, with
+/// `closeOnAccept`), can close every connection at once, and
 /// records what happened so tests can await it.
 final class LoopbackServer: @unchecked Sendable {
     // Invariant: `answering`, `outgoing` and `stopped` are only touched while
@@ -148,7 +149,11 @@ final class LoopbackServer: @unchecked Sendable {
                     if fd < 0 { break }
                     nextID += 1
                     record(ServerEvent(kind: .accepted, connection: nextID, at: clock.now))
-                    if closeOnAccept { close(fd); continue }
+                    if closeOnAccept {
+                        if !greeting.isEmpty { _ = write(fd, greeting, greeting.count) }
+                        close(fd)
+                        continue
+                    }
                     if !greeting.isEmpty { _ = write(fd, greeting, greeting.count) }
                     clients.append((fd, nextID, []))
                 }

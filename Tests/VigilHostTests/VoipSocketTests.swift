@@ -208,6 +208,24 @@ import VigilKit
         #expect(h.recorded("disconnected").first?["reason"]?.contains("no pong") == true, "\(h.logs.entries)")
     }
 
+    /// Bytes and the peer's close read in one go (the event thread stops
+    /// reading at a short read, but not when the event reported the close):
+    /// the close is noticed at once, not at the next ping a minute later.
+    @Test func closeRightAfterDataIsNoticedAtOnce() async throws {
+        let server = try LoopbackServer(greeting: Array("bye\r\n".utf8), closeOnAccept: true)
+        defer { server.stop() }
+        let h = try VoipHarness()
+        try await h.start([
+            "connect": .string(server.address), "keepalive_interval": .string("60s"),
+            "reconnect": .table(["initial": .string("20ms"), "max": .string("20ms")]),
+        ])
+        #expect(await server.count(.accepted, atLeast: 3, timeout: .seconds(20)))
+        let status = await h.waitForStatus { $0["Reconnects"]?.uintValue ?? 0 >= 2 }
+        await h.supervisor.stopAll()
+        let lastError = status["LastError"]?.stringValue ?? ""
+        #expect(lastError == "the peer closed the connection" || lastError == "the peer reset the connection", "\(status)")
+    }
+
     /// A server that closes every connection: reconnects back off with full
     /// jitter, each delay inside [0, min(max, initial * 2^n)].
     @Test func serverCloseBacksOffWithinBounds() async throws {

@@ -235,8 +235,15 @@ public actor LeaseRegistry: LeaseStatusSink {
         // In place: copying the entry out and back retains and releases
         // every string it holds, which for a status set per keep-alive
         // ping of thousands of connections was most of the call.
-        guard let index = entries.index(forKey: id), let changed = Self.replaceStatus(of: &entries.values[index].snapshot, with: status) else { return }
-        publish(.status, changed)
+        guard let event = statusEvent(id, status) else { return }
+        deliver(event)
+    }
+
+    /// The status event of `id` taking `status`, with the status stored;
+    /// nil when nothing changed.
+    private func statusEvent(_ id: LeaseID, _ status: [String: StatusValue]) -> LeaseEvent? {
+        guard let index = entries.index(forKey: id), let changed = Self.replaceStatus(of: &entries.values[index].snapshot, with: status) else { return nil }
+        return LeaseEvent(kind: .status, lease: changed, at: clock.now, forced: false, detail: "")
     }
 
     /// The snapshot with `status`, or nil when it had that status already.
@@ -249,8 +256,23 @@ public actor LeaseRegistry: LeaseStatusSink {
     }
 
     /// ``setStatus(_:_:)`` for many leases, in order, in one call.
+    ///
+    /// The events go to subscribers after the whole batch is stored, in
+    /// order: yielded one by one between stores, each woke a subscriber
+    /// that had just emptied its stream (a thread wake-up per status, the
+    /// largest cost of a keep-alive ping's status with vigild's bus
+    /// projection following); yielded together, it wakes once and reads them
+    /// all.
     public func setStatuses(_ updates: [(lease: LeaseID, status: [String: StatusValue])]) {
-        for update in updates { setStatus(update.lease, update.status) }
+        var events: [LeaseEvent] = []
+        events.reserveCapacity(updates.count)
+        for update in updates {
+            if let event = statusEvent(update.lease, update.status) { events.append(event) }
+        }
+        for event in events { observer?(event) }
+        for continuation in subscribers.values {
+            for event in events { continuation.yield(event) }
+        }
     }
 
     /// Ends a lease. Releasing an ended or unknown lease does nothing.
@@ -339,6 +361,10 @@ public actor LeaseRegistry: LeaseStatusSink {
     private func publish(_ kind: LeaseEvent.Kind, _ snapshot: LeaseSnapshot, forced: Bool = false, detail: String = "") {
         let event = LeaseEvent(kind: kind, lease: snapshot, at: clock.now, forced: forced, detail: detail)
         if kind != .status { remember(event) }
+        deliver(event)
+    }
+
+    private func deliver(_ event: LeaseEvent) {
         observer?(event)
         for continuation in subscribers.values { continuation.yield(event) }
     }
