@@ -96,6 +96,10 @@ public actor SurvivalStore {
     public nonisolated let path: String
     /// Internal (not private) for the strategy records (StrategyRecords.swift).
     let database: DatabaseQueue
+    /// Where the store's methods run: their writes wait for the disk, and
+    /// must not hold a thread of the cooperative pool meanwhile.
+    private nonisolated let thread = StoreThread(name: "vigil.survival")
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { thread.asUnownedSerialExecutor() }
     private var active: ActiveRun?
     /// WAL size above which a heartbeat ends with a TRUNCATE checkpoint, and
     /// SQLite's `journal_size_limit`; nil leaves SQLite's defaults (only
