@@ -397,8 +397,11 @@ public actor HostBusAPI {
             if kind == nil { kind = await services.configuredStrategy(lease.strategy)?.kind }
         }
         leases[lease.id] = LeaseEntry(snapshot: lease, kind: kind ?? "")
-        published.withLock { $0.highestShownLease = max($0.highestShownLease, lease.id.rawValue) }
-        defer { resumeShowWaiters(lease.id) }
+        // Shown once exported: a Begin that looks before must wait.
+        defer {
+            published.withLock { $0.highestShownLease = max($0.highestShownLease, lease.id.rawValue) }
+            resumeShowWaiters(lease.id)
+        }
         try await server.apply([.export(path: HostBusNames.leasePath(lease.id), interfaces: interfaces)] + changes)
         await limiter?.track(HostBusNames.leasePath(lease.id), interface: interfaces[0], startsInterval: false)
     }
