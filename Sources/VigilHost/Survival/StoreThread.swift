@@ -19,6 +19,8 @@ final class StoreThread: SerialExecutor, Sendable {
         /// This executor, unowned: jobs run only while the actor that uses
         /// it (and keeps it) is alive.
         var executor: UnownedSerialExecutor?
+        /// The thread, once it runs.
+        var thread: pthread_t?
     }
 
     /// Shared by the executor and its thread (the thread does not keep the executor).
@@ -32,6 +34,7 @@ final class StoreThread: SerialExecutor, Sendable {
     init(name: String) {
         let shared = self.shared
         let thread = Thread {
+            shared.state.withLock { $0.thread = pthread_self() }
             while true {
                 shared.available.wait()
                 let (next, executor, stopped) = shared.state.withLock { state in
@@ -53,6 +56,11 @@ final class StoreThread: SerialExecutor, Sendable {
     deinit {
         shared.state.withLock { $0.stopped = true }
         shared.available.signal()
+    }
+
+    /// Whether the caller runs on this executor's thread.
+    var isCurrent: Bool {
+        shared.state.withLock { state in state.thread.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
     }
 
     func enqueue(_ job: consuming ExecutorJob) {

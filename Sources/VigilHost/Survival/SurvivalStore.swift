@@ -100,6 +100,9 @@ public actor SurvivalStore {
     /// must not hold a thread of the cooperative pool meanwhile.
     private nonisolated let thread = StoreThread(name: "vigil.survival")
     public nonisolated var unownedExecutor: UnownedSerialExecutor { thread.asUnownedSerialExecutor() }
+
+    /// Whether the store's methods run on its thread (for tests).
+    func runsOnItsThread() -> Bool { thread.isCurrent }
     private var active: ActiveRun?
     /// WAL size above which a heartbeat ends with a TRUNCATE checkpoint, and
     /// SQLite's `journal_size_limit`; nil leaves SQLite's defaults (only
