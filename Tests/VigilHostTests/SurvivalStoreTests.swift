@@ -61,12 +61,8 @@ struct SurvivalStoreTests {
     }
 
     @Test func eventsRecordedTogetherKeepTheirOrderReadingsAndCount() async throws {
-        let dir = try SurvivalTempDir()
         var clocks = FakeClocks()
-        let store = try SurvivalStore(path: dir.store)
-        let id = UUID().uuidString
-        _ = try await store.beginRun(runStart(id, at: clocks.readings))
-        try await store.heartbeat(clocks.awake(60), leases: [])
+        let (dir, store, id) = try await storeWithARun(&clocks)
         let batch = (1...3).map { i in
             SurvivalStore.Event("lease-acquired", strategy: "s\(i)", fields: ["lease": String(i)], readings: clocks.awake(1))
         }
@@ -182,13 +178,19 @@ struct SurvivalStoreTests {
         #expect(runs[1].aliveMicros == 60_000_000)
     }
 
-    @Test func endRunIsAStopWithAFinalHeartbeat() async throws {
+    /// A store with a run begun and one heartbeat written.
+    private func storeWithARun(_ clocks: inout FakeClocks) async throws -> (SurvivalTempDir, SurvivalStore, String) {
         let dir = try SurvivalTempDir()
-        var clocks = FakeClocks()
         let store = try SurvivalStore(path: dir.store)
         let id = UUID().uuidString
         _ = try await store.beginRun(runStart(id, at: clocks.readings))
         try await store.heartbeat(clocks.awake(60), leases: [])
+        return (dir, store, id)
+    }
+
+    @Test func endRunIsAStopWithAFinalHeartbeat() async throws {
+        var clocks = FakeClocks()
+        let (dir, store, id) = try await storeWithARun(&clocks)
         let end = clocks.awake(30)
         try await store.endRun(reason: .stopped, readings: end)
         #expect(await store.activeRunId == nil)
