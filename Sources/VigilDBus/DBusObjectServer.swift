@@ -51,42 +51,13 @@ public final class DBusObjectServer: @unchecked Sendable {
     /// Exports `interfaces` at `path`. Under an ObjectManager this emits
     /// `InterfacesAdded`.
     public func export(_ path: String, interfaces: [DBusInterface]) async throws {
-        guard DBusObjectPath.isValid(path) else { throw DBusError.invalidArgs("\"\(path)\" is not a valid object path") }
-        var names = Set<String>()
-        for interface in interfaces {
-            try interface.validate()
-            guard names.insert(interface.name).inserted else {
-                throw DBusError.invalidArgs("interface \(interface.name) is exported twice at \(path)")
-            }
-        }
-        // One hop to the queue: when every property reads without waiting,
-        // InterfacesAdded is built and sent there too.
-        let pending: [String] = try await connection.onQueueThrowing { [self] connection in
-            guard objects[path] == nil else { throw DBusError.invalidArgs("an object is already exported at \(path)") }
-            objects[path] = interfaces
-            let managerPaths = Array(managers.filter { Self.isStrictDescendant(path, of: $0) })
-            guard !managerPaths.isEmpty, let added = Self.immediateInterfacesAndProperties(interfaces) else { return managerPaths }
-            for manager in managerPaths {
-                try connection.sendOnQueue(DBusConnection.signalMessage(
-                    path: manager, interface: DBusStandardInterfaces.objectManager, name: "InterfacesAdded",
-                    arguments: [.objectPath(path), added]))
-            }
-            return []
-        }
-        try await announceAdded(interfaces, at: path, to: pending)
+        try await apply([.export(path: path, interfaces: interfaces)])
     }
 
     /// Removes the object at `path`. Under an ObjectManager this emits
     /// `InterfacesRemoved`.
     public func unexport(_ path: String) async throws {
-        try await connection.onQueueThrowing { [self] connection in
-            guard let removed = objects.removeValue(forKey: path) else { throw DBusError.unknownObject("no object is exported at \(path)") }
-            for manager in managers where Self.isStrictDescendant(path, of: manager) {
-                try connection.sendOnQueue(DBusConnection.signalMessage(
-                    path: manager, interface: DBusStandardInterfaces.objectManager, name: "InterfacesRemoved",
-                    arguments: [.objectPath(path), removed.map(\.name).dbusValue]))
-            }
-        }
+        try await apply([.unexport(path: path)])
     }
 
     /// Emits `InterfacesAdded` (with the interfaces' properties) for `path`
@@ -143,56 +114,13 @@ public final class DBusObjectServer: @unchecked Sendable {
     /// Emits a declared signal; the object, interface and signal must be
     /// exported and the arguments must match the declared signature.
     public func emit(path: String, interface: String, signal: String, arguments: [DBusValue] = []) async throws {
-        let actual = arguments.map(\.signature).joined()
-        // Built here; checked against the declaration and sent in one hop.
-        let message = try DBusConnection.signalMessage(path: path, interface: interface, name: signal, arguments: arguments)
-        try await connection.onQueueThrowing { [self] connection in
-            guard let interfaces = objects[path] else { throw DBusError.unknownObject("no object is exported at \(path)") }
-            guard let declared = interfaces.first(where: { $0.name == interface }) else {
-                throw DBusError.unknownInterface("the object at \(path) has no interface \(interface)")
-            }
-            guard let declaration = declared.signal(named: signal) else {
-                throw DBusError.invalidArgs("\(interface) declares no signal \(signal)")
-            }
-            guard actual == declaration.signature else {
-                throw DBusError.invalidArgs("signal \(interface).\(signal) is declared with signature \"\(declaration.signature)\", got \"\(actual)\"")
-            }
-            try connection.sendOnQueue(message)
-        }
+        try await apply([.emit(path: path, interface: interface, signal: signal, arguments: arguments)])
     }
 
     /// Emits `PropertiesChanged` for `properties` of `interface` at `path`:
     /// new values for `emitsChange: .true`, names for `.invalidates`.
     public func emitPropertiesChanged(path: String, interface: String, properties: [String]) async throws {
-        // One hop when every value reads without waiting: built and sent there.
-        let slow: [DBusProperty]? = try await connection.onQueueThrowing { [self] connection in
-            let declared = try changingPropertiesOnQueue(path: path, interface: interface, properties: properties)
-            var changed: [DBusDictEntry] = []
-            var invalidated: [String] = []
-            for property in declared {
-                if property.emitsChange == .true, property.getter != nil {
-                    guard let immediate = property.immediateGetter else { return declared }
-                    changed.append(DBusDictEntry(key: .string(property.name), value: .variant(try immediate())))
-                } else {
-                    invalidated.append(property.name)
-                }
-            }
-            try connection.sendOnQueue(DBusConnection.signalMessage(
-                path: path, interface: DBusStandardInterfaces.properties, name: "PropertiesChanged",
-                arguments: [.string(interface), .dict(keySignature: "s", valueSignature: "v", changed), invalidated.dbusValue]))
-            return nil
-        }
-        guard let declared = slow else { return }
-        var changed: [DBusDictEntry] = []
-        var invalidated: [String] = []
-        for property in declared {
-            if property.emitsChange == .true, let getter = property.getter {
-                changed.append(DBusDictEntry(key: .string(property.name), value: .variant(try await getter())))
-            } else {
-                invalidated.append(property.name)
-            }
-        }
-        try await sendPropertiesChanged(path: path, interface: interface, changed: changed, invalidated: invalidated)
+        try await apply([.propertiesChanged(path: path, interface: interface, properties: properties)])
     }
 
     /// Emits `PropertiesChanged` with `values` as given (taken when the
@@ -201,33 +129,11 @@ public final class DBusObjectServer: @unchecked Sendable {
     /// declared with `emitsChange: .true`, and each value must have its
     /// declared signature.
     public func emitPropertiesChanged(path: String, interface: String, values: [(name: String, value: DBusValue)]) async throws {
-        let declared = try await changingProperties(path: path, interface: interface, properties: values.map(\.name))
-        var changed: [DBusDictEntry] = []
-        for (property, entry) in zip(declared, values) {
-            guard property.emitsChange == .true else {
-                throw DBusError.invalidArgs("\(interface).\(property.name) is not announced with its value")
-            }
-            guard entry.value.signature == property.signature else {
-                throw DBusError.invalidArgs("\(interface).\(property.name) is declared \"\(property.signature)\", got \"\(entry.value.signature)\"")
-            }
-            changed.append(DBusDictEntry(key: .string(property.name), value: .variant(entry.value)))
-        }
-        try await sendPropertiesChanged(path: path, interface: interface, changed: changed, invalidated: [])
+        try await apply([.propertiesChangedValues(path: path, interface: interface, values: values)])
     }
 
-    private func sendPropertiesChanged(path: String, interface: String, changed: [DBusDictEntry], invalidated: [String]) async throws {
-        try await connection.emitSignal(
-            path: path, interface: DBusStandardInterfaces.properties, name: "PropertiesChanged",
-            arguments: [.string(interface), .dict(keySignature: "s", valueSignature: "v", changed), invalidated.dbusValue])
-    }
-
-    /// The declarations of `properties`, which must announce changes.
-    private func changingProperties(path: String, interface: String, properties: [String]) async throws -> [DBusProperty] {
-        try await connection.onQueueThrowing { [self] _ in try changingPropertiesOnQueue(path: path, interface: interface, properties: properties) }
-    }
-
-    /// ``changingProperties(path:interface:properties:)``, on the queue.
-    private func changingPropertiesOnQueue(path: String, interface: String, properties: [String]) throws(DBusError) -> [DBusProperty] {
+    /// The declarations of `properties`, which must announce changes (on the queue).
+    func changingPropertiesOnQueue(path: String, interface: String, properties: [String]) throws(DBusError) -> [DBusProperty] {
         guard let interfaces = objects[path] else { throw DBusError.unknownObject("no object is exported at \(path)") }
         guard let declaration = interfaces.first(where: { $0.name == interface }) else {
             throw DBusError.unknownInterface("the object at \(path) has no interface \(interface)")

@@ -67,18 +67,13 @@ func backgroundTaskBench(_ args: [String]) async throws {
     let service = try await DBusConnection.connect(to: .address(address))
     let api = HostBusAPI(runtime: host, connection: service, hostUID: getuid())
     try await api.export()
-    try await service.requestName("org.vigil.Vigil1")
+    try await service.requestName(VigilAPI.busName)
     let client = try await DBusConnection.connect(to: .address(address))
     for _ in 0..<500 {
-        let up = try await client.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                                       interface: "org.freedesktop.DBus", member: "NameHasOwner",
-                                       arguments: ["org.vigil.BenchEcho"], returning: Bool.self)
-        if up { break }
+        if try await client.nameHasOwner(BenchAPI.echoName) { break }
         try await Task.sleep(for: .milliseconds(10))
     }
-    let echoGet = BenchCall(destination: "org.vigil.BenchEcho", path: "/org/vigil/Vigil1",
-                            interface: "org.freedesktop.DBus.Properties", member: "Get",
-                            arguments: [.string("org.vigil.Vigil1.Host"), .string("Version")])
+    let echoGet = BenchAPI.hostProperty("Version", destination: BenchAPI.echoName)
     for inFlight in [1, 8] {
         let pairs = try await beginEndRate(client, count: count, inFlight: inFlight)
         let reference = try await measureCalls(client, echoGet, calls: 2 * count, inFlight: inFlight)
@@ -115,15 +110,7 @@ private func beginEndRate(_ client: DBusConnection, count: Int, inFlight: Int) a
     try await withThrowingTaskGroup(of: Void.self) { group in
         for _ in 0..<inFlight {
             group.addTask {
-                for _ in 0..<perCaller {
-                    let reply = try await client.call(
-                        destination: "org.vigil.Vigil1", path: "/org/vigil/Vigil1", interface: "org.vigil.Vigil1.Host",
-                        member: "BeginBackgroundTask", arguments: [.string("bench"), .string("benchmark"), .uint64(60_000_000)])
-                    guard case .objectPath(let path) = reply.body.first else { throw DBusError.failed("no lease path") }
-                    try await client.call(destination: "org.vigil.Vigil1", path: path, interface: "org.vigil.Vigil1.ClientLease",
-                                          member: "End", arguments: [])
-                    if case .unixFD(let fd) = reply.body.last { fd.close() }
-                }
+                for _ in 0..<perCaller { try await client.beginAndEnd(reason: "benchmark") }
             }
         }
         try await group.waitForAll()
@@ -146,6 +133,7 @@ private func beginLatencyUnderReads(host: HostRuntime, client: DBusConnection, a
     for _ in 0..<readerCount { connections.append(try await DBusConnection.connect(to: .address(address))) }
     let readers = connections
     let stop = ManagedAtomicFlag()
+    let version = BenchAPI.hostProperty("Version"), listLeases = BenchAPI.host("ListLeases")
     let load = Task {
         await withTaskGroup(of: Int.self) { group in
             for (index, reader) in readers.enumerated() {
@@ -153,14 +141,7 @@ private func beginLatencyUnderReads(host: HostRuntime, client: DBusConnection, a
                     var reads = 0
                     while !stop.isSet {
                         do {
-                            if (index + reads) % 2 == 0 {
-                                try await reader.call(destination: "org.vigil.Vigil1", path: "/org/vigil/Vigil1",
-                                                      interface: "org.freedesktop.DBus.Properties", member: "Get",
-                                                      arguments: [.string("org.vigil.Vigil1.Host"), .string("Version")])
-                            } else {
-                                try await reader.call(destination: "org.vigil.Vigil1", path: "/org/vigil/Vigil1",
-                                                      interface: "org.vigil.Vigil1.Host", member: "ListLeases", arguments: [])
-                            }
+                            try await reader.call((index + reads) % 2 == 0 ? version : listLeases)
                             reads += 1
                         } catch {
                             return reads
@@ -180,13 +161,10 @@ private func beginLatencyUnderReads(host: HostRuntime, client: DBusConnection, a
     var latencies: [Double] = []
     for _ in 0..<count {
         let t0 = ContinuousClock.now
-        let reply = try await client.call(
-            destination: "org.vigil.Vigil1", path: "/org/vigil/Vigil1", interface: "org.vigil.Vigil1.Host",
-            member: "BeginBackgroundTask", arguments: [.string("bench"), .string("latency under reads"), .uint64(60_000_000)])
+        let reply = try await client.call(BenchAPI.beginBackgroundTask(name: "bench", reason: "latency under reads", budgetMicros: 60_000_000))
         latencies.append(micros(ContinuousClock.now - t0))
         guard case .objectPath(let path) = reply.body.first else { throw DBusError.failed("no lease path") }
-        try await client.call(destination: "org.vigil.Vigil1", path: path, interface: "org.vigil.Vigil1.ClientLease",
-                              member: "End", arguments: [])
+        try await client.call(BenchAPI.endLease(at: path))
         if case .unixFD(let fd) = reply.body.last { fd.close() }
     }
     let reference = try await measureCalls(client, echoGet, calls: count, inFlight: 1)

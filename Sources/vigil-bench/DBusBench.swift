@@ -22,20 +22,18 @@ func dbusBench(_ args: [String]) async throws {
     defer { kill(echo.processIdentifier, SIGKILL) }
 
     // The VigilDBus service.
+    let (benchName, benchPath, benchInterface) = ("org.vigil.Bench", "/org/vigil/Bench", "org.vigil.Bench1")
     let service = try await DBusConnection.connect(to: .address(address))
     let server = try await DBusObjectServer(connection: service)
-    try await server.export("/org/vigil/Bench", interfaces: [
-        DBusInterface("org.vigil.Bench1", methods: [DBusMethod("Ping") { _ in [] }]),
+    try await server.export(benchPath, interfaces: [
+        DBusInterface(benchInterface, methods: [DBusMethod("Ping") { _ in [] }]),
     ])
-    try await service.requestName("org.vigil.Bench")
+    try await service.requestName(benchName)
 
     let client = try await DBusConnection.connect(to: .address(address))
     // Wait for the echo service's name.
     for _ in 0..<200 {
-        let hasOwner = try await client.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                                             interface: "org.freedesktop.DBus", member: "NameHasOwner",
-                                             arguments: ["org.vigil.BenchEcho"], returning: Bool.self)
-        if hasOwner { break }
+        if try await client.nameHasOwner(BenchAPI.echoName) { break }
         try await Task.sleep(for: .milliseconds(10))
     }
 
@@ -47,9 +45,9 @@ func dbusBench(_ args: [String]) async throws {
         let elapsed = ContinuousClock.now - start
         return Double(elapsed.components.seconds) * 1e6 / Double(calls) + Double(elapsed.components.attoseconds) / 1e12 / Double(calls)
     }
-    _ = try await measure("org.vigil.Bench", "/org/vigil/Bench", "org.vigil.Bench1") // warm-up
-    let swiftMicros = try await measure("org.vigil.Bench", "/org/vigil/Bench", "org.vigil.Bench1")
-    let referenceMicros = try await measure("org.vigil.BenchEcho", "/", "org.vigil.Anything")
+    _ = try await measure(benchName, benchPath, benchInterface) // warm-up
+    let swiftMicros = try await measure(benchName, benchPath, benchInterface)
+    let referenceMicros = try await measure(BenchAPI.echoName, "/", "org.vigil.Anything")
     print(String(format: "round trip, VigilDBus service:        %8.1f µs/call (%d sequential calls)", swiftMicros, calls))
     print(String(format: "round trip, dbus-test-tool echo (C):  %8.1f µs/call (reference)", referenceMicros))
     print(String(format: "ratio VigilDBus / C reference:        %8.2f", swiftMicros / referenceMicros))
@@ -143,7 +141,7 @@ func dbusAPIBench(_ args: [String]) async throws {
     let service = try await DBusConnection.connect(to: .address(address))
     let api = HostBusAPI(runtime: host, connection: service, hostUID: getuid())
     try await api.export()
-    try await service.requestName("org.vigil.Vigil1")
+    try await service.requestName(VigilAPI.busName)
     for i in 0..<leaseCount {
         _ = try await host.registry.acquire(strategy: "bench", LeaseRequest(
             holds: "bench hold \(i)", reason: "benchmark lease \(i) of \(leaseCount)", budget: .seconds(3600)))
@@ -152,31 +150,22 @@ func dbusAPIBench(_ args: [String]) async throws {
     let client = try await DBusConnection.connect(to: .address(address))
     // Wait until the echo service has its name and the API shows every lease.
     for _ in 0..<500 {
-        let echoUp = try await client.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                                           interface: "org.freedesktop.DBus", member: "NameHasOwner",
-                                           arguments: ["org.vigil.BenchEcho"], returning: Bool.self)
-        let shown = try await client.call(destination: "org.vigil.Vigil1", path: "/org/vigil/Vigil1",
-                                          interface: "org.freedesktop.DBus.Properties", member: "Get",
-                                          arguments: ["org.vigil.Vigil1.Host", "Leases"], returning: DBusVariant.self)
+        let echoUp = try await client.nameHasOwner(BenchAPI.echoName)
+        let shown = try await client.call(BenchAPI.hostProperty("Leases")).argument(0, as: DBusVariant.self)
         if echoUp, case let .array(_, paths) = shown.value, paths.count == leaseCount { break }
         try await Task.sleep(for: .milliseconds(10))
     }
 
-    let getArguments: [DBusValue] = [.string("org.vigil.Vigil1.Host"), .string("Version")]
-    let vigilGet = BenchCall(destination: "org.vigil.Vigil1", path: "/org/vigil/Vigil1",
-                             interface: "org.freedesktop.DBus.Properties", member: "Get", arguments: getArguments)
-    let echoGet = BenchCall(destination: "org.vigil.BenchEcho", path: "/org/vigil/Vigil1",
-                            interface: "org.freedesktop.DBus.Properties", member: "Get", arguments: getArguments)
-    let listLeases = BenchCall(destination: "org.vigil.Vigil1", path: "/org/vigil/Vigil1",
-                               interface: "org.vigil.Vigil1.Host", member: "ListLeases", arguments: [])
-    let leaseReply = try await client.call(destination: listLeases.destination, path: listLeases.path,
-                                           interface: listLeases.interface, member: listLeases.member)
+    let vigilGet = BenchAPI.hostProperty("Version")
+    let echoGet = BenchAPI.hostProperty("Version", destination: BenchAPI.echoName)
+    let listLeases = BenchAPI.host("ListLeases")
+    let leaseReply = try await client.call(listLeases)
     guard case let .array(_, rows) = leaseReply.body.first, rows.count == leaseCount else {
         throw DBusError.failed("ListLeases returned \(leaseReply.body.first.map { "\($0.signature)" } ?? "nothing"), expected \(leaseCount) leases")
     }
     // The C reference for ListLeases: the same 1,000-row payload crosses
     // the bus once, as an argument to echo (which replies empty).
-    let echoPayload = BenchCall(destination: "org.vigil.BenchEcho", path: "/", interface: "org.vigil.Anything",
+    let echoPayload = BenchCall(destination: BenchAPI.echoName, path: "/", interface: "org.vigil.Anything",
                                 member: "Take", arguments: leaseReply.body)
     let payloadBytes = estimatedSize(leaseReply.body)
 
@@ -220,19 +209,10 @@ func dbusAPIBench(_ args: [String]) async throws {
 func startEchoService(on address: String) throws -> Process {
     let echo = Process()
     echo.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-test-tool")
-    echo.arguments = ["echo", "--name=org.vigil.BenchEcho"]
+    echo.arguments = ["echo", "--name=\(BenchAPI.echoName)"]
     echo.environment = ["DBUS_SESSION_BUS_ADDRESS": address]
     try echo.run()
     return echo
-}
-
-/// One method call to repeat.
-struct BenchCall: Sendable {
-    var destination: String
-    var path: String
-    var interface: String
-    var member: String
-    var arguments: [DBusValue]
 }
 
 struct CallFigures {
@@ -256,8 +236,7 @@ func measureCalls(_ client: DBusConnection, _ call: BenchCall, calls: Int, inFli
                 times.reserveCapacity(perCaller)
                 for _ in 0..<perCaller {
                     let t0 = ContinuousClock.now
-                    try await client.call(destination: call.destination, path: call.path, interface: call.interface,
-                                          member: call.member, arguments: call.arguments)
+                    try await client.call(call)
                     times.append(micros(ContinuousClock.now - t0))
                 }
                 return times

@@ -7,6 +7,7 @@ import Foundation
 import Glibc
 import VigilDBus
 import VigilHost
+import VigilKit
 import VigilTestSupport
 
 func dbusHugeCallBench(_ args: [String]) async throws {
@@ -35,10 +36,7 @@ func dbusHugeCallBench(_ args: [String]) async throws {
 
     let client = try await DBusConnection.connect(to: .address(bus.address))
     for _ in 0..<1000 {
-        let up = try await ["org.vigil.Vigil1", "org.vigil.BenchEcho"].asyncAllSatisfy { name in
-            try await client.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                                  member: "NameHasOwner", arguments: [name], returning: Bool.self)
-        }
+        let up = try await [VigilAPI.busName, BenchAPI.echoName].asyncAllSatisfy { try await client.nameHasOwner($0) }
         if up { break }
         try await Task.sleep(for: .milliseconds(10))
     }
@@ -46,26 +44,27 @@ func dbusHugeCallBench(_ args: [String]) async throws {
 
     print("dbus-huge-call: one \(mib) MiB `ay` sent to ListLeases (declared without arguments), by python3-dbus;")
     print("reference dbus-test-tool echo (C libdbus, answers anything); same bus, same run. 2 cores shared by all.")
-    for (label, destination, pid) in [("vigild", "org.vigil.Vigil1", vigild.processIdentifier),
-                                      ("echo (C)", "org.vigil.BenchEcho", echo.processIdentifier)] {
+    for (label, destination, pid) in [("vigild", VigilAPI.busName, vigild.processIdentifier),
+                                      ("echo (C)", BenchAPI.echoName, echo.processIdentifier)] {
         let before = memoryKiB(pid)
-        let outcome = try hugeCall(bus.address, destination: destination, mib: mib)
+        let outcome = try hugeCall(bus.address, BenchAPI.host("ListLeases", destination: destination), mib: mib)
         let after = memoryKiB(pid)
         print("  \(label.padding(toLength: 9, withPad: " ", startingAt: 0)) \(outcome)   RSS \(before.rss / 1024) -> \(after.rss / 1024) MiB"
               + " (+\((after.rss - before.rss) / 1024) MiB), peak \(before.peak / 1024) -> \(after.peak / 1024) MiB")
     }
 }
 
-/// Sends the call with python3-dbus (its ByteArray marshals fast) and
-/// returns "<reply or error name> in <seconds> s".
-private func hugeCall(_ address: String, destination: String, mib: Int) throws -> String {
+/// Sends `call` with a `mib` MiB `ay` body instead of its arguments, with
+/// python3-dbus (its ByteArray marshals fast); returns "<reply or error
+/// name> in <seconds> s".
+private func hugeCall(_ address: String, _ call: BenchCall, mib: Int) throws -> String {
     let script = """
         import sys, time, dbus
         bus = dbus.bus.BusConnection(sys.argv[1])
-        body = dbus.ByteArray(b"\\x1b" * (int(sys.argv[3]) << 20))
+        body = dbus.ByteArray(b"\\x1b" * (int(sys.argv[6]) << 20))
         start = time.monotonic()
         try:
-            bus.call_blocking(sys.argv[2], "/org/vigil/Vigil1", "org.vigil.Vigil1.Host", "ListLeases", "ay", (body,), timeout=300)
+            bus.call_blocking(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], "ay", (body,), timeout=300)
             outcome = "empty reply"
         except dbus.DBusException as e:
             outcome = e.get_dbus_name().split(".")[-1]
@@ -73,7 +72,7 @@ private func hugeCall(_ address: String, destination: String, mib: Int) throws -
         """
     let process = Process()
     process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-    process.arguments = ["-c", script, address, destination, String(mib)]
+    process.arguments = ["-c", script, address, call.destination, call.path, call.interface, call.member, String(mib)]
     let out = Pipe()
     process.standardOutput = out
     try process.run()

@@ -120,6 +120,54 @@ struct ClientTests {
         }
     }
 
+    /// `apply` makes its changes in order, with values read off the queue
+    /// where a getter waits, and stops at the first that fails.
+    @Test func applyMakesChangesInOrderAndStopsAtTheFirstFailure() async throws {
+        try await TestService.with { service in
+            let client = try await service.bus.connect()
+            let signals = try await client.signals(matching: DBusMatchRule(sender: TestService.name))
+            var iterator = signals.makeAsyncIterator()
+            let quick = DBusInterface("org.vigil.Quick1", properties: [DBusProperty("Name", signature: "s", immediate: { .string("quick") })],
+                                      signals: [DBusSignal("Done", arguments: [DBusArgument("what", "s")])])
+            let slow = DBusInterface("org.vigil.Slow1", properties: [.readOnly("Name", String.self) { "slow" }])
+            let (quickPath, slowPath) = ("/org/vigil/Test/Quick", "/org/vigil/Test/Slow")
+            await #expect(throws: DBusError.self) {
+                try await service.server.apply([
+                    .export(path: quickPath, interfaces: [quick]),
+                    .export(path: slowPath, interfaces: [slow]),
+                    .propertiesChanged(path: slowPath, interface: "org.vigil.Slow1", properties: ["Name"]),
+                    .emit(path: quickPath, interface: "org.vigil.Quick1", signal: "Done", arguments: [.string("first")]),
+                    .propertiesChangedValues(path: quickPath, interface: "org.vigil.Quick1", values: [(name: "Name", value: .string("renamed"))]),
+                    .unexport(path: quickPath),
+                    // Fails (the object is gone): what follows is not made.
+                    .emit(path: quickPath, interface: "org.vigil.Quick1", signal: "Done", arguments: [.string("gone")]),
+                    .unexport(path: slowPath),
+                ])
+            }
+            var seen: [String] = []
+            for _ in 0..<6 {
+                let message = try #require(await iterator.next())
+                let first: String = switch message.body.first {
+                case let .objectPath(path)?: path
+                case let .string(text)?: text
+                default: "?"
+                }
+                seen.append("\(message.member ?? "") \(message.path ?? "") \(first)")
+            }
+            #expect(seen == [
+                "InterfacesAdded /org/vigil \(quickPath)",
+                "InterfacesAdded /org/vigil \(slowPath)",
+                "PropertiesChanged \(slowPath) org.vigil.Slow1",
+                "Done \(quickPath) first",
+                "PropertiesChanged \(quickPath) org.vigil.Quick1",
+                "InterfacesRemoved /org/vigil \(quickPath)",
+            ])
+            let exported = await service.server.exportedPaths
+            #expect(exported.contains(slowPath) && !exported.contains(quickPath))
+            await client.close()
+        }
+    }
+
     @Test func signalsObjectManagerAndPropertiesChanged() async throws {
         try await TestService.with { service in
             let client = try await service.bus.connect()

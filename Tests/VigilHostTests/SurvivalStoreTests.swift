@@ -60,6 +60,36 @@ struct SurvivalStoreTests {
         #expect(try SurvivalStoreInspector.strings(path: dir.store, sql: "SELECT count(*) FROM grdb_migrations") == ["\(SurvivalSchema.migrationNames.count)"])
     }
 
+    @Test func eventsRecordedTogetherKeepTheirOrderReadingsAndCount() async throws {
+        var clocks = FakeClocks()
+        let (dir, store, id) = try await storeWithARun(&clocks)
+        let batch = (1...3).map { i in
+            SurvivalStore.Event("lease-acquired", strategy: "s\(i)", fields: ["lease": String(i)], readings: clocks.awake(1))
+        }
+        try await store.recordEvents(batch)
+        try await store.recordEvents([])
+        let events = try SurvivalReport.events(path: dir.store, runId: id)
+        #expect(events.map(\.strategy) == ["s1", "s2", "s3"])
+        #expect(events.map(\.fields) == [["lease": "1"], ["lease": "2"], ["lease": "3"]])
+        #expect(events.map(\.readings) == batch.map(\.readings))
+        #expect(events.allSatisfy { $0.afterSeq == 1 })
+        #expect(try SurvivalStoreInspector.strings(path: dir.store, sql: "SELECT eventCount FROM run") == ["3"])
+        // An unnamed event refuses the whole batch.
+        await #expect(throws: SurvivalStoreError.self) {
+            try await store.recordEvents([SurvivalStore.Event("ok", strategy: nil, fields: [:], readings: clocks.awake(1)),
+                                          SurvivalStore.Event("", strategy: nil, fields: [:], readings: clocks.awake(1))])
+        }
+        #expect(try SurvivalReport.events(path: dir.store, runId: id).count == 3)
+    }
+
+    /// The store's methods run on its own thread, not on the cooperative
+    /// pool, whose few threads its fsyncs would hold.
+    @Test func theStoreRunsOnAThreadOfItsOwn() async throws {
+        let dir = try SurvivalTempDir()
+        let store = try SurvivalStore(path: dir.store)
+        #expect(await store.runsOnItsThread())
+    }
+
     @Test func heartbeatsLeasesAndEventsPersist() async throws {
         let dir = try SurvivalTempDir()
         var clocks = FakeClocks()
@@ -148,13 +178,19 @@ struct SurvivalStoreTests {
         #expect(runs[1].aliveMicros == 60_000_000)
     }
 
-    @Test func endRunIsAStopWithAFinalHeartbeat() async throws {
+    /// A store with a run begun and one heartbeat written.
+    private func storeWithARun(_ clocks: inout FakeClocks) async throws -> (SurvivalTempDir, SurvivalStore, String) {
         let dir = try SurvivalTempDir()
-        var clocks = FakeClocks()
         let store = try SurvivalStore(path: dir.store)
         let id = UUID().uuidString
         _ = try await store.beginRun(runStart(id, at: clocks.readings))
         try await store.heartbeat(clocks.awake(60), leases: [])
+        return (dir, store, id)
+    }
+
+    @Test func endRunIsAStopWithAFinalHeartbeat() async throws {
+        var clocks = FakeClocks()
+        let (dir, store, id) = try await storeWithARun(&clocks)
         let end = clocks.awake(30)
         try await store.endRun(reason: .stopped, readings: end)
         #expect(await store.activeRunId == nil)

@@ -276,15 +276,19 @@ public actor HostBusAPI {
                 return
             case .acquired:
                 guard leases[id] == nil else { return }
-                try await addLease(event.lease, on: server)
-                try await server.emitPropertiesChanged(path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, properties: ["Leases"])
-                try await emit("LeaseAcquired", [.objectPath(path), .string(event.lease.strategy), .string(event.lease.holds)])
+                // One hop to the connection's queue: the object, then the signals.
+                try await addLease(event.lease, on: server, then: [
+                    Self.hostPropertiesChanged(["Leases"]),
+                    hostSignal("LeaseAcquired", [.objectPath(path), .string(event.lease.strategy), .string(event.lease.holds)]),
+                ])
             case .renewed:
                 guard var entry = leases[id], event.lease.renewals > entry.snapshot.renewals else { return }
                 entry.snapshot = event.lease
                 leases[id] = entry
-                try await server.emitPropertiesChanged(path: path, interface: HostBusNames.leaseInterface, properties: ["Deadline", "Renewals"])
-                try await emit("LeaseRenewed", [.objectPath(path), .uint64(HostBusValues.deadlineWallMicros(event.lease))])
+                try await server.apply([
+                    .propertiesChanged(path: path, interface: HostBusNames.leaseInterface, properties: ["Deadline", "Renewals"]),
+                    hostSignal("LeaseRenewed", [.objectPath(path), .uint64(HostBusValues.deadlineWallMicros(event.lease))]),
+                ])
             case .status:
                 guard var entry = leases[id] else { return }
                 entry.snapshot.status = event.lease.status
@@ -294,29 +298,37 @@ public actor HostBusAPI {
                 guard var entry = leases[id], entry.snapshot.state == .active else { return }
                 entry.snapshot = event.lease
                 leases[id] = entry
-                try await server.emitPropertiesChanged(path: path, interface: HostBusNames.leaseInterface, properties: ["State"])
-                try await emit("LeaseExpiring", [.objectPath(path), .uint64(Self.remainingMicros(event))])
+                var changes: [DBusObjectServer.Change] = [
+                    .propertiesChanged(path: path, interface: HostBusNames.leaseInterface, properties: ["State"]),
+                    hostSignal("LeaseExpiring", [.objectPath(path), .uint64(Self.remainingMicros(event))]),
+                ]
                 if event.lease.strategy == ClientLeases.strategyName {
-                    try await server.emit(path: path, interface: HostBusNames.clientLeaseInterface, signal: "Expiring",
-                                          arguments: [.uint64(Self.remainingMicros(event))])
+                    changes.append(.emit(path: path, interface: HostBusNames.clientLeaseInterface, signal: "Expiring",
+                                         arguments: [.uint64(Self.remainingMicros(event))]))
                 }
+                try await server.apply(changes)
             case .expired, .released:
-                guard var entry = leases[id] else { return }
-                entry.snapshot = event.lease
-                leases[id] = entry
-                try await server.emitPropertiesChanged(path: path, interface: HostBusNames.leaseInterface, properties: ["State"])
-                if event.kind == .expired {
-                    try await emit("LeaseExpired", [.objectPath(path), .bool(event.forced)])
-                    if event.lease.strategy == ClientLeases.strategyName {
-                        try await server.emit(path: path, interface: HostBusNames.clientLeaseInterface, signal: "Expired")
-                    }
-                } else {
-                    try await emit("LeaseReleased", [.objectPath(path), .string(event.detail)])
-                }
+                guard leases[id] != nil else { return }
+                // Gone from what readers see before the signals are built, so
+                // the root's Leases no longer lists it; its State goes with
+                // its value.
                 leases[id] = nil
                 await limiter?.forget(path)
-                try await server.unexport(path)
-                try await server.emitPropertiesChanged(path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, properties: ["Leases"])
+                var changes: [DBusObjectServer.Change] = [
+                    .propertiesChangedValues(path: path, interface: HostBusNames.leaseInterface,
+                                             values: [(name: "State", value: .string(event.lease.state.rawValue))]),
+                ]
+                if event.kind == .expired {
+                    changes.append(hostSignal("LeaseExpired", [.objectPath(path), .bool(event.forced)]))
+                    if event.lease.strategy == ClientLeases.strategyName {
+                        changes.append(.emit(path: path, interface: HostBusNames.clientLeaseInterface, signal: "Expired"))
+                    }
+                } else {
+                    changes.append(hostSignal("LeaseReleased", [.objectPath(path), .string(event.detail)]))
+                }
+                changes.append(.unexport(path: path))
+                changes.append(Self.hostPropertiesChanged(["Leases"]))
+                try await server.apply(changes)
             }
         } catch {
             log.warning("cannot publish lease \(id) \(event.kind.rawValue) on D-Bus: \(error)")
@@ -374,7 +386,9 @@ public actor HostBusAPI {
         await services.strategyBus.strategyExported(status.name)
     }
 
-    private func addLease(_ lease: LeaseSnapshot, on server: DBusObjectServer) async throws {
+    /// Exports the lease's object, then makes `changes` (in the same hop
+    /// to the connection's queue when they read without waiting).
+    private func addLease(_ lease: LeaseSnapshot, on server: DBusObjectServer, then changes: [DBusObjectServer.Change] = []) async throws {
         var interfaces = [HostBusInterfaces.lease(self, id: lease.id)]
         var kind: String?
         if lease.strategy == ForeignInhibits.strategyName {
@@ -387,9 +401,12 @@ public actor HostBusAPI {
             if kind == nil { kind = await services.configuredStrategy(lease.strategy)?.kind }
         }
         leases[lease.id] = LeaseEntry(snapshot: lease, kind: kind ?? "")
-        published.withLock { $0.highestShownLease = max($0.highestShownLease, lease.id.rawValue) }
-        defer { resumeShowWaiters(lease.id) }
-        try await server.export(HostBusNames.leasePath(lease.id), interfaces: interfaces)
+        // Shown once exported: a Begin that looks before must wait.
+        defer {
+            published.withLock { $0.highestShownLease = max($0.highestShownLease, lease.id.rawValue) }
+            resumeShowWaiters(lease.id)
+        }
+        try await server.apply([.export(path: HostBusNames.leasePath(lease.id), interfaces: interfaces)] + changes)
         await limiter?.track(HostBusNames.leasePath(lease.id), interface: interfaces[0], startsInterval: false)
     }
 
@@ -419,6 +436,16 @@ public actor HostBusAPI {
     }
 
     private func emit(_ signal: String, _ arguments: [DBusValue]) async throws {
-        try await server?.emit(path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, signal: signal, arguments: arguments)
+        try await server?.apply([hostSignal(signal, arguments)])
+    }
+
+    /// A signal of the Host interface on the root object.
+    private nonisolated func hostSignal(_ signal: String, _ arguments: [DBusValue]) -> DBusObjectServer.Change {
+        .emit(path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, signal: signal, arguments: arguments)
+    }
+
+    /// PropertiesChanged of Host properties on the root object.
+    private static func hostPropertiesChanged(_ properties: [String]) -> DBusObjectServer.Change {
+        .propertiesChanged(path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, properties: properties)
     }
 }

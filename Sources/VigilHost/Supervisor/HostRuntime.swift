@@ -1,3 +1,4 @@
+import Synchronization
 import Foundation
 import VigilKit
 
@@ -44,6 +45,8 @@ public actor HostRuntime {
     private var metricsListener: MetricsListener?
     private let readings: @Sendable () -> ClockReadings
     private var background: [Task<Void, Never>] = []
+    /// Lease events received and not yet written to the survival log.
+    private let unrecordedLeaseEvents = UnrecordedEvents()
     /// Sees each system resume and records what woke the system.
     private var resumeWatcher: ResumeWatcher?
     private var stopped = false
@@ -260,13 +263,26 @@ public actor HostRuntime {
                 k = max(k + 1, Int64(elapsed / interval) + 1)
             }
         })
-        // Lease changes go to the survival log's event table.
+        // Lease changes go to the survival log's event table. Each write
+        // syncs to the disk, so the events that arrive while one is written
+        // go together in the next (one transaction): a burst of leases
+        // costs a few syncs, not two per lease, and never waits for them.
+        let pending = unrecordedLeaseEvents
+        let (written, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         background.append(Task {
             for await event in leaseEvents where event.kind != .status {
                 var fields = ["lease": String(event.lease.id.rawValue), "holds": event.lease.holds]
                 if !event.detail.isEmpty { fields["detail"] = event.detail }
                 if event.forced { fields["forced"] = "true" }
-                try? await store.recordEvent("lease-\(event.kind.rawValue)", strategy: event.lease.strategy, fields: fields, readings: readings())
+                let recorded = SurvivalStore.Event("lease-\(event.kind.rawValue)", strategy: event.lease.strategy, fields: fields, readings: readings())
+                pending.append(recorded)
+                wake.yield()
+            }
+            wake.finish()
+        })
+        background.append(Task {
+            for await _ in written {
+                try? await store.recordEvents(pending.take())
             }
         })
     }
@@ -378,6 +394,7 @@ public actor HostRuntime {
         resumeWatcher?.invalidate()
         for task in background { task.cancel() }
         for task in background { await task.value }
+        try? await store.recordEvents(unrecordedLeaseEvents.take())
         metricsListener?.stop()
         // Log lines that could not be written (stderr full or closed) are
         // counted in the survival log, which outlives the lost lines.
@@ -391,6 +408,22 @@ public actor HostRuntime {
         // The last textfile says the run stopped.
         await writeMetricsTextfile()
         log.notice("run \(runId) ended: \(reason.rawValue)")
+    }
+}
+
+/// Survival-log events waiting for the writer, shared by the task that
+/// receives them and the task that writes them.
+private final class UnrecordedEvents: Sendable {
+    private let events = Mutex<[SurvivalStore.Event]>([])
+
+    func append(_ event: SurvivalStore.Event) { events.withLock { $0.append(event) } }
+
+    /// Every waiting event, oldest first; none wait afterwards.
+    func take() -> [SurvivalStore.Event] {
+        events.withLock { events in
+            defer { events = [] }
+            return events
+        }
     }
 }
 

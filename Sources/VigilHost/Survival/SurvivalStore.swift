@@ -96,6 +96,13 @@ public actor SurvivalStore {
     public nonisolated let path: String
     /// Internal (not private) for the strategy records (StrategyRecords.swift).
     let database: DatabaseQueue
+    /// Where the store's methods run: their writes wait for the disk, and
+    /// must not hold a thread of the cooperative pool meanwhile.
+    private nonisolated let thread = StoreThread(name: "vigil.survival")
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { thread.asUnownedSerialExecutor() }
+
+    /// Whether the store's methods run on its thread (for tests).
+    func runsOnItsThread() -> Bool { thread.isCurrent }
     private var active: ActiveRun?
     /// WAL size above which a heartbeat ends with a TRUNCATE checkpoint, and
     /// SQLite's `journal_size_limit`; nil leaves SQLite's defaults (only
@@ -290,31 +297,55 @@ public actor SurvivalStore {
         _ = try? database.writeWithoutTransaction { db in try db.checkpoint(.truncate) }
     }
 
+    /// An event for ``recordEvents(_:)``.
+    public struct Event: Sendable {
+        public var name: String
+        public var strategy: String?
+        public var fields: [String: String]
+        public var readings: ClockReadings
+        public init(_ name: String, strategy: String?, fields: [String: String], readings: ClockReadings) {
+            self.name = name
+            self.strategy = strategy
+            self.fields = fields
+            self.readings = readings
+        }
+    }
+
     /// Records an event of the active run (after its latest heartbeat).
     /// `fields` are stored as a JSON object (NULL when empty).
     public func recordEvent(_ event: String, strategy: String?, fields: [String: String], readings: ClockReadings) throws {
+        try recordEvents([Event(event, strategy: strategy, fields: fields, readings: readings)])
+    }
+
+    /// Records events of the active run in one transaction (one sync to
+    /// the disk however many there are), in order.
+    public func recordEvents(_ events: [Event]) throws {
         guard let run = active else {
-            throw SurvivalStoreError(.noActiveRun, path: path, "event \(event) with no run begun; call beginRun first")
+            throw SurvivalStoreError(.noActiveRun, path: path, "event \(events.first?.name ?? "") with no run begun; call beginRun first")
         }
-        guard !event.isEmpty else {
-            throw SurvivalStoreError(.invalidArgument, path: path, "event name is empty")
+        guard !events.isEmpty else { return }
+        if let unnamed = events.firstIndex(where: { $0.name.isEmpty }) {
+            throw SurvivalStoreError(.invalidArgument, path: path, "event name is empty (event \(unnamed + 1) of \(events.count))")
         }
         do {
-            var boundedFields: [String: String] = [:]
-            for (key, value) in fields { boundedFields[Self.bounded(key)] = Self.bounded(value) }
-            let fieldsJSON = try Self.json(boundedFields)
-            let event = Self.bounded(event), strategy = strategy.map(Self.bounded)
+            var records: [EventRecord] = []
+            records.reserveCapacity(events.count)
+            for event in events {
+                var boundedFields: [String: String] = [:]
+                for (key, value) in event.fields { boundedFields[Self.bounded(key)] = Self.bounded(value) }
+                records.append(EventRecord(
+                    id: nil, runId: run.key, seq: run.lastSeq, wall: event.readings.wallMicros,
+                    mono: event.readings.monotonicMicros, boot: event.readings.boottimeMicros,
+                    name: Self.bounded(event.name), strategy: event.strategy.map(Self.bounded), fields: try Self.json(boundedFields)))
+            }
             try database.write { db in
-                var record = EventRecord(
-                    id: nil, runId: run.key, seq: run.lastSeq, wall: readings.wallMicros,
-                    mono: readings.monotonicMicros, boot: readings.boottimeMicros,
-                    name: event, strategy: strategy, fields: fieldsJSON)
-                try record.insert(db)
-                try db.cachedStatement(sql: "UPDATE run SET eventCount = eventCount + 1 WHERE id = ?")
-                    .execute(arguments: [run.key])
+                for var record in records { try record.insert(db) }
+                try db.cachedStatement(sql: "UPDATE run SET eventCount = eventCount + ? WHERE id = ?")
+                    .execute(arguments: [records.count, run.key])
             }
         } catch {
-            throw failed(error, doing: "recording event \(event) of run \(run.uuid)")
+            let names = events.count == 1 ? "event \(events[0].name)" : "\(events.count) events"
+            throw failed(error, doing: "recording \(names) of run \(run.uuid)")
         }
     }
 

@@ -1,0 +1,66 @@
+// The calls the D-Bus benchmarks make, named from vigild's contract
+// (VigilKit's VigilAPI): bus name, object paths, interface names, members
+// and property names come from the declaration, which stops the benchmark
+// (precondition) if it lacks a member used here.
+import VigilDBus
+import VigilKit
+
+/// One method call to repeat.
+struct BenchCall: Sendable {
+    var destination: String
+    var path: String
+    var interface: String
+    var member: String
+    var arguments: [DBusValue]
+}
+
+enum BenchAPI {
+    /// The bus name the C reference service (dbus-test-tool echo) owns.
+    static let echoName = "org.vigil.BenchEcho"
+
+    /// `Host.<method>` on vigild's root object; with `destination` the same
+    /// call sent to another service (the echo reference).
+    static func host(_ method: String, _ arguments: [DBusValue] = [], destination: String = VigilAPI.busName) -> BenchCall {
+        BenchCall(destination: destination, path: VigilAPI.rootPath, interface: VigilAPI.hostInterface,
+                  member: VigilAPI.host.method(method).name, arguments: arguments)
+    }
+
+    /// `Properties.Get` of a Host property on vigild's root object (or on `destination`).
+    static func hostProperty(_ property: String, destination: String = VigilAPI.busName) -> BenchCall {
+        BenchCall(destination: destination, path: VigilAPI.rootPath, interface: VigilAPI.propertiesInterface, member: "Get",
+                  arguments: [.string(VigilAPI.hostInterface), .string(VigilAPI.host.property(property).name)])
+    }
+
+    /// `Host.BeginBackgroundTask(name, reason, budget)`.
+    static func beginBackgroundTask(name: String, reason: String, budgetMicros: UInt64) -> BenchCall {
+        host("BeginBackgroundTask", [.string(name), .string(reason), .uint64(budgetMicros)])
+    }
+
+    /// `ClientLease.End` on the lease object at `path`.
+    static func endLease(at path: String) -> BenchCall {
+        BenchCall(destination: VigilAPI.busName, path: path, interface: VigilAPI.clientLeaseInterface,
+                  member: VigilAPI.clientLease.method("End").name, arguments: [])
+    }
+}
+
+extension DBusConnection {
+    @discardableResult
+    func call(_ call: BenchCall) async throws -> DBusMessage {
+        try await self.call(destination: call.destination, path: call.path, interface: call.interface,
+                            member: call.member, arguments: call.arguments)
+    }
+
+    /// Whether `name` has an owner on the bus (the bus driver's NameHasOwner).
+    func nameHasOwner(_ name: String) async throws -> Bool {
+        try await call(destination: DBusConnection.busDriverName, path: "/org/freedesktop/DBus", interface: DBusConnection.busDriverName,
+                       member: "NameHasOwner", arguments: [name], returning: Bool.self)
+    }
+
+    /// Begins a client lease and ends it; returns nothing once both replied.
+    func beginAndEnd(reason: String) async throws {
+        let reply = try await call(BenchAPI.beginBackgroundTask(name: "bench", reason: reason, budgetMicros: 60_000_000))
+        guard case .objectPath(let path) = reply.body.first else { throw DBusError.failed("BeginBackgroundTask replied without a lease path") }
+        try await call(BenchAPI.endLease(at: path))
+        if case .unixFD(let fd) = reply.body.last { fd.close() }
+    }
+}
