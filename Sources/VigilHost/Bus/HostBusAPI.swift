@@ -70,8 +70,21 @@ public actor HostBusAPI {
     private var strategies: [String: StrategyEntry] = [:] {
         didSet { published.withLock { $0.strategies = strategies; $0.strategyRows = nil } }
     }
-    private var leases: [LeaseID: LeaseEntry] = [:] {
-        didSet { published.withLock { $0.leases = leases; $0.leasePaths = nil; $0.leaseRows = nil } }
+    /// The lease entries live only in `published` (a second copy here
+    /// would share its storage, and every change would copy the whole
+    /// table): ``setLease(_:_:rows:)`` changes one entry in place.
+    private func leaseEntry(_ id: LeaseID) -> LeaseEntry? { published.withLock { $0.leases[id] } }
+
+    /// Sets or removes one lease's entry. `rows`: whether a ListLeases row
+    /// changes (not for `Status`, which rows do not carry); the paths
+    /// change when a lease comes or goes.
+    private func setLease(_ id: LeaseID, _ entry: LeaseEntry?, rows: Bool = true) {
+        published.withLock { state in
+            let membership = (state.leases[id] == nil) != (entry == nil)
+            state.leases[id] = entry
+            if membership { state.leasePaths = nil }
+            if rows || membership { state.leaseRows = nil }
+        }
     }
     private var followers: [Task<Void, Never>] = []
     /// Callers' uid and pid by unique name, while they are on the bus.
@@ -275,29 +288,29 @@ public actor HostBusAPI {
                 // Refused by the power backend: it never existed.
                 return
             case .acquired:
-                guard leases[id] == nil else { return }
+                guard leaseEntry(id) == nil else { return }
                 // One hop to the connection's queue: the object, then the signals.
                 try await addLease(event.lease, on: server, then: [
                     Self.hostPropertiesChanged(["Leases"]),
                     hostSignal("LeaseAcquired", [.objectPath(path), .string(event.lease.strategy), .string(event.lease.holds)]),
                 ])
             case .renewed:
-                guard var entry = leases[id], event.lease.renewals > entry.snapshot.renewals else { return }
+                guard var entry = leaseEntry(id), event.lease.renewals > entry.snapshot.renewals else { return }
                 entry.snapshot = event.lease
-                leases[id] = entry
+                setLease(id, entry)
                 try await server.apply([
                     .propertiesChanged(path: path, interface: HostBusNames.leaseInterface, properties: ["Deadline", "Renewals"]),
                     hostSignal("LeaseRenewed", [.objectPath(path), .uint64(HostBusValues.deadlineWallMicros(event.lease))]),
                 ])
             case .status:
-                guard var entry = leases[id] else { return }
+                guard var entry = leaseEntry(id) else { return }
                 entry.snapshot.status = event.lease.status
-                leases[id] = entry
+                setLease(id, entry, rows: false)
                 await limiter?.changed(path, properties: ["Status"])
             case .expiring:
-                guard var entry = leases[id], entry.snapshot.state == .active else { return }
+                guard var entry = leaseEntry(id), entry.snapshot.state == .active else { return }
                 entry.snapshot = event.lease
-                leases[id] = entry
+                setLease(id, entry)
                 var changes: [DBusObjectServer.Change] = [
                     .propertiesChanged(path: path, interface: HostBusNames.leaseInterface, properties: ["State"]),
                     hostSignal("LeaseExpiring", [.objectPath(path), .uint64(Self.remainingMicros(event))]),
@@ -308,11 +321,11 @@ public actor HostBusAPI {
                 }
                 try await server.apply(changes)
             case .expired, .released:
-                guard leases[id] != nil else { return }
+                guard leaseEntry(id) != nil else { return }
                 // Gone from what readers see before the signals are built, so
                 // the root's Leases no longer lists it; its State goes with
                 // its value.
-                leases[id] = nil
+                setLease(id, nil)
                 await limiter?.forget(path)
                 var changes: [DBusObjectServer.Change] = [
                     .propertiesChangedValues(path: path, interface: HostBusNames.leaseInterface,
@@ -400,7 +413,7 @@ public actor HostBusAPI {
             kind = strategies[lease.strategy]?.status.kind
             if kind == nil { kind = await services.configuredStrategy(lease.strategy)?.kind }
         }
-        leases[lease.id] = LeaseEntry(snapshot: lease, kind: kind ?? "")
+        setLease(lease.id, LeaseEntry(snapshot: lease, kind: kind ?? ""))
         // Shown once exported: a Begin that looks before must wait.
         defer {
             published.withLock { $0.highestShownLease = max($0.highestShownLease, lease.id.rawValue) }
