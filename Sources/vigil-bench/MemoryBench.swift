@@ -4,6 +4,9 @@
 // references measured in the same run: `dbus-test-tool echo` (a C libdbus
 // service) and `sleep` (a C process doing nothing). Also prints where the
 // host's RSS goes, by mapping (the Swift runtime, Foundation, ICU, GRDB...).
+// The first row is the same idle host with release_startup_pages = false.
+// Argument: seconds to let each process idle before measuring (default 3;
+// 130 covers two heartbeats of the default survival_interval).
 import Foundation
 import VigilHost
 import VigilTestSupport
@@ -112,13 +115,14 @@ func idleMemoryBench(_ args: [String]) async throws {
     let bus = try TestDBusDaemon()
     defer { bus.stop() }
 
-    func host(_ label: String, strategies: String) async throws -> ProcessMemory {
+    func host(_ label: String, strategies: String, hostKeys: String = "") async throws -> ProcessMemory {
         let state = dir.appendingPathComponent(label).path
         let config = """
         [host]
         bus = "\(bus.address)"
         state_dir = "\(state)"
         power = "none"
+        \(hostKeys)
         \(strategies)
         """
         let p = try vigildProcess(bin, dir: dir, name: label, config: config, logLevel: "notice")
@@ -169,6 +173,9 @@ func idleMemoryBench(_ args: [String]) async throws {
     dir = "\(dir.path)/downloads"
     """
 
+    // The same host keeping its start-up pages: the "before" of
+    // release_startup_pages, in the same run.
+    let kept = try await host("kept", strategies: "", hostKeys: "release_startup_pages = false")
     let none = try await host("none", strategies: "")
     let five = try await host("five", strategies: all)
 
@@ -193,20 +200,21 @@ func idleMemoryBench(_ args: [String]) async throws {
         print(padded + String(format: " RSS %6.1f MB  PSS %6.1f MB  private %6.1f MB  threads %2d",
                      Double(m.rssKiB) / 1024, Double(m.pssKiB) / 1024, Double(m.privateKiB) / 1024, m.threads))
     }
+    row("vigild, no strategy, start-up pages kept", kept)
     row("vigild, no strategy", none)
     row("vigild, all five kinds", five)
     row("dbus-test-tool echo (C libdbus, reference)", echoMemory)
     row("sleep (C, reference)", sleepMemory)
     print("\nwhere an idle vigild's RSS goes, by kind of memory (dirty: the process's own pages; the rest is")
     print("library code and data shared with every process that maps it):")
-    print("  no strategy          all five kinds")
-    print("      RSS    dirty        RSS    dirty")
+    print("  no strategy, pages kept   no strategy          all five kinds")
+    print("      RSS    dirty              RSS    dirty        RSS    dirty")
     for group in MemoryGroup.allCases {
-        let a = none.byGroup[group] ?? 0, b = five.byGroup[group] ?? 0
-        guard a + b > 0 else { continue }
-        let da = none.dirtyByGroup[group] ?? 0, db = five.dirtyByGroup[group] ?? 0
-        print(String(format: "  %5.1f MB %5.1f MB   %5.1f MB %5.1f MB  %@", Double(a) / 1024, Double(da) / 1024,
-                     Double(b) / 1024, Double(db) / 1024, group.rawValue as NSString))
+        let k = kept.byGroup[group] ?? 0, a = none.byGroup[group] ?? 0, b = five.byGroup[group] ?? 0
+        guard k + a + b > 0 else { continue }
+        let dk = kept.dirtyByGroup[group] ?? 0, da = none.dirtyByGroup[group] ?? 0, db = five.dirtyByGroup[group] ?? 0
+        print(String(format: "  %5.1f MB %5.1f MB        %5.1f MB %5.1f MB   %5.1f MB %5.1f MB  %@", Double(k) / 1024, Double(dk) / 1024,
+                     Double(a) / 1024, Double(da) / 1024, Double(b) / 1024, Double(db) / 1024, group.rawValue as NSString))
     }
     print("\ntop mappings (no strategy):")
     for (name, kib) in none.byMapping.sorted(by: { $0.value > $1.value }).prefix(12) {
