@@ -112,10 +112,11 @@ func idleMemoryBench(_ args: [String]) async throws {
     let dir = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-memory-\(getpid())")
     try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: dir) }
-    let bus = try TestDBusDaemon()
-    defer { bus.stop() }
 
-    func host(_ label: String, strategies: String, hostKeys: String = "") async throws -> ProcessMemory {
+    /// Starts an idle vigild on a bus of its own and returns once it
+    /// serves the bus; it is measured with the others after `settle`.
+    func host(_ label: String, strategies: String, hostKeys: String = "") throws -> (vigild: Process, bus: TestDBusDaemon) {
+        let bus = try TestDBusDaemon()
         let state = dir.appendingPathComponent(label).path
         let config = """
         [host]
@@ -128,21 +129,21 @@ func idleMemoryBench(_ args: [String]) async throws {
         let p = try vigildProcess(bin, dir: dir, name: label, config: config, logLevel: "notice")
         let err = Pipe()
         p.standardError = err
-        try p.run()
-        // Ready once it serves the bus (its notice line); then let the
-        // strategies start and settle.
-        var seen = Data()
-        while !String(decoding: seen, as: UTF8.self).contains("serving org.vigil.Vigil1") {
-            let chunk = err.fileHandleForReading.availableData
-            if chunk.isEmpty { throw BenchError("vigild exited before serving the bus: \(String(decoding: seen, as: UTF8.self))") }
-            seen.append(chunk)
+        do {
+            try p.run()
+            // Ready once it serves the bus (its notice line).
+            var seen = Data()
+            while !String(decoding: seen, as: UTF8.self).contains("serving org.vigil.Vigil1") {
+                let chunk = err.fileHandleForReading.availableData
+                if chunk.isEmpty { throw BenchError("vigild exited before serving the bus: \(String(decoding: seen, as: UTF8.self))") }
+                seen.append(chunk)
+            }
+        } catch {
+            if p.isRunning { p.terminate(); p.waitUntilExit() }
+            bus.stop()
+            throw error
         }
-        try await Task.sleep(for: .seconds(settle))
-        let m = ProcessMemory(pid: p.processIdentifier)
-        p.terminate()
-        p.waitUntilExit()
-        FileHandle.standardError.write(Data("measured vigild (\(label))\n".utf8))
-        return m
+        return (p, bus)
     }
 
     let all = """
@@ -175,25 +176,40 @@ func idleMemoryBench(_ args: [String]) async throws {
 
     // The same host keeping its start-up pages: the "before" of
     // release_startup_pages, in the same run.
-    let kept = try await host("kept", strategies: "", hostKeys: "release_startup_pages = false")
-    let none = try await host("none", strategies: "")
-    let five = try await host("five", strategies: all)
+    // All measured together after the same idle time (a heartbeat every
+    // 60 s: pass 130 to include two).
+    var hosts: [(vigild: Process, bus: TestDBusDaemon)] = []
+    defer {
+        for h in hosts {
+            if h.vigild.isRunning { h.vigild.terminate(); h.vigild.waitUntilExit() }
+            h.bus.stop()
+        }
+    }
+    // The same host keeping its start-up pages: the "before" of
+    // release_startup_pages, in the same run.
+    hosts.append(try host("kept", strategies: "", hostKeys: "release_startup_pages = false"))
+    hosts.append(try host("none", strategies: ""))
+    hosts.append(try host("five", strategies: all))
 
     // References, on the same machine in the same run.
     let echo = Process()
     echo.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-test-tool")
     echo.arguments = ["echo", "--name=org.vigil.BenchEcho"]
-    echo.environment = ["DBUS_SESSION_BUS_ADDRESS": bus.address]
+    echo.environment = ["DBUS_SESSION_BUS_ADDRESS": hosts[0].bus.address]
     let sleeper = Process()
     sleeper.executableURL = URL(fileURLWithPath: "/bin/sleep")
     sleeper.arguments = ["1000"]
     try echo.run()
     try sleeper.run()
+    // SIGKILL: the references hold nothing worth a clean stop.
+    defer { for p in [echo, sleeper] where p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() } }
+    FileHandle.standardError.write(Data("idling \(settle) s\n".utf8))
     try await Task.sleep(for: .seconds(settle))
+    let kept = ProcessMemory(pid: hosts[0].vigild.processIdentifier)
+    let none = ProcessMemory(pid: hosts[1].vigild.processIdentifier)
+    let five = ProcessMemory(pid: hosts[2].vigild.processIdentifier)
     let echoMemory = ProcessMemory(pid: echo.processIdentifier)
     let sleepMemory = ProcessMemory(pid: sleeper.processIdentifier)
-    // SIGKILL: the references hold nothing worth a clean stop.
-    for p in [echo, sleeper] { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() }
 
     func row(_ label: String, _ m: ProcessMemory) {
         let padded = label.padding(toLength: 44, withPad: " ", startingAt: 0)
