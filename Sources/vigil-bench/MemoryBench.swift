@@ -14,6 +14,9 @@ import VigilTestSupport
 /// Memory figures of one process from /proc.
 struct ProcessMemory {
     var rssKiB = 0, pssKiB = 0, privateKiB = 0, threads = 0
+    /// Minor page faults and CPU time (user + system) since it started:
+    /// what faulting released pages back in costs.
+    var minorFaults = 0, cpuMilliseconds = 0
     /// Resident KiB per mapped file (anonymous memory as "[anon]", heap as "[heap]").
     var byMapping: [String: Int] = [:]
     /// Resident and private dirty KiB per kind of memory (`MemoryGroup`):
@@ -30,6 +33,15 @@ struct ProcessMemory {
         }
         if let status = Self.read("/proc/\(pid)/status") {
             threads = Self.field(status, "Threads:")
+        }
+        if let stat = Self.read("/proc/\(pid)/stat"), let end = stat.lastIndex(of: ")") {
+            // Fields after "(comm)": state is field 3; minflt 10, utime 14, stime 15.
+            let fields = stat[stat.index(after: end)...].split(separator: " ")
+            if fields.count > 12 {
+                minorFaults = Int(fields[7]) ?? 0
+                let ticks = (Int(fields[11]) ?? 0) + (Int(fields[12]) ?? 0)
+                cpuMilliseconds = ticks * 1000 / max(1, sysconf(Int32(_SC_CLK_TCK)))
+            }
         }
         if let smaps = Self.read("/proc/\(pid)/smaps") {
             var current = "[anon]"
@@ -213,8 +225,9 @@ func idleMemoryBench(_ args: [String]) async throws {
 
     func row(_ label: String, _ m: ProcessMemory) {
         let padded = label.padding(toLength: 44, withPad: " ", startingAt: 0)
-        print(padded + String(format: " RSS %6.1f MB  PSS %6.1f MB  private %6.1f MB  threads %2d",
-                     Double(m.rssKiB) / 1024, Double(m.pssKiB) / 1024, Double(m.privateKiB) / 1024, m.threads))
+        print(padded + String(format: " RSS %6.1f MB  PSS %6.1f MB  private %6.1f MB  threads %2d  minor faults %6d  CPU %5d ms",
+                     Double(m.rssKiB) / 1024, Double(m.pssKiB) / 1024, Double(m.privateKiB) / 1024, m.threads,
+                     m.minorFaults, m.cpuMilliseconds))
     }
     row("vigild, no strategy, start-up pages kept", kept)
     row("vigild, no strategy", none)
