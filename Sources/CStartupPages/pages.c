@@ -2,6 +2,7 @@
 #include "cstartuppages.h"
 #include <elf.h>
 #include <link.h>
+#include <malloc.h>
 #include <stdint.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
@@ -80,5 +81,8 @@ vigil_startup_pages_result vigil_release_startup_pages(void) {
     state.page = page > 0 ? (uintptr_t)page : 4096;
     state.vdso = (uintptr_t)getauxval(AT_SYSINFO_EHDR);
     dl_iterate_phdr(release_object, &state);
+    // Start-up's freed heap too: malloc_trim gives the free pages of every
+    // arena back to the kernel (glibc keeps them otherwise).
+    (void)malloc_trim(0);
     return state.result;
 }

@@ -20,7 +20,8 @@ typedef struct {
 } vigil_startup_pages_result;
 
 /// madvise(MADV_DONTNEED) on every whole page of every non-writable
-/// PT_LOAD segment (code, read-only data) of every loaded object.
+/// PT_LOAD segment (code, read-only data) of every loaded object, then
+/// malloc_trim(0) (free heap pages back to the kernel).
 vigil_startup_pages_result vigil_release_startup_pages(void);
 
 #endif

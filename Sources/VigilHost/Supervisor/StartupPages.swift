@@ -12,7 +12,8 @@ import Glibc
 /// Sources/CStartupPages). What idle work still uses (the heartbeat, the bus
 /// loop) faults back in from the page cache, without a disk read; the rest
 /// stays out of the host's RSS. Nothing writable is touched, so no state is
-/// lost.
+/// lost; the heap only gives back the free pages start-up left
+/// (malloc_trim).
 public enum StartupPages {
     /// What one release did.
     public struct Report: Sendable, Equatable {
