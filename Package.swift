@@ -34,6 +34,8 @@ let package = Package(
         .target(name: "CVoipSocket", path: "Sources/CVoipSocket"),
         // netlink, eventfd, setns and the proc connector for `when` conditions.
         .target(name: "CConditions", path: "Sources/CConditions"),
+        // dl_iterate_phdr + madvise: drop start-up-only code pages once idle.
+        .target(name: "CStartupPages", path: "Sources/CStartupPages"),
         // OpenSSL (libssl-dev) for voip-socket's TLS and SIP digest.
         .target(name: "CVoipTLS", path: "Sources/CVoipTLS", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
         .systemLibrary(
@@ -55,6 +57,7 @@ let package = Package(
                 "CTimer",
                 "CExecutor",
                 "CConditions",
+                "CStartupPages",
                 "VigilDBus",
                 .product(name: "TOMLKit", package: "TOMLKit"),
                 .product(name: "GRDB", package: "GRDB.swift"),

@@ -4,6 +4,9 @@
 // references measured in the same run: `dbus-test-tool echo` (a C libdbus
 // service) and `sleep` (a C process doing nothing). Also prints where the
 // host's RSS goes, by mapping (the Swift runtime, Foundation, ICU, GRDB...).
+// The first row is the same idle host with release_startup_pages = false.
+// Argument: seconds to let each process idle before measuring (default 3;
+// 130 covers two heartbeats of the default survival_interval).
 import Foundation
 import VigilHost
 import VigilTestSupport
@@ -11,6 +14,9 @@ import VigilTestSupport
 /// Memory figures of one process from /proc.
 struct ProcessMemory {
     var rssKiB = 0, pssKiB = 0, privateKiB = 0, threads = 0
+    /// Minor page faults and CPU time (user + system) since it started:
+    /// what faulting released pages back in costs.
+    var minorFaults = 0, cpuMilliseconds = 0
     /// Resident KiB per mapped file (anonymous memory as "[anon]", heap as "[heap]").
     var byMapping: [String: Int] = [:]
     /// Resident and private dirty KiB per kind of memory (`MemoryGroup`):
@@ -27,6 +33,15 @@ struct ProcessMemory {
         }
         if let status = Self.read("/proc/\(pid)/status") {
             threads = Self.field(status, "Threads:")
+        }
+        if let stat = Self.read("/proc/\(pid)/stat"), let end = stat.lastIndex(of: ")") {
+            // Fields after "(comm)": state is field 3; minflt 10, utime 14, stime 15.
+            let fields = stat[stat.index(after: end)...].split(separator: " ")
+            if fields.count > 12 {
+                minorFaults = Int(fields[7]) ?? 0
+                let ticks = (Int(fields[11]) ?? 0) + (Int(fields[12]) ?? 0)
+                cpuMilliseconds = ticks * 1000 / max(1, sysconf(Int32(_SC_CLK_TCK)))
+            }
         }
         if let smaps = Self.read("/proc/\(pid)/smaps") {
             var current = "[anon]"
@@ -109,36 +124,38 @@ func idleMemoryBench(_ args: [String]) async throws {
     let dir = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-memory-\(getpid())")
     try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: dir) }
-    let bus = try TestDBusDaemon()
-    defer { bus.stop() }
 
-    func host(_ label: String, strategies: String) async throws -> ProcessMemory {
+    /// Starts an idle vigild on a bus of its own and returns once it
+    /// serves the bus; it is measured with the others after `settle`.
+    func host(_ label: String, strategies: String, hostKeys: String = "") throws -> (vigild: Process, bus: TestDBusDaemon) {
+        let bus = try TestDBusDaemon()
         let state = dir.appendingPathComponent(label).path
         let config = """
         [host]
         bus = "\(bus.address)"
         state_dir = "\(state)"
         power = "none"
+        \(hostKeys)
         \(strategies)
         """
         let p = try vigildProcess(bin, dir: dir, name: label, config: config, logLevel: "notice")
         let err = Pipe()
         p.standardError = err
-        try p.run()
-        // Ready once it serves the bus (its notice line); then let the
-        // strategies start and settle.
-        var seen = Data()
-        while !String(decoding: seen, as: UTF8.self).contains("serving org.vigil.Vigil1") {
-            let chunk = err.fileHandleForReading.availableData
-            if chunk.isEmpty { throw BenchError("vigild exited before serving the bus: \(String(decoding: seen, as: UTF8.self))") }
-            seen.append(chunk)
+        do {
+            try p.run()
+            // Ready once it serves the bus (its notice line).
+            var seen = Data()
+            while !String(decoding: seen, as: UTF8.self).contains("serving org.vigil.Vigil1") {
+                let chunk = err.fileHandleForReading.availableData
+                if chunk.isEmpty { throw BenchError("vigild exited before serving the bus: \(String(decoding: seen, as: UTF8.self))") }
+                seen.append(chunk)
+            }
+        } catch {
+            if p.isRunning { p.terminate(); p.waitUntilExit() }
+            bus.stop()
+            throw error
         }
-        try await Task.sleep(for: .seconds(settle))
-        let m = ProcessMemory(pid: p.processIdentifier)
-        p.terminate()
-        p.waitUntilExit()
-        FileHandle.standardError.write(Data("measured vigild (\(label))\n".utf8))
-        return m
+        return (p, bus)
     }
 
     let all = """
@@ -169,44 +186,64 @@ func idleMemoryBench(_ args: [String]) async throws {
     dir = "\(dir.path)/downloads"
     """
 
-    let none = try await host("none", strategies: "")
-    let five = try await host("five", strategies: all)
+    // The same host keeping its start-up pages: the "before" of
+    // release_startup_pages, in the same run.
+    // All measured together after the same idle time (a heartbeat every
+    // 60 s: pass 130 to include two).
+    var hosts: [(vigild: Process, bus: TestDBusDaemon)] = []
+    defer {
+        for h in hosts {
+            if h.vigild.isRunning { h.vigild.terminate(); h.vigild.waitUntilExit() }
+            h.bus.stop()
+        }
+    }
+    // The same host keeping its start-up pages: the "before" of
+    // release_startup_pages, in the same run.
+    hosts.append(try host("kept", strategies: "", hostKeys: "release_startup_pages = false"))
+    hosts.append(try host("none", strategies: ""))
+    hosts.append(try host("five", strategies: all))
 
     // References, on the same machine in the same run.
     let echo = Process()
     echo.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-test-tool")
     echo.arguments = ["echo", "--name=org.vigil.BenchEcho"]
-    echo.environment = ["DBUS_SESSION_BUS_ADDRESS": bus.address]
+    echo.environment = ["DBUS_SESSION_BUS_ADDRESS": hosts[0].bus.address]
     let sleeper = Process()
     sleeper.executableURL = URL(fileURLWithPath: "/bin/sleep")
     sleeper.arguments = ["1000"]
     try echo.run()
     try sleeper.run()
+    // SIGKILL: the references hold nothing worth a clean stop.
+    defer { for p in [echo, sleeper] where p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() } }
+    FileHandle.standardError.write(Data("idling \(settle) s\n".utf8))
     try await Task.sleep(for: .seconds(settle))
+    let kept = ProcessMemory(pid: hosts[0].vigild.processIdentifier)
+    let none = ProcessMemory(pid: hosts[1].vigild.processIdentifier)
+    let five = ProcessMemory(pid: hosts[2].vigild.processIdentifier)
     let echoMemory = ProcessMemory(pid: echo.processIdentifier)
     let sleepMemory = ProcessMemory(pid: sleeper.processIdentifier)
-    // SIGKILL: the references hold nothing worth a clean stop.
-    for p in [echo, sleeper] { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() }
 
     func row(_ label: String, _ m: ProcessMemory) {
         let padded = label.padding(toLength: 44, withPad: " ", startingAt: 0)
-        print(padded + String(format: " RSS %6.1f MB  PSS %6.1f MB  private %6.1f MB  threads %2d",
-                     Double(m.rssKiB) / 1024, Double(m.pssKiB) / 1024, Double(m.privateKiB) / 1024, m.threads))
+        print(padded + String(format: " RSS %6.1f MB  PSS %6.1f MB  private %6.1f MB  threads %2d  minor faults %6d  CPU %5d ms",
+                     Double(m.rssKiB) / 1024, Double(m.pssKiB) / 1024, Double(m.privateKiB) / 1024, m.threads,
+                     m.minorFaults, m.cpuMilliseconds))
     }
+    row("vigild, no strategy, start-up pages kept", kept)
     row("vigild, no strategy", none)
     row("vigild, all five kinds", five)
     row("dbus-test-tool echo (C libdbus, reference)", echoMemory)
     row("sleep (C, reference)", sleepMemory)
     print("\nwhere an idle vigild's RSS goes, by kind of memory (dirty: the process's own pages; the rest is")
     print("library code and data shared with every process that maps it):")
-    print("  no strategy          all five kinds")
-    print("      RSS    dirty        RSS    dirty")
+    print("  no strategy, pages kept   no strategy          all five kinds")
+    print("      RSS    dirty              RSS    dirty        RSS    dirty")
     for group in MemoryGroup.allCases {
-        let a = none.byGroup[group] ?? 0, b = five.byGroup[group] ?? 0
-        guard a + b > 0 else { continue }
-        let da = none.dirtyByGroup[group] ?? 0, db = five.dirtyByGroup[group] ?? 0
-        print(String(format: "  %5.1f MB %5.1f MB   %5.1f MB %5.1f MB  %@", Double(a) / 1024, Double(da) / 1024,
-                     Double(b) / 1024, Double(db) / 1024, group.rawValue as NSString))
+        let k = kept.byGroup[group] ?? 0, a = none.byGroup[group] ?? 0, b = five.byGroup[group] ?? 0
+        guard k + a + b > 0 else { continue }
+        let dk = kept.dirtyByGroup[group] ?? 0, da = none.dirtyByGroup[group] ?? 0, db = five.dirtyByGroup[group] ?? 0
+        print(String(format: "  %5.1f MB %5.1f MB        %5.1f MB %5.1f MB   %5.1f MB %5.1f MB  %@", Double(k) / 1024, Double(dk) / 1024,
+                     Double(a) / 1024, Double(da) / 1024, Double(b) / 1024, Double(db) / 1024, group.rawValue as NSString))
     }
     print("\ntop mappings (no strategy):")
     for (name, kib) in none.byMapping.sorted(by: { $0.value > $1.value }).prefix(12) {
