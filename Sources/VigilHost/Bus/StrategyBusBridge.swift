@@ -26,11 +26,11 @@ public actor StrategyBusBridge {
     /// strategy → interfaces currently added to its object.
     private var addedInterfaces: [String: Set<String>] = [:]
     /// path → child object.
-    private var children: [String: Child] = [:] {
-        didSet { shownValues.withLock { $0 = children.mapValues(\.values) } }
-    }
+    private var children: [String: Child] = [:]
     /// path → the children's property values, read by Properties.Get
-    /// without a hop onto this actor.
+    /// without a hop onto this actor. Kept beside `children` entry by entry
+    /// (where a child is added, updated or removed), so an update costs one
+    /// entry, not a copy of every child's values.
     private nonisolated let shownValues = Mutex<[String: [String: BusValue]]>([:])
 
     struct Child {
@@ -119,6 +119,7 @@ public actor StrategyBusBridge {
             guard p.signature == value.signature else { throw BusMethodError.invalidArgs("\(interface).\(name) is \(p.signature), got \(value.signature)") }
         }
         children[path] = Child(strategy: strategy, interface: interface, properties: properties, values: values)
+        shownValues.withLock { $0[path] = values }
         await exportChild(path)
         return path
     }
@@ -133,12 +134,14 @@ public actor StrategyBusBridge {
             child.values[name] = value
         }
         children[path] = child
+        shownValues.withLock { $0[path] = child.values }
         guard child.exported, !changed.isEmpty, let limiter else { return }
         await limiter.changed(path, properties: changed, immediately: immediately)
     }
 
     func removeChild(_ path: String) async {
         guard let child = children.removeValue(forKey: path) else { return }
+        shownValues.withLock { $0[path] = nil }
         await limiter?.forget(path)
         if child.exported, let server {
             do { try await server.unexport(path) } catch { log.warning("cannot remove \(path) from D-Bus: \(error)") }
