@@ -714,6 +714,15 @@ private final class WeakConnection {
 /// libdbus flips the writable watch around every send) hits a use-after-free
 /// in libdispatch's epoll code (swift-corelibs-libdispatch #833, #949): vigild
 /// crashed at start-up in a few percent of runs.
+///
+/// Each source also waits on its own duplicate of the watch's fd, closed by
+/// the source's cancel handler. libdispatch requires that a source's fd stay
+/// open until its cancellation has been handled, but libdbus closes the
+/// socket right after removing the watch; a new connection could then get
+/// the same fd number while the old source was still registered, and
+/// libdispatch's manager thread crashed in `_dispatch_event_loop_drain`
+/// (seen once in a whole test run). A duplicate's number is not reused
+/// before its cancel handler closes it.
 private final class WatchBox {
     let watch: OpaquePointer
     weak var connection: DBusConnection?
@@ -738,8 +747,10 @@ private final class WatchBox {
         let wantWrite = enabled && flags & DBUS_WATCH_WRITABLE.rawValue != 0
         if wantRead != readActive {
             if readSource == nil {
-                let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: connection.queue)
+                let own = Self.duplicate(fd)
+                let source = DispatchSource.makeReadSource(fileDescriptor: own, queue: connection.queue)
                 source.setEventHandler { [weak self] in self?.handle(DBUS_WATCH_READABLE.rawValue) }
+                if own != fd { source.setCancelHandler { close(own) } }
                 readSource = source
             }
             if wantRead { readSource?.resume() } else { readSource?.suspend() }
@@ -747,13 +758,22 @@ private final class WatchBox {
         }
         if wantWrite != writeActive {
             if writeSource == nil {
-                let source = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: connection.queue)
+                let own = Self.duplicate(fd)
+                let source = DispatchSource.makeWriteSource(fileDescriptor: own, queue: connection.queue)
                 source.setEventHandler { [weak self] in self?.handle(DBUS_WATCH_WRITABLE.rawValue) }
+                if own != fd { source.setCancelHandler { close(own) } }
                 writeSource = source
             }
             if wantWrite { writeSource?.resume() } else { writeSource?.suspend() }
             writeActive = wantWrite
         }
+    }
+
+    /// A close-on-exec duplicate of `fd` for one source (the fd itself if
+    /// the process is out of descriptors: the old behaviour).
+    private static func duplicate(_ fd: Int32) -> Int32 {
+        let own = fcntl(fd, F_DUPFD_CLOEXEC, 0)
+        return own >= 0 ? own : fd
     }
 
     func remove() {
@@ -808,6 +828,13 @@ private final class TimeoutBox {
         }
         timer.resume()
         source = timer
+    }
+
+    /// A close-on-exec duplicate of `fd` for one source (the fd itself if
+    /// the process is out of descriptors: the old behaviour).
+    private static func duplicate(_ fd: Int32) -> Int32 {
+        let own = fcntl(fd, F_DUPFD_CLOEXEC, 0)
+        return own >= 0 ? own : fd
     }
 
     func remove() {
