@@ -3,7 +3,7 @@ import CDBusShim
 
 /// A reply body marshalled once and sent to every caller until it changes:
 /// a large read (a list of a thousand rows) costs a copy per call, not an
-/// encoding. Declare the method with `DBusMethod(name, out:, prepared:)`.
+/// encoding. Declare the method with `DBusMethod.prepared(name, out:) { call in ... }`.
 ///
 /// `@unchecked Sendable`: `template` is never modified after `init`; replies
 /// are made with `dbus_message_copy`, which only reads it.
