@@ -49,9 +49,21 @@ extension EndToEnd {
             }
             #expect(largestWAL < 768 * 1024, "WAL reached \(largestWAL) bytes")
 
-            // Fill the filesystem and keep it full: whatever space a WAL
-            // checkpoint gives back is taken at once (a real full disk has
-            // other writers), so heartbeats fail and none slips through.
+            // A reader holds a snapshot that includes WAL frames (an operator
+            // reading the store during the outage), so no checkpoint can
+            // reset or truncate the WAL: every commit must grow it. Without
+            // it a checkpoint could give back the WAL's space, and the
+            // heartbeat right after it took that space before the filler
+            // below did (1 run in 3).
+            let reader = try Daemon(arguments: [], executable: [
+                "/usr/bin/nsenter", "-t", "\(daemon.pid)", "-m", "/usr/bin/python3", "-c", Self.pinWAL, state + "/survival.sqlite",
+            ])
+            defer { if reader.process.isRunning { reader.signal(SIGKILL) } }
+            try await reader.waitForLine(containing: "pinned")
+
+            // Fill the filesystem and keep it full: whatever space there is
+            // is taken at once (a real full disk has other writers), so
+            // heartbeats fail and none slips through.
             let filler = seen + "/filler"
             #expect(try fillFilesystem(filler) > 0)
             func keepFull(until done: () -> Bool, timeout: Duration) async throws {
@@ -69,6 +81,9 @@ extension EndToEnd {
             // The outage the report must show: about four heartbeats long.
             try await keepFull(until: { false }, timeout: .seconds(4))
             #expect(unlink(filler) == 0)
+            // SIGKILL: the test runner's children start with SIGTERM blocked.
+            reader.signal(SIGKILL)
+            _ = await reader.waitForExit()
             let back = try await daemon.waitForLine(containing: "survival store writable again after")
             #expect(back.contains("the gap is recorded as store-unwritable"), "\(back)")
             let lines = daemon.output
@@ -95,6 +110,32 @@ extension EndToEnd {
             daemon.signal(SIGTERM)
             #expect(await daemon.waitForExit() == 0)
         }
+
+        /// Begins a read transaction on the store while its WAL holds
+        /// frames: the WAL header (its salts change whenever the WAL is
+        /// reset) is the same, and not empty, just before and just after
+        /// the snapshot is taken. Prints "pinned" and holds it until killed.
+        static let pinWAL = """
+            import sqlite3, sys, signal, time
+            path = sys.argv[1]
+            def header():
+                try:
+                    with open(path + "-wal", "rb") as f:
+                        return f.read(32)
+                except FileNotFoundError:
+                    return b""
+            db = sqlite3.connect(path, isolation_level=None)
+            while True:
+                before = header()
+                db.execute("BEGIN")
+                db.execute("SELECT count(*) FROM sqlite_master").fetchall()
+                if len(before) == 32 and header() == before:
+                    break
+                db.execute("COMMIT")
+                time.sleep(0.05)
+            print("pinned", file=sys.stderr, flush=True)
+            signal.pause()
+            """
 
         static func size(_ path: String) -> Int64 {
             var info = stat()
