@@ -58,6 +58,39 @@ extension DBusObjectServer {
         }
     }
 
+    /// Queues `changes` on the connection's queue without waiting for them:
+    /// they are made in order, before anything queued later on this
+    /// connection (such as the reply of the method call that queued them),
+    /// and after anything queued earlier. Every value they announce must
+    /// read without waiting (immediate getters); a change that would have
+    /// to wait, or fails, stops the batch, and its error goes to `failed`
+    /// (on the queue). A handler that exports an object and then replies
+    /// naming it needs no hop of its own to the queue this way.
+    public func applyQueued(_ changes: [Change], failed: @escaping @Sendable (DBusError) -> Void) {
+        for change in changes {
+            guard case let .export(path, interfaces) = change else { continue }
+            do {
+                try Self.validateExport(path, interfaces)
+            } catch {
+                failed(error as? DBusError ?? .failed(String(describing: error)))
+                return
+            }
+        }
+        connection.queue.async { [self] in
+            for change in changes {
+                do {
+                    if try applyOnQueue(change, connection) != nil {
+                        failed(.failed("a change queued without waiting needs a getter that waits"))
+                        return
+                    }
+                } catch {
+                    failed(error as? DBusError ?? .failed(String(describing: error)))
+                    return
+                }
+            }
+        }
+    }
+
     /// What a change begun on the queue still needs, off the queue.
     enum Waiting {
         /// The object is exported; its InterfacesAdded needs getters that wait.

@@ -2,7 +2,8 @@
 // none, and logind against the python3-dbus stand-in on a private bus), and
 // BeginBackgroundTask+End round trips per second from a D-Bus client; next
 // to the D-Bus reference measured in the same run: dbus-test-tool echo (C
-// libdbus) answering the same number of round trips on the same bus.
+// libdbus) answering the same number of round trips on the same bus. The
+// D-Bus figures are of the release vigild run as its own process.
 import Foundation
 import Glibc
 import VigilDBus
@@ -45,29 +46,21 @@ func backgroundTaskBench(_ args: [String]) async throws {
     print(String(format: "  reference: bare Inhibit()+close on the stand-in: %7.0f /s   ratio %.2f", bareRate, logindRate / bareRate))
     await system.close()
 
-    // 3. Client leases over D-Bus, the host in process (as vigild runs it).
+    // 3. Client leases over D-Bus: the release vigild as its own process on
+    //    the private bus (as a real host runs; the clients here do not share
+    //    its threads), power backend none.
     let echo = try startEchoService(on: address)
     defer { kill(echo.processIdentifier, SIGKILL) }
 
     let directory = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-bgtask-bench-\(getpid())")
     try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: directory) }
-    let configPath = directory.appendingPathComponent("vigil.toml").path
-    try """
-    [host]
-    state_dir = "\(directory.appendingPathComponent("state").path)"
-    log_level = "warning"
-    client_max_leases_per_uid = 100000
-    client_max_budget_per_uid = "100000h"
-    """.write(toFile: configPath, atomically: true, encoding: .utf8)
-    let config = try ConfigLoader.loadWithPlugins(path: configPath).config
-    let host = try await HostRuntime.start(config: config, environment: HostRuntime.Environment(
-        clock: clock, scheduler: try WakeScheduler.system(clock: clock), logSink: StderrLogSink(minimum: .warning),
-        version: VigilVersion.string))
-    let service = try await DBusConnection.connect(to: .address(address))
-    let api = HostBusAPI(runtime: host, connection: service, hostUID: getuid())
-    try await api.export()
-    try await service.requestName(VigilAPI.busName)
+    let vigild = try await startBenchVigild(busAddress: address, dir: directory, hostSettings: """
+        client_max_leases_per_uid = 100000
+        client_max_budget_per_uid = "100000h"
+        """)
+    defer { vigild.terminate(); vigild.waitUntilExit() }
+    print("BeginBackgroundTask figures: vigild (release build, its own process, pid \(vigild.processIdentifier)) on the private bus.")
     let client = try await DBusConnection.connect(to: .address(address))
     for _ in 0..<500 {
         if try await client.nameHasOwner(BenchAPI.echoName) { break }
@@ -83,13 +76,17 @@ func backgroundTaskBench(_ args: [String]) async throws {
                      reference.callsPerSecond / 2, reference.callsPerSecond))
         print(String(format: "  ratio vigild / C reference: %.2f", 2 * pairs / reference.callsPerSecond))
     }
-    let leftOver = await host.registry.active.count
+    let leftOver = try await activeLeaseCount(client)
     if leftOver != 0 { print("warning: \(leftOver) leases still active after the benchmark") }
-    try await beginLatencyUnderReads(host: host, client: client, address: address, echoGet: echoGet, count: max(200, count / 4))
+    try await beginLatencyUnderReads(client: client, address: address, echoGet: echoGet, count: max(200, count / 4))
     await client.close()
-    await api.stop()
-    await service.close()
-    await host.shutdown()
+}
+
+/// How many leases vigild shows (Host.Leases).
+private func activeLeaseCount(_ client: DBusConnection) async throws -> Int {
+    let shown = try await client.call(BenchAPI.hostProperty("Leases")).argument(0, as: DBusVariant.self)
+    guard case let .array(_, paths) = shown.value else { throw DBusError.failed("Host.Leases is not an array") }
+    return paths.count
 }
 
 /// Acquire + release through a registry, sequentially.
@@ -120,14 +117,16 @@ private func beginEndRate(_ client: DBusConnection, count: Int, inFlight: Int) a
 
 /// BeginBackgroundTask latency while 50 other clients (each its own
 /// connection) keep reading: Properties.Get Host.Version and ListLeases,
-/// with 200 leases in the registry. The reference: echo's Properties.Get
+/// with 200 leases held (client leases of one more connection). The reference: echo's Properties.Get
 /// latency, measured by the same client under the same read load.
-private func beginLatencyUnderReads(host: HostRuntime, client: DBusConnection, address: String, echoGet: BenchCall, count: Int) async throws {
+private func beginLatencyUnderReads(client: DBusConnection, address: String, echoGet: BenchCall, count: Int) async throws {
     let readerCount = 50
-    var held: [LeaseID] = []
+    // The 200 leases: client leases of another connection, ended by closing it.
+    let holder = try await DBusConnection.connect(to: .address(address))
+    var heldFDs: [DBusFileDescriptor] = []
     for i in 0..<200 {
-        held.append(try await host.registry.acquire(strategy: "bench", LeaseRequest(
-            holds: "bench hold \(i)", reason: "read-load lease \(i)", budget: .seconds(3600))))
+        let reply = try await holder.call(BenchAPI.beginBackgroundTask(name: "bench hold \(i)", reason: "read-load lease \(i)", budgetMicros: 3_600_000_000))
+        if case .unixFD(let fd) = reply.body.last { heldFDs.append(fd) }
     }
     var connections: [DBusConnection] = []
     for _ in 0..<readerCount { connections.append(try await DBusConnection.connect(to: .address(address))) }
@@ -172,7 +171,8 @@ private func beginLatencyUnderReads(host: HostRuntime, client: DBusConnection, a
     stop.set()
     let reads = await load.value
     for reader in readers { await reader.close() }
-    for id in held { await host.registry.release(id) }
+    for fd in heldFDs { fd.close() }
+    await holder.close()
     let sorted = latencies.sorted()
     func percentile(_ p: Double) -> Double { sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))] }
     print("BeginBackgroundTask latency while \(readerCount) clients read (Properties.Get and ListLeases, 200 leases), \(count) calls:")

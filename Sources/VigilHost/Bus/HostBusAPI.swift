@@ -60,6 +60,13 @@ public actor HostBusAPI {
         var highestShownLease: UInt64 = 0
         /// BeginBackgroundTask calls waiting for their lease's object.
         var showWaiters: [LeaseID: [CheckedContinuation<Void, Never>]] = [:]
+        /// Client leases whose object BeginBackgroundTask exported itself,
+        /// before the following of the registry saw their `acquired` event
+        /// (which then skips them).
+        var shownAhead: Set<LeaseID> = []
+        /// The object server, while the host is followed: set once
+        /// everything is exported and followed, cleared by ``stop()``.
+        var server: DBusObjectServer?
     }
 
     private nonisolated let published = Mutex(Published())
@@ -158,10 +165,12 @@ public actor HostBusAPI {
                 await self.follow(status)
             }
         })
+        published.withLock { $0.server = server }
     }
 
     /// Stops following the host (the objects stay as they are).
     public func stop() async {
+        published.withLock { $0.server = nil }
         for task in followers { task.cancel() }
         followers = []
         await limiter?.forgetAll()
@@ -288,6 +297,16 @@ public actor HostBusAPI {
                 // Refused by the power backend: it never existed.
                 return
             case .acquired:
+                let shownAhead = published.withLock { state in
+                    guard state.shownAhead.remove(id) != nil else { return false }
+                    state.highestShownLease = max(state.highestShownLease, id.rawValue)
+                    return true
+                }
+                if shownAhead {
+                    // BeginBackgroundTask exported it and sent its signals.
+                    await limiter?.track(path, interface: HostBusInterfaces.lease(self, id: id), startsInterval: false)
+                    return
+                }
                 guard leaseEntry(id) == nil else { return }
                 // One hop to the connection's queue: the object, then the signals.
                 try await addLease(event.lease, on: server, then: [
@@ -421,6 +440,36 @@ public actor HostBusAPI {
         }
         try await server.apply([.export(path: HostBusNames.leasePath(lease.id), interfaces: interfaces)] + changes)
         await limiter?.track(HostBusNames.leasePath(lease.id), interface: interfaces[0], startsInterval: false)
+    }
+
+    /// Exports the object of a client lease BeginBackgroundTask just began,
+    /// and queues its signals (the Host's `Leases` change, then
+    /// `LeaseAcquired`) on the connection's queue, ahead of the reply the
+    /// caller queues next: the object exists before the reply and before
+    /// `LeaseAcquired`, without waiting for the following of the registry.
+    /// Returns false when that following already has the lease (it showed
+    /// it, or is showing it: wait with ``waitUntilShown(_:)``), or when the
+    /// host is not followed. Under the lock, so a later change the
+    /// following makes to the lease (its end) is queued after the export.
+    nonisolated func showBegunLease(_ lease: LeaseSnapshot, client: ClientIdentity) -> Bool {
+        let id = lease.id
+        let path = HostBusNames.leasePath(id)
+        return published.withLock { state in
+            guard let server = state.server, id.rawValue > state.highestShownLease, state.leases[id] == nil else { return false }
+            state.leases[id] = LeaseEntry(snapshot: lease, kind: ClientLeases.strategyName)
+            state.leasePaths = nil
+            state.leaseRows = nil
+            state.shownAhead.insert(id)
+            let log = self.log
+            server.applyQueued([
+                .export(path: path, interfaces: [HostBusInterfaces.lease(self, id: id), HostBusInterfaces.clientLease(self, id: id, client: client)]),
+                Self.hostPropertiesChanged(["Leases"]),
+                hostSignal("LeaseAcquired", [.objectPath(path), .string(lease.strategy), .string(lease.holds)]),
+            ]) { error in
+                log.warning("cannot publish lease \(id) acquired on D-Bus: \(error)")
+            }
+            return true
+        }
     }
 
     /// A unique name left the bus: its inhibits, portal requests and sessions end.

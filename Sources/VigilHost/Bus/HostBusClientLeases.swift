@@ -18,7 +18,7 @@ extension HostBusAPI {
         }
         let caller = try await credentials.of(call.sender)
         let identity = ClientIdentity(owner: call.sender, uid: caller.uid, pid: caller.pid, name: name)
-        let granted: (id: LeaseID, fd: Int32)
+        let granted: (lease: LeaseSnapshot, fd: Int32)
         do {
             granted = try await services.clientLeases.begin(identity, reason: reason, budgetMicros: budget)
         } catch {
@@ -27,10 +27,14 @@ extension HostBusAPI {
         // libdbus duplicates the fd into the reply; this copy closes with
         // the value, so only the client's copies keep the lease's pipe open.
         let fd = DBusFileDescriptor(owning: granted.fd)
-        // The reply names the lease object: make sure it exists first, so the
-        // client can call End or Renew at once.
-        await waitUntilShown(granted.id)
-        return [.objectPath(HostBusNames.leasePath(granted.id)), .unixFD(fd)]
+        // The reply names the lease object: it must exist first, so the
+        // client can call End or Renew at once. Exported here, queued on the
+        // connection ahead of the reply; or, when the following of the
+        // registry got to the lease first, by that following.
+        if !showBegunLease(granted.lease, client: identity) {
+            await waitUntilShown(granted.lease.id)
+        }
+        return [.objectPath(HostBusNames.leasePath(granted.lease.id)), .unixFD(fd)]
     }
 
     nonisolated func endClientLease(_ id: LeaseID, _ call: DBusMethodCall) async throws {

@@ -91,9 +91,10 @@ public actor ClientLeases {
         self.settings = settings
     }
 
-    /// Begins a lease for `identity`. Returns its id and the write end of
-    /// the lease pipe, which the caller hands to the client and then closes.
-    public func begin(_ identity: ClientIdentity, reason: String, budgetMicros: UInt64) async throws(ClientLeaseError) -> (id: LeaseID, fd: Int32) {
+    /// Begins a lease for `identity`. Returns it as the registry's
+    /// `acquired` event shows it, and the write end of the lease pipe,
+    /// which the caller hands to the client and then closes.
+    public func begin(_ identity: ClientIdentity, reason: String, budgetMicros: UInt64) async throws(ClientLeaseError) -> (lease: LeaseSnapshot, fd: Int32) {
         guard !refusing else {
             // A lease begun now would end with the host a moment later.
             throw ClientLeaseError(.limitExceeded, "vigild is shutting down; begin the lease with the next vigild")
@@ -123,19 +124,19 @@ public actor ClientLeases {
             budget: budget, grace: settings.grace, power: settings.hold,
             onExpire: { [weak self] expiry in await self?.waitForEnd(expiry.lease) }
         )
-        let id: LeaseID
+        let lease: LeaseSnapshot
         do {
-            id = try await registry.acquire(strategy: Self.strategyName, request, client: identity)
+            lease = try await registry.acquireSnapshot(strategy: Self.strategyName, request, client: identity)
         } catch {
             watcher?.forget(pipe.token)
             close(pipe.writeEnd)
             throw ClientLeaseError(.failed, "\(error)")
         }
-        held[id] = Held(identity: identity, budget: budget, watch: pipe.token)
+        held[lease.id] = Held(identity: identity, budget: budget, watch: pipe.token)
         if vanished.contains(identity.owner) {
-            await end(id, detail: "the client left the bus")
+            await end(lease.id, detail: "the client left the bus")
         }
-        return (id, pipe.writeEnd)
+        return (lease, pipe.writeEnd)
     }
 
     /// Renews a client lease for `budgetMicros` more. Only its owner (or an

@@ -157,6 +157,12 @@ public actor LeaseRegistry: LeaseStatusSink {
     /// the power backend refuses the hold.
     @discardableResult
     public func acquire(strategy: String, _ request: LeaseRequest, client: ClientIdentity? = nil) async throws -> LeaseID {
+        try await acquireSnapshot(strategy: strategy, request, client: client).id
+    }
+
+    /// ``acquire(strategy:_:client:)``, returning the lease as its
+    /// `acquired` event shows it (for a caller that shows it at once).
+    public func acquireSnapshot(strategy: String, _ request: LeaseRequest, client: ClientIdentity? = nil) async throws -> LeaseSnapshot {
         if let budget = request.budget, budget <= .zero {
             throw LeaseError(.invalidBudget, "lease budget must be greater than zero, got \(budget.vigilDescription)")
         }
@@ -189,7 +195,7 @@ public actor LeaseRegistry: LeaseStatusSink {
         byStrategy[strategy, default: []].insert(id)
         publish(.acquired, snapshot)
         armWatcher(id)
-        return id
+        return snapshot
     }
 
     /// Moves the deadline to now + `budget` (or the lease's own budget),
