@@ -107,8 +107,8 @@ final class ManagedAtomicFlag: @unchecked Sendable {
 
 // MARK: - dbus-api
 
-// dbus-api: the host's org.vigil.Vigil1 objects (HostRuntime + HostBusAPI in
-// this process, 1,000 leases in its LeaseRegistry) under Properties.Get and
+// dbus-api: the host's org.vigil.Vigil1 objects (the release vigild as its
+// own process, 1,000 client leases) under Properties.Get and
 // ListLeases, against dbus-test-tool echo (C libdbus, its own process) called
 // by the same client connection in the same run.
 func dbusAPIBench(_ args: [String]) async throws {
@@ -124,28 +124,22 @@ func dbusAPIBench(_ args: [String]) async throws {
     let echo = try startEchoService(on: address)
     defer { kill(echo.processIdentifier, SIGKILL) }
 
-    // The host, in process: no strategies; the leases come straight from
-    // its registry, as a strategy's would.
-    let configPath = directory.appendingPathComponent("vigil.toml").path
-    try """
-    [host]
-    state_dir = "\(directory.appendingPathComponent("state").path)"
-    bus = "\(address)"
-    log_level = "warning"
-    """.write(toFile: configPath, atomically: true, encoding: .utf8)
-    let config = try ConfigLoader.loadWithPlugins(path: configPath).config
-    let clock = SystemClock()
-    let sink = StderrLogSink(minimum: .warning)
-    let host = try await HostRuntime.start(config: config, environment: HostRuntime.Environment(
-        clock: clock, scheduler: try WakeScheduler.system(clock: clock), logSink: sink, version: VigilVersion.string))
-    let service = try await DBusConnection.connect(to: .address(address))
-    let api = HostBusAPI(runtime: host, connection: service, hostUID: getuid())
-    try await api.export()
-    try await service.requestName(VigilAPI.busName)
+    // The host: the release vigild as its own process (as a real host runs;
+    // the clients here do not share its threads), no strategies; the
+    // leases are client leases another connection holds.
+    let vigild = try await startBenchVigild(busAddress: address, dir: directory, hostSettings: """
+        client_max_leases_per_uid = 100000
+        client_max_budget_per_uid = "100000000h"
+        """)
+    defer { vigild.terminate(); vigild.waitUntilExit() }
+    let holder = try await DBusConnection.connect(to: .address(address))
+    var heldFDs: [DBusFileDescriptor] = []
     for i in 0..<leaseCount {
-        _ = try await host.registry.acquire(strategy: "bench", LeaseRequest(
-            holds: "bench hold \(i)", reason: "benchmark lease \(i) of \(leaseCount)", budget: .seconds(3600)))
+        let reply = try await holder.call(BenchAPI.beginBackgroundTask(
+            name: "bench hold \(i)", reason: "benchmark lease \(i) of \(leaseCount)", budgetMicros: 3_600_000_000))
+        if case .unixFD(let fd) = reply.body.last { heldFDs.append(fd) }
     }
+    defer { for fd in heldFDs { fd.close() } }
 
     let client = try await DBusConnection.connect(to: .address(address))
     // Wait until the echo service has its name and the API shows every lease.
@@ -169,7 +163,7 @@ func dbusAPIBench(_ args: [String]) async throws {
                                 member: "Take", arguments: leaseReply.body)
     let payloadBytes = estimatedSize(leaseReply.body)
 
-    print("dbus-api: org.vigil.Vigil1 served in process (HostRuntime + HostBusAPI), \(leaseCount) leases; private dbus-daemon;")
+    print("dbus-api: org.vigil.Vigil1 served by the release vigild (its own process), \(leaseCount) client leases; private dbus-daemon;")
     print("reference dbus-test-tool echo (C libdbus, own process); same client connection, same run. 2 cores shared by all.")
     _ = try await measureCalls(client, vigilGet, calls: min(calls, 1000), inFlight: 1) // warm-up
     _ = try await measureCalls(client, echoGet, calls: min(calls, 1000), inFlight: 1)
@@ -177,18 +171,18 @@ func dbusAPIBench(_ args: [String]) async throws {
         let vigil = try await measureCalls(client, vigilGet, calls: calls, inFlight: inFlight)
         let reference = try await measureCalls(client, echoGet, calls: calls, inFlight: inFlight)
         print("Properties.Get Host.Version, \(inFlight) in flight (\(calls) calls):")
-        print("  VigilHost:  \(vigil.line)")
+        print("  vigild:     \(vigil.line)")
         print("  echo (C):   \(reference.line)")
-        print(String(format: "  ratio VigilHost / C calls/s: %.2f", vigil.callsPerSecond / reference.callsPerSecond))
+        print(String(format: "  ratio vigild / C calls/s: %.2f", vigil.callsPerSecond / reference.callsPerSecond))
     }
     let listCalls = max(50, calls / 20)
     for inFlight in [1, 4] {
         let vigil = try await measureCalls(client, listLeases, calls: listCalls, inFlight: inFlight)
         let reference = try await measureCalls(client, echoPayload, calls: listCalls, inFlight: inFlight)
         print("ListLeases with \(leaseCount) leases (~\(payloadBytes / 1024) KiB reply), \(inFlight) in flight (\(listCalls) calls):")
-        print("  VigilHost:  \(vigil.line)")
+        print("  vigild:     \(vigil.line)")
         print("  echo (C), same payload as argument:  \(reference.line)")
-        print(String(format: "  ratio VigilHost / C calls/s: %.2f", vigil.callsPerSecond / reference.callsPerSecond))
+        print(String(format: "  ratio vigild / C calls/s: %.2f", vigil.callsPerSecond / reference.callsPerSecond))
     }
     // Where the client's time goes: its own CPU for the sequential echo calls.
     let usageBefore = processCPUSeconds()
@@ -198,9 +192,7 @@ func dbusAPIBench(_ args: [String]) async throws {
                  cpu * 1e6 / Double(calls), clientOnly.callsPerSecond))
 
     await client.close()
-    await api.stop()
-    await service.close()
-    await host.shutdown()
+    await holder.close()
 }
 
 /// The C reference service: `dbus-test-tool echo` (libdbus) owning

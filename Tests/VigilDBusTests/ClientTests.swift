@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Synchronization
 import Testing
 @testable import VigilDBus
 
@@ -164,6 +165,41 @@ struct ClientTests {
             ])
             let exported = await service.server.exportedPaths
             #expect(exported.contains(slowPath) && !exported.contains(quickPath))
+            await client.close()
+        }
+    }
+
+    /// `applyQueued` makes its changes on the queue ahead of anything
+    /// queued after it (as a handler's reply), without the caller waiting;
+    /// a change that would have to wait for a getter is refused.
+    @Test func applyQueuedMakesChangesBeforeWorkQueuedLater() async throws {
+        try await TestService.with { service in
+            let client = try await service.bus.connect()
+            let signals = try await client.signals(matching: DBusMatchRule(sender: TestService.name))
+            var iterator = signals.makeAsyncIterator()
+            let quick = DBusInterface("org.vigil.Quick1", properties: [DBusProperty("Name", signature: "s", immediate: { .string("quick") })],
+                                      signals: [DBusSignal("Done", arguments: [DBusArgument("what", "s")])])
+            let quickPath = "/org/vigil/Test/Queued"
+            let failures = Mutex<[String]>([])
+            service.server.applyQueued([
+                .export(path: quickPath, interfaces: [quick]),
+                .emit(path: quickPath, interface: "org.vigil.Quick1", signal: "Done", arguments: [.string("queued")]),
+            ]) { error in failures.withLock { $0.append(error.message) } }
+            // Queued after the changes: it sees the object.
+            #expect(await service.server.exportedPaths.contains(quickPath))
+            var seen: [String] = []
+            for _ in 0..<2 {
+                let message = try #require(await iterator.next())
+                seen.append("\(message.member ?? "") \(message.path ?? "")")
+            }
+            #expect(seen == ["InterfacesAdded /org/vigil", "Done \(quickPath)"])
+
+            let slow = DBusInterface("org.vigil.Slow1", properties: [.readOnly("Name", String.self) { "slow" }])
+            service.server.applyQueued([.export(path: "/org/vigil/Test/SlowQueued", interfaces: [slow])]) { error in
+                failures.withLock { $0.append(error.message) }
+            }
+            _ = await service.server.exportedPaths
+            #expect(failures.withLock { $0 } == ["a change queued without waiting needs a getter that waits"])
             await client.close()
         }
     }

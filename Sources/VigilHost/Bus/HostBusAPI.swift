@@ -297,17 +297,28 @@ public actor HostBusAPI {
                 // Refused by the power backend: it never existed.
                 return
             case .acquired:
-                let shownAhead = published.withLock { state in
-                    guard state.shownAhead.remove(id) != nil else { return false }
-                    state.highestShownLease = max(state.highestShownLease, id.rawValue)
-                    return true
+                // Whether BeginBackgroundTask exported it (and sent its
+                // signals), else whether it is shown already; a client lease
+                // is claimed here in the same lock, so that its Begin, which
+                // claims under the lock too, leaves it to this following.
+                let (shownAhead, shown) = published.withLock { state in
+                    if state.shownAhead.remove(id) != nil {
+                        state.highestShownLease = max(state.highestShownLease, id.rawValue)
+                        return (true, true)
+                    }
+                    guard state.leases[id] == nil else { return (false, true) }
+                    if event.lease.client != nil {
+                        state.leases[id] = LeaseEntry(snapshot: event.lease, kind: ClientLeases.strategyName)
+                        state.leasePaths = nil
+                        state.leaseRows = nil
+                    }
+                    return (false, false)
                 }
                 if shownAhead {
-                    // BeginBackgroundTask exported it and sent its signals.
                     await limiter?.track(path, interface: HostBusInterfaces.lease(self, id: id), startsInterval: false)
                     return
                 }
-                guard leaseEntry(id) == nil else { return }
+                guard !shown else { return }
                 // One hop to the connection's queue: the object, then the signals.
                 try await addLease(event.lease, on: server, then: [
                     Self.hostPropertiesChanged(["Leases"]),
