@@ -129,7 +129,7 @@ func dbusAPIBench(_ args: [String]) async throws {
     // leases are client leases another connection holds.
     let vigild = try await startBenchVigild(busAddress: address, dir: directory, hostSettings: """
         client_max_leases_per_uid = 100000
-        client_max_budget_per_uid = "100000000h"
+        client_max_budget_per_uid = "100000h"
         """)
     defer { vigild.terminate(); vigild.waitUntilExit() }
     let holder = try await DBusConnection.connect(to: .address(address))
