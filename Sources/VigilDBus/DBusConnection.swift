@@ -723,10 +723,7 @@ private final class WeakConnection {
 /// libdispatch's manager thread crashed in `_dispatch_event_loop_drain`
 /// (seen once in a whole test run). A duplicate's number is not reused
 /// before its cancel handler closes it.
-///
-/// `@unchecked Sendable` (a libdbus watch handle): sent only to the
-/// connection's queue (``update()``); every member is used only there.
-private final class WatchBox: @unchecked Sendable {
+private final class WatchBox {
     let watch: OpaquePointer
     weak var connection: DBusConnection?
     var readSource: (any DispatchSourceRead)?
@@ -735,35 +732,14 @@ private final class WatchBox: @unchecked Sendable {
     var readActive = false
     var writeActive = false
     var removed = false
-    /// An ``apply()`` is queued.
-    var applyQueued = false
 
     init(watch: OpaquePointer, connection: DBusConnection?) {
         self.watch = watch
         self.connection = connection
     }
 
-    /// libdbus enabled or disabled the watch. Applied to the sources at the
-    /// end of the current work on the queue: libdbus turns the writable
-    /// watch on and off again within nearly every send (on for the queued
-    /// message, off once it wrote it at once), and each resume re-armed the
-    /// source in libdispatch's manager thread, whose writable event then
-    /// woke it and ran a handler with nothing to write, for every reply
-    /// sent. A toggle undone within the same work now costs nothing.
     func update() {
         guard let connection, !removed else { return remove() }
-        guard !applyQueued else { return }
-        applyQueued = true
-        connection.queue.async { [self] in
-            applyQueued = false
-            apply()
-        }
-    }
-
-    /// Resumes or suspends the sources to follow the watch.
-    private func apply() {
-        // Removed (and possibly freed by libdbus) since: the watch is not read.
-        guard let connection, !removed else { return }
         let enabled = dbus_watch_get_enabled(watch) != 0
         let flags = dbus_watch_get_flags(watch)
         let fd = dbus_watch_get_unix_fd(watch)
