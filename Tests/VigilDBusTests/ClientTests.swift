@@ -121,6 +121,13 @@ struct ClientTests {
         }
     }
 
+    /// An interface whose property reads without waiting, with a signal.
+    static let quickInterface = DBusInterface(
+        "org.vigil.Quick1", properties: [DBusProperty("Name", signature: "s", immediate: { .string("quick") })],
+        signals: [DBusSignal("Done", arguments: [DBusArgument("what", "s")])])
+    /// An interface whose property is read by a getter that may wait.
+    static let slowInterface = DBusInterface("org.vigil.Slow1", properties: [.readOnly("Name", String.self) { "slow" }])
+
     /// `apply` makes its changes in order, with values read off the queue
     /// where a getter waits, and stops at the first that fails.
     @Test func applyMakesChangesInOrderAndStopsAtTheFirstFailure() async throws {
@@ -128,9 +135,8 @@ struct ClientTests {
             let client = try await service.bus.connect()
             let signals = try await client.signals(matching: DBusMatchRule(sender: TestService.name))
             var iterator = signals.makeAsyncIterator()
-            let quick = DBusInterface("org.vigil.Quick1", properties: [DBusProperty("Name", signature: "s", immediate: { .string("quick") })],
-                                      signals: [DBusSignal("Done", arguments: [DBusArgument("what", "s")])])
-            let slow = DBusInterface("org.vigil.Slow1", properties: [.readOnly("Name", String.self) { "slow" }])
+            let quick = Self.quickInterface
+            let slow = Self.slowInterface
             let (quickPath, slowPath) = ("/org/vigil/Test/Quick", "/org/vigil/Test/Slow")
             await #expect(throws: DBusError.self) {
                 try await service.server.apply([
@@ -177,8 +183,7 @@ struct ClientTests {
             let client = try await service.bus.connect()
             let signals = try await client.signals(matching: DBusMatchRule(sender: TestService.name))
             var iterator = signals.makeAsyncIterator()
-            let quick = DBusInterface("org.vigil.Quick1", properties: [DBusProperty("Name", signature: "s", immediate: { .string("quick") })],
-                                      signals: [DBusSignal("Done", arguments: [DBusArgument("what", "s")])])
+            let quick = Self.quickInterface
             let quickPath = "/org/vigil/Test/Queued"
             let failures = Mutex<[String]>([])
             service.server.applyQueued([
@@ -194,7 +199,7 @@ struct ClientTests {
             }
             #expect(seen == ["InterfacesAdded /org/vigil", "Done \(quickPath)"])
 
-            let slow = DBusInterface("org.vigil.Slow1", properties: [.readOnly("Name", String.self) { "slow" }])
+            let slow = Self.slowInterface
             service.server.applyQueued([.export(path: "/org/vigil/Test/SlowQueued", interfaces: [slow])]) { error in
                 failures.withLock { $0.append(error.message) }
             }
