@@ -144,10 +144,11 @@ func voipSocketBench(_ arguments: [String]) async throws {
     print("ratio: strategy CPU per round / bare loop = \(String(format: "%.1f", cpu * 1000 / max(reference.clientCPUms, 0.001)))x")
 }
 
-/// What vigild's bus projection does per lease event (HostBusAPI's
-/// follower), without a bus: a task reading `registry.events()`, one hop
-/// into an actor that keeps each lease's snapshot, and for a status change
-/// a hop into a rate limiter that announces each lease at most once a second.
+/// What vigild's bus projection does per lease change (HostBusAPI's
+/// follower), without a bus: a task reading `registry.changes()`, one hop
+/// into an actor that keeps each lease's snapshot, and for a batch of
+/// status changes a hop into a rate limiter that announces each lease at
+/// most once a second.
 actor BusFollowerStandIn {
     private var leases: [LeaseID: LeaseSnapshot] = [:]
     private(set) var statusEvents = 0
@@ -157,16 +158,16 @@ actor BusFollowerStandIn {
 
     static func follow(_ registry: LeaseRegistry) async -> BusFollowerStandIn {
         let follower = BusFollowerStandIn()
-        let events = await registry.events()
-        await follower.start(events, clock: registry.clock)
+        let changes = await registry.changes()
+        await follower.start(changes, clock: registry.clock)
         return follower
     }
 
-    private func start(_ events: AsyncStream<LeaseEvent>, clock: any VigilClock) {
+    private func start(_ changes: AsyncStream<LeaseChange>, clock: any VigilClock) {
         task = Task { [weak self] in
-            for await event in events {
+            for await change in changes {
                 guard let self else { return }
-                await self.follow(event, now: clock.now)
+                await self.follow(change, now: clock.now)
             }
         }
     }
@@ -174,36 +175,46 @@ actor BusFollowerStandIn {
     nonisolated func stop() { Task { await self.cancel() } }
     private func cancel() { task?.cancel() }
 
-    private func follow(_ event: LeaseEvent, now: VigilInstant) async {
-        let id = event.lease.id
-        switch event.kind {
-        case .acquired: leases[id] = event.lease
-        case .released, .expired: leases[id] = nil
-        case .status:
-            guard var entry = leases[id] else { return }
-            entry.status = event.lease.status
-            leases[id] = entry
-            statusEvents += 1
-            if await limiter.changed("/org/vigil/Vigil1/lease/\(id)", now: now) { announcements += 1 }
-        default: return
+    private func follow(_ change: LeaseChange, now: VigilInstant) async {
+        switch change {
+        case .event(let event):
+            switch event.kind {
+            case .acquired: leases[event.lease.id] = event.lease
+            case .released, .expired: leases[event.lease.id] = nil
+            default: return
+            }
+        case .statuses(let statuses):
+            var paths: [String] = []
+            paths.reserveCapacity(statuses.count)
+            for change in statuses {
+                guard let index = leases.index(forKey: change.lease) else { continue }
+                leases.values[index].status = change.status
+                paths.append("/org/vigil/Vigil1/lease/\(change.lease)")
+            }
+            statusEvents += paths.count
+            announcements += await limiter.changed(paths, now: now)
         }
     }
 }
 
 /// The rate limiter's bookkeeping (PropertiesChangedLimiter): one
-/// announcement per object per second.
+/// announcement per object per second; returns how many were announced now.
 actor LimiterStandIn {
     private var announcedAt: [String: VigilInstant] = [:]
     private var pending: Set<String> = []
 
-    func changed(_ path: String, now: VigilInstant) -> Bool {
-        if let last = announcedAt[path], now - last < .seconds(1) {
-            pending.insert(path)
-            return false
+    func changed(_ paths: [String], now: VigilInstant) -> Int {
+        var announced = 0
+        for path in paths {
+            if let last = announcedAt[path], now - last < .seconds(1) {
+                pending.insert(path)
+                continue
+            }
+            announcedAt[path] = now
+            pending.remove(path)
+            announced += 1
         }
-        announcedAt[path] = now
-        pending.remove(path)
-        return true
+        return announced
     }
 }
 
