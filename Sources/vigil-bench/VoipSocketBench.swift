@@ -133,7 +133,7 @@ func voipSocketBench(_ arguments: [String]) async throws {
     print("late pings (strategy):   \(latePings) of \(sentPings) pings so far started after their window's end; overruns \(overruns)")
     let stats = await scheduler.statistics
     print("wake scheduler:          \(stats.batchesFired) batches for \(stats.requestsFired) wakes")
-    if let standIn { print("registry follower:       \(await standIn.statusEvents) status events seen, \(await standIn.announcements) rate-limited announcements") }
+    if let standIn { print("registry follower:       \(await standIn.statusEvents) statuses seen in \(await standIn.statusBatches) batches, \(await standIn.announcements) rate-limited announcements") }
     await supervisor.stopAll()
 
     // Reference: the same round from a bare epoll loop over plain sockets.
@@ -152,6 +152,7 @@ func voipSocketBench(_ arguments: [String]) async throws {
 actor BusFollowerStandIn {
     private var leases: [LeaseID: LeaseSnapshot] = [:]
     private(set) var statusEvents = 0
+    private(set) var statusBatches = 0
     private(set) var announcements = 0
     private let limiter = LimiterStandIn()
     private var task: Task<Void, Never>?
@@ -192,6 +193,7 @@ actor BusFollowerStandIn {
                 paths.append("/org/vigil/Vigil1/lease/\(change.lease)")
             }
             statusEvents += paths.count
+            statusBatches += 1
             announcements += await limiter.changed(paths, now: now)
         }
     }

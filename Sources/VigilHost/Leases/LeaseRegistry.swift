@@ -284,9 +284,17 @@ public actor LeaseRegistry: LeaseStatusSink {
     /// of the call); returns where the entry is, or nil when the lease is
     /// unknown or had that status already.
     private func storeStatus(_ id: LeaseID, _ status: [String: StatusValue]) -> [LeaseID: Entry].Index? {
-        guard let index = entries.index(forKey: id), entries.values[index].snapshot.status != status else { return nil }
-        entries.values[index].snapshot.status = status
+        guard let index = entries.index(forKey: id), Self.replaceStatus(of: &entries.values[index].snapshot, with: status) else { return nil }
         return index
+    }
+
+    /// Whether `snapshot` took `status` (false: it had it already). Inout,
+    /// so the entry is read where it lies (reading it out of the table
+    /// copies it, retaining everything it holds).
+    private static func replaceStatus(of snapshot: inout LeaseSnapshot, with status: [String: StatusValue]) -> Bool {
+        guard snapshot.status != status else { return false }
+        snapshot.status = status
+        return true
     }
 
     /// ``setStatus(_:_:)`` for many leases, in order, in one call.
