@@ -94,12 +94,16 @@ final class TCPLink: Sendable {
     static let dataCap = 1 << 20
 
     let clock: any VigilClock
+    /// Which clock, for ``HandlerDeadlines``: worked out once, since telling
+    /// clocks apart takes a dynamic cast, too dear for every ping.
+    let clockIdentity: ObjectIdentifier
     let options: LinkOptions
     private let loop: SocketEventLoop
     private let state: Mutex<State>
 
     private init(fd: Int32, tls: TLSSession?, clock: any VigilClock, options: LinkOptions, loop: SocketEventLoop) {
         self.clock = clock
+        self.clockIdentity = instanceIdentity(of: clock)
         self.options = options
         self.loop = loop
         self.state = Mutex(State(fd: fd, tls: tls, framer: options.framing.makeFramer()))
@@ -542,7 +546,7 @@ final class TCPLink: Sendable {
             s.handlerGeneration &+= 1
             return s.handlerGeneration
         }
-        HandlerDeadlines.shared.add(deadline, clock: clock, link: self, generation: generation)
+        HandlerDeadlines.shared.add(deadline, clock: clock, identity: clockIdentity, link: self, generation: generation)
         return generation
     }
 
