@@ -153,7 +153,18 @@ func voipSocketBench(_ arguments: [String]) async throws {
 /// status changes a hop into a rate limiter that announces each lease at
 /// most once a second.
 actor BusFollowerStandIn {
-    private var leases: [LeaseID: LeaseSnapshot] = [:]
+    /// A lease as HostBusAPI keeps it: its snapshot and its object path.
+    private struct Followed {
+        var snapshot: LeaseSnapshot
+        var path: String
+
+        mutating func take(_ status: [String: StatusValue]) -> String {
+            snapshot.status = status
+            return path
+        }
+    }
+
+    private var leases: [LeaseID: Followed] = [:]
     private(set) var statusEvents = 0
     private(set) var statusBatches = 0
     private(set) var announcements = 0
@@ -183,7 +194,7 @@ actor BusFollowerStandIn {
         switch change {
         case .event(let event):
             switch event.kind {
-            case .acquired: leases[event.lease.id] = event.lease
+            case .acquired: leases[event.lease.id] = Followed(snapshot: event.lease, path: HostBusNames.leasePath(event.lease.id))
             case .released, .expired: leases[event.lease.id] = nil
             default: return
             }
@@ -192,8 +203,7 @@ actor BusFollowerStandIn {
             paths.reserveCapacity(statuses.count)
             for change in statuses {
                 guard let index = leases.index(forKey: change.lease) else { continue }
-                leases.values[index].status = change.status
-                paths.append("/org/vigil/Vigil1/lease/\(change.lease)")
+                paths.append(leases.values[index].take(change.status))
             }
             statusEvents += paths.count
             statusBatches += 1

@@ -44,6 +44,21 @@ public actor HostBusAPI {
         var snapshot: LeaseSnapshot
         /// The kind of the lease's strategy.
         var kind: String
+        /// Its object path, made once: a status batch names thousands.
+        var path: String
+
+        init(snapshot: LeaseSnapshot, kind: String) {
+            self.snapshot = snapshot
+            self.kind = kind
+            self.path = HostBusNames.leasePath(snapshot.id)
+        }
+
+        /// Takes `status`; returns the path to announce (changed in place:
+        /// reading an entry out of the table copies it).
+        mutating func take(_ status: [String: StatusValue]) -> String {
+            snapshot.status = status
+            return path
+        }
     }
 
     /// What the handlers read, published by this actor after each change.
@@ -357,8 +372,7 @@ public actor HostBusAPI {
             paths.reserveCapacity(statuses.count)
             for change in statuses {
                 guard let index = state.leases.index(forKey: change.lease) else { continue }
-                state.leases.values[index].snapshot.status = change.status
-                paths.append(HostBusNames.leasePath(change.lease))
+                paths.append(state.leases.values[index].take(change.status))
             }
             return paths
         }
