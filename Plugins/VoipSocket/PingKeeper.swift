@@ -153,12 +153,12 @@ final class PingKeeper: Sendable {
         if !expectsPong {
             settle(.success(clock.now), handler: handler)
         } else {
-            link.onPong { [self] result in settle(result, handler: handler) }
+            link.onPong(PongWaiter(keeper: self, handler: handler))
         }
     }
 
     /// The handler finished at the given instant, or failed.
-    private func settle(_ result: Result<VigilInstant, any Error>, handler: UInt64) {
+    func settle(_ result: Result<VigilInstant, any Error>, handler: UInt64) {
         var overran = false
         var reason = ""
         if case .failure(let error) = result {

@@ -40,24 +40,34 @@ struct LinkOptions: Sendable, Hashable {
     }
 }
 
+/// Who waits for a pong: a keep-alive round (its keeper and handler
+/// generation). A value, not a closure: a closure's context is an
+/// allocation, once per ping of every connection.
+struct PongWaiter: Sendable {
+    let keeper: PingKeeper
+    let handler: UInt64
+
+    func settle(_ result: Result<VigilInstant, any Error>) { keeper.settle(result, handler: handler) }
+}
+
 /// What to resume once a link's lock is released, in order, the pong's
 /// waiter first. The pong's waiter is kept apart: a pong comes once per ping
 /// of every connection, and this way costs no closure and no array.
 struct Resumes {
-    private var pongWaiter: (@Sendable (Result<VigilInstant, any Error>) -> Void)?
+    private var pongWaiter: PongWaiter?
     private var pongAt = VigilInstant(nanoseconds: 0)
     private var others: [() -> Void] = []
 
     mutating func append(_ resume: @escaping () -> Void) { others.append(resume) }
 
     /// The pong arrived at `at`: `waiter` hears it first.
-    mutating func pong(_ waiter: @escaping @Sendable (Result<VigilInstant, any Error>) -> Void, at: VigilInstant) {
+    mutating func pong(_ waiter: PongWaiter, at: VigilInstant) {
         pongWaiter = waiter
         pongAt = at
     }
 
     func run() {
-        pongWaiter?(.success(pongAt))
+        pongWaiter?.settle(.success(pongAt))
         for resume in others { resume() }
     }
 }
@@ -92,9 +102,9 @@ final class TCPLink: Sendable {
         var framer: Framer
         var awaitingPong = false
         var pongAt: VigilInstant?
-        /// Whoever waits for the pong: an awaiting task, or the keep-alive
-        /// round (``PingKeeper``), called on the thread that settles it.
-        var pongWaiter: (@Sendable (Result<VigilInstant, any Error>) -> Void)?
+        /// The keep-alive round waiting for the pong (``PingKeeper``),
+        /// settled on the thread that learns the outcome.
+        var pongWaiter: PongWaiter?
         var control: [[UInt8]] = []
         var controlWaiter: CheckedContinuation<[UInt8], any Error>?
         var data: [DataFrame] = []
@@ -384,7 +394,7 @@ final class TCPLink: Sendable {
         let error = LinkError(s.endReason ?? reason)
         // The pong waiter first: a keep-alive round notes why it failed
         // before the session waiting for the end goes on.
-        if let w = s.pongWaiter { s.pongWaiter = nil; resumes.append { w(.failure(error)) } }
+        if let w = s.pongWaiter { s.pongWaiter = nil; resumes.append { w.settle(.failure(error)) } }
         if let w = s.endWaiter { s.endWaiter = nil; let r = s.endReason ?? reason; resumes.append { w.resume(returning: r) } }
         if let w = s.writeWaiter { s.writeWaiter = nil; resumes.append { w.resume(throwing: error) } }
         if let w = s.connectWaiter { s.connectWaiter = nil; resumes.append { w.resume(throwing: error) } }
@@ -540,19 +550,19 @@ final class TCPLink: Sendable {
         }
     }
 
-    /// Calls `settle` once with the pong `expectPong` started looking for
+    /// Settles `waiter` once with the pong `expectPong` started looking for
     /// (when it arrived), or the failure: the link ended, or the handler's
     /// deadline passed. Called at once when that is already known, else on
     /// the thread that learns it (the event thread for a pong).
-    func onPong(_ settle: @escaping @Sendable (Result<VigilInstant, any Error>) -> Void) {
+    func onPong(_ waiter: PongWaiter) {
         let now: Result<VigilInstant, any Error>? = state.withLock { s in
             if let at = s.pongAt { return .success(at) }
             if let reason = s.endReason { return .failure(LinkError(reason)) }
             if s.handlerExpired { return .failure(HandlerDeadlinePassed()) }
-            s.pongWaiter = settle
+            s.pongWaiter = waiter
             return nil
         }
-        if let now { settle(now) }
+        if let now { waiter.settle(now) }
     }
 
     /// Starts a ping handler that waits on this link only (``sendSome``,
@@ -593,7 +603,7 @@ final class TCPLink: Sendable {
         state.withLock { s in
             guard s.handlerGeneration == generation else { return }
             s.handlerExpired = true
-            if let w = s.pongWaiter { s.pongWaiter = nil; resumes.append { w(.failure(HandlerDeadlinePassed())) } }
+            if let w = s.pongWaiter { s.pongWaiter = nil; resumes.append { w.settle(.failure(HandlerDeadlinePassed())) } }
             if let w = s.writeWaiter { s.writeWaiter = nil; resumes.append { w.resume(throwing: HandlerDeadlinePassed()) } }
         }
         resumes.run()
