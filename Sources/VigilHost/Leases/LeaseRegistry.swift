@@ -135,13 +135,8 @@ public actor LeaseRegistry: LeaseStatusSink {
 
     /// Every event from now on, in order. Ends when the consumer stops iterating.
     public func events() -> AsyncStream<LeaseEvent> {
-        let (stream, continuation) = AsyncStream.makeStream(of: LeaseEvent.self, bufferingPolicy: .unbounded)
-        let key = nextSubscriber
-        nextSubscriber += 1
+        let (stream, continuation, key) = subscription(of: LeaseEvent.self)
         subscribers[key] = continuation
-        continuation.onTermination = { [weak self] _ in
-            Task { await self?.unsubscribe(key) }
-        }
         return stream
     }
 
@@ -152,14 +147,20 @@ public actor LeaseRegistry: LeaseStatusSink {
     /// every status (the D-Bus projection). Ends when the consumer stops
     /// iterating.
     public func changes() -> AsyncStream<LeaseChange> {
-        let (stream, continuation) = AsyncStream.makeStream(of: LeaseChange.self, bufferingPolicy: .unbounded)
+        let (stream, continuation, key) = subscription(of: LeaseChange.self)
+        changeSubscribers[key] = continuation
+        return stream
+    }
+
+    /// A new unbounded stream and its key; it unsubscribes when its consumer stops.
+    private func subscription<Element>(of: Element.Type) -> (AsyncStream<Element>, AsyncStream<Element>.Continuation, UInt64) {
+        let (stream, continuation) = AsyncStream.makeStream(of: Element.self, bufferingPolicy: .unbounded)
         let key = nextSubscriber
         nextSubscriber += 1
-        changeSubscribers[key] = continuation
         continuation.onTermination = { [weak self] _ in
             Task { await self?.unsubscribe(key) }
         }
-        return stream
+        return (stream, continuation, key)
     }
 
     private func unsubscribe(_ key: UInt64) {
