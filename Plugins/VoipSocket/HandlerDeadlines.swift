@@ -42,8 +42,8 @@ final class HandlerDeadlines: Sendable {
 
     /// Fails `link`'s handler `generation` (``TCPLink/expireHandler(generation:)``)
     /// once `deadline` passes on `clock`, unless a newer handler runs by then.
-    func add(_ deadline: VigilInstant, clock: any VigilClock, link: TCPLink, generation: UInt64) {
-        let key = instanceIdentity(of: clock)
+    /// `identity`: the clock's ``instanceIdentity(of:)``.
+    func add(_ deadline: VigilInstant, clock: any VigilClock, identity key: ObjectIdentifier, link: TCPLink, generation: UInt64) {
         let start: (UInt64, VigilInstant)? = state.withLock { s in
             // Changed in place: one lookup, no copy of the heap.
             func add(_ queue: inout Queue, _ lastSleeper: inout UInt64) -> (UInt64, VigilInstant)? {

@@ -153,19 +153,21 @@ final class PingKeeper: Sendable {
         if !expectsPong {
             settle(.success(clock.now), handler: handler)
         } else {
-            link.onPong { [self] result in settle(result, handler: handler) }
+            link.onPong(PongWaiter(keeper: self, handler: handler))
         }
     }
 
     /// The handler finished at the given instant, or failed.
-    private func settle(_ result: Result<VigilInstant, any Error>, handler: UInt64) {
+    func settle(_ result: Result<VigilInstant, any Error>, handler: UInt64) {
         var overran = false
         var reason = ""
         if case .failure(let error) = result {
             overran = error is TCPLink.HandlerDeadlinePassed
             reason = overran ? overrunReason : "ping failed: \(error)"
         }
-        let now = clock.now
+        // Only a failure needs the time (a pong carries its arrival): no
+        // clock read per pong.
+        let now: VigilInstant? = overran ? clock.now : nil
         let started: VigilInstant? = state.withLock { s in
             guard case .pinging(let started, let h) = s.phase, h == handler else { return nil }
             switch result {
@@ -174,7 +176,7 @@ final class PingKeeper: Sendable {
                 scheduleNext(&s)
             case .failure:
                 s.failure = reason
-                if overran { s.overrunLate = now - (started + handlerTimeout) }
+                if let now { s.overrunLate = now - (started + handlerTimeout) }
                 s.phase = .stopped
             }
             return started

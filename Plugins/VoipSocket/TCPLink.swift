@@ -40,6 +40,38 @@ struct LinkOptions: Sendable, Hashable {
     }
 }
 
+/// Who waits for a pong: a keep-alive round (its keeper and handler
+/// generation). A value, not a closure: a closure's context is an
+/// allocation, once per ping of every connection.
+struct PongWaiter: Sendable {
+    let keeper: PingKeeper
+    let handler: UInt64
+
+    func settle(_ result: Result<VigilInstant, any Error>) { keeper.settle(result, handler: handler) }
+}
+
+/// What to resume once a link's lock is released, in order, the pong's
+/// waiter first. The pong's waiter is kept apart: a pong comes once per ping
+/// of every connection, and this way costs no closure and no array.
+struct Resumes {
+    private var pongWaiter: PongWaiter?
+    private var pongAt = VigilInstant(nanoseconds: 0)
+    private var others: [() -> Void] = []
+
+    mutating func append(_ resume: @escaping () -> Void) { others.append(resume) }
+
+    /// The pong arrived at `at`: `waiter` hears it first.
+    mutating func pong(_ waiter: PongWaiter, at: VigilInstant) {
+        pongWaiter = waiter
+        pongAt = at
+    }
+
+    func run() {
+        pongWaiter?.settle(.success(pongAt))
+        for resume in others { resume() }
+    }
+}
+
 /// One TCP connection on the plugin's ``SocketEventLoop``.
 ///
 /// The event thread reads whatever arrives and, under the link's lock,
@@ -70,9 +102,9 @@ final class TCPLink: Sendable {
         var framer: Framer
         var awaitingPong = false
         var pongAt: VigilInstant?
-        /// Whoever waits for the pong: an awaiting task, or the keep-alive
-        /// round (``PingKeeper``), called on the thread that settles it.
-        var pongWaiter: (@Sendable (Result<VigilInstant, any Error>) -> Void)?
+        /// The keep-alive round waiting for the pong (``PingKeeper``),
+        /// settled on the thread that learns the outcome.
+        var pongWaiter: PongWaiter?
         var control: [[UInt8]] = []
         var controlWaiter: CheckedContinuation<[UInt8], any Error>?
         var data: [DataFrame] = []
@@ -94,12 +126,16 @@ final class TCPLink: Sendable {
     static let dataCap = 1 << 20
 
     let clock: any VigilClock
+    /// Which clock, for ``HandlerDeadlines``: worked out once, since telling
+    /// clocks apart takes a dynamic cast, too dear for every ping.
+    let clockIdentity: ObjectIdentifier
     let options: LinkOptions
     private let loop: SocketEventLoop
     private let state: Mutex<State>
 
     private init(fd: Int32, tls: TLSSession?, clock: any VigilClock, options: LinkOptions, loop: SocketEventLoop) {
         self.clock = clock
+        self.clockIdentity = instanceIdentity(of: clock)
         self.options = options
         self.loop = loop
         self.state = Mutex(State(fd: fd, tls: tls, framer: options.framing.makeFramer()))
@@ -147,9 +183,9 @@ final class TCPLink: Sendable {
             throw error
         }
         if rc == 0 {
-            var resumes: [() -> Void] = []
+            var resumes = Resumes()
             link.state.withLock { s in if s.phase == .connecting { link.connected(&s, resumes: &resumes) } }
-            for resume in resumes { resume() }
+            resumes.run()
         }
         do {
             try await link.awaitConnected()
@@ -170,7 +206,7 @@ final class TCPLink: Sendable {
 
     /// Called by the event thread with the readiness bits of this socket.
     func handle(events: UInt32, buffer: UnsafeMutableRawBufferPointer) {
-        var resumes: [() -> Void] = []
+        var resumes = Resumes()
         state.withLock { s in
             guard s.fd >= 0 else { return }
             if s.phase == .connecting {
@@ -198,11 +234,11 @@ final class TCPLink: Sendable {
                 drain(&s, buffer: buffer, hangup: events & (vigil_EV_RDHUP | vigil_EV_HUP | vigil_EV_ERR) != 0, resumes: &resumes)
             }
         }
-        for resume in resumes { resume() }
+        resumes.run()
     }
 
     /// The TCP connection is up: open, or on to the TLS handshake.
-    private func connected(_ s: inout State, resumes: inout [() -> Void]) {
+    private func connected(_ s: inout State, resumes: inout Resumes) {
         if s.tls == nil {
             s.phase = .open
             finishConnect(&s, .success(()), resumes: &resumes)
@@ -213,7 +249,7 @@ final class TCPLink: Sendable {
     }
 
     /// Drives the non-blocking TLS handshake as far as the socket allows.
-    private func stepHandshake(_ s: inout State, resumes: inout [() -> Void]) {
+    private func stepHandshake(_ s: inout State, resumes: inout Resumes) {
         guard let tls = s.tls else { return }
         withUnsafeTemporaryAllocation(of: CChar.self, capacity: 512) { error in
             error[0] = 0
@@ -231,7 +267,7 @@ final class TCPLink: Sendable {
         }
     }
 
-    private func finishConnect(_ s: inout State, _ result: Result<Void, LinkError>, resumes: inout [() -> Void]) {
+    private func finishConnect(_ s: inout State, _ result: Result<Void, LinkError>, resumes: inout Resumes) {
         s.connectResult = result
         if case .failure = result { s.phase = .ended }
         if let w = s.connectWaiter {
@@ -243,7 +279,7 @@ final class TCPLink: Sendable {
     /// Reads until the socket has nothing more (edge-triggered epoll).
     /// `hangup`: the event said the peer closed or the socket failed, which
     /// raises no new edge: read until the end is seen.
-    private func drain(_ s: inout State, buffer: UnsafeMutableRawBufferPointer, hangup: Bool, resumes: inout [() -> Void]) {
+    private func drain(_ s: inout State, buffer: UnsafeMutableRawBufferPointer, hangup: Bool, resumes: inout Resumes) {
         if let tls = s.tls {
             drainTLS(&s, tls, buffer: buffer, resumes: &resumes)
             return
@@ -274,7 +310,7 @@ final class TCPLink: Sendable {
         }
     }
 
-    private func drainTLS(_ s: inout State, _ tls: TLSSession, buffer: UnsafeMutableRawBufferPointer, resumes: inout [() -> Void]) {
+    private func drainTLS(_ s: inout State, _ tls: TLSSession, buffer: UnsafeMutableRawBufferPointer, resumes: inout Resumes) {
         withUnsafeTemporaryAllocation(of: CChar.self, capacity: 512) { error in
             while s.phase == .open {
                 var status: Int32 = 0
@@ -291,7 +327,7 @@ final class TCPLink: Sendable {
         }
     }
 
-    private func deliver(_ s: inout State, _ bytes: UnsafeRawBufferPointer, resumes: inout [() -> Void]) {
+    private func deliver(_ s: inout State, _ bytes: UnsafeRawBufferPointer, resumes: inout Resumes) {
         let now = clock.now
         s.lastReceived = now
         s.bytesReceived &+= UInt64(bytes.count)
@@ -343,22 +379,22 @@ final class TCPLink: Sendable {
         }
     }
 
-    private func pongArrived(_ s: inout State, at now: VigilInstant, resumes: inout [() -> Void]) {
+    private func pongArrived(_ s: inout State, at now: VigilInstant, resumes: inout Resumes) {
         s.pongAt = now
         if let w = s.pongWaiter {
             s.pongWaiter = nil
-            resumes.append { w(.success(now)) }
+            resumes.pong(w, at: now)
         }
     }
 
     /// Marks the link ended and fails every waiter (the fd stays until `close`).
-    private func end(_ s: inout State, _ reason: String, resumes: inout [() -> Void]) {
+    private func end(_ s: inout State, _ reason: String, resumes: inout Resumes) {
         if s.endReason == nil { s.endReason = reason }
         s.phase = .ended
         let error = LinkError(s.endReason ?? reason)
         // The pong waiter first: a keep-alive round notes why it failed
         // before the session waiting for the end goes on.
-        if let w = s.pongWaiter { s.pongWaiter = nil; resumes.append { w(.failure(error)) } }
+        if let w = s.pongWaiter { s.pongWaiter = nil; resumes.append { w.settle(.failure(error)) } }
         if let w = s.endWaiter { s.endWaiter = nil; let r = s.endReason ?? reason; resumes.append { w.resume(returning: r) } }
         if let w = s.writeWaiter { s.writeWaiter = nil; resumes.append { w.resume(throwing: error) } }
         if let w = s.connectWaiter { s.connectWaiter = nil; resumes.append { w.resume(throwing: error) } }
@@ -444,8 +480,8 @@ final class TCPLink: Sendable {
     /// task of its own; it waits in a task only when this would block).
     func sendSome(_ bytes: [UInt8], from start: Int) throws -> SendProgress {
         var offset = start
-        var pendingResumes: [() -> Void] = []
-        defer { for resume in pendingResumes { resume() } }
+        var pendingResumes = Resumes()
+        defer { pendingResumes.run() }
         while offset < bytes.count {
             let (count, error, edges): (Int, Int32, UInt64) = try state.withLock { s in
                 if let reason = s.endReason { throw LinkError(reason) }
@@ -456,7 +492,7 @@ final class TCPLink: Sendable {
                 if n < 0, error != EAGAIN, error != EWOULDBLOCK {
                     // This took the socket's error: record it as the end, or
                     // the event thread would only see ENOTCONN.
-                    var resumes: [() -> Void] = []
+                    var resumes = Resumes()
                     end(&s, "connection lost: \(String(cString: strerror(error)))", resumes: &resumes)
                     pendingResumes = resumes
                 }
@@ -470,7 +506,7 @@ final class TCPLink: Sendable {
     }
 
     /// One SSL_write; (count, EAGAIN when it must wait for an event, edges).
-    private func sendTLS(_ s: inout State, _ tls: TLSSession, _ bytes: [UInt8], _ offset: Int, _ pending: inout [() -> Void]) throws -> (Int, Int32, UInt64) {
+    private func sendTLS(_ s: inout State, _ tls: TLSSession, _ bytes: [UInt8], _ offset: Int, _ pending: inout Resumes) throws -> (Int, Int32, UInt64) {
         try withUnsafeTemporaryAllocation(of: CChar.self, capacity: 512) { error in
             var status: Int32 = 0
             error[0] = 0
@@ -514,19 +550,19 @@ final class TCPLink: Sendable {
         }
     }
 
-    /// Calls `settle` once with the pong `expectPong` started looking for
+    /// Settles `waiter` once with the pong `expectPong` started looking for
     /// (when it arrived), or the failure: the link ended, or the handler's
     /// deadline passed. Called at once when that is already known, else on
     /// the thread that learns it (the event thread for a pong).
-    func onPong(_ settle: @escaping @Sendable (Result<VigilInstant, any Error>) -> Void) {
+    func onPong(_ waiter: PongWaiter) {
         let now: Result<VigilInstant, any Error>? = state.withLock { s in
             if let at = s.pongAt { return .success(at) }
             if let reason = s.endReason { return .failure(LinkError(reason)) }
             if s.handlerExpired { return .failure(HandlerDeadlinePassed()) }
-            s.pongWaiter = settle
+            s.pongWaiter = waiter
             return nil
         }
-        if let now { settle(now) }
+        if let now { waiter.settle(now) }
     }
 
     /// Starts a ping handler that waits on this link only (``sendSome``,
@@ -542,7 +578,7 @@ final class TCPLink: Sendable {
             s.handlerGeneration &+= 1
             return s.handlerGeneration
         }
-        HandlerDeadlines.shared.add(deadline, clock: clock, link: self, generation: generation)
+        HandlerDeadlines.shared.add(deadline, clock: clock, identity: clockIdentity, link: self, generation: generation)
         return generation
     }
 
@@ -563,14 +599,14 @@ final class TCPLink: Sendable {
     /// Fails the current and future waits of handler `generation` (its
     /// deadline passed), if it still runs.
     func expireHandler(generation: UInt64) {
-        var resumes: [() -> Void] = []
+        var resumes = Resumes()
         state.withLock { s in
             guard s.handlerGeneration == generation else { return }
             s.handlerExpired = true
-            if let w = s.pongWaiter { s.pongWaiter = nil; resumes.append { w(.failure(HandlerDeadlinePassed())) } }
+            if let w = s.pongWaiter { s.pongWaiter = nil; resumes.append { w.settle(.failure(HandlerDeadlinePassed())) } }
             if let w = s.writeWaiter { s.writeWaiter = nil; resumes.append { w.resume(throwing: HandlerDeadlinePassed()) } }
         }
-        for resume in resumes { resume() }
+        resumes.run()
     }
 
     /// Stops looking for a pong (the handler overran).
@@ -644,7 +680,7 @@ final class TCPLink: Sendable {
 
     /// Closes the socket and fails every waiter. Safe to call more than once.
     func close(reason: String = "closed by the strategy") {
-        var resumes: [() -> Void] = []
+        var resumes = Resumes()
         state.withLock { s in
             guard s.fd >= 0 else { return }
             loop.unregister(token: s.token, fd: s.fd)
@@ -654,7 +690,7 @@ final class TCPLink: Sendable {
             s.fd = -1
             end(&s, reason, resumes: &resumes)
         }
-        for resume in resumes { resume() }
+        resumes.run()
     }
 
     deinit {

@@ -593,6 +593,15 @@ final class StatusPublisher: Sendable {
         if start { Task.detached { await self.drain() } }
     }
 
+    /// How long the statuses that follow a published batch gather before
+    /// the next goes. A round of 10,000 pongs arrives over a few hundred
+    /// milliseconds: published as they came, it went as over a thousand
+    /// small batches, each a task, a hop into the registry and a wake-up of
+    /// every follower of the registry's changes; gathered, it goes as a few
+    /// large ones. A lone change (a reconnect) still goes at once. Far
+    /// inside the bus's 1 s rate limit of `Status`.
+    static let gathering: Duration = .milliseconds(25)
+
     private func drain() async {
         while true {
             let batch: [VoipConnection] = state.withLock { s in
@@ -602,6 +611,7 @@ final class StatusPublisher: Sendable {
             }
             if batch.isEmpty { return }
             await Self.publish(batch)
+            try? await Task.sleep(for: Self.gathering)
         }
     }
 

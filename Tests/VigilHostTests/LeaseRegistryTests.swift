@@ -177,4 +177,47 @@ func observe(_ registry: LeaseRegistry) async -> (EventLog, Task<Void, Never>) {
         #expect(pings == [.uint(1), .uint(7), .uint(2)])
         #expect(await registry.history.allSatisfy { $0.kind != .status })
     }
+
+    /// `changes()` carries the same history with statuses batched: a
+    /// setStatuses call is one element holding each changed lease's id and
+    /// status in order (nothing for an unchanged status or an unknown or
+    /// ended lease), a single setStatus is a batch of one, and life-cycle
+    /// events come one by one in their place between the batches.
+    @Test func changesBatchEachSetStatusesCall() async throws {
+        let registry = LeaseRegistry(clock: ManualClock())
+        let stream = await registry.changes()
+        let a = try await registry.acquire(strategy: "a", LeaseRequest(holds: "1", reason: "r"))
+        let b = try await registry.acquire(strategy: "b", LeaseRequest(holds: "2", reason: "r"))
+        let ended = try await registry.acquire(strategy: "c", LeaseRequest(holds: "3", reason: "r"))
+        await registry.release(ended)
+        await registry.setStatuses([
+            (a, ["Pings": .uint(1)]), (b, ["Pings": .uint(7)]), (a, ["Pings": .uint(2)]),
+            (a, ["Pings": .uint(2)]), (ended, ["Pings": .uint(9)]), (LeaseID(99), ["Pings": .uint(9)]),
+        ])
+        await registry.setStatuses([(b, ["Pings": .uint(7)])])  // unchanged: no element
+        await registry.setStatus(b, ["Pings": .uint(8)])
+        await registry.release(b)
+        var seen: [LeaseChange] = []
+        for await change in stream {
+            seen.append(change)
+            if case .event(let event) = change, event.kind == .released, event.lease.id == b { break }
+        }
+        let expected: [LeaseChange] = [
+            .statuses([
+                LeaseStatusChange(lease: a, status: ["Pings": .uint(1)]), LeaseStatusChange(lease: b, status: ["Pings": .uint(7)]),
+                LeaseStatusChange(lease: a, status: ["Pings": .uint(2)]),
+            ]),
+            .statuses([LeaseStatusChange(lease: b, status: ["Pings": .uint(8)])]),
+        ]
+        let batches = seen.filter { if case .statuses = $0 { return true } else { return false } }
+        #expect(batches == expected)
+        let events: [(LeaseEvent.Kind, LeaseID)] = seen.compactMap { if case .event(let e) = $0 { return (e.kind, e.lease.id) } else { return nil } }
+        #expect(events.map(\.0) == [.acquired, .acquired, .acquired, .released, .released])
+        #expect(events.map(\.1) == [a, b, ended, ended, b])
+        // The batches sit between the life-cycle events they came between.
+        guard seen.count == 7, case .statuses = seen[4], case .statuses = seen[5] else {
+            Issue.record("order: \(seen)")
+            return
+        }
+    }
 }

@@ -237,7 +237,8 @@ import VigilKit
             "reconnect": .table(["initial": .string("40ms"), "max": .string("160ms"), "jitter": .boolean(true)]),
         ])
         #expect(await server.count(.accepted, atLeast: 9))
-        let status = await h.status()
+        // Statuses reach the registry soon after the change, not at once.
+        let status = await h.waitForStatus { ($0["Reconnects"]?.uintValue ?? 0) >= 8 }
         await h.supervisor.stopAll()
         let accepts = server.all(.accepted).map(\.at)
         let gaps = zip(accepts.dropFirst(), accepts).map { ($0 - $1).seconds * 1000 }

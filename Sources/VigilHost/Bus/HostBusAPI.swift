@@ -44,6 +44,21 @@ public actor HostBusAPI {
         var snapshot: LeaseSnapshot
         /// The kind of the lease's strategy.
         var kind: String
+        /// Its object path, made once: a status batch names thousands.
+        var path: String
+
+        init(snapshot: LeaseSnapshot, kind: String) {
+            self.snapshot = snapshot
+            self.kind = kind
+            self.path = HostBusNames.leasePath(snapshot.id)
+        }
+
+        /// Takes `status`; returns the path to announce (changed in place:
+        /// reading an entry out of the table copies it).
+        mutating func take(_ status: [String: StatusValue]) -> String {
+            snapshot.status = status
+            return path
+        }
     }
 
     /// What the handlers read, published by this actor after each change.
@@ -126,7 +141,7 @@ public actor HostBusAPI {
         guard server == nil else { throw DBusError.failed("the org.vigil.Vigil1 objects are already exported") }
         // Subscribe before taking the snapshot: an event that happens in
         // between is in both, and the handlers skip what is already shown.
-        let leaseEvents = await services.registry.events()
+        let leaseChanges = await services.registry.changes()
         let statusChanges = await services.supervisor.changes()
         let server = try await DBusObjectServer(connection: connection)
         self.server = server
@@ -153,9 +168,12 @@ public actor HostBusAPI {
             try await bridge.export()
         }
         followers.append(Task { [weak self] in
-            for await event in leaseEvents {
+            for await change in leaseChanges {
                 guard let self else { return }
-                await self.follow(event)
+                switch change {
+                case .event(let event): await self.follow(event)
+                case .statuses(let statuses): await self.follow(statuses)
+                }
             }
         })
         followers.append(try await followDisconnects())
@@ -333,10 +351,8 @@ public actor HostBusAPI {
                     hostSignal("LeaseRenewed", [.objectPath(path), .uint64(HostBusValues.deadlineWallMicros(event.lease))]),
                 ])
             case .status:
-                guard var entry = leaseEntry(id) else { return }
-                entry.snapshot.status = event.lease.status
-                setLease(id, entry, rows: false)
-                await limiter?.changed(path, properties: ["Status"])
+                // Statuses come batched (``follow(_:)`` of the changes).
+                return
             case .expiring:
                 guard var entry = leaseEntry(id), entry.snapshot.state == .active else { return }
                 entry.snapshot = event.lease
@@ -376,6 +392,21 @@ public actor HostBusAPI {
         } catch {
             log.warning("cannot publish lease \(id) \(event.kind.rawValue) on D-Bus: \(error)")
         }
+    }
+
+    /// A batch of status changes: stored in place under one lock, then
+    /// each shown lease's `Status` goes to the limiter, all in one hop.
+    private func follow(_ statuses: [LeaseStatusChange]) async {
+        let shown: [String] = published.withLock { state in
+            var paths: [String] = []
+            paths.reserveCapacity(statuses.count)
+            for change in statuses {
+                guard let index = state.leases.index(forKey: change.lease) else { continue }
+                paths.append(state.leases.values[index].take(change.status))
+            }
+            return paths
+        }
+        await limiter?.changed(shown, properties: ["Status"])
     }
 
     /// How long the expiration handler of an expiring lease may still run

@@ -78,6 +78,12 @@ actor PropertiesChangedLimiter {
         await announceNow(path)
     }
 
+    /// ``changed(_:properties:immediately:)`` for many objects in one call
+    /// (a batch of lease statuses: one hop into the actor, not one each).
+    func changed(_ paths: [String], properties: Set<String>) async {
+        for path in paths { await changed(path, properties: properties) }
+    }
+
     /// A delayed flush came due. It may have been superseded while it waited
     /// for the actor (an immediate announcement cancels it): then it must not
     /// announce, or it would cancel the newer flush and send a second signal

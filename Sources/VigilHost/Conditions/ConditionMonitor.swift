@@ -182,11 +182,13 @@ public actor ConditionMonitor {
                     if let processWatcher { processes = processWatcher.add(name) }
                 case .leaseActive:
                     if leaseTask == nil {
-                        let stream = await registry.events()
+                        let stream = await registry.changes()
                         leases = await registry.active
                         let registry = self.registry
                         leaseTask = Task {
-                            for await event in stream where event.kind != .status && event.kind != .renewed {
+                            // Statuses come batched; they and renewals change no lease's presence.
+                            for await change in stream {
+                                guard case .event(let event) = change, event.kind != .renewed else { continue }
                                 sink(.leases(await registry.active))
                             }
                         }

@@ -62,6 +62,28 @@ public struct LeaseEvent: Sendable, Hashable {
     public var detail: String
 }
 
+/// A lease whose live status changed: its id and the new status, without
+/// the rest of its snapshot.
+public struct LeaseStatusChange: Sendable, Hashable {
+    public var lease: LeaseID
+    public var status: [String: StatusValue]
+
+    public init(lease: LeaseID, status: [String: StatusValue]) {
+        self.lease = lease
+        self.status = status
+    }
+}
+
+/// What ``LeaseRegistry/changes()`` delivers: each life-cycle event on its
+/// own, and status changes in batches.
+public enum LeaseChange: Sendable, Hashable {
+    /// Any event but `status`.
+    case event(LeaseEvent)
+    /// The statuses of one ``LeaseRegistry/setStatuses(_:)`` call (or one
+    /// ``LeaseRegistry/setStatus(_:_:)``), in order.
+    case statuses([LeaseStatusChange])
+}
+
 /// The single source of truth for what Vigil keeps alive.
 ///
 /// Budgets are deadlines on the injected clock. When a deadline passes the
@@ -85,6 +107,7 @@ public actor LeaseRegistry: LeaseStatusSink {
     private var byStrategy: [String: Set<LeaseID>] = [:]
     private var nextID: UInt64 = 1
     private var subscribers: [UInt64: AsyncStream<LeaseEvent>.Continuation] = [:]
+    private var changeSubscribers: [UInt64: AsyncStream<LeaseChange>.Continuation] = [:]
     private var nextSubscriber: UInt64 = 0
     private var observer: (@Sendable (LeaseEvent) -> Void)?
     /// The most recent events, oldest first, bounded by count and by bytes
@@ -112,17 +135,38 @@ public actor LeaseRegistry: LeaseStatusSink {
 
     /// Every event from now on, in order. Ends when the consumer stops iterating.
     public func events() -> AsyncStream<LeaseEvent> {
-        let (stream, continuation) = AsyncStream.makeStream(of: LeaseEvent.self, bufferingPolicy: .unbounded)
-        let key = nextSubscriber
-        nextSubscriber += 1
+        let (stream, continuation, key) = subscription(of: LeaseEvent.self)
         subscribers[key] = continuation
-        continuation.onTermination = { [weak self] _ in
-            Task { await self?.unsubscribe(key) }
-        }
         return stream
     }
 
-    private func unsubscribe(_ key: UInt64) { subscribers[key] = nil }
+    /// Every change from now on, in order, with statuses batched: a batch of
+    /// thousands of keep-alive statuses is one element (one wake-up of the
+    /// consumer, one yield), carrying each lease's id and status rather than
+    /// an event with a copy of its snapshot. For followers that keep up with
+    /// every status (the D-Bus projection). Ends when the consumer stops
+    /// iterating.
+    public func changes() -> AsyncStream<LeaseChange> {
+        let (stream, continuation, key) = subscription(of: LeaseChange.self)
+        changeSubscribers[key] = continuation
+        return stream
+    }
+
+    /// A new unbounded stream and its key; it unsubscribes when its consumer stops.
+    private func subscription<Element>(of: Element.Type) -> (AsyncStream<Element>, AsyncStream<Element>.Continuation, UInt64) {
+        let (stream, continuation) = AsyncStream.makeStream(of: Element.self, bufferingPolicy: .unbounded)
+        let key = nextSubscriber
+        nextSubscriber += 1
+        continuation.onTermination = { [weak self] _ in
+            Task { await self?.unsubscribe(key) }
+        }
+        return (stream, continuation, key)
+    }
+
+    private func unsubscribe(_ key: UInt64) {
+        subscribers[key] = nil
+        changeSubscribers[key] = nil
+    }
 
     /// Sees every event as it is published, on the registry: the metrics
     /// count events this way without a task of their own. `body` must be
@@ -238,46 +282,58 @@ public actor LeaseRegistry: LeaseStatusSink {
     /// Replaces a lease's live status. Does nothing for an ended or unknown
     /// lease, or when the status did not change.
     public func setStatus(_ id: LeaseID, _ status: [String: StatusValue]) {
-        // In place: copying the entry out and back retains and releases
-        // every string it holds, which for a status set per keep-alive
-        // ping of thousands of connections was most of the call.
-        guard let event = statusEvent(id, status) else { return }
-        deliver(event)
+        setStatuses([(id, status)])
     }
 
-    /// The status event of `id` taking `status`, with the status stored;
-    /// nil when nothing changed.
-    private func statusEvent(_ id: LeaseID, _ status: [String: StatusValue]) -> LeaseEvent? {
-        guard let index = entries.index(forKey: id), let changed = Self.replaceStatus(of: &entries.values[index].snapshot, with: status) else { return nil }
-        return LeaseEvent(kind: .status, lease: changed, at: clock.now, forced: false, detail: "")
+    /// Stores `status` as the status of `id` in place (copying the entry
+    /// out and back retains and releases every string it holds, which for
+    /// a status set per keep-alive ping of thousands of connections was most
+    /// of the call); returns where the entry is, or nil when the lease is
+    /// unknown or had that status already.
+    private func storeStatus(_ id: LeaseID, _ status: [String: StatusValue]) -> [LeaseID: Entry].Index? {
+        guard let index = entries.index(forKey: id), Self.replaceStatus(of: &entries.values[index].snapshot, with: status) else { return nil }
+        return index
     }
 
-    /// The snapshot with `status`, or nil when it had that status already.
-    /// Inout, so the entry is changed where it lies (reading it out of the
-    /// table would copy it).
-    private static func replaceStatus(of snapshot: inout LeaseSnapshot, with status: [String: StatusValue]) -> LeaseSnapshot? {
-        guard snapshot.status != status else { return nil }
+    /// Whether `snapshot` took `status` (false: it had it already). Inout,
+    /// so the entry is read where it lies (reading it out of the table
+    /// copies it, retaining everything it holds).
+    private static func replaceStatus(of snapshot: inout LeaseSnapshot, with status: [String: StatusValue]) -> Bool {
+        guard snapshot.status != status else { return false }
         snapshot.status = status
-        return snapshot
+        return true
     }
 
     /// ``setStatus(_:_:)`` for many leases, in order, in one call.
     ///
-    /// The events go to subscribers after the whole batch is stored, in
-    /// order: yielded one by one between stores, each woke a subscriber
-    /// that had just emptied its stream (a thread wake-up per status, the
-    /// largest cost of a keep-alive ping's status with vigild's bus
-    /// projection following); yielded together, it wakes once and reads them
-    /// all.
+    /// Subscribers hear of the batch after the whole batch is stored: a
+    /// ``changes()`` subscriber as one element carrying ids and statuses,
+    /// an ``events()`` subscriber as one `status` event per lease, in
+    /// order. Yielded one by one between stores, each status woke a
+    /// subscriber that had just emptied its stream (a thread wake-up per
+    /// status, the largest cost of a keep-alive ping's status with vigild's
+    /// bus projection following); and an event per status copies the
+    /// lease's snapshot, which only per-event subscribers need.
     public func setStatuses(_ updates: [(lease: LeaseID, status: [String: StatusValue])]) {
+        let perEvent = observer != nil || !subscribers.isEmpty
         var events: [LeaseEvent] = []
-        events.reserveCapacity(updates.count)
+        var changes: [LeaseStatusChange] = []
+        if perEvent { events.reserveCapacity(updates.count) }
+        if !changeSubscribers.isEmpty { changes.reserveCapacity(updates.count) }
+        let now = clock.now
         for update in updates {
-            if let event = statusEvent(update.lease, update.status) { events.append(event) }
+            guard let index = storeStatus(update.lease, update.status) else { continue }
+            if perEvent {
+                events.append(LeaseEvent(kind: .status, lease: entries.values[index].snapshot, at: now, forced: false, detail: ""))
+            }
+            if !changeSubscribers.isEmpty { changes.append(LeaseStatusChange(lease: update.lease, status: update.status)) }
         }
         for event in events { observer?(event) }
         for continuation in subscribers.values {
             for event in events { continuation.yield(event) }
+        }
+        if !changes.isEmpty {
+            for continuation in changeSubscribers.values { continuation.yield(.statuses(changes)) }
         }
     }
 
@@ -370,9 +426,11 @@ public actor LeaseRegistry: LeaseStatusSink {
         deliver(event)
     }
 
+    /// A life-cycle event (statuses go through ``setStatuses(_:)``).
     private func deliver(_ event: LeaseEvent) {
         observer?(event)
         for continuation in subscribers.values { continuation.yield(event) }
+        for continuation in changeSubscribers.values { continuation.yield(.event(event)) }
     }
 }
 

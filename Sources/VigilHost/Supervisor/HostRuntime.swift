@@ -159,7 +159,7 @@ public actor HostRuntime {
         }
         let host = HostRuntime(config: config, env: env, store: store, began: began, runId: runId, startedWallMicros: startReadings.wallMicros)
         await host.startMetrics(listener: listener)
-        await host.startBackground(leaseEvents: await host.registry.events())
+        await host.startBackground(leaseChanges: await host.registry.changes())
         await host.startResumeWatch(startBoottimeMicros: startReadings.boottimeMicros)
         await host.clientLeases.start()
         await host.inhibits.start()
@@ -198,7 +198,7 @@ public actor HostRuntime {
         }
     }
 
-    private func startBackground(leaseEvents: AsyncStream<LeaseEvent>) {
+    private func startBackground(leaseChanges: AsyncStream<LeaseChange>) {
         let interval = config.host.survivalInterval
         let scheduler = self.scheduler
         let clock = self.clock
@@ -279,7 +279,9 @@ public actor HostRuntime {
         let pending = unrecordedLeaseEvents
         let (written, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         background.append(Task {
-            for await event in leaseEvents where event.kind != .status {
+            // Statuses come batched and are not logged.
+            for await change in leaseChanges {
+                guard case .event(let event) = change else { continue }
                 var fields = ["lease": String(event.lease.id.rawValue), "holds": event.lease.holds]
                 if !event.detail.isEmpty { fields["detail"] = event.detail }
                 if event.forced { fields["forced"] = "true" }
