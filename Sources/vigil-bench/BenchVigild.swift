@@ -22,6 +22,9 @@ func vigildProcess(_ bin: URL, dir: URL, name: String, config: String, logLevel:
 /// once the name is owned; the caller terminates it.
 func startBenchVigild(busAddress address: String, dir: URL, hostSettings: String = "") async throws -> Process {
     let bin = URL(fileURLWithPath: PluginLoader.executableDirectory() ?? ".")
+    guard FileManager.default.isExecutableFile(atPath: bin.appendingPathComponent("vigild").path) else {
+        throw DBusError.failed("no vigild next to vigil-bench in \(bin.path); build it with the same configuration, e.g. swift build -c release --product vigild")
+    }
     let vigild = try vigildProcess(bin, dir: dir, name: "vigil", config: """
         [host]
         state_dir = "\(dir.path)/state"

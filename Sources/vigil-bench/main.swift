@@ -25,4 +25,10 @@ guard let name = arguments.first, let run = benchmarks[name] else {
     print("usage: vigil-bench NAME [ARGS...]\nbenchmarks: \(benchmarks.keys.sorted().joined(separator: ", "))")
     exit(arguments.isEmpty ? 0 : 2)
 }
-try await run(Array(arguments.dropFirst()))
+do {
+    try await run(Array(arguments.dropFirst()))
+} catch {
+    // A benchmark that cannot run says why, without a crash report.
+    FileHandle.standardError.write(Data("vigil-bench \(name): \(error)\n".utf8))
+    exit(1)
+}
