@@ -65,8 +65,10 @@ import VigilKit
             "handler_timeout": .string("200ms"), "ping": .string("\\r\\n\\r\\n"), "expect": .string("\r\n"),
             "skip_ping_on_traffic": .boolean(false),
         ])
-        #expect(await server.count(.ping, atLeast: 8))
-        let status = await h.waitForStatus { $0["Pings"]?.uintValue ?? 0 >= 7 }
+        // Twelve pings: one stall of the machine (the whole suite on two
+        // cores) makes up to two late gaps, which eleven gaps absorb.
+        #expect(await server.count(.ping, atLeast: 12))
+        let status = await h.waitForStatus { $0["Pings"]?.uintValue ?? 0 >= 11 }
         await h.supervisor.stopAll()
         let pings = server.all(.ping).map(\.at)
         let gaps = zip(pings.dropFirst(), pings).map { ($0 - $1).seconds * 1000 }
