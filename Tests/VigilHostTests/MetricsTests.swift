@@ -130,18 +130,21 @@ import VigilKit
         defer { listener.stop() }
         let address = MetricsListenAddress(host: "127.0.0.1", port: listener.port)
 
-        let ok = try MetricsScrape.get(address)
+        // Scrapes wait off the cooperative pool: the listener computes the
+        // exposition on it, and a blocked test thread on each of the two
+        // pool threads (the whole suite runs in parallel) would starve it.
+        let ok = try await offPool { try MetricsScrape.get(address) }
         #expect(ok.status == 200)
         #expect(String(decoding: ok.body, as: UTF8.self) == "vigil_up_seconds 1\n")
-        #expect(try MetricsScrape.get(address, path: "/").status == 404)
-        #expect(try MetricsScrape.get(address, path: "/metrics?x=1").status == 200)
+        #expect(try await offPool { try MetricsScrape.get(address, path: "/") }.status == 404)
+        #expect(try await offPool { try MetricsScrape.get(address, path: "/metrics?x=1") }.status == 200)
         // A head that does not end within the bound (exactly the bound, so
         // the listener has read all of it and closes cleanly), and garbage.
         #expect(try rawExchange(address, Array(repeating: UInt8(ascii: "A"), count: MetricsListener.maxRequestBytes)).hasPrefix("HTTP/1.1 431"))
         #expect(try rawExchange(address, Array("\u{1}\u{2}\r\n\r\n".utf8)).hasPrefix("HTTP/1.1 400"))
         #expect(try rawExchange(address, Array("DELETE /metrics HTTP/1.1\r\n\r\n".utf8)).hasPrefix("HTTP/1.1 405"))
         // curl, a third-party client.
-        let curl = try run("/usr/bin/curl", ["-sS", "-D", "-", "http://\(address)/metrics"])
+        let curl = try await offPool { try run("/usr/bin/curl", ["-sS", "-D", "-", "http://\(address)/metrics"]) }
         #expect(curl.status == 0)
         #expect(curl.output.contains("Content-Type: text/plain; version=0.0.4"))
         #expect(curl.output.hasSuffix("vigil_up_seconds 1\n"))

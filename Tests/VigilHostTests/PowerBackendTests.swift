@@ -217,7 +217,9 @@ final class LogindStandIn: @unchecked Sendable {
         defer { standIn.stop() }
         let dir = try sysfs()
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let logind = try await PowerChoice.auto.select(wakelockDir: dir) { try await standIn.bus.connect() }
+        // A generous probe: the whole suite on two cores once kept the
+        // stand-in's answer past the default 3 s.
+        let logind = try await PowerChoice.auto.select(wakelockDir: dir, probeTimeout: .seconds(30)) { try await standIn.bus.connect() }
         #expect(logind.name == "logind")
         #expect(logind.reason.contains("org.freedesktop.login1 owns its name"))
         let wakelock = try await PowerChoice.auto.select(wakelockDir: dir) { throw NoBus() }
