@@ -36,7 +36,7 @@ private func scrapeFigures(leases leaseCount: Int, strategies strategyCount: Int
     // store with a run, and the listener on loopback.
     let registry = LeaseRegistry(clock: SystemClock())
     let metrics = HostMetrics()
-    await registry.observe { metrics.observe($0) }
+    await registry.observe(metrics)
     let kinds = ["voip-socket", "download-session", "silent-audio", "periodic-wake", "background-task"]
     let strategies = (0..<strategyCount).map { i in (name: "strategy-\(i)", kind: kinds[i % kinds.count]) }
     for i in 0..<leaseCount {

@@ -222,7 +222,7 @@ struct Vigild: AsyncParsableCommand {
     /// The one-line state sent as systemd's STATUS=.
     func statusLine(_ host: HostRuntime, bus: BusService) async -> String {
         let strategies = await host.config.strategies.count
-        let leases = await host.registry.active.count
+        let leases = await host.registry.activeCount
         let line = "\(strategies) strateg\(strategies == 1 ? "y" : "ies"), \(leases) active lease\(leases == 1 ? "" : "s")"
         let troubles = [await bus.trouble, await host.health().summary].compactMap { $0 }
         return ([line] + troubles).joined(separator: "; ")
@@ -237,7 +237,9 @@ struct Vigild: AsyncParsableCommand {
             await bus.onChange { _ in busChanged.yield() }
             await withTaskGroup(of: Void.self) { group in
                 group.addTask {
-                    for await _ in await host.registry.events() { notifier.status(await statusLine(host, bus: bus)) }
+                    // The line counts leases: only their coming and going changes it.
+                    let comings = LeaseEventFilter(kinds: LeaseEventFilter.endings.union([.acquired]))
+                    for await _ in await host.registry.events(comings) { notifier.status(await statusLine(host, bus: bus)) }
                 }
                 group.addTask {
                     for await _ in await host.healthChanges() { notifier.status(await statusLine(host, bus: bus)) }

@@ -1,3 +1,4 @@
+import Synchronization
 import Testing
 import VigilHost
 import VigilKit
@@ -219,5 +220,36 @@ func observe(_ registry: LeaseRegistry) async -> (EventLog, Task<Void, Never>) {
             Issue.record("order: \(seen)")
             return
         }
+    }
+
+    /// A filtered subscriber gets only the events its filter takes, in
+    /// order; the statuses and the other strategy's events never reach it.
+    /// An observer sees every event and each status, on the registry.
+    @Test func filteredSubscribersAndObserversSeeWhatTheyAskFor() async throws {
+        let registry = LeaseRegistry(clock: ManualClock())
+        let endings = await registry.events(LeaseEventFilter(kinds: LeaseEventFilter.endings, strategy: "client"))
+        let seen = RecordingObserver()
+        await registry.observe(seen)
+        let other = try await registry.acquire(strategy: "focus", LeaseRequest(holds: "a", reason: "r", budget: .seconds(60)))
+        let mine = try await registry.acquire(strategy: "client", LeaseRequest(holds: "b", reason: "r", budget: .seconds(60)))
+        await registry.setStatus(mine, ["Progress": .uint(1)])
+        await registry.setStatus(other, ["Progress": .uint(2)])
+        await registry.release(other)
+        await registry.release(mine, detail: "done")
+        var iterator = endings.makeAsyncIterator()
+        let first = await iterator.next()
+        #expect(first?.kind == .released && first?.lease.id == mine && first?.detail == "done")
+        #expect(seen.log == ["acquired \(other)", "acquired \(mine)", "status \(mine) client", "status \(other) focus",
+                             "released \(other)", "released \(mine)"])
+    }
+}
+
+/// Writes down what a ``LeaseObserver`` is shown.
+final class RecordingObserver: LeaseObserver {
+    private let entries = Mutex<[String]>([])
+    var log: [String] { entries.withLock { $0 } }
+    func observe(_ event: LeaseEvent) { entries.withLock { $0.append("\(event.kind.rawValue) \(event.lease.id)") } }
+    func observeStatus(of lease: LeaseID, strategy: String, _ status: [String: StatusValue]) {
+        entries.withLock { $0.append("status \(lease) \(strategy)") }
     }
 }

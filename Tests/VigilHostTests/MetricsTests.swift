@@ -20,7 +20,7 @@ import VigilKit
     @Test func aHostileClientLeaseNameNeverBecomesALabelAndPromtoolAcceptsTheExposition() async throws {
         let registry = LeaseRegistry(clock: ManualClock())
         let metrics = HostMetrics()
-        await registry.observe { metrics.observe($0) }
+        await registry.observe(metrics)
         for uid in 0..<3 as Range<UInt32> {
             try await registry.acquire(strategy: ClientLeases.strategyName, LeaseRequest(holds: Self.hostile, reason: Self.hostile),
                                        client: ClientIdentity(owner: ":1.\(uid)", uid: uid, pid: 1, name: Self.hostile))
@@ -53,7 +53,7 @@ import VigilKit
         let clock = ManualClock()
         let registry = LeaseRegistry(clock: clock)
         let metrics = HostMetrics()
-        await registry.observe { metrics.observe($0) }
+        await registry.observe(metrics)
         for uid in 0..<30 as Range<UInt32> {
             for _ in 0...(uid == 7 ? 3 : 0) {
                 try await registry.acquire(strategy: "client", LeaseRequest(holds: "x", reason: "y"),

@@ -109,9 +109,9 @@ public actor ForeignInhibits {
     /// Follows the registry, so inhibits it ends on its own (expired after
     /// `inhibit_max`, released at shutdown) are forgotten here too. Call once.
     public func start() async {
-        let events = await registry.events()
+        let events = await registry.events(LeaseEventFilter(kinds: LeaseEventFilter.endings, strategy: Self.strategyName))
         following = Task { [weak self] in
-            for await event in events where event.lease.strategy == Self.strategyName && event.lease.state.isEnded {
+            for await event in events {
                 await self?.registryEnded(event.lease.id)
             }
         }

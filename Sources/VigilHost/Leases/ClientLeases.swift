@@ -178,9 +178,9 @@ public actor ClientLeases {
     /// Follows the registry so leases it ends on its own (expired after the
     /// grace time, released at shutdown) are forgotten here too. Call once.
     public func start() async {
-        let events = await registry.events()
+        let events = await registry.events(LeaseEventFilter(kinds: LeaseEventFilter.endings, strategy: Self.strategyName))
         following = Task { [weak self] in
-            for await event in events where event.lease.client != nil && event.lease.state.isEnded {
+            for await event in events where event.lease.client != nil {
                 await self?.registryEnded(event.lease.id)
             }
         }

@@ -6,41 +6,69 @@ import Foundation
 /// copy of the write end is closed (by the client, or by the kernel when the
 /// client dies) the read end reports end-of-file.
 ///
-/// One thread blocked in `poll(2)` watches every read end, started with the
-/// first watch; it wakes only for those events (no timeout), so an idle host
-/// makes no wakeups. The thread alone closes watched descriptors, after its
-/// `poll` returned, so a descriptor number is never reused while polled.
+/// One thread blocked in `epoll_wait(2)` watches every read end, started
+/// with the first watch; it wakes only for those events (no timeout), so an
+/// idle host makes no wakeups. Adding and dropping a watch changes the epoll
+/// set from the caller's thread (`epoll_ctl` is safe against a concurrent
+/// wait), so a lease's begin and end never wake the thread: with `poll(2)`
+/// each did, and each rebuilt the whole set.
+///
+/// A read end is closed, and leaves the set, under `lock`; the thread looks
+/// up and reads an fd only under `lock` too, so it never reads a descriptor
+/// number that was closed and reused.
 final class HangupWatcher: @unchecked Sendable {
-    // Invariant: `watches`, `byFD`, `nextToken`, `toClose`, `started` and
-    // `stopping` are read and written only with `lock` held; `wakeRead`,
-    // `wakeWrite` and `onHangup` are set in init and never change (the wake
-    // pipe is closed only in deinit).
+    // Invariant: `watches`, `nextToken`, `started` and `stopping` are read
+    // and written only with `lock` held, and a watched read end is read,
+    // removed from the epoll set or closed only with `lock` held. `epoll`,
+    // `wakeRead`, `wakeWrite` and `onHangup` are set in init and never
+    // change (the descriptors are closed only in deinit, after the thread,
+    // which holds the watcher, has returned).
     private let lock = NSLock()
     private var watches: [UInt64: Int32] = [:]
-    private var byFD: [Int32: UInt64] = [:]
     private var nextToken: UInt64 = 1
-    private var toClose: [Int32] = []
     private var started = false
     private var stopping = false
+    private let epoll: Int32
     private let wakeRead: Int32
     private let wakeWrite: Int32
     private let onHangup: @Sendable (UInt64) -> Void
 
+    /// The epoll data of the wake pipe; watches have tokens from 1.
+    private static let wakeToken: UInt64 = 0
+    /// The most a client's writes into its lease pipe are drained per
+    /// event; what is left is reported again (the set is level-triggered).
+    private static let drainLimit = 64 * 1024
+
     /// `onHangup` runs on the watcher thread with the token of a watch whose
     /// pipe lost its last writer, once per watch.
     init(onHangup: @escaping @Sendable (UInt64) -> Void) throws {
+        let epoll = vigil_fdwatch_create()
+        guard epoll >= 0 else {
+            throw PowerBackendError("cannot create the lease fd watcher's epoll set: \(String(cString: strerror(errno)))")
+        }
         var fds: [Int32] = [-1, -1]
         guard vigil_pipe_cloexec(&fds) == 0 else {
-            throw PowerBackendError("cannot create the lease fd watcher's wake pipe: \(String(cString: strerror(errno)))")
+            let message = String(cString: strerror(errno))
+            close(epoll)
+            throw PowerBackendError("cannot create the lease fd watcher's wake pipe: \(message)")
         }
+        self.epoll = epoll
         wakeRead = fds[0]
         wakeWrite = fds[1]
         self.onHangup = onHangup
         _ = fcntl(wakeRead, F_SETFL, fcntl(wakeRead, F_GETFL) | O_NONBLOCK)
         _ = fcntl(wakeWrite, F_SETFL, fcntl(wakeWrite, F_GETFL) | O_NONBLOCK)
+        guard Self.add(wakeRead, token: Self.wakeToken, to: epoll) == 0 else {
+            let message = String(cString: strerror(errno))
+            close(epoll)
+            close(wakeRead)
+            close(wakeWrite)
+            throw PowerBackendError("cannot watch the lease fd watcher's wake pipe: \(message)")
+        }
     }
 
     deinit {
+        close(epoll)
         close(wakeRead)
         close(wakeWrite)
     }
@@ -54,35 +82,37 @@ final class HangupWatcher: @unchecked Sendable {
             throw PowerBackendError("cannot create a lease pipe: \(String(cString: strerror(errno)))")
         }
         _ = fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK)
-        let (token, startThread) = lock.withLock { () -> (UInt64, Bool) in
+        let (token, startThread, failure) = lock.withLock { () -> (UInt64, Bool, String?) in
             let token = nextToken
+            guard Self.add(fds[0], token: token, to: epoll) == 0 else {
+                return (0, false, String(cString: strerror(errno)))
+            }
             nextToken += 1
             watches[token] = fds[0]
-            byFD[fds[0]] = token
             defer { started = true }
-            return (token, !started)
+            return (token, !started, nil)
+        }
+        if let failure {
+            close(fds[0])
+            close(fds[1])
+            throw PowerBackendError("cannot watch a lease pipe: \(failure)")
         }
         if startThread {
             let thread = Thread { [self] in loop() }
             thread.name = "vigil-lease-fds"
             thread.start()
-        } else {
-            wake()
         }
         return (token, fds[1])
     }
 
     /// Stops a watch without its hang-up being reported (the lease ended
-    /// another way); the watcher thread closes the read end. Unknown tokens
-    /// (already reported) are ignored.
+    /// another way) and closes the read end. Unknown tokens (already
+    /// reported) are ignored.
     func forget(_ token: UInt64) {
-        let known = lock.withLock { () -> Bool in
-            guard let fd = watches.removeValue(forKey: token) else { return false }
-            byFD[fd] = nil
-            toClose.append(fd)
-            return true
+        lock.withLock {
+            guard let fd = watches.removeValue(forKey: token) else { return }
+            unwatch(fd)
         }
-        if known { wake() }
     }
 
     /// How many pipes are watched.
@@ -91,70 +121,72 @@ final class HangupWatcher: @unchecked Sendable {
     /// Ends the thread; the remaining read ends are closed unreported.
     func stop() {
         lock.withLock { stopping = true }
-        wake()
-    }
-
-    private func wake() {
         var byte: UInt8 = 1
         _ = write(wakeWrite, &byte, 1)
     }
 
+    private static func add(_ fd: Int32, token: UInt64, to epoll: Int32) -> Int32 {
+        vigil_fdwatch_add(epoll, fd, token)
+    }
+
+    /// Takes `fd` out of the set and closes it. `lock` held.
+    private func unwatch(_ fd: Int32) {
+        _ = vigil_fdwatch_remove(epoll, fd)
+        close(fd)
+    }
+
     private func loop() {
+        var tokens = [UInt64](repeating: 0, count: 64)
+        var events = [UInt32](repeating: 0, count: 64)
         while true {
-            let (watched, closing, stop) = lock.withLock { () -> ([Int32], [Int32], Bool) in
-                defer { toClose = [] }
-                return (Array(byFD.keys), toClose, stopping)
-            }
-            for fd in closing { close(fd) }
-            if stop {
-                let rest = lock.withLock { () -> [Int32] in
-                    defer { watches = [:]; byFD = [:] }
-                    return Array(byFD.keys)
-                }
-                for fd in rest { close(fd) }
-                return
-            }
-            var fds = [pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)]
-            fds += watched.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
-            let ready = poll(&fds, nfds_t(fds.count), -1)
+            let ready = vigil_fdwatch_wait(epoll, &tokens, &events, Int32(tokens.count))
             if ready < 0 {
                 if errno == EINTR { continue }
                 return
             }
-            if fds[0].revents != 0 { drain(wakeRead) }
-            for entry in fds.dropFirst() where entry.revents != 0 && hungUp(entry) {
-                report(entry.fd)
+            var hungUp: [UInt64] = []
+            let stop = lock.withLock { () -> Bool in
+                for (token, event) in zip(tokens, events).prefix(Int(ready)) {
+                    if token == Self.wakeToken {
+                        drainWakePipe()
+                        continue
+                    }
+                    // Forgotten since epoll_wait returned: already closed.
+                    guard let fd = watches[token], lostWriters(fd, events: event) else { continue }
+                    watches[token] = nil
+                    unwatch(fd)
+                    hungUp.append(token)
+                }
+                guard stopping else { return false }
+                for fd in watches.values { unwatch(fd) }
+                watches = [:]
+                return true
             }
+            if stop { return }
+            for token in hungUp { onHangup(token) }
         }
     }
 
-    /// True when the pipe's writers are all gone: POLLHUP/POLLERR, or
-    /// end-of-file after draining whatever a client wrote into it.
-    private func hungUp(_ entry: pollfd) -> Bool {
-        if entry.revents & Int16(POLLIN) != 0 {
-            var buffer = [UInt8](repeating: 0, count: 256)
-            while true {
-                let n = read(entry.fd, &buffer, buffer.count)
+    /// True when the pipe's writers are all gone: hang-up or error, or
+    /// end-of-file after draining whatever a client wrote into it. `lock` held.
+    private func lostWriters(_ fd: Int32, events: UInt32) -> Bool {
+        if events & UInt32(VIGIL_FDWATCH_IN) != 0 {
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            var drained = 0
+            while drained < Self.drainLimit {
+                let n = read(fd, &buffer, buffer.count)
                 if n == 0 { return true }
                 if n < 0 { return errno != EAGAIN && errno != EINTR }
+                drained += n
             }
+            // More is waiting: reported again by the next epoll_wait.
+            return false
         }
-        return entry.revents & Int16(POLLHUP | POLLERR | POLLNVAL) != 0
+        return events & UInt32(VIGIL_FDWATCH_HUP | VIGIL_FDWATCH_ERR) != 0
     }
 
-    private func report(_ fd: Int32) {
-        let token = lock.withLock { () -> UInt64? in
-            guard let token = byFD.removeValue(forKey: fd) else { return nil }
-            watches[token] = nil
-            return token
-        }
-        guard let token else { return }
-        close(fd)
-        onHangup(token)
-    }
-
-    private func drain(_ fd: Int32) {
+    private func drainWakePipe() {
         var buffer = [UInt8](repeating: 0, count: 64)
-        while read(fd, &buffer, buffer.count) > 0 {}
+        while read(wakeRead, &buffer, buffer.count) > 0 {}
     }
 }

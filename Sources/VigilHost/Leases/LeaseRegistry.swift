@@ -74,6 +74,38 @@ public struct LeaseStatusChange: Sendable, Hashable {
     }
 }
 
+/// Sees every lease change as the registry publishes it, on the registry
+/// (the metrics count this way without a task of their own). Its methods
+/// must be quick and must not call back into the registry.
+public protocol LeaseObserver: Sendable {
+    /// A life-cycle event (any kind but `status`).
+    func observe(_ event: LeaseEvent)
+    /// `lease`, of `strategy`, took `status` as its live status: without a
+    /// copy of its snapshot, which a status per keep-alive ping would cost.
+    func observeStatus(of lease: LeaseID, strategy: String, _ status: [String: StatusValue])
+}
+
+/// Which events a ``LeaseRegistry/events(_:)`` subscriber takes: events
+/// of these kinds, of leases of this strategy (any when nil).
+public struct LeaseEventFilter: Sendable {
+    public var kinds: Set<LeaseEvent.Kind>
+    public var strategy: String?
+
+    public init(kinds: Set<LeaseEvent.Kind>, strategy: String? = nil) {
+        self.kinds = kinds
+        self.strategy = strategy
+    }
+
+    /// Every event.
+    public static let all = LeaseEventFilter(kinds: [.acquired, .renewed, .expiring, .expired, .released, .failed, .status])
+    /// The kinds that end a lease.
+    public static let endings: Set<LeaseEvent.Kind> = [.expired, .released, .failed]
+
+    public func takes(_ event: LeaseEvent) -> Bool {
+        kinds.contains(event.kind) && (strategy == nil || strategy == event.lease.strategy)
+    }
+}
+
 /// What ``LeaseRegistry/changes()`` delivers: each life-cycle event on its
 /// own, and status changes in batches.
 public enum LeaseChange: Sendable, Hashable {
@@ -106,10 +138,13 @@ public actor LeaseRegistry: LeaseStatusSink {
     /// voip-socket strategies was quadratic.
     private var byStrategy: [String: Set<LeaseID>] = [:]
     private var nextID: UInt64 = 1
-    private var subscribers: [UInt64: AsyncStream<LeaseEvent>.Continuation] = [:]
+    private var subscribers: [UInt64: (filter: LeaseEventFilter, continuation: AsyncStream<LeaseEvent>.Continuation)] = [:]
+    /// Whether some subscriber takes `status` events (each one copies its
+    /// lease's snapshot, so they are made only then).
+    private var statusSubscribers = 0
     private var changeSubscribers: [UInt64: AsyncStream<LeaseChange>.Continuation] = [:]
     private var nextSubscriber: UInt64 = 0
-    private var observer: (@Sendable (LeaseEvent) -> Void)?
+    private var observers: [any LeaseObserver] = []
     /// The most recent events, oldest first, bounded by count and by bytes
     /// (``LeaseEvent/retainedBytes``), so a few huge strings cannot make the
     /// history hold more memory than a thousand ordinary events.
@@ -133,10 +168,17 @@ public actor LeaseRegistry: LeaseStatusSink {
 
     // MARK: observing
 
-    /// Every event from now on, in order. Ends when the consumer stops iterating.
-    public func events() -> AsyncStream<LeaseEvent> {
+    /// The events from now on that `filter` takes (by default every
+    /// event), in order. Ends when the consumer stops iterating.
+    ///
+    /// The filter is applied here, before the event is queued: a follower
+    /// that wants a few kinds (the ends of its own leases) is not woken for
+    /// the others, and `status` events, one per keep-alive ping, are made
+    /// only while a subscriber takes them.
+    public func events(_ filter: LeaseEventFilter = .all) -> AsyncStream<LeaseEvent> {
         let (stream, continuation, key) = subscription(of: LeaseEvent.self)
-        subscribers[key] = continuation
+        subscribers[key] = (filter, continuation)
+        if filter.kinds.contains(.status) { statusSubscribers += 1 }
         return stream
     }
 
@@ -164,21 +206,23 @@ public actor LeaseRegistry: LeaseStatusSink {
     }
 
     private func unsubscribe(_ key: UInt64) {
-        subscribers[key] = nil
+        if let removed = subscribers.removeValue(forKey: key), removed.filter.kinds.contains(.status) { statusSubscribers -= 1 }
         changeSubscribers[key] = nil
     }
 
-    /// Sees every event as it is published, on the registry: the metrics
-    /// count events this way without a task of their own. `body` must be
-    /// quick and must not call back into the registry.
-    public func observe(_ body: @escaping @Sendable (LeaseEvent) -> Void) {
-        observer = body
+    /// Shows every change to `observer` as it is published, on the
+    /// registry, after the observers added before it.
+    public func observe(_ observer: any LeaseObserver) {
+        observers.append(observer)
     }
 
     /// Active (and expiring) leases, by id.
     public var active: [LeaseSnapshot] {
         entries.values.map(\.snapshot).sorted { $0.id < $1.id }
     }
+
+    /// How many leases are active (and expiring), without copying them.
+    public var activeCount: Int { entries.count }
 
     public func lease(_ id: LeaseID) -> LeaseSnapshot? { entries[id]?.snapshot }
 
@@ -315,7 +359,7 @@ public actor LeaseRegistry: LeaseStatusSink {
     /// bus projection following); and an event per status copies the
     /// lease's snapshot, which only per-event subscribers need.
     public func setStatuses(_ updates: [(lease: LeaseID, status: [String: StatusValue])]) {
-        let perEvent = observer != nil || !subscribers.isEmpty
+        let perEvent = statusSubscribers > 0
         var events: [LeaseEvent] = []
         var changes: [LeaseStatusChange] = []
         if perEvent { events.reserveCapacity(updates.count) }
@@ -323,14 +367,19 @@ public actor LeaseRegistry: LeaseStatusSink {
         let now = clock.now
         for update in updates {
             guard let index = storeStatus(update.lease, update.status) else { continue }
+            if !observers.isEmpty {
+                let strategy = entries.values[index].snapshot.strategy
+                for observer in observers { observer.observeStatus(of: update.lease, strategy: strategy, update.status) }
+            }
             if perEvent {
                 events.append(LeaseEvent(kind: .status, lease: entries.values[index].snapshot, at: now, forced: false, detail: ""))
             }
             if !changeSubscribers.isEmpty { changes.append(LeaseStatusChange(lease: update.lease, status: update.status)) }
         }
-        for event in events { observer?(event) }
-        for continuation in subscribers.values {
-            for event in events { continuation.yield(event) }
+        if perEvent {
+            for subscriber in subscribers.values where subscriber.filter.kinds.contains(.status) {
+                for event in events where subscriber.filter.takes(event) { subscriber.continuation.yield(event) }
+            }
         }
         if !changes.isEmpty {
             for continuation in changeSubscribers.values { continuation.yield(.statuses(changes)) }
@@ -428,8 +477,8 @@ public actor LeaseRegistry: LeaseStatusSink {
 
     /// A life-cycle event (statuses go through ``setStatuses(_:)``).
     private func deliver(_ event: LeaseEvent) {
-        observer?(event)
-        for continuation in subscribers.values { continuation.yield(event) }
+        for observer in observers { observer.observe(event) }
+        for subscriber in subscribers.values where subscriber.filter.takes(event) { subscriber.continuation.yield(event) }
         for continuation in changeSubscribers.values { continuation.yield(.event(event)) }
     }
 }

@@ -18,7 +18,7 @@ import VigilKit
 /// ``maxClientUIDs``, the rest as `other`), and every value is cut to
 /// ``maxLabelBytes`` bytes without control characters. A client's lease name
 /// never becomes a label.
-public final class HostMetrics: Sendable {
+public final class HostMetrics: LeaseObserver {
     /// The most uids `vigil_client_leases` shows by name.
     public static let maxClientUIDs = 20
     /// The longest label value, in UTF-8 bytes.
@@ -60,19 +60,14 @@ public final class HostMetrics: Sendable {
 
     /// A lease event (``LeaseRegistry/observe(_:)``).
     public func observe(_ event: LeaseEvent) {
+        if event.kind == .status {
+            observeStatus(of: event.lease.id, strategy: event.lease.strategy, event.lease.status)
+            return
+        }
         let strategy = Self.label(event.lease.strategy)
         counted.withLock { c in
             switch event.kind {
             case .status:
-                guard case .uint(let pings)? = event.lease.status["Pings"],
-                      case .int(let rtt)? = event.lease.status["LastRttUsec"] else { return }
-                let before = c.pings.updateValue(pings, forKey: event.lease.id) ?? 0
-                guard pings > before, rtt >= 0 else { return }
-                let histogram = c.rtt[strategy] ?? histograms.makeValueHistogram(
-                    name: "vigil_voip_rtt_seconds", labels: [("strategy", strategy)], buckets: Self.rttBuckets,
-                    help: "Round trip of each answered VoIP ping.")
-                c.rtt[strategy] = histogram
-                histogram.record(Double(rtt) / 1e6)
                 return
             case .released, .expired, .failed:
                 c.pings[event.lease.id] = nil
@@ -81,6 +76,22 @@ public final class HostMetrics: Sendable {
             }
             let name = event.kind == .expired && event.forced ? "force_released" : event.kind.rawValue
             c.leaseEvents[Pair(strategy: strategy, name: name), default: 0] += 1
+        }
+    }
+
+    /// A lease's new live status: a VoIP lease's answered ping goes into
+    /// the round-trip histogram of its strategy.
+    public func observeStatus(of lease: LeaseID, strategy: String, _ status: [String: StatusValue]) {
+        guard case .uint(let pings)? = status["Pings"], case .int(let rtt)? = status["LastRttUsec"] else { return }
+        let strategy = Self.label(strategy)
+        counted.withLock { c in
+            let before = c.pings.updateValue(pings, forKey: lease) ?? 0
+            guard pings > before, rtt >= 0 else { return }
+            let histogram = c.rtt[strategy] ?? histograms.makeValueHistogram(
+                name: "vigil_voip_rtt_seconds", labels: [("strategy", strategy)], buckets: Self.rttBuckets,
+                help: "Round trip of each answered VoIP ping.")
+            c.rtt[strategy] = histogram
+            histogram.record(Double(rtt) / 1e6)
         }
     }
 

@@ -46,7 +46,7 @@ public actor HostRuntime {
     private let readings: @Sendable () -> ClockReadings
     private var background: [Task<Void, Never>] = []
     /// Lease events received and not yet written to the survival log.
-    private let unrecordedLeaseEvents = UnrecordedEvents()
+    private let unrecordedLeaseEvents: UnrecordedLeaseEvents
     /// Sees each system resume and records what woke the system.
     private var resumeWatcher: ResumeWatcher?
     private var stopped = false
@@ -112,6 +112,7 @@ public actor HostRuntime {
         let logSink = MetadataLogSink(env.logSink, metadata: ["run": .string(runId)])
         self.logSink = logSink
         self.readings = env.readings
+        self.unrecordedLeaseEvents = UnrecordedLeaseEvents(readings: env.readings)
         self.store = store
         self.began = began
         self.runId = runId
@@ -159,7 +160,7 @@ public actor HostRuntime {
         }
         let host = HostRuntime(config: config, env: env, store: store, began: began, runId: runId, startedWallMicros: startReadings.wallMicros)
         await host.startMetrics(listener: listener)
-        await host.startBackground(leaseChanges: await host.registry.changes())
+        await host.startBackground()
         await host.startResumeWatch(startBoottimeMicros: startReadings.boottimeMicros)
         await host.clientLeases.start()
         await host.inhibits.start()
@@ -172,7 +173,7 @@ public actor HostRuntime {
 
     private func startMetrics(listener: MetricsListener?) async {
         let metrics = self.metrics
-        await registry.observe { metrics.observe($0) }
+        await registry.observe(metrics)
         if let scheduler = scheduler as? WakeScheduler {
             await scheduler.observeLateness { metrics.observeLateness($0) }
         }
@@ -198,7 +199,7 @@ public actor HostRuntime {
         }
     }
 
-    private func startBackground(leaseChanges: AsyncStream<LeaseChange>) {
+    private func startBackground() async {
         let interval = config.host.survivalInterval
         let scheduler = self.scheduler
         let clock = self.clock
@@ -272,27 +273,16 @@ public actor HostRuntime {
                 k = max(k + 1, Int64(elapsed / interval) + 1)
             }
         })
-        // Lease changes go to the survival log's event table. Each write
-        // syncs to the disk, so the events that arrive while one is written
-        // go together in the next (one transaction): a burst of leases
-        // costs a few syncs, not two per lease, and never waits for them.
+        // Lease events go to the survival log's event table. The registry
+        // hands each to `pending` as it publishes it (no task wakes per
+        // event); each write syncs to the disk, so the events that arrive
+        // while one is written go together in the next (one transaction):
+        // a burst of leases costs a few syncs, not two per lease, and
+        // never waits for them.
         let pending = unrecordedLeaseEvents
-        let (written, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        await registry.observe(pending)
         background.append(Task {
-            // Statuses come batched and are not logged.
-            for await change in leaseChanges {
-                guard case .event(let event) = change else { continue }
-                var fields = ["lease": String(event.lease.id.rawValue), "holds": event.lease.holds]
-                if !event.detail.isEmpty { fields["detail"] = event.detail }
-                if event.forced { fields["forced"] = "true" }
-                let recorded = SurvivalStore.Event("lease-\(event.kind.rawValue)", strategy: event.lease.strategy, fields: fields, readings: readings())
-                pending.append(recorded)
-                wake.yield()
-            }
-            wake.finish()
-        })
-        background.append(Task {
-            for await _ in written {
+            for await _ in pending.arrivals {
                 try? await store.recordEvents(pending.take())
             }
         })
@@ -424,10 +414,31 @@ public actor HostRuntime {
 
 /// Survival-log events waiting for the writer, shared by the task that
 /// receives them and the task that writes them.
-private final class UnrecordedEvents: Sendable {
+/// Lease events not yet written to the survival log's event table. The
+/// registry shows each event to it as it publishes it (statuses are not
+/// logged); `arrivals` says, at most once per batch, that some wait.
+private final class UnrecordedLeaseEvents: LeaseObserver {
     private let events = Mutex<[SurvivalStore.Event]>([])
+    private let readings: @Sendable () -> ClockReadings
+    private let arrived: AsyncStream<Void>.Continuation
+    /// Yields when events arrived since the writer last took them.
+    let arrivals: AsyncStream<Void>
 
-    func append(_ event: SurvivalStore.Event) { events.withLock { $0.append(event) } }
+    init(readings: @escaping @Sendable () -> ClockReadings) {
+        self.readings = readings
+        (arrivals, arrived) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+    }
+
+    func observe(_ event: LeaseEvent) {
+        var fields = ["lease": String(event.lease.id.rawValue), "holds": event.lease.holds]
+        if !event.detail.isEmpty { fields["detail"] = event.detail }
+        if event.forced { fields["forced"] = "true" }
+        let recorded = SurvivalStore.Event("lease-\(event.kind.rawValue)", strategy: event.lease.strategy, fields: fields, readings: readings())
+        events.withLock { $0.append(recorded) }
+        arrived.yield()
+    }
+
+    func observeStatus(of lease: LeaseID, strategy: String, _ status: [String: StatusValue]) {}
 
     /// Every waiting event, oldest first; none wait afterwards.
     func take() -> [SurvivalStore.Event] {
