@@ -30,6 +30,8 @@ let package = Package(
     ],
     targets: [
         .target(name: "CTimer", path: "Sources/CTimer"),
+        // epoll and eventfd, for the threads that wait on descriptors.
+        .target(name: "CFDWatch", path: "Sources/CFDWatch"),
         .target(name: "CExecutor", path: "Sources/CExecutor"),
         .target(name: "CVoipSocket", path: "Sources/CVoipSocket"),
         // netlink, eventfd, setns and the proc connector for `when` conditions.
@@ -47,7 +49,7 @@ let package = Package(
         .target(name: "CDBusShim", dependencies: ["CDBus"], path: "Sources/CDBusShim"),
         .target(
             name: "VigilDBus",
-            dependencies: ["CDBus", "CDBusShim"],
+            dependencies: ["CDBus", "CDBusShim", "CFDWatch"],
             swiftSettings: strict
         ),
         .target(
@@ -55,6 +57,7 @@ let package = Package(
             dependencies: [
                 .product(name: "VigilKit", package: "VigilKit"),
                 "CTimer",
+                "CFDWatch",
                 "CExecutor",
                 "CConditions",
                 "CStartupPages",

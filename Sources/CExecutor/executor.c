@@ -43,22 +43,48 @@ static void push_ready_locked(SwiftJob *job) {
     ready_tail = n;
 }
 
+// Workers waiting for a job, and how many of them were signalled and have
+// not yet taken the lock again. At most one wake is in flight: a woken
+// worker that finds more jobs wakes the next (as Go's scheduler does), so
+// a burst still spreads over every worker, while a job queued for a worker
+// about to look anyway wakes nobody. Waking a worker per job woke the
+// idle one for every continuation a running worker resumed; it found the
+// queue empty, and the lock handoffs doubled the context switches of a
+// D-Bus call. Signals are sent after unlocking, so the woken worker does
+// not block on the lock its waker still holds.
+static int idle_workers, wakes_pending;
+
+// Lock held. Whether to signal a worker once the lock is released.
+static int claim_wake_locked(void) {
+    if (!ready_head || wakes_pending > 0 || idle_workers == 0) return 0;
+    wakes_pending++;
+    return 1;
+}
+
 static void push_ready(SwiftJob *job) {
     pthread_mutex_lock(&ready_lock);
     push_ready_locked(job);
-    pthread_cond_signal(&ready_cond);
+    int wake = claim_wake_locked();
     pthread_mutex_unlock(&ready_lock);
+    if (wake) pthread_cond_signal(&ready_cond);
 }
 
 static void *worker_main(void *arg) {
     (void)arg;
     for (;;) {
         pthread_mutex_lock(&ready_lock);
-        while (!ready_head) pthread_cond_wait(&ready_cond, &ready_lock);
+        while (!ready_head) {
+            idle_workers++;
+            pthread_cond_wait(&ready_cond, &ready_lock);
+            idle_workers--;
+            if (wakes_pending > 0) wakes_pending--;
+        }
         Node *n = ready_head;
         ready_head = n->next;
         if (!ready_head) ready_tail = NULL;
+        int wake = claim_wake_locked();
         pthread_mutex_unlock(&ready_lock);
+        if (wake) pthread_cond_signal(&ready_cond);
         SwiftJob *job = n->job;
         free(n);
         __atomic_fetch_add(&stat_jobs_run, 1, __ATOMIC_RELAXED);

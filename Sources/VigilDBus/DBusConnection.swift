@@ -3,16 +3,17 @@ import CDBusShim
 import Dispatch
 import Foundation
 
-/// A connection to a message bus, driven by a DispatchQueue.
+/// A connection to a message bus, driven by a thread of its own.
 ///
-/// All libdbus calls for the connection happen on one serial queue: incoming
-/// data is read when a watched socket becomes readable (DispatchSource), and
-/// libdbus timeouts (only present while a call awaits its reply) are
-/// DispatchSource timers. An idle connection therefore causes no wakeups.
-/// Every public method may be called from any task; it hops to the queue.
+/// All libdbus calls for the connection happen on one thread, its
+/// ``DBusEventLoop``: it reads when the socket becomes readable, dispatches
+/// what it read, and waits for libdbus timeouts (only present while a call
+/// awaits its reply). An idle connection therefore causes no wakeups. Every
+/// public method may be called from any task; it hops to the loop.
 ///
 /// `@unchecked Sendable`: the libdbus handle and every mutable property are
-/// only touched on `queue` (the methods below hop there before using them).
+/// only touched on `queue`, the loop's thread (the methods below hop there
+/// before using them).
 public final class DBusConnection: @unchecked Sendable {
     /// Which bus to connect to.
     public enum Bus: Sendable, Equatable {
@@ -24,8 +25,8 @@ public final class DBusConnection: @unchecked Sendable {
         case address(String)
     }
 
-    /// The queue every libdbus call of this connection runs on.
-    let queue: DispatchQueue
+    /// The loop (thread) every libdbus call of this connection runs on.
+    let queue: DBusEventLoop
     /// The libdbus connection (nil once closed).
     private(set) var raw: OpaquePointer?
     private var uniqueNameValue: String?
@@ -41,7 +42,7 @@ public final class DBusConnection: @unchecked Sendable {
     /// The address this connection was opened with.
     public let address: String
 
-    private init(address: String, raw: OpaquePointer, queue: DispatchQueue) {
+    private init(address: String, raw: OpaquePointer, queue: DBusEventLoop) {
         self.address = address
         self.raw = raw
         self.queue = queue
@@ -58,6 +59,7 @@ public final class DBusConnection: @unchecked Sendable {
                 dbus_connection_unref(handle.raw)
             }
         }
+        queue.stop()
     }
 
     /// Resolves a `Bus` to an address string.
@@ -106,7 +108,7 @@ public final class DBusConnection: @unchecked Sendable {
         let address = try address(of: bus)
         guard !address.utf8.contains(0) else { throw DBusError.failed("invalid bus address") }
         _ = threadsInitialized
-        let queue = DispatchQueue(label: "vigil.dbus.connection")
+        let queue = try DBusEventLoop()
         let connection: DBusConnection = try await withCheckedThrowingContinuation { continuation in
             queue.async {
                 var error = CDBus.DBusError()
@@ -115,6 +117,7 @@ public final class DBusConnection: @unchecked Sendable {
                 // authentication then proceeds through the watches.
                 guard let raw = dbus_connection_open_private(address, &error) else {
                     let failure = DBusConnection.takeError(&error, fallback: "cannot connect to \(address)")
+                    queue.stop()
                     continuation.resume(throwing: failure)
                     return
                 }
@@ -244,20 +247,20 @@ public final class DBusConnection: @unchecked Sendable {
             { watch, data in
                 guard let watch, let data else { return 0 }
                 let owner = Unmanaged<WeakConnection>.fromOpaque(data).takeUnretainedValue()
-                let box = WatchBox(watch: watch, connection: owner.connection)
+                let box = DBusWatchBox(watch: watch, loop: owner.loop, connection: owner.connection)
                 dbus_watch_set_data(watch, Unmanaged.passRetained(box).toOpaque()) { boxData in
-                    if let boxData { Unmanaged<WatchBox>.fromOpaque(boxData).release() }
+                    if let boxData { Unmanaged<DBusWatchBox>.fromOpaque(boxData).release() }
                 }
-                box.update()
+                box.update(adding: true)
                 return 1
             },
             { watch, _ in
                 guard let watch, let data = dbus_watch_get_data(watch) else { return }
-                Unmanaged<WatchBox>.fromOpaque(data).takeUnretainedValue().remove()
+                Unmanaged<DBusWatchBox>.fromOpaque(data).takeUnretainedValue().remove()
             },
             { watch, _ in
                 guard let watch, let data = dbus_watch_get_data(watch) else { return }
-                Unmanaged<WatchBox>.fromOpaque(data).takeUnretainedValue().update()
+                Unmanaged<DBusWatchBox>.fromOpaque(data).takeUnretainedValue().update()
             },
             retainedWatch, release)
         dbus_connection_set_timeout_functions(
@@ -265,20 +268,20 @@ public final class DBusConnection: @unchecked Sendable {
             { timeout, data in
                 guard let timeout, let data else { return 0 }
                 let owner = Unmanaged<WeakConnection>.fromOpaque(data).takeUnretainedValue()
-                let box = TimeoutBox(timeout: timeout, connection: owner.connection)
+                let box = DBusTimeoutBox(timeout: timeout, loop: owner.loop, connection: owner.connection)
                 dbus_timeout_set_data(timeout, Unmanaged.passRetained(box).toOpaque()) { boxData in
-                    if let boxData { Unmanaged<TimeoutBox>.fromOpaque(boxData).release() }
+                    if let boxData { Unmanaged<DBusTimeoutBox>.fromOpaque(boxData).release() }
                 }
                 box.update()
                 return 1
             },
             { timeout, _ in
                 guard let timeout, let data = dbus_timeout_get_data(timeout) else { return }
-                Unmanaged<TimeoutBox>.fromOpaque(data).takeUnretainedValue().remove()
+                Unmanaged<DBusTimeoutBox>.fromOpaque(data).takeUnretainedValue().remove()
             },
             { timeout, _ in
                 guard let timeout, let data = dbus_timeout_get_data(timeout) else { return }
-                Unmanaged<TimeoutBox>.fromOpaque(data).takeUnretainedValue().update()
+                Unmanaged<DBusTimeoutBox>.fromOpaque(data).takeUnretainedValue().update()
             },
             retainedTimeout, release)
         dbus_connection_set_wakeup_main_function(
@@ -703,144 +706,11 @@ private struct RawConnection: @unchecked Sendable {
 /// not keep the connection alive.
 private final class WeakConnection {
     weak var connection: DBusConnection?
-    init(_ connection: DBusConnection) { self.connection = connection }
-}
-
-/// One libdbus watch (a socket to wait on) and the DispatchSources that wait.
-/// Only used on the connection's queue.
-///
-/// Each source is created once and then suspended and resumed as libdbus
-/// toggles the watch. Cancelling and re-creating sources on the same fd (as
-/// libdbus flips the writable watch around every send) hits a use-after-free
-/// in libdispatch's epoll code (swift-corelibs-libdispatch #833, #949): vigild
-/// crashed at start-up in a few percent of runs.
-///
-/// Each source also waits on its own duplicate of the watch's fd, closed by
-/// the source's cancel handler. libdispatch requires that a source's fd stay
-/// open until its cancellation has been handled, but libdbus closes the
-/// socket right after removing the watch; a new connection could then get
-/// the same fd number while the old source was still registered, and
-/// libdispatch's manager thread crashed in `_dispatch_event_loop_drain`
-/// (seen once in a whole test run). A duplicate's number is not reused
-/// before its cancel handler closes it.
-private final class WatchBox {
-    let watch: OpaquePointer
-    weak var connection: DBusConnection?
-    var readSource: (any DispatchSourceRead)?
-    var writeSource: (any DispatchSourceWrite)?
-    /// Whether each source is resumed (delivering events).
-    var readActive = false
-    var writeActive = false
-    var removed = false
-
-    init(watch: OpaquePointer, connection: DBusConnection?) {
-        self.watch = watch
+    /// The connection's loop, which outlives it (its deinit closes libdbus there).
+    let loop: DBusEventLoop
+    init(_ connection: DBusConnection) {
         self.connection = connection
-    }
-
-    func update() {
-        guard let connection, !removed else { return remove() }
-        let enabled = dbus_watch_get_enabled(watch) != 0
-        let flags = dbus_watch_get_flags(watch)
-        let fd = dbus_watch_get_unix_fd(watch)
-        let wantRead = enabled && flags & DBUS_WATCH_READABLE.rawValue != 0
-        let wantWrite = enabled && flags & DBUS_WATCH_WRITABLE.rawValue != 0
-        if wantRead != readActive {
-            if readSource == nil {
-                let own = Self.duplicate(fd)
-                let source = DispatchSource.makeReadSource(fileDescriptor: own, queue: connection.queue)
-                source.setEventHandler { [weak self] in self?.handle(DBUS_WATCH_READABLE.rawValue) }
-                if own != fd { source.setCancelHandler { close(own) } }
-                readSource = source
-            }
-            if wantRead { readSource?.resume() } else { readSource?.suspend() }
-            readActive = wantRead
-        }
-        if wantWrite != writeActive {
-            if writeSource == nil {
-                let own = Self.duplicate(fd)
-                let source = DispatchSource.makeWriteSource(fileDescriptor: own, queue: connection.queue)
-                source.setEventHandler { [weak self] in self?.handle(DBUS_WATCH_WRITABLE.rawValue) }
-                if own != fd { source.setCancelHandler { close(own) } }
-                writeSource = source
-            }
-            if wantWrite { writeSource?.resume() } else { writeSource?.suspend() }
-            writeActive = wantWrite
-        }
-    }
-
-    /// A close-on-exec duplicate of `fd` for one source (the fd itself if
-    /// the process is out of descriptors: the old behaviour).
-    private static func duplicate(_ fd: Int32) -> Int32 {
-        let own = fcntl(fd, F_DUPFD_CLOEXEC, 0)
-        return own >= 0 ? own : fd
-    }
-
-    func remove() {
-        removed = true
-        // A suspended or never-activated source must be resumed before it is
-        // cancelled and released, or libdispatch traps.
-        if let source = readSource {
-            if !readActive { source.resume() }
-            source.cancel()
-        }
-        if let source = writeSource {
-            if !writeActive { source.resume() }
-            source.cancel()
-        }
-        readSource = nil
-        writeSource = nil
-        readActive = false
-        writeActive = false
-    }
-
-    private func handle(_ flags: UInt32) {
-        guard !removed else { return }
-        _ = dbus_watch_handle(watch, flags)
-        connection?.drainDispatch()
-    }
-}
-
-/// One libdbus timeout (used for reply deadlines) as a DispatchSource timer.
-/// Only used on the connection's queue.
-private final class TimeoutBox {
-    let timeout: OpaquePointer
-    weak var connection: DBusConnection?
-    var source: (any DispatchSourceTimer)?
-    var removed = false
-
-    init(timeout: OpaquePointer, connection: DBusConnection?) {
-        self.timeout = timeout
-        self.connection = connection
-    }
-
-    func update() {
-        source?.cancel()
-        source = nil
-        guard let connection, !removed, dbus_timeout_get_enabled(timeout) != 0 else { return }
-        let interval = DispatchTimeInterval.milliseconds(Int(dbus_timeout_get_interval(timeout)))
-        let timer = DispatchSource.makeTimerSource(queue: connection.queue)
-        timer.schedule(deadline: .now() + interval, repeating: interval)
-        timer.setEventHandler { [weak self] in
-            guard let self, !self.removed else { return }
-            _ = dbus_timeout_handle(self.timeout)
-            self.connection?.drainDispatch()
-        }
-        timer.resume()
-        source = timer
-    }
-
-    /// A close-on-exec duplicate of `fd` for one source (the fd itself if
-    /// the process is out of descriptors: the old behaviour).
-    private static func duplicate(_ fd: Int32) -> Int32 {
-        let own = fcntl(fd, F_DUPFD_CLOEXEC, 0)
-        return own >= 0 ? own : fd
-    }
-
-    func remove() {
-        removed = true
-        source?.cancel()
-        source = nil
+        loop = connection.queue
     }
 }
 

@@ -1,3 +1,4 @@
+import CFDWatch
 import CTimer
 import Foundation
 
@@ -126,7 +127,7 @@ final class HangupWatcher: @unchecked Sendable {
     }
 
     private static func add(_ fd: Int32, token: UInt64, to epoll: Int32) -> Int32 {
-        vigil_fdwatch_add(epoll, fd, token)
+        vigil_fdwatch_add(epoll, fd, token, UInt32(VIGIL_FDWATCH_IN))
     }
 
     /// Takes `fd` out of the set and closes it. `lock` held.
@@ -139,7 +140,7 @@ final class HangupWatcher: @unchecked Sendable {
         var tokens = [UInt64](repeating: 0, count: 64)
         var events = [UInt32](repeating: 0, count: 64)
         while true {
-            let ready = vigil_fdwatch_wait(epoll, &tokens, &events, Int32(tokens.count))
+            let ready = vigil_fdwatch_wait(epoll, &tokens, &events, Int32(tokens.count), -1)
             if ready < 0 {
                 if errno == EINTR { continue }
                 return

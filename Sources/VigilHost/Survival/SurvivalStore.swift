@@ -294,8 +294,19 @@ public actor SurvivalStore {
     /// Copies the WAL into the database and truncates it to zero bytes.
     /// Best effort: a failure (no space for the copy) leaves both as they were.
     private func checkpoint() {
-        _ = try? database.writeWithoutTransaction { db in try db.checkpoint(.truncate) }
+        // Without waiting for readers: while one reads, the WAL it reads
+        // cannot be given back however long one waits, and waiting out the
+        // busy timeout here held up the heartbeat this checkpoint precedes
+        // by up to 5 s, recorded as a stall of the host.
+        _ = try? database.writeWithoutTransaction { db in
+            try db.execute(sql: "PRAGMA busy_timeout = 0")
+            defer { try? db.execute(sql: "PRAGMA busy_timeout = \(Self.busyTimeoutMilliseconds)") }
+            try db.checkpoint(.truncate)
+        }
     }
+
+    /// How long a write waits for another connection's lock (GRDB's busy mode).
+    static let busyTimeoutMilliseconds = 5000
 
     /// An event for ``recordEvents(_:)``.
     public struct Event: Sendable {
@@ -327,6 +338,16 @@ public actor SurvivalStore {
         if let unnamed = events.firstIndex(where: { $0.name.isEmpty }) {
             throw SurvivalStoreError(.invalidArgument, path: path, "event name is empty (event \(unnamed + 1) of \(events.count))")
         }
+        let names = events.count == 1 ? "event \(events[0].name)" : "\(events.count) events"
+        if let outage = unwritable, outage.failedHeartbeats > 0 {
+            // An outage the heartbeats confirmed: only they try the disk
+            // (each after a checkpoint that may free space) until one is
+            // written. An event write would fail too, and could first wait
+            // out the busy timeout (a reader pinning the WAL keeps SQLite
+            // from restarting it), holding up the heartbeat queued behind.
+            unwritable?.failedWrites += 1
+            throw SurvivalStoreError(.unwritable, path: path, "cannot write (recording \(names) of run \(run.uuid)): the store is unwritable since an earlier failure: \(outage.firstError)")
+        }
         do {
             var records: [EventRecord] = []
             records.reserveCapacity(events.count)
@@ -344,7 +365,6 @@ public actor SurvivalStore {
                     .execute(arguments: [records.count, run.key])
             }
         } catch {
-            let names = events.count == 1 ? "event \(events[0].name)" : "\(events.count) events"
             throw failed(error, doing: "recording \(names) of run \(run.uuid)")
         }
     }
@@ -477,7 +497,7 @@ public actor SurvivalStore {
         do {
             var config = Configuration()
             config.foreignKeysEnabled = true
-            config.busyMode = .timeout(5)
+            config.busyMode = .timeout(Double(Self.busyTimeoutMilliseconds) / 1000)
             config.label = "vigil.survival"
             config.prepareDatabase { db in
                 // FULL: each heartbeat reaches the disk, so a power cut loses

@@ -1,0 +1,298 @@
+import CDBus
+import CFDWatch
+import Foundation
+
+/// The thread a connection's libdbus work runs on: it waits in
+/// `epoll_wait(2)` on the connection's socket (libdbus's watches) and an
+/// eventfd, with the nearest libdbus timeout (present only while a call
+/// awaits its reply) as the wait's timeout, so an idle connection causes
+/// no wakeups. Work from other threads (``async(execute:)``) is queued and
+/// the thread woken through the eventfd; work queued while it is busy, as
+/// the dispatching of the messages it just read, costs no wakeup.
+///
+/// With libdispatch sources (the first design), each message read took
+/// three threads: the manager thread's epoll saw the socket readable, a
+/// worker ran the read source's handler, and the manager re-armed the
+/// source; every toggle of libdbus's write watch was another round through
+/// the manager. Here one thread reads, dispatches and writes.
+///
+/// Each connection has its own loop, and so its own epoll set: a socket
+/// number closed by libdbus and reused by another connection can never be
+/// confused with it.
+final class DBusEventLoop: @unchecked Sendable {
+    // Invariant: `jobs`, `awake`, `stopping` and `ended` are read and
+    // written only with `lock` held. Everything else mutable (`watches`,
+    // `registered`, `timeouts`) is touched only on the loop's thread, by
+    // the jobs and the libdbus callbacks it runs. `epoll` and `wakeFD` are
+    // set in init and closed in deinit, after the thread (which holds the
+    // loop) has returned.
+    private let lock = NSLock()
+    private var jobs: [@Sendable () -> Void] = []
+    /// The thread is running, not waiting: it looks at `jobs` before it
+    /// waits again, so queueing needs no wakeup.
+    private var awake = true
+    private var stopping = false
+    private var ended = false
+    private let epoll: Int32
+    private let wakeFD: Int32
+
+    private var watches: [Int32: [DBusWatchBox]] = [:]
+    /// The interest each fd is registered with in `epoll` (absent: none).
+    private var registered: [Int32: UInt32] = [:]
+    private var timeouts: [ObjectIdentifier: DBusTimeoutBox] = [:]
+
+    /// The epoll token of the eventfd; fds are registered as fd + 1.
+    private static let wakeToken: UInt64 = 0
+
+    init() throws(DBusError) {
+        let epoll = vigil_fdwatch_create()
+        guard epoll >= 0 else { throw .failed("cannot create the D-Bus connection's epoll set: \(String(cString: strerror(errno)))") }
+        let wakeFD = vigil_fdwatch_eventfd()
+        guard wakeFD >= 0, vigil_fdwatch_add(epoll, wakeFD, Self.wakeToken, UInt32(VIGIL_FDWATCH_IN)) == 0 else {
+            let message = String(cString: strerror(errno))
+            if wakeFD >= 0 { close(wakeFD) }
+            close(epoll)
+            throw .failed("cannot create the D-Bus connection's wake eventfd: \(message)")
+        }
+        self.epoll = epoll
+        self.wakeFD = wakeFD
+        let thread = Thread { [self] in run() }
+        thread.name = "vigil-dbus"
+        thread.start()
+    }
+
+    deinit {
+        close(epoll)
+        close(wakeFD)
+    }
+
+    /// Runs `job` on the loop's thread, after the jobs queued before it.
+    /// Dropped once the loop has ended (its connection is gone).
+    func async(execute job: @escaping @Sendable () -> Void) {
+        let wake = lock.withLock { () -> Bool in
+            guard !ended else { return false }
+            jobs.append(job)
+            guard !awake else { return false }
+            awake = true
+            return true
+        }
+        if wake { vigil_fdwatch_eventfd_signal(wakeFD) }
+    }
+
+    /// Ends the thread once the jobs queued so far have run.
+    func stop() {
+        let wake = lock.withLock { () -> Bool in
+            stopping = true
+            guard !awake else { return false }
+            awake = true
+            return true
+        }
+        if wake { vigil_fdwatch_eventfd_signal(wakeFD) }
+    }
+
+    private func run() {
+        var tokens = [UInt64](repeating: 0, count: 64)
+        var events = [UInt32](repeating: 0, count: 64)
+        while true {
+            let (batch, stop) = lock.withLock { () -> ([@Sendable () -> Void], Bool) in
+                if jobs.isEmpty {
+                    if stopping {
+                        ended = true
+                    } else {
+                        awake = false
+                    }
+                    return ([], stopping)
+                }
+                defer { jobs = [] }
+                return (jobs, false)
+            }
+            if stop { break }
+            if !batch.isEmpty {
+                for job in batch { job() }
+                continue
+            }
+            let ready = vigil_fdwatch_wait(epoll, &tokens, &events, Int32(tokens.count), nextTimeoutMilliseconds())
+            lock.withLock { awake = true }
+            if ready < 0 {
+                // Only EINTR is expected: the set and the buffers are ours.
+                continue
+            }
+            for index in 0..<Int(ready) {
+                if tokens[index] == Self.wakeToken {
+                    vigil_fdwatch_eventfd_drain(wakeFD)
+                } else {
+                    handle(fd: Int32(truncatingIfNeeded: tokens[index] - 1), events: events[index])
+                }
+            }
+            fireDueTimeouts()
+        }
+        // Break the box <-> loop references of anything libdbus left.
+        watches = [:]
+        timeouts = [:]
+    }
+
+    // MARK: watches (loop thread)
+
+    func add(_ box: DBusWatchBox) {
+        watches[box.fd, default: []].append(box)
+        refresh(box.fd)
+    }
+
+    func remove(_ box: DBusWatchBox) {
+        watches[box.fd]?.removeAll { $0 === box }
+        refresh(box.fd)
+    }
+
+    /// Registers `fd` for what its enabled watches want. An fd no enabled
+    /// watch wants leaves the set: registered with no interest, a hung-up
+    /// socket would be reported over and over with nobody to handle it.
+    func refresh(_ fd: Int32) {
+        let boxes = watches[fd] ?? []
+        if boxes.isEmpty { watches[fd] = nil }
+        let wanted = boxes.reduce(UInt32(0)) { $0 | $1.interest }
+        let current = registered[fd]
+        guard wanted != (current ?? 0) else { return }
+        let token = UInt64(UInt32(bitPattern: fd)) + 1
+        if wanted == 0 {
+            _ = vigil_fdwatch_remove(epoll, fd)
+            registered[fd] = nil
+        } else if current == nil {
+            if vigil_fdwatch_add(epoll, fd, token, wanted) == 0 { registered[fd] = wanted }
+        } else {
+            if vigil_fdwatch_modify(epoll, fd, token, wanted) == 0 { registered[fd] = wanted }
+        }
+    }
+
+    private func handle(fd: Int32, events: UInt32) {
+        guard let boxes = watches[fd] else { return }
+        var flags: UInt32 = 0
+        if events & UInt32(VIGIL_FDWATCH_IN) != 0 { flags |= DBUS_WATCH_READABLE.rawValue }
+        if events & UInt32(VIGIL_FDWATCH_OUT) != 0 { flags |= DBUS_WATCH_WRITABLE.rawValue }
+        if events & UInt32(VIGIL_FDWATCH_HUP) != 0 { flags |= DBUS_WATCH_HANGUP.rawValue }
+        if events & UInt32(VIGIL_FDWATCH_ERR) != 0 { flags |= DBUS_WATCH_ERROR.rawValue }
+        var connection: DBusConnection?
+        for box in boxes where box.interest != 0 {
+            let mine = flags & (box.flags | DBUS_WATCH_HANGUP.rawValue | DBUS_WATCH_ERROR.rawValue)
+            guard mine != 0, box.handle(mine) else { continue }
+            connection = connection ?? box.connection
+        }
+        connection?.drainDispatch()
+    }
+
+    // MARK: timeouts (loop thread)
+
+    func arm(_ box: DBusTimeoutBox) { timeouts[ObjectIdentifier(box)] = box }
+
+    func disarm(_ box: DBusTimeoutBox) { timeouts[ObjectIdentifier(box)] = nil }
+
+    private func nextTimeoutMilliseconds() -> Int32 {
+        guard let nearest = timeouts.values.lazy.map(\.deadline).min() else { return -1 }
+        let now = Self.now()
+        guard nearest > now else { return 0 }
+        return Int32(clamping: (nearest - now + 999_999) / 1_000_000)
+    }
+
+    private func fireDueTimeouts() {
+        guard !timeouts.isEmpty else { return }
+        let now = Self.now()
+        let due = timeouts.values.filter { $0.deadline <= now }
+        for box in due { box.fire(now: now) }
+    }
+
+    /// CLOCK_MONOTONIC in nanoseconds, the clock epoll_wait's timeout counts.
+    static func now() -> UInt64 {
+        var spec = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &spec)
+        return UInt64(spec.tv_sec) * 1_000_000_000 + UInt64(spec.tv_nsec)
+    }
+}
+
+/// One libdbus watch (a socket to wait on), on its connection's loop.
+/// Only used on the loop's thread.
+final class DBusWatchBox {
+    let watch: OpaquePointer
+    let fd: Int32
+    let loop: DBusEventLoop
+    weak var connection: DBusConnection?
+    /// The libdbus flags (readable, writable) the watch is for.
+    private(set) var flags: UInt32 = 0
+    /// What the loop waits for on the watch's behalf (0 while disabled).
+    private(set) var interest: UInt32 = 0
+    private var removed = false
+
+    init(watch: OpaquePointer, loop: DBusEventLoop, connection: DBusConnection?) {
+        self.watch = watch
+        self.fd = dbus_watch_get_unix_fd(watch)
+        self.loop = loop
+        self.connection = connection
+    }
+
+    /// Reads the watch's state from libdbus (added or toggled).
+    func update(adding: Bool = false) {
+        guard !removed else { return }
+        flags = dbus_watch_get_flags(watch)
+        var wanted: UInt32 = 0
+        if dbus_watch_get_enabled(watch) != 0 {
+            if flags & DBUS_WATCH_READABLE.rawValue != 0 { wanted |= UInt32(VIGIL_FDWATCH_IN) }
+            if flags & DBUS_WATCH_WRITABLE.rawValue != 0 { wanted |= UInt32(VIGIL_FDWATCH_OUT) }
+        }
+        interest = wanted
+        if adding { loop.add(self) } else { loop.refresh(fd) }
+    }
+
+    func remove() {
+        guard !removed else { return }
+        removed = true
+        interest = 0
+        loop.remove(self)
+    }
+
+    /// Lets libdbus handle `flags`; false when the watch was removed.
+    func handle(_ flags: UInt32) -> Bool {
+        guard !removed else { return false }
+        _ = dbus_watch_handle(watch, flags)
+        return true
+    }
+}
+
+/// One libdbus timeout (a reply deadline), on its connection's loop. Only
+/// used on the loop's thread.
+final class DBusTimeoutBox {
+    let timeout: OpaquePointer
+    let loop: DBusEventLoop
+    weak var connection: DBusConnection?
+    /// When it fires next (CLOCK_MONOTONIC ns), while armed.
+    private(set) var deadline: UInt64 = 0
+    private var removed = false
+
+    init(timeout: OpaquePointer, loop: DBusEventLoop, connection: DBusConnection?) {
+        self.timeout = timeout
+        self.loop = loop
+        self.connection = connection
+    }
+
+    /// Arms it for its interval from now, or disarms it (added or toggled).
+    func update() {
+        guard !removed, dbus_timeout_get_enabled(timeout) != 0 else { return loop.disarm(self) }
+        deadline = DBusEventLoop.now() + Self.nanoseconds(dbus_timeout_get_interval(timeout))
+        loop.arm(self)
+    }
+
+    func remove() {
+        removed = true
+        loop.disarm(self)
+    }
+
+    /// The deadline passed: libdbus handles it (a call's reply timed out),
+    /// and it repeats after its interval unless libdbus removed it.
+    func fire(now: UInt64) {
+        guard !removed else { return }
+        deadline = now + Self.nanoseconds(dbus_timeout_get_interval(timeout))
+        _ = dbus_timeout_handle(timeout)
+        connection?.drainDispatch()
+    }
+
+    private static func nanoseconds(_ milliseconds: Int32) -> UInt64 {
+        UInt64(max(0, milliseconds)) * 1_000_000
+    }
+}
