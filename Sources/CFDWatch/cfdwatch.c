@@ -1,5 +1,7 @@
+#define _GNU_SOURCE
 #include "cfdwatch.h"
 
+#include <pthread.h>
 #include <stddef.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -55,4 +57,8 @@ void vigil_fdwatch_eventfd_drain(int fd) {
     uint64_t count;
     ssize_t n = read(fd, &count, sizeof count);
     (void)n;  // EAGAIN: already drained
+}
+
+void vigil_fdwatch_name_thread(const char *name) {
+    pthread_setname_np(pthread_self(), name);
 }

@@ -1,6 +1,7 @@
 import CDBus
 import CFDWatch
-import Foundation
+import Glibc
+import Synchronization
 
 /// The thread a connection's libdbus work runs on: it waits in
 /// `epoll_wait(2)` on the connection's socket (libdbus's watches) and an
@@ -20,19 +21,20 @@ import Foundation
 /// number closed by libdbus and reused by another connection can never be
 /// confused with it.
 final class DBusEventLoop: @unchecked Sendable {
-    // Invariant: `jobs`, `awake`, `stopping` and `ended` are read and
-    // written only with `lock` held. Everything else mutable (`watches`,
-    // `registered`, `timeouts`) is touched only on the loop's thread, by
-    // the jobs and the libdbus callbacks it runs. `epoll` and `wakeFD` are
-    // set in init and closed in deinit, after the thread (which holds the
-    // loop) has returned.
-    private let lock = NSLock()
-    private var jobs: [@Sendable () -> Void] = []
-    /// The thread is running, not waiting: it looks at `jobs` before it
-    /// waits again, so queueing needs no wakeup.
-    private var awake = true
-    private var stopping = false
-    private var ended = false
+    // Invariant: what other threads share (`Shared`) is behind `shared`.
+    // Everything else mutable (`watches`, `registered`, `timeouts`) is
+    // touched only on the loop's thread, by the jobs and the libdbus
+    // callbacks it runs. `epoll` and `wakeFD` are set in init and closed
+    // in deinit, after the thread (which holds the loop) has returned.
+    private struct Shared: ~Copyable {
+        var jobs: [@Sendable () -> Void] = []
+        /// The thread is running, not waiting: it looks at `jobs` before
+        /// it waits again, so queueing needs no wakeup.
+        var awake = true
+        var stopping = false
+        var ended = false
+    }
+    private let shared = Mutex(Shared())
     private let epoll: Int32
     private let wakeFD: Int32
 
@@ -56,9 +58,28 @@ final class DBusEventLoop: @unchecked Sendable {
         }
         self.epoll = epoll
         self.wakeFD = wakeFD
-        let thread = Thread { [self] in run() }
-        thread.name = "vigil-dbus"
-        thread.start()
+        // A bare pthread with a 1 MiB stack (the loop's frames are few):
+        // Foundation's Thread would fault in its own machinery, which an
+        // idle vigild's memory budget has no room for.
+        var attributes = pthread_attr_t()
+        pthread_attr_init(&attributes)
+        defer { pthread_attr_destroy(&attributes) }
+        pthread_attr_setstacksize(&attributes, 1 << 20)
+        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+        // The thread holds the loop (released when `run` returns).
+        let context = Unmanaged.passRetained(self).toOpaque()
+        var thread = pthread_t()
+        let started = pthread_create(&thread, &attributes, { context in
+            guard let context else { return nil }
+            let loop = Unmanaged<DBusEventLoop>.fromOpaque(context).takeRetainedValue()
+            vigil_fdwatch_name_thread("vigil-dbus")
+            loop.run()
+            return nil
+        }, context)
+        guard started == 0 else {
+            Unmanaged<DBusEventLoop>.fromOpaque(context).release()
+            throw .failed("cannot start the D-Bus connection's thread: \(String(cString: strerror(started)))")
+        }
     }
 
     deinit {
@@ -69,11 +90,11 @@ final class DBusEventLoop: @unchecked Sendable {
     /// Runs `job` on the loop's thread, after the jobs queued before it.
     /// Dropped once the loop has ended (its connection is gone).
     func async(execute job: @escaping @Sendable () -> Void) {
-        let wake = lock.withLock { () -> Bool in
-            guard !ended else { return false }
-            jobs.append(job)
-            guard !awake else { return false }
-            awake = true
+        let wake = shared.withLock { state -> Bool in
+            guard !state.ended else { return false }
+            state.jobs.append(job)
+            guard !state.awake else { return false }
+            state.awake = true
             return true
         }
         if wake { vigil_fdwatch_eventfd_signal(wakeFD) }
@@ -81,10 +102,10 @@ final class DBusEventLoop: @unchecked Sendable {
 
     /// Ends the thread once the jobs queued so far have run.
     func stop() {
-        let wake = lock.withLock { () -> Bool in
-            stopping = true
-            guard !awake else { return false }
-            awake = true
+        let wake = shared.withLock { state -> Bool in
+            state.stopping = true
+            guard !state.awake else { return false }
+            state.awake = true
             return true
         }
         if wake { vigil_fdwatch_eventfd_signal(wakeFD) }
@@ -94,17 +115,17 @@ final class DBusEventLoop: @unchecked Sendable {
         var tokens = [UInt64](repeating: 0, count: 64)
         var events = [UInt32](repeating: 0, count: 64)
         while true {
-            let (batch, stop) = lock.withLock { () -> ([@Sendable () -> Void], Bool) in
-                if jobs.isEmpty {
-                    if stopping {
-                        ended = true
+            let (batch, stop) = shared.withLock { state -> ([@Sendable () -> Void], Bool) in
+                if state.jobs.isEmpty {
+                    if state.stopping {
+                        state.ended = true
                     } else {
-                        awake = false
+                        state.awake = false
                     }
-                    return ([], stopping)
+                    return ([], state.stopping)
                 }
-                defer { jobs = [] }
-                return (jobs, false)
+                defer { state.jobs = [] }
+                return (state.jobs, false)
             }
             if stop { break }
             if !batch.isEmpty {
@@ -112,7 +133,7 @@ final class DBusEventLoop: @unchecked Sendable {
                 continue
             }
             let ready = vigil_fdwatch_wait(epoll, &tokens, &events, Int32(tokens.count), nextTimeoutMilliseconds())
-            lock.withLock { awake = true }
+            shared.withLock { $0.awake = true }
             if ready < 0 {
                 // Only EINTR is expected: the set and the buffers are ours.
                 continue

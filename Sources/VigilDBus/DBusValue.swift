@@ -187,33 +187,41 @@ public enum DBusSignatureSyntax {
     /// Splits a valid signature into its complete types ("a{sv}i" → ["a{sv}", "i"]);
     /// nil when it is malformed.
     public static func completeTypes(_ signature: String) -> [String]? {
-        let chars = Array(signature)
-        var result: [String] = []
-        var index = 0
-        while index < chars.count {
-            guard let end = endOfCompleteType(chars, from: index) else { return nil }
-            result.append(String(chars[index..<end]))
-            index = end
-        }
-        return result
-    }
-
-    private static func endOfCompleteType(_ chars: [Character], from start: Int) -> Int? {
-        guard start < chars.count else { return nil }
-        switch chars[start] {
-        case "a":
-            return endOfCompleteType(chars, from: start + 1)
-        case "(", "{":
-            let close: Character = chars[start] == "(" ? ")" : "}"
-            var index = start + 1
-            while index < chars.count, chars[index] != close {
-                guard let end = endOfCompleteType(chars, from: index) else { return nil }
+        // Signatures are ASCII: bytes, not Characters (grapheme breaking
+        // made this a visible share of marshalling every signal).
+        let bytes = Array(signature.utf8)
+        return bytes.withUnsafeBufferPointer { codes -> [String]? in
+            var result: [String] = []
+            var index = 0
+            while index < codes.count {
+                guard let end = endOfCompleteType(codes, from: index, depth: 0) else { return nil }
+                result.append(String(decoding: codes[index..<end], as: UTF8.self))
                 index = end
             }
-            return index < chars.count ? index + 1 : nil
-        case "v":
+            return result
+        }
+    }
+
+    private static let basicBytes: Set<UInt8> = Set(basicCodes.compactMap(\.asciiValue))
+
+    /// Containers nest at most 64 deep (32 arrays and 32 structs in the
+    /// specification); deeper is malformed, and the recursion stays bounded.
+    private static func endOfCompleteType(_ codes: UnsafeBufferPointer<UInt8>, from start: Int, depth: Int) -> Int? {
+        guard start < codes.count, depth <= 64 else { return nil }
+        switch codes[start] {
+        case UInt8(ascii: "a"):
+            return endOfCompleteType(codes, from: start + 1, depth: depth + 1)
+        case UInt8(ascii: "("), UInt8(ascii: "{"):
+            let close = codes[start] == UInt8(ascii: "(") ? UInt8(ascii: ")") : UInt8(ascii: "}")
+            var index = start + 1
+            while index < codes.count, codes[index] != close {
+                guard let end = endOfCompleteType(codes, from: index, depth: depth + 1) else { return nil }
+                index = end
+            }
+            return index < codes.count ? index + 1 : nil
+        case UInt8(ascii: "v"):
             return start + 1
-        case let code where basicCodes.contains(code):
+        case let code where basicBytes.contains(code):
             return start + 1
         default:
             return nil

@@ -68,13 +68,25 @@ func voipSocketBench(_ arguments: [String]) async throws {
     defer { terminator?.stop() }
     let target = terminator?.address ?? server.address
     let front = terminator.map { " (nginx TLS, \($0.workers) workers, in front of \(server.address))" } ?? ""
-    print("voip-socket: \(n) \(tls ? "TLS " : "")connections to \(target)\(front), keepalive_interval \(interval)s, aligned to \(interval)s slots, \(follower ? "with" : "without") a bus-projection stand-in following the registry")
+    print("voip-socket: \(n) \(tls ? "TLS " : "")connections to \(target)\(front), keepalive_interval \(interval)s, aligned to \(interval)s slots, \(follower ? "with" : "without") a bus-projection stand-in and vigild's other registry followers")
 
     let kind = try PluginLoader(searchPath: [PluginLoader.executableDirectory() ?? "."]).loadKind("voip-socket").get()
     let clock = SystemClock()
     let registry = LeaseRegistry(clock: clock)
     let standIn = follower ? await BusFollowerStandIn.follow(registry) : nil
     defer { standIn?.stop() }
+    // What else a vigild attaches to its registry, real parts: the metrics
+    // observer (each answered ping's round trip goes into a histogram) and
+    // the followers of client leases and apps' inhibits.
+    let metrics = HostMetrics()
+    let clientLeases = ClientLeases(registry: registry, settings: ClientLeaseSettings())
+    let inhibits = ForeignInhibits(registry: registry, settings: InhibitSettings(), grace: .seconds(5), logSink: DiscardingLogSink())
+    if follower {
+        await registry.observe(metrics)
+        await clientLeases.start()
+        await inhibits.start()
+    }
+    defer { Task { await clientLeases.stop(); await inhibits.stop() } }
     let scheduler = try WakeScheduler.system(clock: clock)
     let supervisor = Supervisor(services: StrategyServices(
         registry: registry, scheduler: scheduler, clock: clock, logSink: DiscardingLogSink(),
@@ -138,7 +150,9 @@ func voipSocketBench(_ arguments: [String]) async throws {
     print("late pings (strategy):   \(latePings) of \(sentPings) pings so far started after their window's end; overruns \(overruns)")
     let stats = await scheduler.statistics
     print("wake scheduler:          \(stats.batchesFired) batches for \(stats.requestsFired) wakes")
-    if let standIn { print("registry follower:       \(await standIn.statusEvents) statuses seen in \(await standIn.statusBatches) batches, \(await standIn.announcements) rate-limited announcements") }
+    if let standIn {
+        print("registry follower:       \(await standIn.statusEvents) statuses seen in \(await standIn.statusBatches) batches, \(await standIn.announcements) rate-limited announcements; metrics observer, client-lease and inhibit followers attached as in vigild")
+    }
     await supervisor.stopAll()
 
     // Reference: the same round from a bare epoll loop over plain sockets.

@@ -73,9 +73,12 @@ import VigilKit
         let pings = server.all(.ping).map(\.at)
         let gaps = zip(pings.dropFirst(), pings).map { ($0 - $1).seconds * 1000 }
         // Window [210, 300] ms: never early; a loaded machine (the whole suite
-        // on two cores) may deliver one late, but most land inside.
+        // on two cores) may deliver one late, but most land inside. A stall
+        // while other suites start their daemons delayed one gap to 783 ms
+        // (seen with the D-Bus, metrics and voip suites on two cores): a late
+        // gap may be up to 1.5 s, and three in four must be in the window.
         for gap in gaps {
-            #expect(gap >= 205 && gap <= 300 + 400, "gap \(gap) ms outside [210, 300] ms; all: \(gaps)")
+            #expect(gap >= 205 && gap <= 300 + 1200, "gap \(gap) ms outside [210, 300] ms; all: \(gaps)")
         }
         #expect(gaps.filter { $0 <= 300 + 30 }.count * 4 >= gaps.count * 3, "most gaps late: \(gaps)")
         #expect((gaps.max() ?? 0) - (gaps.min() ?? 0) > 5, "no jitter: \(gaps)")

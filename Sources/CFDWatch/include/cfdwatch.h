@@ -42,4 +42,8 @@ void vigil_fdwatch_eventfd_signal(int fd);
 /// Reads an eventfd's counter back to 0.
 void vigil_fdwatch_eventfd_drain(int fd);
 
+/// Names the calling thread (at most 15 bytes show): pthread_setname_np,
+/// which Swift's Glibc module does not export either.
+void vigil_fdwatch_name_thread(const char *name);
+
 #endif
