@@ -92,6 +92,25 @@ import VigilKit
         #expect(text.contains(#"vigil_gap_seconds_total{class="frozen"} 5.0"#))
     }
 
+    /// Round trips get a histogram for each of the first strategies only;
+    /// the pings of later ones are counted in `strategy="other"`.
+    @Test func roundTripHistogramsAreBoundedByStrategy() async throws {
+        let registry = LeaseRegistry(clock: ManualClock())
+        let metrics = HostMetrics()
+        await registry.observe(metrics)
+        let count = HostMetrics.maxRTTStrategies + 5
+        for i in 0..<count {
+            let lease = try await registry.acquire(strategy: "sip\(i)", LeaseRequest(holds: "tcp", reason: "r"))
+            await registry.setStatus(lease, ["Pings": .uint(1), "LastRttUsec": .int(3_000)])
+        }
+        let text = String(decoding: metrics.exposition(Self.snapshot(strategies: [], leases: LeaseTotals(await registry.active))), as: UTF8.self)
+        let counts = text.split(separator: "\n").filter { $0.hasPrefix("vigil_voip_rtt_seconds_count{") }
+        #expect(counts.count == HostMetrics.maxRTTStrategies + 1, "\(counts.count) histograms")
+        #expect(counts.contains(#"vigil_voip_rtt_seconds_count{strategy="sip0"} 1"#))
+        #expect(counts.contains(#"vigil_voip_rtt_seconds_count{strategy="other"} 5"#))
+        #expect(!counts.contains { $0.contains(#"strategy="sip\#(count - 1)""#) })
+    }
+
     @Test func metricsTableIsValidatedWithLocations() throws {
         let text = """
             [host]

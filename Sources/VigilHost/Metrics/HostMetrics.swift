@@ -21,6 +21,13 @@ import VigilKit
 public final class HostMetrics: LeaseObserver {
     /// The most uids `vigil_client_leases` shows by name.
     public static let maxClientUIDs = 20
+    /// The most strategies `vigil_voip_rtt_seconds` has a histogram of;
+    /// the pings of later ones go into `strategy="other"`. swift-prometheus
+    /// adds a labelled histogram by copying its family, so ten thousand
+    /// voip-socket strategies, one histogram each, cost O(n²) (about ten
+    /// seconds of CPU at their first pings, `vigil-bench voip-socket`),
+    /// and 140,000 series nobody graphs one by one.
+    public static let maxRTTStrategies = 100
     /// The longest label value, in UTF-8 bytes.
     public static let maxLabelBytes = 128
 
@@ -87,10 +94,11 @@ public final class HostMetrics: LeaseObserver {
         counted.withLock { c in
             let before = c.pings.updateValue(pings, forKey: lease) ?? 0
             guard pings > before, rtt >= 0 else { return }
-            let histogram = c.rtt[strategy] ?? histograms.makeValueHistogram(
-                name: "vigil_voip_rtt_seconds", labels: [("strategy", strategy)], buckets: Self.rttBuckets,
+            let key = c.rtt[strategy] != nil || c.rtt.count < Self.maxRTTStrategies ? strategy : "other"
+            let histogram = c.rtt[key] ?? histograms.makeValueHistogram(
+                name: "vigil_voip_rtt_seconds", labels: [("strategy", key)], buckets: Self.rttBuckets,
                 help: "Round trip of each answered VoIP ping.")
-            c.rtt[strategy] = histogram
+            c.rtt[key] = histogram
             histogram.record(Double(rtt) / 1e6)
         }
     }
