@@ -290,7 +290,8 @@ public actor HostRuntime {
             var lastWrite: ContinuousClock.Instant?
             for await _ in pending.arrivals {
                 if let lastWrite, ContinuousClock.now < lastWrite + Self.leaseEventWriteGap {
-                    // Cancelled (shutdown): write at once, then stop.
+                    // Cancelled at shutdown: the sleep ends at once, this
+                    // batch is written, and the stream ends the loop.
                     try? await Task.sleep(until: lastWrite + Self.leaseEventWriteGap, clock: .continuous)
                 }
                 lastWrite = .now
@@ -423,8 +424,6 @@ public actor HostRuntime {
     }
 }
 
-/// Survival-log events waiting for the writer, shared by the task that
-/// receives them and the task that writes them.
 /// Lease events not yet written to the survival log's event table. The
 /// registry shows each event to it as it publishes it (statuses are not
 /// logged); `arrivals` says, at most once per batch, that some wait.
