@@ -90,21 +90,26 @@ final class DBusEventLoop: @unchecked Sendable {
     /// Runs `job` on the loop's thread, after the jobs queued before it.
     /// Dropped once the loop has ended (its connection is gone).
     func async(execute job: @escaping @Sendable () -> Void) {
-        let wake = shared.withLock { state -> Bool in
+        post { state in
             guard !state.ended else { return false }
             state.jobs.append(job)
-            guard !state.awake else { return false }
-            state.awake = true
             return true
         }
-        if wake { vigil_fdwatch_eventfd_signal(wakeFD) }
     }
 
     /// Ends the thread once the jobs queued so far have run.
     func stop() {
-        let wake = shared.withLock { state -> Bool in
+        post { state in
             state.stopping = true
-            guard !state.awake else { return false }
+            return true
+        }
+    }
+
+    /// Makes `change` to the shared state; when it gave the thread
+    /// something to do and the thread waits, wakes it.
+    private func post(_ change: (inout Shared) -> Bool) {
+        let wake = shared.withLock { state -> Bool in
+            guard change(&state), !state.awake else { return false }
             state.awake = true
             return true
         }

@@ -182,15 +182,12 @@ public actor ConditionMonitor {
                     if let processWatcher { processes = processWatcher.add(name) }
                 case .leaseActive:
                     if leaseTask == nil {
-                        let stream = await registry.changes()
+                        // Statuses and renewals change no lease's presence.
+                        let stream = await registry.events(LeaseEventFilter(kinds: LeaseEventFilter.endings.union([.acquired, .expiring])))
                         leases = await registry.active
                         let registry = self.registry
                         leaseTask = Task {
-                            // Statuses come batched; they and renewals change no lease's presence.
-                            for await change in stream {
-                                guard case .event(let event) = change, event.kind != .renewed else { continue }
-                                sink(.leases(await registry.active))
-                            }
+                            for await _ in stream { sink(.leases(await registry.active)) }
                         }
                     }
                 case .time(let windows):

@@ -139,9 +139,6 @@ public actor LeaseRegistry: LeaseStatusSink {
     private var byStrategy: [String: Set<LeaseID>] = [:]
     private var nextID: UInt64 = 1
     private var subscribers: [UInt64: (filter: LeaseEventFilter, continuation: AsyncStream<LeaseEvent>.Continuation)] = [:]
-    /// Whether some subscriber takes `status` events (each one copies its
-    /// lease's snapshot, so they are made only then).
-    private var statusSubscribers = 0
     private var changeSubscribers: [UInt64: AsyncStream<LeaseChange>.Continuation] = [:]
     private var nextSubscriber: UInt64 = 0
     private var observers: [any LeaseObserver] = []
@@ -178,7 +175,6 @@ public actor LeaseRegistry: LeaseStatusSink {
     public func events(_ filter: LeaseEventFilter = .all) -> AsyncStream<LeaseEvent> {
         let (stream, continuation, key) = subscription(of: LeaseEvent.self)
         subscribers[key] = (filter, continuation)
-        if filter.kinds.contains(.status) { statusSubscribers += 1 }
         return stream
     }
 
@@ -206,7 +202,7 @@ public actor LeaseRegistry: LeaseStatusSink {
     }
 
     private func unsubscribe(_ key: UInt64) {
-        if let removed = subscribers.removeValue(forKey: key), removed.filter.kinds.contains(.status) { statusSubscribers -= 1 }
+        subscribers[key] = nil
         changeSubscribers[key] = nil
     }
 
@@ -352,14 +348,15 @@ public actor LeaseRegistry: LeaseStatusSink {
     ///
     /// Subscribers hear of the batch after the whole batch is stored: a
     /// ``changes()`` subscriber as one element carrying ids and statuses,
-    /// an ``events()`` subscriber as one `status` event per lease, in
-    /// order. Yielded one by one between stores, each status woke a
+    /// an ``events(_:)`` subscriber that takes statuses as one `status`
+    /// event per lease, in order (made only when there is one: each copies
+    /// the lease's snapshot). Yielded one by one between stores, each status woke a
     /// subscriber that had just emptied its stream (a thread wake-up per
     /// status, the largest cost of a keep-alive ping's status with vigild's
     /// bus projection following); and an event per status copies the
     /// lease's snapshot, which only per-event subscribers need.
     public func setStatuses(_ updates: [(lease: LeaseID, status: [String: StatusValue])]) {
-        let perEvent = statusSubscribers > 0
+        let perEvent = subscribers.values.contains { $0.filter.kinds.contains(.status) }
         var events: [LeaseEvent] = []
         var changes: [LeaseStatusChange] = []
         if perEvent { events.reserveCapacity(updates.count) }

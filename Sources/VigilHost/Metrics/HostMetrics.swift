@@ -67,14 +67,11 @@ public final class HostMetrics: LeaseObserver {
 
     /// A lease event (``LeaseRegistry/observe(_:)``).
     public func observe(_ event: LeaseEvent) {
-        if event.kind == .status {
-            observeStatus(of: event.lease.id, strategy: event.lease.strategy, event.lease.status)
-            return
-        }
         let strategy = Self.label(event.lease.strategy)
         counted.withLock { c in
             switch event.kind {
             case .status:
+                // Statuses come through ``observeStatus(of:strategy:_:)``.
                 return
             case .released, .expired, .failed:
                 c.pings[event.lease.id] = nil

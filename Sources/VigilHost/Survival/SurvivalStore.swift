@@ -338,7 +338,7 @@ public actor SurvivalStore {
         if let unnamed = events.firstIndex(where: { $0.name.isEmpty }) {
             throw SurvivalStoreError(.invalidArgument, path: path, "event name is empty (event \(unnamed + 1) of \(events.count))")
         }
-        let names = events.count == 1 ? "event \(events[0].name)" : "\(events.count) events"
+        func names() -> String { events.count == 1 ? "event \(events[0].name)" : "\(events.count) events" }
         if let outage = unwritable, outage.failedHeartbeats > 0 {
             // An outage the heartbeats confirmed: only they try the disk
             // (each after a checkpoint that may free space) until one is
@@ -346,7 +346,7 @@ public actor SurvivalStore {
             // out the busy timeout (a reader pinning the WAL keeps SQLite
             // from restarting it), holding up the heartbeat queued behind.
             unwritable?.failedWrites += 1
-            throw SurvivalStoreError(.unwritable, path: path, "cannot write (recording \(names) of run \(run.uuid)): the store is unwritable since an earlier failure: \(outage.firstError)")
+            throw SurvivalStoreError(.unwritable, path: path, "cannot write (recording \(names()) of run \(run.uuid)): the store is unwritable since an earlier failure: \(outage.firstError)")
         }
         do {
             var records: [EventRecord] = []
@@ -365,7 +365,7 @@ public actor SurvivalStore {
                     .execute(arguments: [records.count, run.key])
             }
         } catch {
-            throw failed(error, doing: "recording \(names) of run \(run.uuid)")
+            throw failed(error, doing: "recording \(names()) of run \(run.uuid)")
         }
     }
 
