@@ -328,20 +328,20 @@ public actor LeaseRegistry: LeaseStatusSink {
     /// Stores `status` as the status of `id` in place (copying the entry
     /// out and back retains and releases every string it holds, which for
     /// a status set per keep-alive ping of thousands of connections was most
-    /// of the call); returns where the entry is, or nil when the lease is
-    /// unknown or had that status already.
-    private func storeStatus(_ id: LeaseID, _ status: [String: StatusValue]) -> [LeaseID: Entry].Index? {
-        guard let index = entries.index(forKey: id), Self.replaceStatus(of: &entries.values[index].snapshot, with: status) else { return nil }
-        return index
+    /// of the call); returns where the entry is and its strategy, or nil
+    /// when the lease is unknown or had that status already.
+    private func storeStatus(_ id: LeaseID, _ status: [String: StatusValue]) -> (index: [LeaseID: Entry].Index, strategy: String)? {
+        guard let index = entries.index(forKey: id), let strategy = Self.replaceStatus(of: &entries.values[index].snapshot, with: status) else { return nil }
+        return (index, strategy)
     }
 
-    /// Whether `snapshot` took `status` (false: it had it already). Inout,
-    /// so the entry is read where it lies (reading it out of the table
-    /// copies it, retaining everything it holds).
-    private static func replaceStatus(of snapshot: inout LeaseSnapshot, with status: [String: StatusValue]) -> Bool {
-        guard snapshot.status != status else { return false }
+    /// The strategy of `snapshot` once it took `status` (nil: it had it
+    /// already). Inout, so the entry is read where it lies (reading it, even
+    /// one field, through the table's getter copies the whole entry).
+    private static func replaceStatus(of snapshot: inout LeaseSnapshot, with status: [String: StatusValue]) -> String? {
+        guard snapshot.status != status else { return nil }
         snapshot.status = status
-        return true
+        return snapshot.strategy
     }
 
     /// ``setStatus(_:_:)`` for many leases, in order, in one call.
@@ -363,11 +363,8 @@ public actor LeaseRegistry: LeaseStatusSink {
         if !changeSubscribers.isEmpty { changes.reserveCapacity(updates.count) }
         let now = clock.now
         for update in updates {
-            guard let index = storeStatus(update.lease, update.status) else { continue }
-            if !observers.isEmpty {
-                let strategy = entries.values[index].snapshot.strategy
-                for observer in observers { observer.observeStatus(of: update.lease, strategy: strategy, update.status) }
-            }
+            guard let (index, strategy) = storeStatus(update.lease, update.status) else { continue }
+            for observer in observers { observer.observeStatus(of: update.lease, strategy: strategy, update.status) }
             if perEvent {
                 events.append(LeaseEvent(kind: .status, lease: entries.values[index].snapshot, at: now, forced: false, detail: ""))
             }

@@ -87,10 +87,10 @@ public final class HostMetrics: LeaseObserver {
     /// the round-trip histogram of its strategy.
     public func observeStatus(of lease: LeaseID, strategy: String, _ status: [String: StatusValue]) {
         guard case .uint(let pings)? = status["Pings"], case .int(let rtt)? = status["LastRttUsec"] else { return }
-        let strategy = Self.label(strategy)
         counted.withLock { c in
             let before = c.pings.updateValue(pings, forKey: lease) ?? 0
             guard pings > before, rtt >= 0 else { return }
+            let strategy = Self.label(strategy)
             let key = c.rtt[strategy] != nil || c.rtt.count < Self.maxRTTStrategies ? strategy : "other"
             let histogram = c.rtt[key] ?? histograms.makeValueHistogram(
                 name: "vigil_voip_rtt_seconds", labels: [("strategy", key)], buckets: Self.rttBuckets,
@@ -320,6 +320,8 @@ public final class HostMetrics: LeaseObserver {
     /// character boundary), control characters replaced by `?`. Quotes,
     /// backslashes and newlines left are escaped by the exposition writer.
     public static func label(_ value: String) -> String {
+        // The common case, printable ASCII that fits, is the name itself.
+        if value.utf8.count <= maxLabelBytes, value.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) { return value }
         var out = ""
         var bytes = 0
         for scalar in value.unicodeScalars {
