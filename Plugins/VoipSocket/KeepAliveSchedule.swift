@@ -28,6 +28,12 @@ final class KeepAliveSchedule: Sendable {
         }
     }
 
+    /// A round that came due: its keeper and the generation it was for.
+    struct Due: Sendable {
+        var keeper: PingKeeper
+        var generation: UInt64
+    }
+
     private struct Entry: InstantOrdered {
         var earliest: VigilInstant
         var latest: VigilInstant
@@ -138,6 +144,7 @@ final class KeepAliveSchedule: Sendable {
             if group.live > 0 || group.waker != nil { s.groups[key] = group }
             return due
         }
-        for entry in due { entry.keeper.due(generation: entry.generation) }
+        guard !due.isEmpty else { return }
+        SocketEventLoop.shared.run(due.map { Due(keeper: $0.keeper, generation: $0.generation) })
     }
 }

@@ -11,6 +11,14 @@ import Synchronization
 /// hands it to the socket's ``TCPLink``, which resumes whoever awaits it.
 /// Timing (keep-alive deadlines, handler and connect timeouts) is not done
 /// here: it runs on the host's clock and wake scheduler, so tests can drive it.
+///
+/// The thread also sends the pings of a keep-alive round (``run(_:)``): the
+/// pongs come back to this thread, so a round done here touches each
+/// connection from one core and takes no lock its pong handling holds (done
+/// from the wake's thread, the two threads fought over every link's lock and
+/// bounced its cache lines between cores, which was a quarter of a ping's
+/// CPU). A round is sent a slice at a time between socket events, so the
+/// first pongs are read while the last pings go out.
 final class SocketEventLoop: Sendable {
     /// The plugin's loop, started on first use and kept for the life of the process.
     static let shared = SocketEventLoop()
@@ -35,21 +43,32 @@ final class SocketEventLoop: Sendable {
     }
 
     private let epollFD: Int32
+    /// Written to wake the thread for queued rounds; watched level-triggered
+    /// under ``wakeToken``.
+    private let wakeFD: Int32
     /// Why the loop could not start (no epoll fd, no thread), if it failed.
     let startFailure: String?
     private let table = Mutex(Table())
+    /// Rounds handed over and not yet taken by the thread.
+    private let queued = Mutex<[KeepAliveSchedule.Due]>([])
+    /// Whether `queued` holds rounds: the thread looks between two events
+    /// without taking the lock (the eventfd only wakes it from its sleep).
+    fileprivate let hasQueued = Atomic<Bool>(false)
+    /// The token of ``wakeFD``; no link's (their slot is below 2³²−1).
+    fileprivate static let wakeToken = UInt64.max
 
     private init() {
         let fd = vigil_epoll_create()
         epollFD = fd
-        guard fd >= 0 else {
-            startFailure = "cannot create the socket event loop: epoll_create1: \(String(cString: strerror(errno)))"
+        wakeFD = fd >= 0 ? vigil_eventfd() : -1
+        guard fd >= 0, wakeFD >= 0, vigil_epoll_add_level_in(fd, wakeFD, Self.wakeToken) == 0 else {
+            startFailure = "cannot create the socket event loop: \(fd < 0 ? "epoll_create1" : "eventfd"): \(String(cString: strerror(errno)))"
             return
         }
         var thread = pthread_t()
         // The loop is a process-lifetime singleton: the thread keeps one
         // reference for ever.
-        let context = Unmanaged.passRetained(SocketEventThread(epollFD: fd)).toOpaque()
+        let context = Unmanaged.passRetained(SocketEventThread(epollFD: fd, wakeFD: wakeFD)).toOpaque()
         let rc = pthread_create(&thread, nil, { raw in
             guard let raw else { return nil }
             Unmanaged<SocketEventThread>.fromOpaque(raw).takeUnretainedValue().run()
@@ -105,6 +124,33 @@ final class SocketEventLoop: Sendable {
         }
     }
 
+    /// Runs the rounds' `due` on the event thread, in order, a slice at a
+    /// time between socket events; at once, here, when the loop did not
+    /// start (then no link is open and each round settles as failed).
+    func run(_ rounds: [KeepAliveSchedule.Due]) {
+        guard startFailure == nil else {
+            for round in rounds { round.keeper.due(generation: round.generation) }
+            return
+        }
+        let wake = queued.withLock { queue in
+            defer {
+                queue.append(contentsOf: rounds)
+                hasQueued.store(true, ordering: .releasing)
+            }
+            return queue.isEmpty
+        }
+        guard wake else { return }  // a wake is on its way already
+        var one: UInt64 = 1
+        _ = write(wakeFD, &one, 8)
+    }
+
+    fileprivate func takeQueued(into pending: inout [KeepAliveSchedule.Due]) {
+        queued.withLock { queue in
+            hasQueued.store(false, ordering: .relaxed)
+            if pending.isEmpty { swap(&pending, &queue) } else { pending.append(contentsOf: queue); queue = [] }
+        }
+    }
+
     /// Number of sockets watched (tests, benchmarks).
     var watchedCount: Int { table.withLock { $0.count } }
 
@@ -113,26 +159,77 @@ final class SocketEventLoop: Sendable {
     }
 }
 
-/// The event thread's own state: the event array and the read buffer, used
-/// by that thread only.
+/// The event thread's own state: the event array, the read buffer and the
+/// rounds it is sending, used by that thread only.
 // Invariant: `run` is called once, on the event thread, which is then the
-// only thread touching `events` and `buffer`.
+// only thread touching `events`, `buffer`, `pending` and the indexes.
 private final class SocketEventThread: @unchecked Sendable {
     let epollFD: Int32
-    let events = UnsafeMutablePointer<vigil_socket_event>.allocate(capacity: 256)
+    let wakeFD: Int32
+    static let eventCapacity: Int32 = 256
+    let events = UnsafeMutablePointer<vigil_socket_event>.allocate(capacity: Int(eventCapacity))
+    /// Events from the last wait; those before `nextEvent` are handled.
+    var eventCount = 0
+    var nextEvent = 0
     let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 16)
+    /// Rounds taken from the queue; those before `nextRound` are done.
+    var pending: [KeepAliveSchedule.Due] = []
+    var nextRound = 0
+    /// Rounds run in a turn: each is a send, so the pongs of a large round
+    /// wait for at most this many sends.
+    static let roundsPerTurn = 64
+    /// While rounds wait, how long a turn of socket events may take before
+    /// the rounds get the thread back (TLS handshakes of thousands of
+    /// connections at once must not make their pings late).
+    static let eventTurnNanoseconds: UInt64 = 1_000_000
 
-    init(epollFD: Int32) { self.epollFD = epollFD }
+    init(epollFD: Int32, wakeFD: Int32) {
+        self.epollFD = epollFD
+        self.wakeFD = wakeFD
+    }
 
     func run() {
         let loop = SocketEventLoop.shared
         while true {
-            let count = vigil_epoll_wait(epollFD, events, 256, -1)
-            if count < 0 { continue }  // EINTR is retried in C; nothing else is expected
-            for i in 0..<Int(count) {
-                let event = events[i]
-                loop.link(for: event.token)?.handle(events: event.events, buffer: buffer)
+            let roundsWait = nextRound < pending.count
+            if nextEvent == eventCount {
+                // With rounds to send, only look at what is ready; else sleep.
+                let count = vigil_epoll_wait(epollFD, events, Self.eventCapacity, roundsWait ? 0 : -1)
+                eventCount = max(0, Int(count))  // EINTR is retried in C; nothing else is expected
+                nextEvent = 0
+            }
+            let turnEnd = roundsWait ? monotonicNanoseconds() + Self.eventTurnNanoseconds : UInt64.max
+            while nextEvent < eventCount {
+                let event = events[nextEvent]
+                nextEvent += 1
+                if event.token == SocketEventLoop.wakeToken {
+                    var value: UInt64 = 0
+                    _ = read(wakeFD, &value, 8)
+                } else {
+                    loop.link(for: event.token)?.handle(events: event.events, buffer: buffer)
+                }
+                // Rounds came, or waited long enough: their turn.
+                if roundsWait ? monotonicNanoseconds() > turnEnd : loop.hasQueued.load(ordering: .relaxed) { break }
+            }
+            if loop.hasQueued.load(ordering: .acquiring) {
+                if nextRound == pending.count {
+                    pending.removeAll(keepingCapacity: pending.capacity <= 1024)
+                    nextRound = 0
+                }
+                loop.takeQueued(into: &pending)
+            }
+            let end = min(pending.count, nextRound + Self.roundsPerTurn)
+            while nextRound < end {
+                let round = pending[nextRound]
+                nextRound += 1
+                round.keeper.due(generation: round.generation)
             }
         }
+    }
+
+    private func monotonicNanoseconds() -> UInt64 {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        return UInt64(now.tv_sec) &* 1_000_000_000 &+ UInt64(now.tv_nsec)
     }
 }

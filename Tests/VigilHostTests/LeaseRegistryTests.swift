@@ -222,6 +222,53 @@ func observe(_ registry: LeaseRegistry) async -> (EventLog, Task<Void, Never>) {
         }
     }
 
+    /// A status is stored (and shown to observers) only when it differs:
+    /// the same pairs in any key order are no change; a value changed at
+    /// any key, a key renamed or added is one. Dictionaries built in
+    /// different orders and capacities walk their keys in different orders,
+    /// so both the side-by-side and the hashed comparison are exercised.
+    @Test func aStatusCountsAsChangedExactlyWhenItsPairsDiffer() async throws {
+        let registry = LeaseRegistry(clock: ManualClock())
+        let seen = RecordingObserver()
+        await registry.observe(seen)
+        let lease = try await registry.acquire(strategy: "s", LeaseRequest(holds: "a", reason: "r"))
+        let keys = (0..<24).map { "Key\($0)" }
+        var base: [String: StatusValue] = [:]
+        for (i, key) in keys.enumerated() { base[key] = .uint(UInt64(i)) }
+        await registry.setStatus(lease, base)
+        var reordered = [String: StatusValue](minimumCapacity: 200)
+        for (i, key) in keys.enumerated().reversed() { reordered[key] = .uint(UInt64(i)) }
+        #expect(Array(reordered.keys) != Array(base.keys), "the test needs another key order")
+        await registry.setStatus(lease, reordered)  // same pairs
+        var samePairsCopy = base
+        samePairsCopy["Key3"] = .uint(3)  // a copy with a value set to what it was
+        await registry.setStatus(lease, samePairsCopy)
+        let unchanged = seen.log.filter { $0.hasPrefix("status") }.count
+        var changes = 0
+        for key in [keys.first!, keys[11], keys.last!] {  // one value changed, in place
+            var changed = base
+            changed[key] = .string("x")
+            await registry.setStatus(lease, changed)
+            await registry.setStatus(lease, base)
+            changes += 2
+        }
+        var renamed = base
+        renamed["Key5"] = nil
+        renamed["Other"] = .uint(5)
+        await registry.setStatus(lease, renamed)
+        var grown = base
+        grown["Extra"] = .bool(true)
+        await registry.setStatus(lease, grown)
+        var reorderedChanged = reordered
+        reorderedChanged["Key7"] = .int(7)  // same number, another type
+        await registry.setStatus(lease, reorderedChanged)
+        changes += 3
+        #expect(unchanged == 1)
+        #expect(seen.log.filter { $0.hasPrefix("status") }.count == 1 + changes)
+        let stored = await registry.active.first?.status
+        #expect(stored == reorderedChanged)
+    }
+
     /// A filtered subscriber gets only the events its filter takes, in
     /// order; the statuses and the other strategy's events never reach it.
     /// An observer sees every event and each status, on the registry.

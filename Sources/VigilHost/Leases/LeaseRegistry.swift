@@ -339,9 +339,24 @@ public actor LeaseRegistry: LeaseStatusSink {
     /// already). Inout, so the entry is read where it lies (reading it, even
     /// one field, through the table's getter copies the whole entry).
     private static func replaceStatus(of snapshot: inout LeaseSnapshot, with status: [String: StatusValue]) -> String? {
-        guard snapshot.status != status else { return nil }
+        guard !sameStatus(snapshot.status, status) else { return nil }
         snapshot.status = status
         return snapshot.strategy
+    }
+
+    /// `a == b`, mostly without hashing. A strategy's next status is
+    /// usually its last one with a value or two changed, which keeps the
+    /// key order; walked side by side, the first pair with the same key and
+    /// another value proves them different (keys are unique), and the same
+    /// pairs all along prove them equal. Only keys out of step need the
+    /// hashed comparison (a lookup per key, per status of every ping).
+    static func sameStatus(_ a: [String: StatusValue], _ b: [String: StatusValue]) -> Bool {
+        guard a.count == b.count else { return false }
+        for (x, y) in zip(a, b) {
+            guard x.key == y.key else { return a == b }
+            guard x.value == y.value else { return false }
+        }
+        return true
     }
 
     /// ``setStatus(_:_:)`` for many leases, in order, in one call.

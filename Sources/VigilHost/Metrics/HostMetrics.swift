@@ -91,7 +91,8 @@ public final class HostMetrics: LeaseObserver {
             let before = c.pings.updateValue(pings, forKey: lease) ?? 0
             guard pings > before, rtt >= 0 else { return }
             let strategy = Self.label(strategy)
-            let key = c.rtt[strategy] != nil || c.rtt.count < Self.maxRTTStrategies ? strategy : "other"
+            if let histogram = c.rtt[strategy] { return histogram.record(Double(rtt) / 1e6) }
+            let key = c.rtt.count < Self.maxRTTStrategies ? strategy : "other"
             let histogram = c.rtt[key] ?? histograms.makeValueHistogram(
                 name: "vigil_voip_rtt_seconds", labels: [("strategy", key)], buckets: Self.rttBuckets,
                 help: "Round trip of each answered VoIP ping.")
