@@ -107,13 +107,16 @@ final class DBusEventLoop: @unchecked Sendable {
 
     /// Makes `change` to the shared state; when it gave the thread
     /// something to do and the thread waits, wakes it.
-    private func post(_ change: (inout Shared) -> Bool) {
-        let wake = shared.withLock { state -> Bool in
-            guard change(&state), !state.awake else { return false }
+    @discardableResult
+    private func post(_ change: (inout Shared) -> Bool) -> Bool {
+        let (changed, wake) = shared.withLock { state -> (Bool, Bool) in
+            guard change(&state) else { return (false, false) }
+            guard !state.awake else { return (true, false) }
             state.awake = true
-            return true
+            return (true, true)
         }
         if wake { vigil_fdwatch_eventfd_signal(wakeFD) }
+        return changed
     }
 
     private func run() {
@@ -230,6 +233,22 @@ final class DBusEventLoop: @unchecked Sendable {
         var spec = timespec()
         clock_gettime(CLOCK_MONOTONIC, &spec)
         return UInt64(spec.tv_sec) * 1_000_000_000 + UInt64(spec.tv_nsec)
+    }
+}
+
+/// The loop as a task executor: the tasks of ``DBusMethod/brief(_:in:out:_:)``
+/// handlers run their jobs on the loop's thread, between its other work.
+extension DBusEventLoop: TaskExecutor {
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        let queued = post { state in
+            guard !state.ended else { return false }
+            state.jobs.append { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+            return true
+        }
+        // The connection is gone: the task still finishes, on the global
+        // pool (a job dropped would leave it suspended for ever).
+        if !queued { globalConcurrentExecutor.enqueue(ExecutorJob(job)) }
     }
 }
 

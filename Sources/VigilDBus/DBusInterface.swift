@@ -110,6 +110,9 @@ public struct DBusMethod: Sendable {
     /// Set for an immediate method whose reply body is marshalled once and
     /// reused (``DBusPreparedBody``).
     public var preparedHandler: (@Sendable (DBusMethodCall) throws -> DBusPreparedBody)?
+    /// The handler's task prefers the connection's own thread
+    /// (``brief(_:in:out:_:)``).
+    public var runsOnConnectionThread = false
 
     public init(_ name: String, in inArguments: [DBusArgument] = [], out outArguments: [DBusArgument] = [], handler: @escaping Handler) {
         self.name = name
@@ -132,6 +135,20 @@ public struct DBusMethod: Sendable {
                                 _ handler: @escaping @Sendable (DBusMethodCall) throws -> DBusPreparedBody) -> DBusMethod {
         var method = immediate(name, in: inArguments, out: outArguments) { call in try handler(call).values }
         method.preparedHandler = handler
+        return method
+    }
+
+    /// A method whose handler waits only for actors and replies, and does
+    /// little work itself: its task runs on the connection's thread (the
+    /// task's preferred executor; actors it calls run there too when they
+    /// are free), so a call needs no thread woken to start it, to hop into
+    /// an actor, or to queue its reply. A handler that computes for long
+    /// holds up the connection's other calls meanwhile: use
+    /// ``init(_:in:out:handler:)`` for that.
+    public static func brief(_ name: String, in inArguments: [DBusArgument] = [], out outArguments: [DBusArgument] = [],
+                             _ handler: @escaping Handler) -> DBusMethod {
+        var method = DBusMethod(name, in: inArguments, out: outArguments, handler: handler)
+        method.runsOnConnectionThread = true
         return method
     }
 

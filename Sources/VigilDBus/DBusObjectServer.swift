@@ -173,9 +173,9 @@ public final class DBusObjectServer: @unchecked Sendable {
             connection.replyOnQueue(to: handle, result: result)
         case let .replyPrepared(body):
             connection.replyOnQueue(to: handle, prepared: body)
-        case let .run(work):
+        case let .run(work, onConnectionThread):
             let connection = self.connection
-            Task {
+            Task(executorPreference: onConnectionThread ? connection.queue : nil) {
                 let result: Result<[DBusValue], DBusError>
                 do {
                     result = .success(try await work())
@@ -194,7 +194,7 @@ public final class DBusObjectServer: @unchecked Sendable {
     private enum Route {
         case reply(Result<[DBusValue], DBusError>)
         case replyPrepared(DBusPreparedBody)
-        case run(@Sendable () async throws -> [DBusValue])
+        case run(@Sendable () async throws -> [DBusValue], onConnectionThread: Bool = false)
     }
 
     /// Routes a call from its header (`header.body` is empty) and body
@@ -312,7 +312,7 @@ public final class DBusObjectServer: @unchecked Sendable {
                 return values
             })
         }
-        return .run {
+        return .run({
             let values = try await handler(typedCall)
             let actual = values.map(\.signature).joined()
             // A handler that returns the wrong types is a bug in the service:
@@ -321,7 +321,7 @@ public final class DBusObjectServer: @unchecked Sendable {
                 throw DBusError.failed("\(qualified) returned signature \"\(actual)\" but is declared to return \"\(outSignature)\"")
             }
             return values
-        }
+        }, onConnectionThread: method.runsOnConnectionThread)
     }
 
     /// Properties.Get, GetAll and Set; `message` is whole, its signature checked.

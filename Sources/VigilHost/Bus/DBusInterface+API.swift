@@ -10,6 +10,12 @@ struct APIMethodHandler: Sendable {
         Self { DBusMethod($0, in: $1, out: $2, handler: handler) }
     }
 
+    /// In a task on the connection's thread (``DBusMethod/brief(_:in:out:_:)``):
+    /// the handler waits only for actors and does little work itself.
+    static func brief(_ handler: @escaping DBusMethod.Handler) -> Self {
+        Self { .brief($0, in: $1, out: $2, handler) }
+    }
+
     /// On the connection's queue, at once: the handler must not wait
     /// (reads of state published behind a lock).
     static func immediate(_ handler: @escaping @Sendable (DBusMethodCall) throws -> [DBusValue]) -> Self {

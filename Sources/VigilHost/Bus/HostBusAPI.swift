@@ -343,13 +343,7 @@ public actor HostBusAPI {
                     hostSignal("LeaseAcquired", [.objectPath(path), .string(event.lease.strategy), .string(event.lease.holds)]),
                 ])
             case .renewed:
-                guard var entry = leaseEntry(id), event.lease.renewals > entry.snapshot.renewals else { return }
-                entry.snapshot = event.lease
-                setLease(id, entry)
-                try await server.apply([
-                    .propertiesChanged(path: path, interface: HostBusNames.leaseInterface, properties: ["Deadline", "Renewals"]),
-                    hostSignal("LeaseRenewed", [.objectPath(path), .uint64(HostBusValues.deadlineWallMicros(event.lease))]),
-                ])
+                showRenewal(event.lease, on: server)
             case .status:
                 // Statuses come batched (``follow(_:)`` of the changes).
                 return
@@ -509,6 +503,32 @@ public actor HostBusAPI {
                 hostSignal("LeaseAcquired", [.objectPath(path), .string(lease.strategy), .string(lease.holds)]),
             ]) { error in
                 log.warning("cannot publish lease \(id) acquired on D-Bus: \(error)")
+            }
+            return true
+        }
+    }
+
+    /// Shows a lease's renewal once, `lease` as the registry had it after
+    /// the renewal: the entry takes it, and its signals are queued on the
+    /// connection, under the lock, by whichever comes first of the Renew
+    /// call (before its reply) and the following of the registry (`server`
+    /// given; nil: the exported one). Nothing when the lease is not shown,
+    /// or shows this renewal or a later one.
+    @discardableResult
+    nonisolated func showRenewal(_ lease: LeaseSnapshot, on server: DBusObjectServer?) -> Bool {
+        let id = lease.id
+        return published.withLock { state in
+            guard let server = server ?? state.server, let index = state.leases.index(forKey: id),
+                  lease.renewals > state.leases.values[index].snapshot.renewals else { return false }
+            state.leases.values[index].snapshot = lease
+            state.leaseRows = nil
+            let path = state.leases.values[index].path
+            let log = self.log
+            server.applyQueued([
+                .propertiesChanged(path: path, interface: HostBusNames.leaseInterface, properties: ["Deadline", "Renewals"]),
+                hostSignal("LeaseRenewed", [.objectPath(path), .uint64(HostBusValues.deadlineWallMicros(lease))]),
+            ]) { error in
+                log.warning("cannot publish lease \(id) renewed on D-Bus: \(error)")
             }
             return true
         }

@@ -49,7 +49,10 @@ extension HostBusAPI {
     nonisolated func renewClientLease(_ id: LeaseID, _ call: DBusMethodCall, budgetMicros: UInt64) async throws {
         let privileged = try await callerIsPrivileged(call)
         do {
-            try await services.clientLeases.renew(id, caller: call.sender, privileged: privileged, budgetMicros: budgetMicros)
+            let renewed = try await services.clientLeases.renew(id, caller: call.sender, privileged: privileged, budgetMicros: budgetMicros)
+            // Shown before the reply: a client that reads the lease after
+            // Renew returned sees the renewal.
+            showRenewal(renewed, on: nil)
         } catch {
             throw error.dbusError
         }

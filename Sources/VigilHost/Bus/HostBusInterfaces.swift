@@ -45,7 +45,7 @@ enum HostBusInterfaces {
                     guard let api else { throw gone() }
                     return [try api.survivalRows(since: try call.argument(0, as: UInt64.self))]
                 },
-                "BeginBackgroundTask": .task { [weak api] call in
+                "BeginBackgroundTask": .brief { [weak api] call in
                     guard let api else { throw gone() }
                     return try await api.beginBackgroundTask(call)
                 },
@@ -147,12 +147,12 @@ enum HostBusInterfaces {
         DBusInterface(
             api: VigilAPI.clientLease,
             methods: [
-                "End": .task { [weak api] call in
+                "End": .brief { [weak api] call in
                     guard let api else { throw gone() }
                     try await api.endClientLease(id, call)
                     return []
                 },
-                "Renew": .task { [weak api] call in
+                "Renew": .brief { [weak api] call in
                     guard let api else { throw gone() }
                     try await api.renewClientLease(id, call, budgetMicros: try call.argument(0, as: UInt64.self))
                     return []

@@ -141,18 +141,21 @@ public actor ClientLeases {
 
     /// Renews a client lease for `budgetMicros` more. Only its owner (or an
     /// administrator, `privileged`) may.
-    public func renew(_ id: LeaseID, caller: String, privileged: Bool, budgetMicros: UInt64) async throws(ClientLeaseError) {
+    @discardableResult
+    public func renew(_ id: LeaseID, caller: String, privileged: Bool, budgetMicros: UInt64) async throws(ClientLeaseError) -> LeaseSnapshot {
         let budget = try Self.budget(budgetMicros)
         let entry = try owned(id, caller: caller, privileged: privileged, action: "renew")
         try checkTotalBudget(uid: entry.identity.uid, adding: budget, besides: id)
+        let renewed: LeaseSnapshot
         do {
-            try await registry.renew(id, budget: budget)
+            renewed = try await registry.renew(id, budget: budget)
         } catch let error as LeaseError where error.code == .ended {
             throw ClientLeaseError(.ended, "lease \(id) cannot be renewed: \(error.message)")
         } catch {
             throw ClientLeaseError(.failed, "\(error)")
         }
         held[id]?.budget = budget
+        return renewed
     }
 
     /// Ends a client lease at its owner's (or an administrator's) request.

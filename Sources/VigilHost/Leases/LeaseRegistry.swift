@@ -285,8 +285,10 @@ public actor LeaseRegistry: LeaseStatusSink {
     /// Moves the deadline to now + `budget` (or the lease's own budget),
     /// renewing the power backend's hold first. If the backend cannot renew,
     /// the lease expires at once: its expiration handler runs with its grace
-    /// time, and the error is thrown.
-    public func renew(_ id: LeaseID, budget: Duration? = nil) async throws {
+    /// time, and the error is thrown. Returns the lease as renewed (as its
+    /// `renewed` event shows it).
+    @discardableResult
+    public func renew(_ id: LeaseID, budget: Duration? = nil) async throws -> LeaseSnapshot {
         guard let entry = entries[id] else {
             throw LeaseError(.ended, "lease \(id) has ended; it cannot be renewed")
         }
@@ -317,6 +319,7 @@ public actor LeaseRegistry: LeaseStatusSink {
         entries[id] = current
         publish(.renewed, current.snapshot)
         armWatcher(id)
+        return current.snapshot
     }
 
     /// Replaces a lease's live status. Does nothing for an ended or unknown
