@@ -73,12 +73,8 @@ public actor HostBusAPI {
         var leaseRows: DBusPreparedBody?
         /// The highest lease id whose object was exported.
         var highestShownLease: UInt64 = 0
-        /// BeginBackgroundTask calls waiting for their lease's object.
+        /// Calls waiting for their lease's object (the inhibit bridge's).
         var showWaiters: [LeaseID: [CheckedContinuation<Void, Never>]] = [:]
-        /// Client leases whose object BeginBackgroundTask exported itself,
-        /// before the following of the registry saw their `acquired` event
-        /// (which then skips them).
-        var shownAhead: Set<LeaseID> = []
         /// The object server, while the host is followed: set once
         /// everything is exported and followed, cleared by ``stop()``.
         var server: DBusObjectServer?
@@ -109,6 +105,8 @@ public actor HostBusAPI {
         }
     }
     private var followers: [Task<Void, Never>] = []
+    /// Shows client leases as the registry changes them (while exported).
+    private var clientLeaseProjection: ClientLeaseProjection?
     /// Callers' uid and pid by unique name, while they are on the bus.
     nonisolated let credentials: CallerCredentials
     /// At most one PropertiesChanged per second for a lease's `Status` (and
@@ -141,10 +139,17 @@ public actor HostBusAPI {
         guard server == nil else { throw DBusError.failed("the org.vigil.Vigil1 objects are already exported") }
         // Subscribe before taking the snapshot: an event that happens in
         // between is in both, and the handlers skip what is already shown.
-        let leaseChanges = await services.registry.changes()
+        let leaseChanges = await services.registry.changes(excluding: ClientLeases.strategyName)
         let statusChanges = await services.supervisor.changes()
         let server = try await DBusObjectServer(connection: connection)
         self.server = server
+        // Client leases are shown by an observer of the registry, from the
+        // moment the server is published: before the snapshot of the active
+        // leases, so each client lease is in one or the other (or both: then
+        // the snapshot's export skips it).
+        let projection = ClientLeaseProjection(self)
+        clientLeaseProjection = projection
+        await services.registry.observe(projection)
         let limiter = PropertiesChangedLimiter(clock: services.clock, log: log) { path, interface, values in
             try await server.emitPropertiesChanged(path: path, interface: interface, values: values)
         }
@@ -152,10 +157,11 @@ public actor HostBusAPI {
         try await server.addObjectManager(at: HostBusNames.rootPath)
         await services.strategyBus.attach(server: server, hostUID: hostUID, credentials: credentials, limiter: limiter)
         try await server.export(HostBusNames.rootPath, interfaces: [HostBusInterfaces.host(self)])
+        published.withLock { $0.server = server }
         for status in await services.supervisor.statuses where status.state != .stopped {
             try await addStrategy(status, on: server)
         }
-        for lease in await services.registry.active {
+        for lease in await services.registry.active where leaseEntry(lease.id) == nil {
             try await addLease(lease, on: server)
         }
         if await services.servesInhibits() {
@@ -183,12 +189,13 @@ public actor HostBusAPI {
                 await self.follow(status)
             }
         })
-        published.withLock { $0.server = server }
     }
 
     /// Stops following the host (the objects stay as they are).
     public func stop() async {
         published.withLock { $0.server = nil }
+        if let projection = clientLeaseProjection { await services.registry.stopObserving(projection) }
+        clientLeaseProjection = nil
         for task in followers { task.cancel() }
         followers = []
         await limiter?.forgetAll()
@@ -315,28 +322,8 @@ public actor HostBusAPI {
                 // Refused by the power backend: it never existed.
                 return
             case .acquired:
-                // Whether BeginBackgroundTask exported it (and sent its
-                // signals), else whether it is shown already; a client lease
-                // is claimed here in the same lock, so that its Begin, which
-                // claims under the lock too, leaves it to this following.
-                let (shownAhead, shown) = published.withLock { state in
-                    if state.shownAhead.remove(id) != nil {
-                        state.highestShownLease = max(state.highestShownLease, id.rawValue)
-                        return (true, true)
-                    }
-                    guard state.leases[id] == nil else { return (false, true) }
-                    if event.lease.client != nil {
-                        state.leases[id] = LeaseEntry(snapshot: event.lease, kind: ClientLeases.strategyName)
-                        state.leasePaths = nil
-                        state.leaseRows = nil
-                    }
-                    return (false, false)
-                }
-                if shownAhead {
-                    await limiter?.track(path, interface: HostBusInterfaces.lease(self, id: id), startsInterval: false)
-                    return
-                }
-                guard !shown else { return }
+                // Shown already when the export's snapshot had it.
+                guard leaseEntry(id) == nil else { return }
                 // One hop to the connection's queue: the object, then the signals.
                 try await addLease(event.lease, on: server, then: [
                     Self.hostPropertiesChanged(["Leases"]),
@@ -367,21 +354,7 @@ public actor HostBusAPI {
                 // its value.
                 setLease(id, nil)
                 await limiter?.forget(path)
-                var changes: [DBusObjectServer.Change] = [
-                    .propertiesChangedValues(path: path, interface: HostBusNames.leaseInterface,
-                                             values: [(name: "State", value: .string(event.lease.state.rawValue))]),
-                ]
-                if event.kind == .expired {
-                    changes.append(hostSignal("LeaseExpired", [.objectPath(path), .bool(event.forced)]))
-                    if event.lease.strategy == ClientLeases.strategyName {
-                        changes.append(.emit(path: path, interface: HostBusNames.clientLeaseInterface, signal: "Expired"))
-                    }
-                } else {
-                    changes.append(hostSignal("LeaseReleased", [.objectPath(path), .string(event.detail)]))
-                }
-                changes.append(.unexport(path: path))
-                changes.append(Self.hostPropertiesChanged(["Leases"]))
-                try await server.apply(changes)
+                try await server.apply(Self.leaseEndChanges(event, path: path, client: event.lease.strategy == ClientLeases.strategyName))
             }
         } catch {
             log.warning("cannot publish lease \(id) \(event.kind.rawValue) on D-Bus: \(error)")
@@ -478,34 +451,79 @@ public actor HostBusAPI {
         await limiter?.track(HostBusNames.leasePath(lease.id), interface: interfaces[0], startsInterval: false)
     }
 
-    /// Exports the object of a client lease BeginBackgroundTask just began,
-    /// and queues its signals (the Host's `Leases` change, then
-    /// `LeaseAcquired`) on the connection's queue, ahead of the reply the
-    /// caller queues next: the object exists before the reply and before
-    /// `LeaseAcquired`, without waiting for the following of the registry.
-    /// Returns false when that following already has the lease (it showed
-    /// it, or is showing it: wait with ``waitUntilShown(_:)``), or when the
-    /// host is not followed. Under the lock, so a later change the
-    /// following makes to the lease (its end) is queued after the export.
-    nonisolated func showBegunLease(_ lease: LeaseSnapshot, client: ClientIdentity) -> Bool {
-        let id = lease.id
-        let path = HostBusNames.leasePath(id)
-        return published.withLock { state in
-            guard let server = state.server, id.rawValue > state.highestShownLease, state.leases[id] == nil else { return false }
-            state.leases[id] = LeaseEntry(snapshot: lease, kind: ClientLeases.strategyName)
-            state.leasePaths = nil
-            state.leaseRows = nil
-            state.shownAhead.insert(id)
-            let log = self.log
-            server.applyQueued([
-                .export(path: path, interfaces: [HostBusInterfaces.lease(self, id: id), HostBusInterfaces.clientLease(self, id: id, client: client)]),
-                Self.hostPropertiesChanged(["Leases"]),
-                hostSignal("LeaseAcquired", [.objectPath(path), .string(lease.strategy), .string(lease.holds)]),
-            ]) { error in
-                log.warning("cannot publish lease \(id) acquired on D-Bus: \(error)")
-            }
-            return true
+    /// A client lease's life-cycle event, on the registry as it is published
+    /// (``ClientLeaseProjection``): the entry changes, and the object's
+    /// export or removal and the signals are queued on the connection in
+    /// event order, under the lock. BeginBackgroundTask and End make their
+    /// registry change on the connection's thread (brief handlers), so the
+    /// object and the signals go ahead of their reply, and no follower wakes
+    /// per lease. Nothing while the objects are not exported.
+    nonisolated func showClientLeaseEvent(_ event: LeaseEvent) {
+        guard event.lease.strategy == ClientLeases.strategyName, let client = event.lease.client else { return }
+        if event.kind == .renewed {
+            showRenewal(event.lease, on: nil)
+            return
         }
+        let id = event.lease.id
+        let log = self.log
+        published.withLock { state in
+            guard let server = state.server else { return }
+            let path = HostBusNames.leasePath(id)
+            let changes: [DBusObjectServer.Change]
+            switch event.kind {
+            case .acquired:
+                guard state.leases[id] == nil else { return }
+                state.leases[id] = LeaseEntry(snapshot: event.lease, kind: ClientLeases.strategyName)
+                state.leasePaths = nil
+                state.leaseRows = nil
+                changes = [
+                    .export(path: path, interfaces: [HostBusInterfaces.lease(self, id: id), HostBusInterfaces.clientLease(self, id: id, client: client)]),
+                    Self.hostPropertiesChanged(["Leases"]),
+                    hostSignal("LeaseAcquired", [.objectPath(path), .string(event.lease.strategy), .string(event.lease.holds)]),
+                ]
+            case .expiring:
+                guard let index = state.leases.index(forKey: id), state.leases.values[index].snapshot.state == .active else { return }
+                state.leases.values[index].snapshot = event.lease
+                state.leaseRows = nil
+                changes = [
+                    .propertiesChanged(path: path, interface: HostBusNames.leaseInterface, properties: ["State"]),
+                    hostSignal("LeaseExpiring", [.objectPath(path), .uint64(Self.remainingMicros(event))]),
+                    .emit(path: path, interface: HostBusNames.clientLeaseInterface, signal: "Expiring", arguments: [.uint64(Self.remainingMicros(event))]),
+                ]
+            case .expired, .released:
+                guard state.leases.removeValue(forKey: id) != nil else { return }
+                state.leasePaths = nil
+                state.leaseRows = nil
+                changes = Self.leaseEndChanges(event, path: path, client: true)
+            case .renewed, .status, .failed:
+                return
+            }
+            server.applyQueued(changes) { error in
+                log.warning("cannot publish lease \(id) \(event.kind.rawValue) on D-Bus: \(error)")
+            }
+        }
+    }
+
+    /// A lease's end on the bus: its last State (gone from the table, so
+    /// given as a value), the Host's signal (and a client lease's Expired),
+    /// the object's removal, and the Host's `Leases`.
+    private nonisolated static func leaseEndChanges(_ event: LeaseEvent, path: String, client: Bool) -> [DBusObjectServer.Change] {
+        func hostSignal(_ signal: String, _ arguments: [DBusValue]) -> DBusObjectServer.Change {
+            .emit(path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, signal: signal, arguments: arguments)
+        }
+        var changes: [DBusObjectServer.Change] = [
+            .propertiesChangedValues(path: path, interface: HostBusNames.leaseInterface,
+                                     values: [(name: "State", value: .string(event.lease.state.rawValue))]),
+        ]
+        if event.kind == .expired {
+            changes.append(hostSignal("LeaseExpired", [.objectPath(path), .bool(event.forced)]))
+            if client { changes.append(.emit(path: path, interface: HostBusNames.clientLeaseInterface, signal: "Expired")) }
+        } else {
+            changes.append(hostSignal("LeaseReleased", [.objectPath(path), .string(event.detail)]))
+        }
+        changes.append(.unexport(path: path))
+        changes.append(hostPropertiesChanged(["Leases"]))
+        return changes
     }
 
     /// Shows a lease's renewal once, `lease` as the registry had it after
@@ -572,4 +590,16 @@ public actor HostBusAPI {
     private static func hostPropertiesChanged(_ properties: [String]) -> DBusObjectServer.Change {
         .propertiesChanged(path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, properties: properties)
     }
+}
+
+/// Shows client leases on the bus as the registry publishes their events
+/// (``HostBusAPI/showClientLeaseEvent(_:)``). Holds the API weakly: the
+/// registry keeps its observers.
+final class ClientLeaseProjection: LeaseObserver {
+    private weak let api: HostBusAPI?
+
+    init(_ api: HostBusAPI) { self.api = api }
+
+    func observe(_ event: LeaseEvent) { api?.showClientLeaseEvent(event) }
+    func observeStatus(of lease: LeaseID, strategy: String, _ status: [String: StatusValue]) {}
 }

@@ -28,12 +28,9 @@ extension HostBusAPI {
         // the value, so only the client's copies keep the lease's pipe open.
         let fd = DBusFileDescriptor(owning: granted.fd)
         // The reply names the lease object: it must exist first, so the
-        // client can call End or Renew at once. Exported here, queued on the
-        // connection ahead of the reply; or, when the following of the
-        // registry got to the lease first, by that following.
-        if !showBegunLease(granted.lease, client: identity) {
-            await waitUntilShown(granted.lease.id)
-        }
+        // client can call End or Renew at once. The registry's observer
+        // (``showClientLeaseEvent(_:)``) queued its export on the connection
+        // as the lease began, ahead of this reply.
         return [.objectPath(HostBusNames.leasePath(granted.lease.id)), .unixFD(fd)]
     }
 

@@ -179,9 +179,13 @@ public actor ClientLeases {
     }
 
     /// Follows the registry so leases it ends on its own (expired after the
-    /// grace time, released at shutdown) are forgotten here too. Call once.
+    /// grace time) are forgotten here too. Call once. Every other end of a
+    /// client lease is made here (End, the fd closed, the client gone, the
+    /// bus lost) and forgotten before the registry hears of it, except the
+    /// host's release of everything at shutdown, which ``stop()`` follows:
+    /// so an End wakes no follower of its own.
     public func start() async {
-        let events = await registry.events(LeaseEventFilter(kinds: LeaseEventFilter.endings, strategy: Self.strategyName))
+        let events = await registry.events(LeaseEventFilter(kinds: [.expired], strategy: Self.strategyName))
         following = Task { [weak self] in
             for await event in events where event.lease.client != nil {
                 await self?.registryEnded(event.lease.id)
@@ -211,6 +215,9 @@ public actor ClientLeases {
         following = nil
         watcher?.stop()
         watcher = nil
+        // The host released every lease (shutdown): nothing is held.
+        for entry in held.values { entry.endedWhileExpiring?.resume() }
+        held = [:]
     }
 
     // MARK: internals

@@ -139,7 +139,7 @@ public actor LeaseRegistry: LeaseStatusSink {
     private var byStrategy: [String: Set<LeaseID>] = [:]
     private var nextID: UInt64 = 1
     private var subscribers: [UInt64: (filter: LeaseEventFilter, continuation: AsyncStream<LeaseEvent>.Continuation)] = [:]
-    private var changeSubscribers: [UInt64: AsyncStream<LeaseChange>.Continuation] = [:]
+    private var changeSubscribers: [UInt64: (continuation: AsyncStream<LeaseChange>.Continuation, excluding: String?)] = [:]
     private var nextSubscriber: UInt64 = 0
     private var observers: [any LeaseObserver] = []
     /// The most recent events, oldest first, bounded by count and by bytes
@@ -183,10 +183,11 @@ public actor LeaseRegistry: LeaseStatusSink {
     /// consumer, one yield), carrying each lease's id and status rather than
     /// an event with a copy of its snapshot. For followers that keep up with
     /// every status (the D-Bus projection). Ends when the consumer stops
-    /// iterating.
-    public func changes() -> AsyncStream<LeaseChange> {
+    /// iterating. `excluding`: without the life-cycle events of that
+    /// strategy's leases (a follower that observes those as they happen).
+    public func changes(excluding strategy: String? = nil) -> AsyncStream<LeaseChange> {
         let (stream, continuation, key) = subscription(of: LeaseChange.self)
-        changeSubscribers[key] = continuation
+        changeSubscribers[key] = (continuation, strategy)
         return stream
     }
 
@@ -210,6 +211,11 @@ public actor LeaseRegistry: LeaseStatusSink {
     /// registry, after the observers added before it.
     public func observe(_ observer: any LeaseObserver) {
         observers.append(observer)
+    }
+
+    /// `observer` (an object added with ``observe(_:)``) sees no more.
+    public func stopObserving(_ observer: any LeaseObserver & AnyObject) {
+        observers.removeAll { ($0 as AnyObject) === observer }
     }
 
     /// Active (and expiring) leases, by id.
@@ -394,7 +400,7 @@ public actor LeaseRegistry: LeaseStatusSink {
             }
         }
         if !changes.isEmpty {
-            for continuation in changeSubscribers.values { continuation.yield(.statuses(changes)) }
+            for subscriber in changeSubscribers.values { subscriber.continuation.yield(.statuses(changes)) }
         }
     }
 
@@ -491,7 +497,7 @@ public actor LeaseRegistry: LeaseStatusSink {
     private func deliver(_ event: LeaseEvent) {
         for observer in observers { observer.observe(event) }
         for subscriber in subscribers.values where subscriber.filter.takes(event) { subscriber.continuation.yield(event) }
-        for continuation in changeSubscribers.values { continuation.yield(.event(event)) }
+        for subscriber in changeSubscribers.values where subscriber.excluding != event.lease.strategy { subscriber.continuation.yield(.event(event)) }
     }
 }
 
