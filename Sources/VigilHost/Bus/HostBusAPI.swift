@@ -73,6 +73,10 @@ public actor HostBusAPI {
         var leaseRows: DBusPreparedBody?
         /// The highest lease id whose object was exported.
         var highestShownLease: UInt64 = 0
+        /// When the Host's `Leases` was last announced, and whether an
+        /// announcement waits for the end of that interval.
+        var leasesAnnouncedAt: VigilInstant?
+        var leasesAnnouncementDue = false
         /// Calls waiting for their lease's object (the inhibit bridge's).
         var showWaiters: [LeaseID: [CheckedContinuation<Void, Never>]] = [:]
         /// The object server, while the host is followed: set once
@@ -325,8 +329,7 @@ public actor HostBusAPI {
                 // Shown already when the export's snapshot had it.
                 guard leaseEntry(id) == nil else { return }
                 // One hop to the connection's queue: the object, then the signals.
-                try await addLease(event.lease, on: server, then: [
-                    Self.hostPropertiesChanged(["Leases"]),
+                try await addLease(event.lease, on: server, then: published.withLock { announceLeases(&$0) } + [
                     hostSignal("LeaseAcquired", [.objectPath(path), .string(event.lease.strategy), .string(event.lease.holds)]),
                 ])
             case .renewed:
@@ -354,7 +357,8 @@ public actor HostBusAPI {
                 // its value.
                 setLease(id, nil)
                 await limiter?.forget(path)
-                try await server.apply(Self.leaseEndChanges(event, path: path, client: event.lease.strategy == ClientLeases.strategyName))
+                try await server.apply(Self.leaseEndChanges(event, path: path, client: event.lease.strategy == ClientLeases.strategyName)
+                    + published.withLock { announceLeases(&$0) })
             }
         } catch {
             log.warning("cannot publish lease \(id) \(event.kind.rawValue) on D-Bus: \(error)")
@@ -478,7 +482,7 @@ public actor HostBusAPI {
                 state.leaseRows = nil
                 changes = [
                     .export(path: path, interfaces: [HostBusInterfaces.lease(self, id: id), HostBusInterfaces.clientLease(self, id: id, client: client)]),
-                    Self.hostPropertiesChanged(["Leases"]),
+                ] + announceLeases(&state) + [
                     hostSignal("LeaseAcquired", [.objectPath(path), .string(event.lease.strategy), .string(event.lease.holds)]),
                 ]
             case .expiring:
@@ -494,7 +498,7 @@ public actor HostBusAPI {
                 guard state.leases.removeValue(forKey: id) != nil else { return }
                 state.leasePaths = nil
                 state.leaseRows = nil
-                changes = Self.leaseEndChanges(event, path: path, client: true)
+                changes = Self.leaseEndChanges(event, path: path, client: true) + announceLeases(&state)
             case .renewed, .status, .failed:
                 return
             }
@@ -505,8 +509,9 @@ public actor HostBusAPI {
     }
 
     /// A lease's end on the bus: its last State (gone from the table, so
-    /// given as a value), the Host's signal (and a client lease's Expired),
-    /// the object's removal, and the Host's `Leases`.
+    /// given as a value), the Host's signal (and a client lease's Expired)
+    /// and the object's removal; the Host's `Leases` is announced after
+    /// them (``announceLeases(_:)``).
     private nonisolated static func leaseEndChanges(_ event: LeaseEvent, path: String, client: Bool) -> [DBusObjectServer.Change] {
         func hostSignal(_ signal: String, _ arguments: [DBusValue]) -> DBusObjectServer.Change {
             .emit(path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, signal: signal, arguments: arguments)
@@ -522,8 +527,47 @@ public actor HostBusAPI {
             changes.append(hostSignal("LeaseReleased", [.objectPath(path), .string(event.detail)]))
         }
         changes.append(.unexport(path: path))
-        changes.append(hostPropertiesChanged(["Leases"]))
         return changes
+    }
+
+    /// The change that announces the Host's `Leases` now; none when it was
+    /// announced less than ``PropertiesChangedLimiter/interval`` ago: then it
+    /// is announced once at the end of that interval, with the list of that
+    /// moment. Every Begin and End changes the list, and each announcement
+    /// carries all of it: announced per change, thousands of leases made
+    /// their coming and going quadratic on the bus, and two of the nine
+    /// messages of a Begin and End. Under the lock, with the change.
+    private nonisolated func announceLeases(_ state: inout Published) -> [DBusObjectServer.Change] {
+        let clock = services.clock
+        let now = clock.now
+        guard let last = state.leasesAnnouncedAt, now - last < PropertiesChangedLimiter.interval else {
+            state.leasesAnnouncedAt = now
+            state.leasesAnnouncementDue = false
+            return [Self.hostPropertiesChanged(["Leases"])]
+        }
+        if !state.leasesAnnouncementDue {
+            state.leasesAnnouncementDue = true
+            let due = last + PropertiesChangedLimiter.interval
+            Task { [weak self] in
+                do { try await clock.sleep(until: due) } catch { return }
+                self?.announceDueLeases()
+            }
+        }
+        return []
+    }
+
+    /// The end of the interval in which `Leases` changed after its last
+    /// announcement.
+    private nonisolated func announceDueLeases() {
+        let log = self.log
+        published.withLock { state in
+            guard state.leasesAnnouncementDue, let server = state.server else { return }
+            state.leasesAnnouncementDue = false
+            state.leasesAnnouncedAt = services.clock.now
+            server.applyQueued([Self.hostPropertiesChanged(["Leases"])]) { error in
+                log.warning("cannot announce the Host's Leases on D-Bus: \(error)")
+            }
+        }
     }
 
     /// Shows a lease's renewal once, `lease` as the registry had it after
