@@ -22,7 +22,8 @@ func metricsBench(_ args: [String]) async throws {
     if idleSeconds > 0 { try await idleFigures(seconds: idleSeconds) }
 }
 
-private func median(_ values: [Double]) -> Double {
+/// The middle value (the upper middle of an even count); 0 for none.
+func median(_ values: [Double]) -> Double {
     let sorted = values.sorted()
     return sorted.isEmpty ? 0 : sorted[sorted.count / 2]
 }
