@@ -144,7 +144,18 @@ final class KeepAliveSchedule: Sendable {
             if group.live > 0 || group.waker != nil { s.groups[key] = group }
             return due
         }
-        guard !due.isEmpty else { return }
-        SocketEventLoop.shared.run(due.map { Due(keeper: $0.keeper, generation: $0.generation) })
+        // A few pings go from here at once; many go to the event thread,
+        // where they do not fight the handling of their pongs (a hop to that
+        // thread costs a wake-up, which a busy machine can make tens of
+        // milliseconds late: worth it only for a large round).
+        if due.count < Self.roundToEventThread {
+            for entry in due { entry.keeper.due(generation: entry.generation) }
+        } else {
+            SocketEventLoop.shared.run(due.map { Due(keeper: $0.keeper, generation: $0.generation) })
+        }
     }
+
+    /// From how many connections due at once their pings are sent by the
+    /// event thread (``SocketEventLoop/run(_:)``).
+    static let roundToEventThread = 64
 }

@@ -183,6 +183,8 @@ struct ConfigTests {
               message: "missing required key; expected a strategy kind; available kinds: periodic-wake, test-echo"),
         .init(fixture: "empty-name", keyPath: "strategy[0].name", line: 3, column: 1,
               message: "expected a non-empty name"),
+        .init(fixture: "reserved-name", keyPath: "strategy[0].name", line: 3, column: 1,
+              message: "\"client\" is reserved: vigild shows the leases D-Bus clients begin (BeginBackgroundTask) as strategy \"client\" and applications' inhibits as \"inhibit\"; choose another name"),
         .init(fixture: "strategy-single-brackets", keyPath: "strategy", line: 2, column: 1,
               message: "expected an array of tables: write each strategy as a [[strategy]] section (double brackets), not [strategy]"),
         .init(fixture: "strategy-not-table", keyPath: "strategy[0]", line: 2, column: 13,

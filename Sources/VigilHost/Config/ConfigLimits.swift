@@ -257,8 +257,17 @@ struct TOMLPrecheck {
 /// terminals, D-Bus object paths and the survival log, so a newline or an
 /// escape sequence in one could forge a log line or drive a terminal.
 public enum StrategyName {
+    /// The strategy names the host gives leases that no configured strategy
+    /// holds: a strategy named so would share their bus objects, limits and
+    /// metrics, and the D-Bus projection follows those leases apart.
+    public static let reserved = [ClientLeases.strategyName, ForeignInhibits.strategyName]
+
     /// Why `name` is refused, or nil when it is acceptable.
     public static func problem(_ name: String) -> String? {
+        if reserved.contains(name) {
+            return "\"\(name)\" is reserved: vigild shows the leases D-Bus clients begin (BeginBackgroundTask) as strategy "
+                + "\"\(ClientLeases.strategyName)\" and applications' inhibits as \"\(ForeignInhibits.strategyName)\"; choose another name"
+        }
         let bytes = name.utf8.count
         if bytes > ConfigLimits.maxStrategyNameBytes {
             return "name is \(bytes) bytes long; the limit is \(ConfigLimits.maxStrategyNameBytes) bytes"
