@@ -239,12 +239,8 @@ final class StreamingTool: @unchecked Sendable {
         let out = Pipe()
         process.standardOutput = out
         process.standardError = errorPipe
-        out.fileHandleForReading.readabilityHandler = { [weak self] handle in
-            let data = handle.availableData
-            if data.isEmpty { handle.readabilityHandler = nil }
-            self?.received(data)
-        }
         try process.run()
+        readUntilEnd(out.fileHandleForReading) { [weak self] data in self?.received(data) }
     }
 
     var output: [String] { lock.withLock { lines } }

@@ -97,13 +97,9 @@ final class Daemon: @unchecked Sendable {
         let err = Pipe()
         process.standardError = err
         process.standardOutput = FileHandle.nullDevice
-        err.fileHandleForReading.readabilityHandler = { [weak self] handle in
-            let data = handle.availableData
-            if data.isEmpty { handle.readabilityHandler = nil }
-            self?.received(data)
-        }
         process.terminationHandler = { [weak self] p in self?.exited(p.terminationStatus) }
         try process.run()
+        readUntilEnd(err.fileHandleForReading) { [weak self] data in self?.received(data) }
     }
 
     var pid: Int32 { process.processIdentifier }
@@ -213,4 +209,21 @@ func hostConfig(stateDir: String, interval: String = "1s", extra: String = "") -
     log_level = "debug"
     \(extra)
     """
+}
+
+/// Reads `handle` to its end on a thread of its own, handing `chunk` each
+/// piece as it comes and then an empty `Data` at the end. Call it once the
+/// child holds the pipe's write end (after `Process.run()`), or the end
+/// never comes. A blocking read, not `readabilityHandler`: tearing that
+/// handler's libdispatch read source down races the pipe's close on Linux
+/// and crashed the test process in `_dispatch_event_loop_drain` once in CI
+/// (swift-corelibs-libdispatch#949, swift-corelibs-foundation#3276).
+func readUntilEnd(_ handle: FileHandle, _ chunk: @escaping @Sendable (Data) -> Void) {
+    Thread.detachNewThread {
+        while true {
+            let data = handle.availableData
+            chunk(data)
+            if data.isEmpty { return }
+        }
+    }
 }
