@@ -330,7 +330,7 @@ public actor HostBusAPI {
                 guard leaseEntry(id) == nil else { return }
                 // One hop to the connection's queue: the object, then the signals.
                 try await addLease(event.lease, on: server, then: published.withLock { announceLeases(&$0) } + [
-                    hostSignal("LeaseAcquired", [.objectPath(path), .string(event.lease.strategy), .string(event.lease.holds)]),
+                    Self.hostSignal("LeaseAcquired", [.objectPath(path), .string(event.lease.strategy), .string(event.lease.holds)]),
                 ])
             case .renewed:
                 showRenewal(event.lease, on: server)
@@ -341,15 +341,7 @@ public actor HostBusAPI {
                 guard var entry = leaseEntry(id), entry.snapshot.state == .active else { return }
                 entry.snapshot = event.lease
                 setLease(id, entry)
-                var changes: [DBusObjectServer.Change] = [
-                    .propertiesChanged(path: path, interface: HostBusNames.leaseInterface, properties: ["State"]),
-                    hostSignal("LeaseExpiring", [.objectPath(path), .uint64(Self.remainingMicros(event))]),
-                ]
-                if event.lease.strategy == ClientLeases.strategyName {
-                    changes.append(.emit(path: path, interface: HostBusNames.clientLeaseInterface, signal: "Expiring",
-                                         arguments: [.uint64(Self.remainingMicros(event))]))
-                }
-                try await server.apply(changes)
+                try await server.apply(Self.leaseExpiringChanges(event, path: path))
             case .expired, .released:
                 guard leaseEntry(id) != nil else { return }
                 // Gone from what readers see before the signals are built, so
@@ -357,8 +349,7 @@ public actor HostBusAPI {
                 // its value.
                 setLease(id, nil)
                 await limiter?.forget(path)
-                try await server.apply(Self.leaseEndChanges(event, path: path, client: event.lease.strategy == ClientLeases.strategyName)
-                    + published.withLock { announceLeases(&$0) })
+                try await server.apply(Self.leaseEndChanges(event, path: path) + published.withLock { announceLeases(&$0) })
             }
         } catch {
             log.warning("cannot publish lease \(id) \(event.kind.rawValue) on D-Bus: \(error)")
@@ -483,22 +474,18 @@ public actor HostBusAPI {
                 changes = [
                     .export(path: path, interfaces: [HostBusInterfaces.lease(self, id: id), HostBusInterfaces.clientLease(self, id: id, client: client)]),
                 ] + announceLeases(&state) + [
-                    hostSignal("LeaseAcquired", [.objectPath(path), .string(event.lease.strategy), .string(event.lease.holds)]),
+                    Self.hostSignal("LeaseAcquired", [.objectPath(path), .string(event.lease.strategy), .string(event.lease.holds)]),
                 ]
             case .expiring:
                 guard let index = state.leases.index(forKey: id), state.leases.values[index].snapshot.state == .active else { return }
                 state.leases.values[index].snapshot = event.lease
                 state.leaseRows = nil
-                changes = [
-                    .propertiesChanged(path: path, interface: HostBusNames.leaseInterface, properties: ["State"]),
-                    hostSignal("LeaseExpiring", [.objectPath(path), .uint64(Self.remainingMicros(event))]),
-                    .emit(path: path, interface: HostBusNames.clientLeaseInterface, signal: "Expiring", arguments: [.uint64(Self.remainingMicros(event))]),
-                ]
+                changes = Self.leaseExpiringChanges(event, path: path)
             case .expired, .released:
                 guard state.leases.removeValue(forKey: id) != nil else { return }
                 state.leasePaths = nil
                 state.leaseRows = nil
-                changes = Self.leaseEndChanges(event, path: path, client: true) + announceLeases(&state)
+                changes = Self.leaseEndChanges(event, path: path) + announceLeases(&state)
             case .renewed, .status, .failed:
                 return
             }
@@ -508,23 +495,36 @@ public actor HostBusAPI {
         }
     }
 
+    /// A lease's budget ran out: its State, the Host's signal, and a client
+    /// lease's own Expiring.
+    private static func leaseExpiringChanges(_ event: LeaseEvent, path: String) -> [DBusObjectServer.Change] {
+        let remaining = DBusValue.uint64(remainingMicros(event))
+        var changes: [DBusObjectServer.Change] = [
+            .propertiesChanged(path: path, interface: HostBusNames.leaseInterface, properties: ["State"]),
+            Self.hostSignal("LeaseExpiring", [.objectPath(path), remaining]),
+        ]
+        if event.lease.strategy == ClientLeases.strategyName {
+            changes.append(.emit(path: path, interface: HostBusNames.clientLeaseInterface, signal: "Expiring", arguments: [remaining]))
+        }
+        return changes
+    }
+
     /// A lease's end on the bus: its last State (gone from the table, so
     /// given as a value), the Host's signal (and a client lease's Expired)
     /// and the object's removal; the Host's `Leases` is announced after
     /// them (``announceLeases(_:)``).
-    private nonisolated static func leaseEndChanges(_ event: LeaseEvent, path: String, client: Bool) -> [DBusObjectServer.Change] {
-        func hostSignal(_ signal: String, _ arguments: [DBusValue]) -> DBusObjectServer.Change {
-            .emit(path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, signal: signal, arguments: arguments)
-        }
+    private static func leaseEndChanges(_ event: LeaseEvent, path: String) -> [DBusObjectServer.Change] {
         var changes: [DBusObjectServer.Change] = [
             .propertiesChangedValues(path: path, interface: HostBusNames.leaseInterface,
                                      values: [(name: "State", value: .string(event.lease.state.rawValue))]),
         ]
         if event.kind == .expired {
-            changes.append(hostSignal("LeaseExpired", [.objectPath(path), .bool(event.forced)]))
-            if client { changes.append(.emit(path: path, interface: HostBusNames.clientLeaseInterface, signal: "Expired")) }
+            changes.append(Self.hostSignal("LeaseExpired", [.objectPath(path), .bool(event.forced)]))
+            if event.lease.strategy == ClientLeases.strategyName {
+                changes.append(.emit(path: path, interface: HostBusNames.clientLeaseInterface, signal: "Expired"))
+            }
         } else {
-            changes.append(hostSignal("LeaseReleased", [.objectPath(path), .string(event.detail)]))
+            changes.append(Self.hostSignal("LeaseReleased", [.objectPath(path), .string(event.detail)]))
         }
         changes.append(.unexport(path: path))
         return changes
@@ -588,7 +588,7 @@ public actor HostBusAPI {
             let log = self.log
             server.applyQueued([
                 .propertiesChanged(path: path, interface: HostBusNames.leaseInterface, properties: ["Deadline", "Renewals"]),
-                hostSignal("LeaseRenewed", [.objectPath(path), .uint64(HostBusValues.deadlineWallMicros(lease))]),
+                Self.hostSignal("LeaseRenewed", [.objectPath(path), .uint64(HostBusValues.deadlineWallMicros(lease))]),
             ]) { error in
                 log.warning("cannot publish lease \(id) renewed on D-Bus: \(error)")
             }
@@ -622,11 +622,11 @@ public actor HostBusAPI {
     }
 
     private func emit(_ signal: String, _ arguments: [DBusValue]) async throws {
-        try await server?.apply([hostSignal(signal, arguments)])
+        try await server?.apply([Self.hostSignal(signal, arguments)])
     }
 
     /// A signal of the Host interface on the root object.
-    private nonisolated func hostSignal(_ signal: String, _ arguments: [DBusValue]) -> DBusObjectServer.Change {
+    private static func hostSignal(_ signal: String, _ arguments: [DBusValue]) -> DBusObjectServer.Change {
         .emit(path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, signal: signal, arguments: arguments)
     }
 
