@@ -225,6 +225,28 @@ public final class DBusConnection: @unchecked Sendable {
 
     // MARK: - Main loop
 
+    /// Whether what this side sent is piling up unread by the peer (on the
+    /// queue): libdbus holds messages it could not write yet, or the socket
+    /// is no longer writable, which for a Unix socket means more than a
+    /// quarter of its send buffer waits for the bus to read it. A reply
+    /// sent now would wait behind all of that.
+    func sendingIsBacklogged() -> Bool {
+        guard let raw else { return false }
+        if dbus_connection_has_messages_to_send(raw) != 0 { return true }
+        var fd: Int32 = -1
+        guard dbus_connection_get_socket(raw, &fd) != 0, fd >= 0 else { return false }
+        var entry = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+        return poll(&entry, 1, 0) == 0
+    }
+
+    /// Runs `body` once on the queue when the socket can take more (or the
+    /// connection is gone): after ``sendingIsBacklogged()`` said true.
+    func whenSendingDrains(_ body: @escaping () -> Void) {
+        var fd: Int32 = -1
+        guard let raw, dbus_connection_get_socket(raw, &fd) != 0, fd >= 0 else { return body() }
+        queue.whenWritable(fd, body)
+    }
+
     /// Dispatches every complete message libdbus has read.
     func drainDispatch() {
         guard let raw else { return }

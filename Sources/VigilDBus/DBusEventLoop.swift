@@ -42,6 +42,8 @@ final class DBusEventLoop: @unchecked Sendable {
     /// The interest each fd is registered with in `epoll` (absent: none).
     private var registered: [Int32: UInt32] = [:]
     private var timeouts: [ObjectIdentifier: DBusTimeoutBox] = [:]
+    /// Run once when their fd becomes writable (``whenWritable(_:_:)``).
+    private var writableWaiters: [Int32: () -> Void] = [:]
 
     /// The epoll token of the eventfd; fds are registered as fd + 1.
     private static let wakeToken: UInt64 = 0
@@ -158,6 +160,7 @@ final class DBusEventLoop: @unchecked Sendable {
         // Break the box <-> loop references of anything libdbus left.
         watches = [:]
         timeouts = [:]
+        writableWaiters = [:]
     }
 
     // MARK: watches (loop thread)
@@ -178,7 +181,8 @@ final class DBusEventLoop: @unchecked Sendable {
     func refresh(_ fd: Int32) {
         let boxes = watches[fd] ?? []
         if boxes.isEmpty { watches[fd] = nil }
-        let wanted = boxes.reduce(UInt32(0)) { $0 | $1.interest }
+        let waiting = writableWaiters[fd] != nil ? UInt32(VIGIL_FDWATCH_OUT) : 0
+        let wanted = boxes.reduce(waiting) { $0 | $1.interest }
         let current = registered[fd]
         guard wanted != (current ?? 0) else { return }
         let token = UInt64(UInt32(bitPattern: fd)) + 1
@@ -192,7 +196,22 @@ final class DBusEventLoop: @unchecked Sendable {
         }
     }
 
+    /// Runs `body` once, on the loop's thread, when `fd` (one of libdbus's
+    /// sockets) can be written to, hangs up or fails; it replaces a `body`
+    /// given before for `fd`.
+    func whenWritable(_ fd: Int32, _ body: @escaping () -> Void) {
+        writableWaiters[fd] = body
+        refresh(fd)
+    }
+
     private func handle(fd: Int32, events: UInt32) {
+        let wakes = UInt32(VIGIL_FDWATCH_OUT | VIGIL_FDWATCH_HUP | VIGIL_FDWATCH_ERR)
+        var waiter: (() -> Void)?
+        if events & wakes != 0, let body = writableWaiters.removeValue(forKey: fd) {
+            waiter = body
+            refresh(fd)
+        }
+        defer { waiter?() }
         guard let boxes = watches[fd] else { return }
         var flags: UInt32 = 0
         if events & UInt32(VIGIL_FDWATCH_IN) != 0 { flags |= DBUS_WATCH_READABLE.rawValue }

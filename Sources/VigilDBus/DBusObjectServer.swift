@@ -163,6 +163,85 @@ public final class DBusObjectServer: @unchecked Sendable {
         let interfaceName = dbus_message_get_interface(raw).map { String(cString: $0) }
         if interfaceName == DBusStandardInterfaces.peer { return DBUS_HANDLER_RESULT_NOT_YET_HANDLED }
         let handle = DBusMessageHandle(retaining: raw)
+        if heldStart < held.count { answerHeld() }
+        if mustHold(raw, interface: interfaceName) {
+            hold(handle)
+        } else {
+            answer(handle)
+        }
+        return DBUS_HANDLER_RESULT_HANDLED
+    }
+
+    // MARK: - Calls held while replies pile up (on the connection's queue)
+
+    /// Calls held back, oldest first, while the bus has not read what was
+    /// sent (``DBusConnection/sendingIsBacklogged()``): a reply built now
+    /// would only wait behind the others in the socket, and so would the
+    /// replies of brief calls (Begin, End) that could go ahead. One reader
+    /// asking again and again for a large reply would otherwise keep every
+    /// other caller's reply queued behind its own.
+    private var held: [DBusMessageHandle] = []
+    private var heldStart = 0
+    /// How many calls each sender has in `held`: its later calls wait
+    /// behind them, so every sender's calls are answered in order.
+    private var heldBySender: [String: Int] = [:]
+    private var waitingForDrain = false
+
+    /// How many calls are held (on the queue).
+    var heldCallCount: Int { held.count - heldStart }
+
+    /// Whether the call waits in `held`: the sender has calls held already,
+    /// or replies pile up and the method is not a brief one (whose
+    /// handler's reply is small and which must stay fast under read load).
+    private func mustHold(_ raw: OpaquePointer, interface: String?) -> Bool {
+        let sender = dbus_message_get_sender(raw).map { String(cString: $0) } ?? ""
+        if heldBySender[sender] != nil { return true }
+        if isBrief(raw, interface: interface) { return false }
+        return heldStart < held.count || connection.sendingIsBacklogged()
+    }
+
+    private func isBrief(_ raw: OpaquePointer, interface: String?) -> Bool {
+        guard let path = dbus_message_get_path(raw), let member = dbus_message_get_member(raw),
+              let interfaces = objects[String(cString: path)] else { return false }
+        let name = String(cString: member)
+        let target = interface.flatMap { wanted in interfaces.first { $0.name == wanted } }
+            ?? (interface == nil ? interfaces.first { $0.method(named: name) != nil } : nil)
+        return target?.method(named: name)?.runsOnConnectionThread == true
+    }
+
+    private func hold(_ call: DBusMessageHandle) {
+        let sender = dbus_message_get_sender(call.raw).map { String(cString: $0) } ?? ""
+        held.append(call)
+        heldBySender[sender, default: 0] += 1
+        waitForDrain()
+    }
+
+    private func waitForDrain() {
+        guard !waitingForDrain else { return }
+        waitingForDrain = true
+        connection.whenSendingDrains { [weak self] in
+            guard let self else { return }
+            waitingForDrain = false
+            answerHeld()
+        }
+    }
+
+    /// Answers held calls, oldest first, until replies pile up again.
+    private func answerHeld() {
+        while heldStart < held.count {
+            guard !connection.sendingIsBacklogged() else { return waitForDrain() }
+            let call = held[heldStart]
+            heldStart += 1
+            let sender = dbus_message_get_sender(call.raw).map { String(cString: $0) } ?? ""
+            if let count = heldBySender[sender], count > 1 { heldBySender[sender] = count - 1 } else { heldBySender[sender] = nil }
+            answer(call)
+        }
+        held.removeAll(keepingCapacity: held.capacity <= 64)
+        heldStart = 0
+    }
+
+    private func answer(_ handle: DBusMessageHandle) {
+        let raw = handle.raw
         // Route on the header; the body is decoded only once its signature
         // (from the header) is the declared one.
         let route = self.route(DBusMarshal.decodeHeader(raw), signature: DBusMarshal.signature(of: raw)) {
@@ -188,7 +267,6 @@ public final class DBusObjectServer: @unchecked Sendable {
                 connection.queue.async { connection.replyOnQueue(to: handle, result: result) }
             }
         }
-        return DBUS_HANDLER_RESULT_HANDLED
     }
 
     private enum Route {
