@@ -2,10 +2,13 @@
 /// signals with their signatures and handlers. Introspection XML, argument
 /// checks and `org.freedesktop.DBus.Properties` are all derived from it.
 public struct DBusInterface: Sendable {
-    public var name: String
-    public var methods: [DBusMethod]
-    public var properties: [DBusProperty]
-    public var signals: [DBusSignal]
+    public var name: String { didSet { checked = false } }
+    public var methods: [DBusMethod] { didSet { checked = false } }
+    public var properties: [DBusProperty] { didSet { checked = false } }
+    public var signals: [DBusSignal] { didSet { checked = false } }
+    /// The declaration is known to pass ``validate()`` (``markedValid()``)
+    /// and has not changed since: exporting it checks nothing.
+    private var checked = false
 
     public init(_ name: String, methods: [DBusMethod] = [], properties: [DBusProperty] = [], signals: [DBusSignal] = []) {
         self.name = name
@@ -18,8 +21,19 @@ public struct DBusInterface: Sendable {
     public func property(named name: String) -> DBusProperty? { properties.first { $0.name == name } }
     public func signal(named name: String) -> DBusSignal? { signals.first { $0.name == name } }
 
+    /// This interface, with ``validate()`` skipped when it is exported: for
+    /// a caller that builds many interfaces from one declaration it has
+    /// validated once (vigild's contract, whose lease interfaces are built
+    /// for every lease). Any change to it afterwards clears the mark.
+    public func markedValid() -> DBusInterface {
+        var copy = self
+        copy.checked = true
+        return copy
+    }
+
     /// Checks names, signatures and that each property's access matches its handlers.
     public func validate() throws(DBusError) {
+        if checked { return }
         guard DBusSignatureSyntax.isValidInterfaceName(name) else { throw .invalidArgs("\"\(name)\" is not a valid interface name") }
         guard !DBusStandardInterfaces.names.contains(name) else {
             throw .invalidArgs("\(name) is provided by the object server and cannot be declared again")

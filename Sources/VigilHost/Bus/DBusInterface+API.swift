@@ -1,3 +1,4 @@
+import Synchronization
 import VigilDBus
 import VigilKit
 
@@ -55,7 +56,7 @@ extension DBusInterface {
     init(checking api: APIInterface, methods: [String: APIMethodHandler] = [:],
          properties: [String: APIPropertyGetter] = [:]) throws(APIBindingError) {
         try api.checkBinding(methods: methods.keys, properties: properties.keys)
-        self.init(
+        let interface = DBusInterface(
             api.name,
             methods: api.methods.compactMap { method in
                 methods[method.name].map { $0.make(method.name, method.inArguments.map(DBusArgument.init), method.outArguments.map(DBusArgument.init)) }
@@ -67,7 +68,22 @@ extension DBusInterface {
             },
             signals: api.signals.map { DBusSignal($0.name, arguments: $0.arguments.map(DBusArgument.init)) }
         )
+        // With every declared member bound (checked above), what the
+        // object server validates depends on `api` alone: check each
+        // contract interface once, not on every lease's export.
+        if !Self.validatedContract.withLock({ $0.contains(api.name) }) {
+            do {
+                try interface.validate()
+            } catch {
+                throw APIBindingError("\(api.name): \(error.message)")
+            }
+            Self.validatedContract.withLock { _ = $0.insert(api.name) }
+        }
+        self = interface.markedValid()
     }
+
+    /// Names of the contract's interfaces that passed ``validate()``.
+    private static let validatedContract = Mutex<Set<String>>([])
 
     /// ``init(checking:methods:properties:)`` for vigild's own interfaces,
     /// whose bindings are fixed in the source: a mismatch stops vigild at

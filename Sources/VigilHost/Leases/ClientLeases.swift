@@ -102,7 +102,7 @@ public actor ClientLeases {
         guard settings.enabled else {
             throw ClientLeaseError(.limitExceeded, "client leases are turned off in this vigild's config ([host] client_leases = false)")
         }
-        guard !identity.name.trimmingCharacters(in: .whitespaces).isEmpty else {
+        guard !identity.name.unicodeScalars.allSatisfy({ $0.properties.isWhitespace }) else {
             throw ClientLeaseError(.invalidArgument, "name must not be empty: say what the task is, e.g. \"backup\"")
         }
         let budget = try Self.budget(budgetMicros)

@@ -41,6 +41,13 @@ public struct APIInterface: Sendable, Hashable {
     /// every declared method and property has a handler, and no handler
     /// is for a member the contract lacks.
     public func checkBinding(methods bound: some Collection<String>, properties boundProperties: some Collection<String>) throws(APIBindingError) {
+        // The usual case, without building the lists an error names (a
+        // client lease's two interfaces are bound on every BeginBackgroundTask).
+        if bound.count == methods.count, boundProperties.count == properties.count,
+           methods.allSatisfy({ method in bound.contains(method.name) }),
+           properties.allSatisfy({ property in boundProperties.contains(property.name) }) {
+            return
+        }
         func compare(_ kind: String, declared: [String], bound: some Collection<String>) throws(APIBindingError) {
             let missing = declared.filter { !bound.contains($0) }
             let extra = bound.filter { !declared.contains($0) }.sorted()
