@@ -67,6 +67,74 @@ func observe(_ registry: LeaseRegistry) async -> (EventLog, Task<Void, Never>) {
         #expect(await registry.state(of: id) == .expired)
     }
 
+    /// One watch serves every lease's deadline: leases acquired out of
+    /// order, renewed, ended, or due at the same instant each expire at
+    /// their own deadline exactly, and their handlers run side by side.
+    @Test func everyLeaseExpiresAtItsOwnDeadline() async throws {
+        let clock = ManualClock()
+        let registry = LeaseRegistry(clock: clock)
+        // Many leases begun and ended first leave stale deadlines behind.
+        for _ in 0..<300 {
+            let id = try await registry.acquire(strategy: "churn", LeaseRequest(holds: "t", reason: "r", budget: .seconds(100)))
+            await registry.release(id)
+        }
+        let (log, task) = await observe(registry)
+        defer { task.cancel() }
+        let handled = Counter()
+        func lease(_ seconds: Int64, handler: Bool = false) async throws -> LeaseID {
+            var onExpire: (@Sendable (LeaseExpiry) async -> Void)?
+            if handler {
+                onExpire = { _ in
+                    do { try await clock.sleep(for: .seconds(2)) } catch {}
+                    await handled.increment()
+                }
+            }
+            return try await registry.acquire(strategy: "s", LeaseRequest(
+                holds: "t", reason: "r", budget: .seconds(seconds), grace: .seconds(5), onExpire: onExpire))
+        }
+        let a = try await lease(50)               // earlier than the churn's stale deadlines
+        let f = try await lease(15)               // earlier again
+        let b = try await lease(20)
+        let c = try await lease(30, handler: true)
+        let d = try await lease(30, handler: true)  // due with c
+        let e = try await lease(40)
+        await registry.release(e)
+        await clock.advance(by: .seconds(10))
+        try await registry.renew(b, budget: .seconds(35))  // now due at 45 s
+        await clock.advance(by: .seconds(5))
+        await clock.settle()
+        #expect(await registry.lease(f) == nil)
+        await clock.advance(by: .seconds(15) - .milliseconds(1))
+        await clock.settle()
+        #expect(await log.kinds.filter { $0 == .expiring }.count == 1)
+        await clock.advance(by: .milliseconds(1))
+        await clock.settle()
+        #expect(await registry.lease(c)?.state == .expiring)
+        #expect(await registry.lease(d)?.state == .expiring)
+        // Both handlers run at once: both finish 2 s later.
+        await clock.advance(by: .seconds(2))
+        await clock.settle()
+        #expect(await handled.value == 2)
+        #expect(await registry.lease(c) == nil)
+        #expect(await registry.lease(d) == nil)
+        await clock.advance(by: .seconds(13))  // 45 s
+        await clock.settle()
+        #expect(await registry.lease(b) == nil)
+        #expect(await registry.lease(a)?.state == .active)
+        await clock.advance(by: .seconds(5))   // 50 s
+        await clock.settle()
+        #expect(await registry.lease(a) == nil)
+        let start = await log.events.first { $0.kind == .acquired }?.at
+        let expiring = await log.events.filter { $0.kind == .expiring }
+        #expect(expiring.map(\.lease.id).sorted() == [a, b, c, d, f].sorted())
+        let due: [LeaseID: Duration] = [a: .seconds(50), b: .seconds(45), c: .seconds(30), d: .seconds(30), f: .seconds(15)]
+        for event in expiring {
+            #expect(start.map { event.at - $0 } == due[event.lease.id], "lease \(event.lease.id)")
+        }
+        #expect(await log.events.filter { $0.kind == .expired }.allSatisfy { !$0.forced })
+        #expect(await !log.events.contains { $0.lease.id == e && $0.kind == .expiring })
+    }
+
     @Test func overrunningHandlerIsCutOffAndTheLeaseForceReleased() async throws {
         let clock = ManualClock()
         let registry = LeaseRegistry(clock: clock)

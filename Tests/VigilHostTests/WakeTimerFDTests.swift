@@ -42,13 +42,14 @@ import VigilKit
         let now = clock.now
         // Windows wide enough that both requests are placed before the
         // first is due even when the suite loads both cores (an `async let`
-        // child may start tens of milliseconds late).
-        async let a = scheduler.wake(WakeRequest(earliest: now + .milliseconds(300), latest: now + .milliseconds(600), label: "a"))
-        async let b = scheduler.wake(WakeRequest(earliest: now + .milliseconds(400), latest: now + .milliseconds(900), label: "b"))
+        // child started 560 ms late once, with the voip-socket suites
+        // running beside it).
+        async let a = scheduler.wake(WakeRequest(earliest: now + .milliseconds(1000), latest: now + .milliseconds(1500), label: "a"))
+        async let b = scheduler.wake(WakeRequest(earliest: now + .milliseconds(1200), latest: now + .milliseconds(2500), label: "b"))
         let (fa, fb) = try await (a, b)
         #expect(fa == fb)
         #expect(fa.batchSize == 2)
-        #expect(fa.target == now + .milliseconds(600))
+        #expect(fa.target == now + .milliseconds(1500))
         #expect(await scheduler.statistics.timerExpirations == 1)
     }
 

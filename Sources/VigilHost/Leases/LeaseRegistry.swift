@@ -127,7 +127,6 @@ public actor LeaseRegistry: LeaseStatusSink {
         var snapshot: LeaseSnapshot
         var request: LeaseRequest
         var token: (any PowerToken)?
-        var watcher: Task<Void, Never>?
     }
 
     public nonisolated let clock: any VigilClock
@@ -138,6 +137,15 @@ public actor LeaseRegistry: LeaseStatusSink {
     /// voip-socket strategies was quadratic.
     private var byStrategy: [String: Set<LeaseID>] = [:]
     private var nextID: UInt64 = 1
+    /// Active leases' deadlines, earliest first, watched by one task
+    /// (`deadlineWatch`) rather than one task per lease, which cost every
+    /// client lease a task started and one cancelled (two threads woken per
+    /// BeginBackgroundTask and End). An entry whose lease has ended, or was
+    /// renewed, since is stale: skipped when it comes up, and dropped when
+    /// stale entries outnumber the leases.
+    private var deadlines = InstantHeap()
+    /// The task sleeping until `at`, the earliest deadline when it started.
+    private var deadlineWatch: (at: VigilInstant, task: Task<Void, Never>)?
     private var subscribers: [UInt64: (filter: LeaseEventFilter, continuation: AsyncStream<LeaseEvent>.Continuation)] = [:]
     private var changeSubscribers: [UInt64: (continuation: AsyncStream<LeaseChange>.Continuation, excluding: String?)] = [:]
     private var nextSubscriber: UInt64 = 0
@@ -430,32 +438,71 @@ public actor LeaseRegistry: LeaseStatusSink {
         if byStrategy[entry.snapshot.strategy]?.remove(id) != nil, byStrategy[entry.snapshot.strategy]?.isEmpty == true {
             byStrategy[entry.snapshot.strategy] = nil
         }
-        entry.watcher?.cancel()
         entry.snapshot.state = kind == .expired ? .expired : .released
         await entry.token?.release()
         publish(kind, entry.snapshot, forced: forced, detail: detail)
     }
 
+    /// Watches the lease's deadline (just acquired or renewed).
     private func armWatcher(_ id: LeaseID) {
-        guard var entry = entries[id] else { return }
-        entry.watcher?.cancel()
-        entry.watcher = nil
-        if let deadline = entry.snapshot.deadline {
-            let clock = self.clock
-            entry.watcher = Task { [weak self] in
-                do { try await clock.sleep(until: deadline) } catch { return }
-                await self?.deadlinePassed(id, deadline: deadline, detail: "budget ran out")
+        guard let deadline = entries[id]?.snapshot.deadline else { return }
+        if deadlines.count >= 2 * entries.count + 64 {
+            deadlines.rebuild { entries[LeaseID($0)]?.snapshot.state == .active }
+        }
+        deadlines.push(deadline, id.rawValue)
+        if let watch = deadlineWatch, watch.at <= deadline { return }
+        watchDeadlines(until: deadline)
+    }
+
+    /// Whether the heap's entry (`at`, `id`) is still a lease's deadline.
+    private func isDeadline(_ at: VigilInstant, of id: LeaseID) -> Bool {
+        guard let entry = entries[id] else { return false }
+        return entry.snapshot.state == .active && entry.snapshot.deadline == at
+    }
+
+    private func watchDeadlines(until at: VigilInstant) {
+        deadlineWatch?.task.cancel()
+        let clock = self.clock
+        deadlineWatch = (at, Task { [weak self] in
+            do { try await clock.sleep(until: at) } catch { return }
+            await self?.deadlinesPassed()
+        })
+    }
+
+    /// On the watch task, once its time came: every lease whose deadline
+    /// passed expires; the watch moves on to the next deadline first.
+    private func deadlinesPassed() async {
+        deadlineWatch = nil
+        let now = clock.now
+        var due: [(id: LeaseID, deadline: VigilInstant)] = []
+        while let top = deadlines.top {
+            let id = LeaseID(top.id)
+            if !isDeadline(top.at, of: id) {
+                deadlines.pop()
+            } else if top.at <= now {
+                deadlines.pop()
+                due.append((id, top.at))
+            } else {
+                break
             }
         }
-        entries[id] = entry
+        if let next = deadlines.top { watchDeadlines(until: next.at) }
+        // Each expiry runs its handler for up to its grace time: all but
+        // the last on tasks of their own; the last on this task, which no
+        // longer is the watch (so it is never cancelled with it).
+        guard let last = due.popLast() else { return }
+        for lease in due {
+            Task { await self.deadlinePassed(lease.id, deadline: lease.deadline, detail: "budget ran out") }
+        }
+        await deadlinePassed(last.id, deadline: last.deadline, detail: "budget ran out")
     }
 
     private func deadlinePassed(_ id: LeaseID, deadline: VigilInstant, detail: String) async {
         guard var entry = entries[id], entry.snapshot.state == .active, entry.snapshot.deadline == deadline else { return }
         entry.snapshot.state = .expiring
-        // Not cancelled: this usually runs on the watcher task itself, and the
-        // handler below runs on it. A later firing finds the state changed.
-        entry.watcher = nil
+        // The handler below runs on the task that called this (the deadline
+        // watch's, no longer the watch), so nothing cancels it. A later
+        // call finds the state changed.
         entries[id] = entry
         publish(.expiring, entry.snapshot, detail: detail)
 
