@@ -203,10 +203,33 @@ func observe(_ registry: LeaseRegistry) async -> (EventLog, Task<Void, Never>) {
         #expect(history.count < 8 && history.count >= 2)
         #expect(history.last?.lease.id == last && history.last?.kind == .released)
 
-        // Ordinary events are still bounded by count alone.
-        let small = LeaseRegistry(clock: ManualClock(), historyLimit: 10)
-        for _ in 0..<20 { await small.release(try await small.acquire(strategy: "s", LeaseRequest(holds: "h", reason: "r"))) }
-        #expect(await small.history.count == 10)
+        // Small events after the big ones were dropped: all kept, in order.
+        var small: [LeaseID] = []
+        for _ in 0..<30 {
+            let id = try await registry.acquire(strategy: "s", LeaseRequest(holds: "h", reason: "r"))
+            await registry.release(id)
+            small.append(id)
+        }
+        let after = await registry.history
+        #expect(after.count == history.count + 60)
+        #expect(after.suffix(60).map(\.lease.id) == small.flatMap { [$0, $0] })
+        #expect(after.prefix(history.count).map(\.lease.id) == history.map(\.lease.id))
+        #expect(after.reduce(0) { $0 + $1.retainedBytes } == (await registry.historyByteCount))
+
+        // Ordinary events are still bounded by count alone: the newest ten, in order.
+        let bounded = LeaseRegistry(clock: ManualClock(), historyLimit: 10)
+        var ids: [LeaseID] = []
+        for _ in 0..<23 {
+            let id = try await bounded.acquire(strategy: "s", LeaseRequest(holds: "h", reason: "r"))
+            await bounded.release(id)
+            ids.append(id)
+        }
+        let kept = await bounded.history
+        #expect(kept.count == 10)
+        #expect(kept.map(\.lease.id) == Array(ids.flatMap { [$0, $0] }.suffix(10)))
+        #expect(kept.map(\.kind) == Array(repeating: [LeaseEvent.Kind.acquired, .released], count: 5).flatMap { $0 })
+        #expect(await bounded.state(of: ids[22]) == .released)
+        #expect(await bounded.state(of: ids[0]) == nil)
     }
 
     /// Statuses set in one batch (the voip-socket plugin's way) land like

@@ -153,7 +153,16 @@ public actor LeaseRegistry: LeaseStatusSink {
     /// The most recent events, oldest first, bounded by count and by bytes
     /// (``LeaseEvent/retainedBytes``), so a few huge strings cannot make the
     /// history hold more memory than a thousand ordinary events.
-    public private(set) var history: [LeaseEvent] = []
+    public var history: [LeaseEvent] {
+        (0..<historyCount).compactMap { historyRing[(historyHead + $0) % historyRing.count] }
+    }
+    /// The history as a ring, its oldest event at `historyHead`, so that
+    /// dropping the oldest moves nothing (`removeFirst` on an array moved
+    /// the whole full history, a thousand events, on every lease's begin
+    /// and end). A dropped slot is nil until reused.
+    private var historyRing: [LeaseEvent?] = []
+    private var historyHead = 0
+    private var historyCount = 0
     private var historyBytes = 0
     private let historyLimit: Int
     private let historyByteLimit: Int
@@ -164,7 +173,7 @@ public actor LeaseRegistry: LeaseStatusSink {
     public init(clock: any VigilClock, backend: any PowerBackend = NoPowerBackend(), historyLimit: Int = 1_000, historyByteLimit: Int = LeaseRegistry.defaultHistoryByteLimit) {
         self.clock = clock
         self.backend = backend
-        self.historyLimit = historyLimit
+        self.historyLimit = max(1, historyLimit)
         self.historyByteLimit = historyByteLimit
     }
 
@@ -246,7 +255,11 @@ public actor LeaseRegistry: LeaseStatusSink {
 
     /// The state of a lease, also after it ended (while it is in the history).
     public func state(of id: LeaseID) -> LeaseState? {
-        entries[id]?.snapshot.state ?? history.last(where: { $0.lease.id == id })?.lease.state
+        if let entry = entries[id] { return entry.snapshot.state }
+        for back in stride(from: historyCount - 1, through: 0, by: -1) {
+            if let event = historyRing[(historyHead + back) % historyRing.count], event.lease.id == id { return event.lease.state }
+        }
+        return nil
     }
 
     // MARK: changing
@@ -552,18 +565,30 @@ extension LeaseRegistry {
     /// Appends to the history, then drops the oldest events until it is
     /// within both bounds again (the newest event is always kept).
     private func remember(_ event: LeaseEvent) {
-        history.append(event)
+        if historyCount < historyRing.count {
+            historyRing[(historyHead + historyCount) % historyRing.count] = event
+        } else if historyRing.count < historyLimit {
+            // Growing to the limit: in order first, if drops moved the head.
+            if historyHead != 0 {
+                historyRing = history.map(Optional.some)
+                historyHead = 0
+            }
+            historyRing.append(event)
+        } else {
+            // Full: the newest takes the oldest's place.
+            dropOldestEvent()
+            historyRing[(historyHead + historyCount) % historyRing.count] = event
+        }
+        historyCount += 1
         historyBytes += event.retainedBytes
-        var drop = 0
-        var bytes = historyBytes
-        while drop < history.count - 1, history.count - drop > historyLimit || bytes > historyByteLimit {
-            bytes -= history[drop].retainedBytes
-            drop += 1
-        }
-        if drop > 0 {
-            history.removeFirst(drop)
-            historyBytes = bytes
-        }
+        while historyCount > 1, historyBytes > historyByteLimit { dropOldestEvent() }
+    }
+
+    private func dropOldestEvent() {
+        historyBytes -= historyRing[historyHead]?.retainedBytes ?? 0
+        historyRing[historyHead] = nil
+        historyHead = (historyHead + 1) % historyRing.count
+        historyCount -= 1
     }
 }
 
