@@ -204,12 +204,7 @@ func observe(_ registry: LeaseRegistry) async -> (EventLog, Task<Void, Never>) {
         #expect(history.last?.lease.id == last && history.last?.kind == .released)
 
         // Small events after the big ones were dropped: all kept, in order.
-        var small: [LeaseID] = []
-        for _ in 0..<30 {
-            let id = try await registry.acquire(strategy: "s", LeaseRequest(holds: "h", reason: "r"))
-            await registry.release(id)
-            small.append(id)
-        }
+        let small = try await Self.beginAndEnd(30, on: registry)
         let after = await registry.history
         #expect(after.count == history.count + 60)
         #expect(after.suffix(60).map(\.lease.id) == small.flatMap { [$0, $0] })
@@ -218,18 +213,24 @@ func observe(_ registry: LeaseRegistry) async -> (EventLog, Task<Void, Never>) {
 
         // Ordinary events are still bounded by count alone: the newest ten, in order.
         let bounded = LeaseRegistry(clock: ManualClock(), historyLimit: 10)
-        var ids: [LeaseID] = []
-        for _ in 0..<23 {
-            let id = try await bounded.acquire(strategy: "s", LeaseRequest(holds: "h", reason: "r"))
-            await bounded.release(id)
-            ids.append(id)
-        }
+        let ids = try await Self.beginAndEnd(23, on: bounded)
         let kept = await bounded.history
         #expect(kept.count == 10)
         #expect(kept.map(\.lease.id) == Array(ids.flatMap { [$0, $0] }.suffix(10)))
         #expect(kept.map(\.kind) == Array(repeating: [LeaseEvent.Kind.acquired, .released], count: 5).flatMap { $0 })
         #expect(await bounded.state(of: ids[22]) == .released)
         #expect(await bounded.state(of: ids[0]) == nil)
+    }
+
+    /// Acquires and releases `count` small leases one after the other; their ids.
+    static func beginAndEnd(_ count: Int, on registry: LeaseRegistry) async throws -> [LeaseID] {
+        var ids: [LeaseID] = []
+        for _ in 0..<count {
+            let id = try await registry.acquire(strategy: "s", LeaseRequest(holds: "h", reason: "r"))
+            await registry.release(id)
+            ids.append(id)
+        }
+        return ids
     }
 
     /// Statuses set in one batch (the voip-socket plugin's way) land like
