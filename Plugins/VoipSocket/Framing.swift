@@ -173,11 +173,15 @@ enum FrameLimits {
     static let sipHeader = 64 * 1024
 }
 
-/// `protocol = "mqtt"` (3.1.1): packets framed by the fixed header (type
-/// byte, remaining length). PINGRESP is the pong, PUBLISH is data (its
-/// payload, topic as a variable), everything else is control.
+/// `protocol = "mqtt"` (3.1.1 or 5): packets framed by the fixed header
+/// (type byte, remaining length). PINGRESP is the pong, PUBLISH is data (its
+/// payload, topic as a variable), an MQTT 5 broker's DISCONNECT ends the
+/// link with its reason, everything else is control.
 struct MQTTFramer: Sendable {
     private var buffer: [UInt8] = []
+    let version: MQTTSettings.Version
+
+    init(version: MQTTSettings.Version) { self.version = version }
 
     mutating func feed(_ bytes: UnsafeRawBufferPointer, awaitingPong: inout Bool, into out: inout [Frame]) throws(FramingError) {
         buffer.append(contentsOf: bytes)
@@ -208,7 +212,9 @@ struct MQTTFramer: Sendable {
             case 13:  // PINGRESP
                 if awaitingPong { awaitingPong = false; out.append(.pong) }
             case 3:  // PUBLISH
-                out.append(.data(try Self.publish(flags: type & 0x0F, body: body)))
+                out.append(.data(try Self.publish(flags: type & 0x0F, body: body, version: version)))
+            case 14 where version == .v5:  // DISCONNECT, which only an MQTT 5 broker sends
+                throw FramingError(description: MQTTPacket.disconnectReason(body[...]))
             default:
                 out.append(.control([type] + body))
             }
@@ -216,12 +222,19 @@ struct MQTTFramer: Sendable {
     }
 
     /// A PUBLISH body as a data frame: the payload, with topic, QoS and retain.
-    static func publish(flags: UInt8, body: [UInt8]) throws(FramingError) -> DataFrame {
+    static func publish(flags: UInt8, body: [UInt8], version: MQTTSettings.Version = .v311) throws(FramingError) -> DataFrame {
         guard body.count >= 2 else { throw FramingError(description: "the broker sent a PUBLISH too short for its topic") }
         let topicLength = Int(body[0]) << 8 | Int(body[1])
         let qos = Int(flags >> 1) & 3
         var offset = 2 + topicLength
         if qos > 0 { offset += 2 }
+        if version == .v5, body.count >= offset {
+            // The properties (message expiry, content type, ...) are skipped.
+            guard let properties = MQTTPacket.variableInteger(body[offset...]) else {
+                throw FramingError(description: "the broker sent a PUBLISH with malformed properties")
+            }
+            offset += properties.size + properties.value
+        }
         guard qos < 3, body.count >= offset else { throw FramingError(description: "the broker sent a malformed PUBLISH (topic length \(topicLength), QoS \(qos))") }
         let topic = String(decoding: body[2..<(2 + topicLength)], as: UTF8.self)
         return DataFrame(
@@ -350,11 +363,13 @@ struct FramingOptions: Sendable, Hashable {
     var expect: [UInt8] = []
     /// `raw`: the message delimiter (empty: the pong must come first after the ping).
     var delimiter: [UInt8] = []
+    /// `mqtt`: the protocol version (MQTT 5 packets carry properties).
+    var mqttVersion = MQTTSettings.Version.v311
 
     func makeFramer() -> Framer {
         switch wire {
         case .raw: .raw(RawFramer(expect: expect, delimiter: delimiter))
-        case .mqtt: .mqtt(MQTTFramer())
+        case .mqtt: .mqtt(MQTTFramer(version: mqttVersion))
         case .sip: .sip(SIPFramer())
         }
     }

@@ -325,8 +325,13 @@ final class VoipConnection: Sendable {
             }
             return SessionPlan(interval: settings.interval)
         case .mqtt:
-            try await openMQTT(on: link)
-            return SessionPlan(interval: settings.interval)
+            // An MQTT 5 broker may impose a keep-alive (Server Keep Alive): the
+            // pings then follow it.
+            let imposed = try await openMQTT(on: link)
+            if let imposed, imposed != settings.interval {
+                context.log.info("the broker set the keep-alive to \(imposed.vigilDescription) (Server Keep Alive); pinging at that interval")
+            }
+            return SessionPlan(interval: imposed ?? settings.interval)
         case .sip:
             guard let sip = settings.sip, sip.aor != nil else { return SessionPlan(interval: settings.interval) }
             var registration = SIPRegistration(settings: sip, transport: settings.tls != nil ? "tls" : "tcp")
@@ -336,25 +341,29 @@ final class VoipConnection: Sendable {
         }
     }
 
-    /// CONNECT, CONNACK, then SUBSCRIBE and SUBACK when topics are configured.
-    private func openMQTT(on link: TCPLink) async throws {
-        guard let mqtt = settings.mqtt else { return }
+    /// CONNECT, CONNACK, then SUBSCRIBE and SUBACK when topics are
+    /// configured; returns the keep-alive an MQTT 5 broker imposed, if any.
+    private func openMQTT(on link: TCPLink) async throws -> Duration? {
+        guard let mqtt = settings.mqtt else { return nil }
         var password = mqtt.password
         if let file = mqtt.passwordFile { password = try readSecret(file).get() }
         let keepAlive = UInt16(clamping: settings.interval.components.seconds)
         try await link.send(MQTTPacket.connect(mqtt, keepAliveSeconds: keepAlive, password: password))
-        if let refusal = MQTTPacket.connackRefusal(try await link.nextControl()) {
+        let acknowledgement = MQTTPacket.connack(try await link.nextControl(), version: mqtt.version)
+        if let refusal = acknowledgement.refusal {
             throw LinkError(refusal.message, permanent: refusal.permanent)
         }
-        guard !mqtt.subscriptions.isEmpty else { return }
-        try await link.send(MQTTPacket.subscribe(mqtt.subscriptions, packetID: 1))
+        // 0 would mean no keep-alive at all; the strategy keeps its own then.
+        let imposed = acknowledgement.serverKeepAliveSeconds.flatMap { $0 > 0 ? Duration.seconds(Int64($0)) : nil }
+        guard !mqtt.subscriptions.isEmpty else { return imposed }
+        try await link.send(MQTTPacket.subscribe(mqtt.subscriptions, packetID: 1, version: mqtt.version))
         while true {
             let packet = try await link.nextControl()
             guard packet.first == 0x90 else { continue }  // e.g. a stray PUBACK; SUBACK is what is awaited
-            if let refusal = MQTTPacket.subackRefusal(packet, topics: mqtt.subscriptions, packetID: 1) {
+            if let refusal = MQTTPacket.subackRefusal(packet, topics: mqtt.subscriptions, packetID: 1, version: mqtt.version) {
                 throw LinkError(refusal, permanent: true)
             }
-            return
+            return imposed
         }
     }
 

@@ -137,6 +137,11 @@ public struct VoipSocketKind: StrategyKind {
         var m = MQTTSettings(clientID: "vigil-\(config.strategyName)")
         guard let sub = SubTable(config, "mqtt") else { return m }
         let r = sub.reader
+        switch r.string("version", default: "3.1.1") {
+        case "3.1.1": m.version = .v311
+        case "5": m.version = .v5
+        case let other: r.problem("version", "expected \"3.1.1\" or \"5\", found \"\(other)\"")
+        }
         m.clientID = r.string("client_id", default: m.clientID)
         if m.clientID.utf8.count > 65_535 || m.clientID.isEmpty && !r.bool("clean_session", default: true) {
             r.problem("client_id", "must be 1 to 65535 bytes (an empty id needs clean_session = true)")
@@ -146,7 +151,9 @@ public struct VoipSocketKind: StrategyKind {
         m.password = r.string("password")
         m.passwordFile = r.string("password_file")
         if m.password != nil, m.passwordFile != nil { r.problem("password_file", "give password or password_file, not both") }
-        if (m.password != nil || m.passwordFile != nil), m.username == nil { r.problem("username", "MQTT 3.1.1 sends a password only with a user name") }
+        if (m.password != nil || m.passwordFile != nil), m.username == nil, m.version == .v311 {
+            r.problem("username", "MQTT 3.1.1 sends a password only with a user name (MQTT 5, version = \"5\", sends one alone)")
+        }
         if let file = m.passwordFile, case .failure(let e) = readSecret(file) { r.problem("password_file", e.description) }
         m.subscriptions = r.stringArray("subscribe") ?? []
         for topic in m.subscriptions where topic.isEmpty || topic.utf8.count > 65_535 {
@@ -161,7 +168,7 @@ public struct VoipSocketKind: StrategyKind {
             willTable.finish(known: ["topic", "message", "qos", "retain"])
             m.will = .init(topic: topic, message: message, qos: UInt8(qos), retain: retain)
         }
-        sub.finish(known: ["client_id", "clean_session", "username", "password", "password_file", "subscribe", "will"])
+        sub.finish(known: ["version", "client_id", "clean_session", "username", "password", "password_file", "subscribe", "will"])
         return m
     }
 
@@ -347,6 +354,7 @@ struct VoipSocketSettings: Sendable {
     var linkOptions: LinkOptions {
         LinkOptions(
             keepalive: tcpKeepalive, userTimeoutMilliseconds: UInt32(clamping: userTimeout.nanoseconds / 1_000_000),
-            framing: FramingOptions(wire: wire, expect: expect, delimiter: delimiter), collectsData: onData != nil)
+            framing: FramingOptions(wire: wire, expect: expect, delimiter: delimiter, mqttVersion: mqtt?.version ?? .v311),
+            collectsData: onData != nil)
     }
 }

@@ -165,8 +165,10 @@ func makeTemporaryDirectory(_ prefix: String) throws -> String {
 enum TestMosquitto {
     /// With `user`, clients that give a user name must give its password;
     /// clients without one are let in only with `anonymous`.
+    /// `options`: more lines of mosquitto.conf, such as `max_keepalive 10`.
     static func start(in directory: String, user: (String, String)? = nil, anonymous: Bool = false, certificates: TestCertificates? = nil,
-                      port: Int? = nil, tlsPort: Int? = nil, network: TestNetwork? = nil) throws -> (server: TestServerProcess, port: Int, tlsPort: Int?) {
+                      port: Int? = nil, tlsPort: Int? = nil, network: TestNetwork? = nil,
+                      options: [String] = []) throws -> (server: TestServerProcess, port: Int, tlsPort: Int?) {
         let port = try port ?? TestNginx.freePort()
         let host = network?.serverAddress ?? "127.0.0.1"
         var config = """
@@ -178,6 +180,7 @@ enum TestMosquitto {
             listener \(port) \(host)
 
             """
+        for option in options { config += option + "\n" }
         var tls: Int?
         if let certificates {
             let p = try tlsPort ?? TestNginx.freePort()
@@ -205,9 +208,11 @@ enum TestMosquitto {
         return (server, port, tls)
     }
 
-    /// Publishes `message` to `topic` with mosquitto_pub (a third-party client).
-    static func publish(port: Int, topic: String, message: String, user: (String, String)? = nil) throws {
-        try runTool("/usr/bin/mosquitto_pub", ["-h", "127.0.0.1", "-p", String(port), "-t", topic, "-m", message, "-i", "test-publisher"]
+    /// Publishes `message` to `topic` with mosquitto_pub (a third-party
+    /// client); `options` such as MQTT 5 and its properties go before.
+    static func publish(port: Int, topic: String, message: String, user: (String, String)? = nil, options: [String] = [],
+                        clientID: String = "test-publisher") throws {
+        try runTool("/usr/bin/mosquitto_pub", options + ["-h", "127.0.0.1", "-p", String(port), "-t", topic, "-m", message, "-i", clientID]
             + (user.map { ["-u", $0.0, "-P", $0.1] } ?? []))
     }
 }
