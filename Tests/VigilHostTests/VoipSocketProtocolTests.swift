@@ -160,17 +160,24 @@ import VigilTestSupport
         try await publisher.value
         #expect(await broker.server.waitForLog("Received PINGREQ from vigil-test", count: 3))
         #expect(await h.waitForEvent("data", count: 7))
-        let status = await h.status()
-        await h.supervisor.stopAll()
-        #expect(broker.server.lines(containing: "exceeded timeout").isEmpty, "\(broker.server.log)")
-        #expect(status["Reconnects"]?.uintValue == 0, "\(status)")
+        let status = await Self.expectSessionKept(h, broker.server, messages: (1...7).map { "message \($0) with spaces\nand a line" }, in: out)
         #expect(status["Pings"]?.uintValue ?? 0 >= 3, "\(status)")
         #expect(status["Protocol"]?.stringValue == (tls ? "mqtt+tls" : "mqtt"), "\(status)")
-        let text = Self.read(out)
-        for i in 1...7 {
-            let body = "message \(i) with spaces\nand a line"
+    }
+
+    /// Stops `h` and checks that its MQTT session lasted (no broker timeout,
+    /// no reconnect) and that message i reached on_data whole from topic
+    /// vigil/test/i (`out`: the recorder's file); the last status.
+    static func expectSessionKept(_ h: VoipHarness, _ broker: TestServerProcess, messages: [String], in out: String) async -> [String: StatusValue] {
+        let status = await h.status()
+        await h.supervisor.stopAll()
+        #expect(broker.lines(containing: "exceeded timeout").isEmpty, "\(broker.log)")
+        #expect(status["Reconnects"]?.uintValue == 0, "\(status)")
+        let text = read(out)
+        for (i, body) in zip(1..., messages) {
             #expect(text.contains(body + "|\(body.utf8.count)|vigil/test/\(i)|\n"), "\(i): \(text.debugDescription)")
         }
+        return status
     }
 
     /// A wrong password: CONNACK's refusal is the LastError, and the retry
@@ -227,15 +234,7 @@ import VigilTestSupport
         #expect(await broker.server.waitForLog("Received PINGREQ from vigil-test5", timeout: .seconds(12)), "\(broker.server.log)")
         #expect(await broker.server.waitForLog("Sending PINGRESP to vigil-test5"))
         #expect(await h.waitForEvent("data", count: 3))
-        let status = await h.status()
-        await h.supervisor.stopAll()
-        #expect(broker.server.lines(containing: "exceeded timeout").isEmpty, "\(broker.server.log)")
-        #expect(status["Reconnects"]?.uintValue == 0, "\(status)")
-        let text = Self.read(out)
-        for i in 1...3 {
-            let body = "message \(i)\nwith a line"
-            #expect(text.contains(body + "|\(body.utf8.count)|vigil/test/\(i)|\n"), "\(i): \(text.debugDescription)")
-        }
+        _ = await Self.expectSessionKept(h, broker.server, messages: (1...3).map { "message \($0)\nwith a line" }, in: out)
     }
 
     /// MQTT 5 answers carry reason codes: a wrong password is refused with
