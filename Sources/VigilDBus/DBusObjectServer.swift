@@ -10,7 +10,8 @@ import CDBusShim
 /// clients that see the name find the objects. Each method call runs in its
 /// own Task; replies and signals are sent from the connection's queue.
 ///
-/// `@unchecked Sendable`: `objects` and `managers` are only touched on the
+/// `@unchecked Sendable`: `objects`, `managers` and the held calls (`held`,
+/// `heldStart`, `heldBySender`, `waitingForDrain`) are only touched on the
 /// connection's queue.
 public final class DBusObjectServer: @unchecked Sendable {
     public let connection: DBusConnection

@@ -144,8 +144,10 @@ public actor LeaseRegistry: LeaseStatusSink {
     /// renewed, since is stale: skipped when it comes up, and dropped when
     /// stale entries outnumber the leases.
     private var deadlines = InstantHeap()
-    /// The task sleeping until `at`, the earliest deadline when it started.
-    private var deadlineWatch: (at: VigilInstant, task: Task<Void, Never>)?
+    /// The task sleeping until `at`, the earliest deadline when it started;
+    /// `number` tells it from a replaced watch that woke before its cancel.
+    private var deadlineWatch: (at: VigilInstant, number: UInt64, task: Task<Void, Never>)?
+    private var lastDeadlineWatch: UInt64 = 0
     private var subscribers: [UInt64: (filter: LeaseEventFilter, continuation: AsyncStream<LeaseEvent>.Continuation)] = [:]
     private var changeSubscribers: [UInt64: (continuation: AsyncStream<LeaseChange>.Continuation, excluding: String?)] = [:]
     private var nextSubscriber: UInt64 = 0
@@ -476,15 +478,19 @@ public actor LeaseRegistry: LeaseStatusSink {
     private func watchDeadlines(until at: VigilInstant) {
         deadlineWatch?.task.cancel()
         let clock = self.clock
-        deadlineWatch = (at, Task { [weak self] in
+        lastDeadlineWatch += 1
+        let number = lastDeadlineWatch
+        deadlineWatch = (at, number, Task { [weak self] in
             do { try await clock.sleep(until: at) } catch { return }
-            await self?.deadlinesPassed()
+            await self?.deadlinesPassed(watch: number)
         })
     }
 
     /// On the watch task, once its time came: every lease whose deadline
-    /// passed expires; the watch moves on to the next deadline first.
-    private func deadlinesPassed() async {
+    /// passed expires; the watch moves on to the next deadline first. A
+    /// watch replaced meanwhile (by an earlier deadline) does nothing.
+    private func deadlinesPassed(watch number: UInt64) async {
+        guard deadlineWatch?.number == number else { return }
         deadlineWatch = nil
         let now = clock.now
         var due: [(id: LeaseID, deadline: VigilInstant)] = []
