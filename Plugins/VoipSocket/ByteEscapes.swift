@@ -58,3 +58,10 @@ enum ByteEscapes {
         return s
     }
 }
+
+/// Words a server sent (a SIP reason phrase, an MQTT reason string), made
+/// fit for a LastError, a log line or a terminal: printable ASCII only, at
+/// most `limit` characters of it.
+func serverText(_ text: String, limit: Int) -> String {
+    String(String.UnicodeScalarView(text.unicodeScalars.prefix(limit).filter { $0.value >= 0x20 && $0.value < 0x7F }))
+}

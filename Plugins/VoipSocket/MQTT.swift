@@ -65,14 +65,9 @@ enum MQTTPacket {
     /// What a CONNACK said: the refusal (why, and whether trying again at
     /// once could help), or the session with the keep-alive an MQTT 5
     /// broker imposes (Server Keep Alive), which the client must use.
-    struct Acknowledgement: Equatable {
+    struct Acknowledgement {
         var refusal: (message: String, permanent: Bool)?
         var serverKeepAliveSeconds: UInt16?
-
-        static func == (a: Self, b: Self) -> Bool {
-            a.refusal?.message == b.refusal?.message && a.refusal?.permanent == b.refusal?.permanent
-                && a.serverKeepAliveSeconds == b.serverKeepAliveSeconds
-        }
     }
 
     /// Checks a CONNACK (`packet`: type byte and body).
@@ -115,10 +110,8 @@ enum MQTTPacket {
         return "the broker disconnected: \(meaning)\(said)"
     }
 
-    /// At most 200 characters of a broker's own words, for an error.
-    static func excerpt(_ text: String) -> String {
-        text.count > 200 ? String(text.prefix(200)) + "..." : text
-    }
+    /// A broker's own words (a reason string, a server reference), for an error.
+    static func excerpt(_ text: String) -> String { serverText(text, limit: 200) }
 
     /// Checks a 3.1.1 CONNACK; nil when the broker accepted the session, else why not.
     static func connackRefusal(_ packet: [UInt8]) -> (message: String, permanent: Bool)? {

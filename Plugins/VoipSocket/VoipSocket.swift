@@ -402,7 +402,7 @@ final class VoipConnection: Sendable {
     /// A registrar's final refusal as a LastError.
     private static func refusal(_ response: SIPMessage, hasPassword: Bool) -> LinkError {
         // The reason phrase comes from the server: printable ASCII only, bounded.
-        let reason = String(String.UnicodeScalarView(response.reason.unicodeScalars.prefix(120).filter { $0.value >= 0x20 && $0.value < 0x7F }))
+        let reason = serverText(response.reason, limit: 120)
         let status = "\(response.statusCode) \(reason)".trimmingSpaces
         let hint: String
         switch response.statusCode {

@@ -233,8 +233,7 @@ public final class DBusConnection: @unchecked Sendable {
     func sendingIsBacklogged() -> Bool {
         guard let raw else { return false }
         if dbus_connection_has_messages_to_send(raw) != 0 { return true }
-        var fd: Int32 = -1
-        guard dbus_connection_get_socket(raw, &fd) != 0, fd >= 0 else { return false }
+        guard let fd = socket else { return false }
         var entry = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
         return poll(&entry, 1, 0) == 0
     }
@@ -242,9 +241,15 @@ public final class DBusConnection: @unchecked Sendable {
     /// Runs `body` once on the queue when the socket can take more (or the
     /// connection is gone): after ``sendingIsBacklogged()`` said true.
     func whenSendingDrains(_ body: @escaping () -> Void) {
-        var fd: Int32 = -1
-        guard let raw, dbus_connection_get_socket(raw, &fd) != 0, fd >= 0 else { return body() }
+        guard let fd = socket else { return body() }
         queue.whenWritable(fd, body)
+    }
+
+    /// The connection's socket, while it is open (on the queue).
+    private var socket: Int32? {
+        var fd: Int32 = -1
+        guard let raw, dbus_connection_get_socket(raw, &fd) != 0, fd >= 0 else { return nil }
+        return fd
     }
 
     /// Dispatches every complete message libdbus has read.

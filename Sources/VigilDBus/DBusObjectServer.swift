@@ -195,10 +195,15 @@ public final class DBusObjectServer: @unchecked Sendable {
     /// or replies pile up and the method is not a brief one (whose
     /// handler's reply is small and which must stay fast under read load).
     private func mustHold(_ raw: OpaquePointer, interface: String?) -> Bool {
-        let sender = dbus_message_get_sender(raw).map { String(cString: $0) } ?? ""
-        if heldBySender[sender] != nil { return true }
+        if !heldBySender.isEmpty, heldBySender[Self.sender(of: raw)] != nil { return true }
         if isBrief(raw, interface: interface) { return false }
         return heldStart < held.count || connection.sendingIsBacklogged()
+    }
+
+    /// The call's sender, the key of `heldBySender` ("" on a connection
+    /// without a bus).
+    private static func sender(of raw: OpaquePointer) -> String {
+        dbus_message_get_sender(raw).map { String(cString: $0) } ?? ""
     }
 
     private func isBrief(_ raw: OpaquePointer, interface: String?) -> Bool {
@@ -211,7 +216,7 @@ public final class DBusObjectServer: @unchecked Sendable {
     }
 
     private func hold(_ call: DBusMessageHandle) {
-        let sender = dbus_message_get_sender(call.raw).map { String(cString: $0) } ?? ""
+        let sender = Self.sender(of: call.raw)
         held.append(call)
         heldBySender[sender, default: 0] += 1
         waitForDrain()
@@ -233,7 +238,7 @@ public final class DBusObjectServer: @unchecked Sendable {
             guard !connection.sendingIsBacklogged() else { return waitForDrain() }
             let call = held[heldStart]
             heldStart += 1
-            let sender = dbus_message_get_sender(call.raw).map { String(cString: $0) } ?? ""
+            let sender = Self.sender(of: call.raw)
             if let count = heldBySender[sender], count > 1 { heldBySender[sender] = count - 1 } else { heldBySender[sender] = nil }
             answer(call)
         }

@@ -73,10 +73,8 @@ public actor HostBusAPI {
         var leaseRows: DBusPreparedBody?
         /// The highest lease id whose object was exported.
         var highestShownLease: UInt64 = 0
-        /// When the Host's `Leases` was last announced, and whether an
-        /// announcement waits for the end of that interval.
-        var leasesAnnouncedAt: VigilInstant?
-        var leasesAnnouncementDue = false
+        /// The pace of the Host's `Leases` announcements.
+        var leasesPace = AnnouncementPace()
         /// Calls waiting for their lease's object (the inhibit bridge's).
         var showWaiters: [LeaseID: [CheckedContinuation<Void, Never>]] = [:]
         /// The object server, while the host is followed: set once
@@ -531,29 +529,26 @@ public actor HostBusAPI {
     }
 
     /// The change that announces the Host's `Leases` now; none when it was
-    /// announced less than ``PropertiesChangedLimiter/interval`` ago: then it
-    /// is announced once at the end of that interval, with the list of that
+    /// announced less than ``AnnouncementPace/interval`` ago: then it is
+    /// announced once at the end of that interval, with the list of that
     /// moment. Every Begin and End changes the list, and each announcement
     /// carries all of it: announced per change, thousands of leases made
     /// their coming and going quadratic on the bus, and two of the nine
     /// messages of a Begin and End. Under the lock, with the change.
     private nonisolated func announceLeases(_ state: inout Published) -> [DBusObjectServer.Change] {
         let clock = services.clock
-        let now = clock.now
-        guard let last = state.leasesAnnouncedAt, now - last < PropertiesChangedLimiter.interval else {
-            state.leasesAnnouncedAt = now
-            state.leasesAnnouncementDue = false
+        switch state.leasesPace.changed(at: clock.now) {
+        case .now:
             return [Self.hostPropertiesChanged(["Leases"])]
-        }
-        if !state.leasesAnnouncementDue {
-            state.leasesAnnouncementDue = true
-            let due = last + PropertiesChangedLimiter.interval
+        case .at(let due):
             Task { [weak self] in
                 do { try await clock.sleep(until: due) } catch { return }
                 self?.announceDueLeases()
             }
+            return []
+        case .planned:
+            return []
         }
-        return []
     }
 
     /// The end of the interval in which `Leases` changed after its last
@@ -561,9 +556,8 @@ public actor HostBusAPI {
     private nonisolated func announceDueLeases() {
         let log = self.log
         published.withLock { state in
-            guard state.leasesAnnouncementDue, let server = state.server else { return }
-            state.leasesAnnouncementDue = false
-            state.leasesAnnouncedAt = services.clock.now
+            guard state.leasesPace.isPlanned, let server = state.server else { return }
+            state.leasesPace.announced(at: services.clock.now)
             server.applyQueued([Self.hostPropertiesChanged(["Leases"])]) { error in
                 log.warning("cannot announce the Host's Leases on D-Bus: \(error)")
             }

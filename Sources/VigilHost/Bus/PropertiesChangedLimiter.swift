@@ -1,6 +1,50 @@
 import VigilDBus
 import VigilKit
 
+/// When a rate-limited announcement goes: at once when the last one is an
+/// interval (1 s) old or there was none, else once at the end of that
+/// interval. The pace of each object ``PropertiesChangedLimiter`` tracks,
+/// and of the Host's `Leases`, which ``HostBusAPI`` announces under its lock
+/// together with the change.
+struct AnnouncementPace {
+    static let interval: Duration = .seconds(1)
+
+    enum Decision: Equatable {
+        /// Announce now (counted as announced).
+        case now
+        /// Announce at this instant, the end of the interval (then call
+        /// ``announced(at:)``).
+        case at(VigilInstant)
+        /// An announcement at the end of the interval is planned already.
+        case planned
+    }
+
+    private(set) var announcedAt: VigilInstant?
+    /// An announcement waits for the end of the interval.
+    private(set) var isPlanned = false
+
+    /// With `startingAt`, an interval runs from then (an export whose
+    /// InterfacesAdded carried the values counts as an announcement).
+    init(startingAt start: VigilInstant? = nil) { announcedAt = start }
+
+    /// Something changed at `now`: when to announce it.
+    mutating func changed(at now: VigilInstant) -> Decision {
+        if let last = announcedAt, now - last < Self.interval {
+            guard !isPlanned else { return .planned }
+            isPlanned = true
+            return .at(last + Self.interval)
+        }
+        announced(at: now)
+        return .now
+    }
+
+    /// An announcement went at `now`; nothing is planned any more.
+    mutating func announced(at now: VigilInstant) {
+        announcedAt = now
+        isPlanned = false
+    }
+}
+
 /// Rate-limits `PropertiesChanged`: at most one announcement per object per
 /// interval (1 s). A change inside the interval is announced at its end, once,
 /// naming every property that changed meanwhile, with the values of that
@@ -14,11 +58,9 @@ actor PropertiesChangedLimiter {
     /// Sends the signal for `values` of `interface` at `path`.
     typealias Announce = @Sendable (_ path: String, _ interface: String, _ values: [(name: String, value: DBusValue)]) async throws -> Void
 
-    static let interval: Duration = .seconds(1)
-
     private struct Object {
         var interface: DBusInterface
-        var announcedAt: VigilInstant?
+        var pace: AnnouncementPace
         var pending: Set<String> = []
         var flush: Task<Void, Never>?
     }
@@ -43,7 +85,7 @@ actor PropertiesChangedLimiter {
     /// after it waits for the interval.
     func track(_ path: String, interface: DBusInterface, startsInterval: Bool) {
         objects[path]?.flush?.cancel()
-        objects[path] = Object(interface: interface, announcedAt: startsInterval ? clock.now : nil)
+        objects[path] = Object(interface: interface, pace: AnnouncementPace(startingAt: startsInterval ? clock.now : nil))
     }
 
     /// The object is gone: nothing more is announced for it.
@@ -63,19 +105,16 @@ actor PropertiesChangedLimiter {
     func changed(_ path: String, properties: Set<String>, immediately: Bool = false) async {
         guard var object = objects[path], !properties.isEmpty else { return }
         object.pending.formUnion(properties)
-        objects[path] = object
-        let now = clock.now
-        if !immediately, let last = object.announcedAt, now - last < Self.interval {
-            guard object.flush == nil else { return }
-            let due = last + Self.interval
+        let decision = immediately ? .now : object.pace.changed(at: clock.now)
+        if case .at(let due) = decision {
             let clock = self.clock
-            objects[path]?.flush = Task { [weak self] in
+            object.flush = Task { [weak self] in
                 do { try await clock.sleep(until: due) } catch { return }
                 await self?.flushDue(path)
             }
-            return
         }
-        await announceNow(path)
+        objects[path] = object
+        if decision == .now { await announceNow(path) }
     }
 
     /// ``changed(_:properties:immediately:)`` for many objects in one call
@@ -99,7 +138,7 @@ actor PropertiesChangedLimiter {
         object.flush = nil
         let names = object.pending.sorted()
         object.pending = []
-        object.announcedAt = clock.now
+        object.pace.announced(at: clock.now)
         objects[path] = object
         guard !names.isEmpty else { return }
         do {
