@@ -59,7 +59,9 @@ final class HandlerDeadlines: Sendable {
             return add(&s.queues[key, default: Queue(clock: clock)], &s.lastSleeper)
         }
         if let (sleeper, target) = start {
-            Task.detached { [self] in await sleep(key: key, clock: clock, sleeper: sleeper, until: target) }
+            // High priority, as the keep-alive rounds: an overrun is cut off
+            // on time even while the default priority's threads are busy.
+            Task.detached(priority: .high) { [self] in await sleep(key: key, clock: clock, sleeper: sleeper, until: target) }
         }
     }
 

@@ -110,7 +110,10 @@ final class KeepAliveSchedule: Sendable {
             earliest: top.earliest, latest: top.latest, align: key.align,
             label: "voip-socket keep-alive (\(group.live) connection\(group.live == 1 ? "" : "s"))")
         let scheduler = group.scheduler
-        let task = Task.detached { [self] in
+        // High priority, like the host's timer task that resumes it: pings
+        // do not wait for a thread of the default priority (see
+        // docs/wake-scheduler.md, "Priority").
+        let task = Task.detached(priority: .high) { [self] in
             guard let firing = try? await scheduler.wake(request) else { return }  // cancelled: replaced or nothing left
             fire(key: key, number: number, at: firing.firedAt)
         }

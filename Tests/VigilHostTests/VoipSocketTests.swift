@@ -90,6 +90,31 @@ import VigilKit
         #expect(status["Overruns"]?.uintValue == 0 && status["Reconnects"]?.uintValue == 0)
     }
 
+    /// Every thread of the default priority blocked (as a plugin stuck in a
+    /// blocking call, or the rest of the suite on two cores, would): the
+    /// wake and the ping go on at high priority, so the next ping arrives
+    /// (within 1.2 s: six intervals) while they are blocked. Without the
+    /// high-priority path it cannot, and the test fails.
+    @Test func pingsGoOutWhileTheDefaultPoolIsBlocked() async throws {
+        let server = try LoopbackServer()
+        defer { server.stop() }
+        let h = try VoipHarness()
+        try await h.start([
+            "connect": .string(server.address), "keepalive_interval": .string("200ms"), "jitter": .integer(0),
+            "handler_timeout": .string("150ms"), "expect": .string("\r\n"), "skip_ping_on_traffic": .boolean(false),
+        ])
+        #expect(await server.count(.ping, atLeast: 1))
+        var outcome: DefaultPoolBlock.Outcome?
+        for _ in 0..<20 where outcome == nil {
+            outcome = await DefaultPoolBlock.run {
+                let before = server.all(.ping).count
+                return await server.count(.ping, atLeast: before + 1, timeout: .seconds(1.2))
+            }
+        }
+        await h.supervisor.stopAll()
+        #expect(outcome == .held(true), "\(outcome.map { "\($0)" } ?? "the default priority's threads were never all free")")
+    }
+
     /// A server that accepts and never answers: the handler is cut off
     /// within 100 ms of its deadline, the connection closed and reconnected.
     @Test func handlerTimeoutIsEnforcedWithin100ms() async throws {
@@ -304,7 +329,10 @@ import VigilKit
             "handler_timeout": .string("200ms"),
         ])
         #expect(await server.count(.accepted, atLeast: 1))
-        let feeder = Task {
+        // The server's side, at high priority: a stall of this feeder
+        // (the rest of the suite on two cores) would be a silence the
+        // strategy rightly fills with a ping.
+        let feeder = Task(priority: .high) {
             for _ in 0..<12 {
                 server.send(Array("NOTIFY\r\n".utf8))
                 try await Task.sleep(for: .milliseconds(100))

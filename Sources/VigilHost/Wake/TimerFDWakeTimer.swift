@@ -86,8 +86,13 @@ public final class TimerFDWakeTimer: WakeTimer, @unchecked Sendable {
         // between becoming readable and this read: not an expiry.
         guard vigil_timerfd_read(fd) > 0 else { return }
         guard let handler = lock.withLock({ closed ? nil : handler }) else { return }
-        // Hop into Swift concurrency; the handler hops into the scheduler actor.
-        Task { await handler() }
+        // Hop into Swift concurrency; the handler hops into the scheduler
+        // actor. At high priority: Swift's pool keeps a set of threads per
+        // priority, so a wake is delivered even while every thread of the
+        // default priority is busy or blocked (a plugin's slow work, a long
+        // reply being built), and the requesters it resumes at high priority
+        // go on there too.
+        Task(priority: .high) { await handler() }
     }
 
     public func setExpiryHandler(_ handler: @escaping @Sendable () async -> Void) {
