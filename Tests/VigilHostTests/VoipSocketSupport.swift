@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import VigilTestSupport
 import Glibc
 import Testing
@@ -279,35 +280,26 @@ final class WaitableEvents: EventRecording, Sendable {
     }
 }
 
-/// Blocks every thread Swift's pool keeps for the default priority and runs
-/// a check at high priority meanwhile: what must not depend on the default
-/// priority's threads (timers, pings) is seen to go on without them.
-///
-/// The blockers take the threads as they come free. Other tests on the same
-/// threads may hold one for a while; the blockers that already run do not
-/// wait for it longer than `gather` (they would stall those other tests
-/// too), and the round is given up (nil) so the caller can try again.
-enum DefaultPoolBlock {
-    enum Outcome: Equatable, Sendable { case held(Bool) }
+/// The host's wake scheduler, noting the label and the waiting task's
+/// priority of every request it passes on.
+final class PriorityRecordingScheduler: WakeScheduling {
+    struct Request: Sendable, CustomStringConvertible {
+        var label: String
+        var priority: TaskPriority
+        var description: String { "\(label) at \(priority)" }
+    }
 
-    static func run(gather: DispatchTimeInterval = .milliseconds(250), _ check: @escaping @Sendable () async -> Bool) async -> Outcome? {
-        let blockers = ProcessInfo.processInfo.activeProcessorCount
-        let started = DispatchSemaphore(value: 0)
-        let release = DispatchSemaphore(value: 0)
-        let tasks = (0..<blockers).map { _ in
-            Task.detached(priority: .medium) {
-                started.signal()
-                _ = release.wait(timeout: .now() + 3)  // only a safety net
-            }
-        }
-        // Watched at high priority, which the blockers leave free.
-        let outcome: Outcome? = await Task.detached(priority: .high) {
-            defer { for _ in 0..<blockers { release.signal() } }
-            let until = DispatchTime.now() + gather
-            for _ in 0..<blockers where started.wait(timeout: until) == .timedOut { return nil }
-            return .held(await check())
-        }.value
-        for task in tasks { await task.value }
-        return outcome
+    private let inner: WakeScheduler
+    private let seen = Mutex<[Request]>([])
+
+    init(_ inner: WakeScheduler) { self.inner = inner }
+
+    var requests: [Request] { seen.withLock { $0 } }
+    var clockInfo: WakeClockInfo { inner.clockInfo }
+
+    func wake(_ request: WakeRequest) async throws -> WakeFiring {
+        let priority = Task.currentPriority
+        seen.withLock { $0.append(Request(label: request.label, priority: priority)) }
+        return try await inner.wake(request)
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import VigilHost
 import VigilKit
+import VigilTestSupport
 
 /// The scheduler on real timerfds, with short real times.
 @Suite(.serialized) struct WakeTimerFDTests {
@@ -35,6 +36,20 @@ import VigilKit
         #expect(stats.batchesFired == 1)
         #expect(stats.maxLateness == firing.lateness)
         #expect(stats.meanLateness == firing.lateness)
+    }
+
+    /// The expiry reaches the scheduler in a task of high priority (see
+    /// docs/wake-scheduler.md, "Priority"): Swift's pool runs those on
+    /// threads of their own, so busy default-priority threads do not hold
+    /// up a wake.
+    @Test func expiryIsDeliveredAtHighPriority() async throws {
+        let timer = try TimerFDWakeTimer()
+        defer { timer.invalidate() }
+        let seen = WaitableLog<TaskPriority>()
+        timer.setExpiryHandler { seen.append(Task.currentPriority) }
+        timer.arm(at: clock.now + .milliseconds(20))
+        #expect(await seen.wait { !$0.isEmpty })
+        #expect(seen.all == [.high])
     }
 
     @Test func overlappingRequestsShareOneExpiry() async throws {
