@@ -39,7 +39,9 @@ struct ServerEvent: Sendable {
 /// A TCP server on 127.0.0.1 running on its own thread (poll(2)), for the
 /// voip-socket tests. It answers each `ping` it finds with `pong` while
 /// `answering` is on, can greet (also right before closing, with
-/// `closeOnAccept`), can close every connection at once, and
+/// `closeOnAccept`), can chatter (send `chatter.bytes` on every connection
+/// every `chatter.every`, from its own thread, so no stall of the tests'
+/// tasks makes a silence), can close every connection at once, and
 /// records what happened so tests can await it.
 final class LoopbackServer: @unchecked Sendable {
     // Invariant: `answering`, `outgoing` and `stopped` are only touched while
@@ -55,17 +57,20 @@ final class LoopbackServer: @unchecked Sendable {
     let pong: [UInt8]
     let greeting: [UInt8]
     let closeOnAccept: Bool
+    let chatter: (bytes: [UInt8], every: Duration)?
     let ipv6: Bool
     let clock: any VigilClock
     private var thread: Thread?
 
     /// Listens on 127.0.0.1, or on ::1 with `ipv6`, on a free port.
     init(ping: [UInt8] = Array("\r\n\r\n".utf8), pong: [UInt8] = Array("\r\n".utf8), greeting: [UInt8] = [],
-         closeOnAccept: Bool = false, answering: Bool = true, ipv6: Bool = false, clock: any VigilClock = SystemClock()) throws {
+         closeOnAccept: Bool = false, answering: Bool = true, ipv6: Bool = false,
+         chatter: (bytes: [UInt8], every: Duration)? = nil, clock: any VigilClock = SystemClock()) throws {
         self.ping = ping
         self.pong = pong
         self.greeting = greeting
         self.closeOnAccept = closeOnAccept
+        self.chatter = chatter
         self.clock = clock
         self.answeringFlag = answering
         self.ipv6 = ipv6
@@ -138,12 +143,17 @@ final class LoopbackServer: @unchecked Sendable {
         var nextID = 0
         var buffer = [UInt8](repeating: 0, count: 65536)
         _ = fcntl(listenFD, F_SETFL, fcntl(listenFD, F_GETFL) | O_NONBLOCK)
+        var chattered = ContinuousClock.now
         while !lock.withLock({ stopped }) {
             var fds = [pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0)]
             fds += clients.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
             _ = poll(&fds, nfds_t(fds.count), 20)
             let pending: [[UInt8]] = lock.withLock { defer { outgoing = [] }; return outgoing }
             for bytes in pending { for c in clients { _ = write(c.fd, bytes, bytes.count) } }
+            if let chatter, ContinuousClock.now - chattered >= chatter.every {
+                chattered = ContinuousClock.now
+                for c in clients { _ = write(c.fd, chatter.bytes, chatter.bytes.count) }
+            }
             if fds[0].revents != 0 {
                 while true {
                     let fd = accept(listenFD, nil, nil)
