@@ -349,29 +349,26 @@ public actor SurvivalStore {
             throw SurvivalStoreError(.unwritable, path: path, "cannot write (recording \(names()) of run \(run.uuid)): the store is unwritable since an earlier failure: \(outage.firstError)")
         }
         do {
-            // One encoder for the batch, and the rows bound straight to one
-            // prepared INSERT: a lease's events (two per client lease) went
-            // through a new JSONEncoder and the record's Codable encoding
-            // each, two thirds of the store thread's time under a burst of
-            // Begin and End calls.
+            // One JSON encoder for the batch (with the record's columns
+            // written out, see ``EventRecord/encode(to:)``): a new encoder
+            // and Codable encoding per event were two thirds of the store
+            // thread's time under a burst of Begin and End calls.
             let encoder = Self.fieldsEncoder()
-            var rows: [StatementArguments] = []
-            rows.reserveCapacity(events.count)
+            var records: [EventRecord] = []
+            records.reserveCapacity(events.count)
             for event in events {
                 var boundedFields: [String: String] = [:]
                 for (key, value) in event.fields { boundedFields[Self.bounded(key)] = Self.bounded(value) }
-                let row: [(any DatabaseValueConvertible)?] = [
-                    run.key, run.lastSeq, event.readings.wallMicros, event.readings.monotonicMicros,
-                    event.readings.boottimeMicros, Self.bounded(event.name), event.strategy.map(Self.bounded),
-                    try Self.json(boundedFields, encoder: encoder),
-                ]
-                rows.append(StatementArguments(row))
+                records.append(EventRecord(
+                    id: nil, runId: run.key, seq: run.lastSeq, wall: event.readings.wallMicros,
+                    mono: event.readings.monotonicMicros, boot: event.readings.boottimeMicros,
+                    name: Self.bounded(event.name), strategy: event.strategy.map(Self.bounded),
+                    fields: try Self.json(boundedFields, encoder: encoder)))
             }
             try database.write { db in
-                let insert = try db.cachedStatement(sql: Self.insertEvent)
-                for row in rows { try insert.execute(arguments: row) }
+                for var record in records { try record.insert(db) }
                 try db.cachedStatement(sql: "UPDATE run SET eventCount = eventCount + ? WHERE id = ?")
-                    .execute(arguments: [rows.count, run.key])
+                    .execute(arguments: [records.count, run.key])
             }
         } catch {
             throw failed(error, doing: "recording \(names()) of run \(run.uuid)")
@@ -472,10 +469,6 @@ public actor SurvivalStore {
         run.lastSeq = seq
         run.last = readings
     }
-
-    /// The columns of ``EventRecord`` (the row's id is SQLite's), in the
-    /// order ``recordEvents(_:)`` binds them.
-    private static let insertEvent = "INSERT INTO event (runId, seq, wall, mono, boot, name, strategy, fields) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 
     private static func fieldsEncoder() -> JSONEncoder {
         let encoder = JSONEncoder()
