@@ -188,19 +188,12 @@ struct MQTTFramer: Sendable {
         var start = 0
         defer { buffer.removeFirst(start) }
         while buffer.count - start >= 2 {
-            var length = 0
-            var multiplier = 1
-            var index = start + 1
-            var complete = false
-            while index < buffer.count {
-                let b = buffer[index]
-                index += 1
-                length += Int(b & 0x7F) * multiplier
-                if b & 0x80 == 0 { complete = true; break }
-                multiplier *= 128
-                if index - start - 1 >= 4 { throw FramingError(description: "the broker sent an MQTT packet with a malformed remaining length") }
+            guard let (length, size) = MQTTPacket.variableInteger(buffer[(start + 1)...]) else {
+                // Four bytes that all say "more" are malformed; fewer wait for the rest.
+                if buffer.count - start - 1 >= 4 { throw FramingError(description: "the broker sent an MQTT packet with a malformed remaining length") }
+                return
             }
-            guard complete else { return }
+            let index = start + 1 + size
             guard length <= FrameLimits.message else {
                 throw FramingError(description: "the broker sent an MQTT packet of \(length) bytes, more than the \(FrameLimits.message)-byte limit")
             }
