@@ -93,7 +93,8 @@ import VigilKit
     }
 
     /// Round trips get a histogram for each of the first strategies only;
-    /// the pings of later ones are counted in `strategy="other"`.
+    /// the pings of later ones are counted in `strategy="other"`, each
+    /// lease's pings in the same histogram from its first to its last.
     @Test func roundTripHistogramsAreBoundedByStrategy() async throws {
         let registry = LeaseRegistry(clock: ManualClock())
         let metrics = HostMetrics()
@@ -102,12 +103,15 @@ import VigilKit
         for i in 0..<count {
             let lease = try await registry.acquire(strategy: "sip\(i)", LeaseRequest(holds: "tcp", reason: "r"))
             await registry.setStatus(lease, ["Pings": .uint(1), "LastRttUsec": .int(3_000)])
+            // The second ping goes into the histogram the first one found.
+            await registry.setStatus(lease, ["Pings": .uint(2), "LastRttUsec": .int(20_000)])
         }
         let text = String(decoding: metrics.exposition(Self.snapshot(strategies: [], leases: LeaseTotals(await registry.active))), as: UTF8.self)
         let counts = text.split(separator: "\n").filter { $0.hasPrefix("vigil_voip_rtt_seconds_count{") }
         #expect(counts.count == HostMetrics.maxRTTStrategies + 1, "\(counts.count) histograms")
-        #expect(counts.contains(#"vigil_voip_rtt_seconds_count{strategy="sip0"} 1"#))
-        #expect(counts.contains(#"vigil_voip_rtt_seconds_count{strategy="other"} 5"#))
+        #expect(counts.contains(#"vigil_voip_rtt_seconds_count{strategy="sip0"} 2"#))
+        #expect(counts.contains(#"vigil_voip_rtt_seconds_count{strategy="other"} 10"#))
+        #expect(text.contains(#"vigil_voip_rtt_seconds_bucket{strategy="other",le="0.005"} 5"#))
         #expect(!counts.contains { $0.contains(#"strategy="sip\#(count - 1)""#) })
     }
 

@@ -41,10 +41,27 @@ public final class HostMetrics: LeaseObserver {
     private struct Counted {
         var leaseEvents: [Pair: Int] = [:]
         var strategyEvents: [Pair: Int] = [:]
-        /// The `Pings` figure last seen per VoIP lease, to record a round
-        /// trip once per ping.
-        var pings: [LeaseID: UInt64] = [:]
+        /// Per VoIP lease: the `Pings` figure last seen, to record a round
+        /// trip once per ping, and its strategy's histogram once known.
+        var pings: [LeaseID: PingCount] = [:]
         var rtt: [String: ValueHistogram] = [:]
+    }
+
+    /// A VoIP lease's pings as the metrics saw them. The histogram is found
+    /// (by the strategy's label) at the lease's first answered ping, so
+    /// later pings cost one lookup by lease id: not a label check and two or
+    /// three lookups by strategy name each (with over ``maxRTTStrategies``
+    /// strategies, three: a miss, `other`, and storing `other` again).
+    private struct PingCount {
+        var pings: UInt64 = 0
+        var histogram: ValueHistogram?
+
+        /// Takes `pings` as the last figure; returns the one before and
+        /// the histogram.
+        mutating func take(_ pings: UInt64) -> (before: UInt64, histogram: ValueHistogram?) {
+            defer { self.pings = pings }
+            return (self.pings, histogram)
+        }
     }
 
     struct Pair: Hashable {
@@ -88,17 +105,26 @@ public final class HostMetrics: LeaseObserver {
     public func observeStatus(of lease: LeaseID, strategy: String, _ status: [String: StatusValue]) {
         guard case .uint(let pings)? = status["Pings"], case .int(let rtt)? = status["LastRttUsec"] else { return }
         counted.withLock { c in
-            let before = c.pings.updateValue(pings, forKey: lease) ?? 0
+            let (before, known) = c.pings[lease, default: PingCount()].take(pings)
             guard pings > before, rtt >= 0 else { return }
-            let strategy = Self.label(strategy)
-            if let histogram = c.rtt[strategy] { return histogram.record(Double(rtt) / 1e6) }
-            let key = c.rtt.count < Self.maxRTTStrategies ? strategy : "other"
-            let histogram = c.rtt[key] ?? histograms.makeValueHistogram(
-                name: "vigil_voip_rtt_seconds", labels: [("strategy", key)], buckets: Self.rttBuckets,
-                help: "Round trip of each answered VoIP ping.")
-            c.rtt[key] = histogram
+            let histogram = known ?? rttHistogram(&c, strategy: strategy)
+            if known == nil { c.pings[lease]?.histogram = histogram }
             histogram.record(Double(rtt) / 1e6)
         }
+    }
+
+    /// The round-trip histogram of `strategy`: its own for the first
+    /// ``maxRTTStrategies`` strategies, then `other`. Under the lock.
+    private func rttHistogram(_ c: inout Counted, strategy: String) -> ValueHistogram {
+        let strategy = Self.label(strategy)
+        if let histogram = c.rtt[strategy] { return histogram }
+        let key = c.rtt.count < Self.maxRTTStrategies ? strategy : "other"
+        if let histogram = c.rtt[key] { return histogram }
+        let histogram = histograms.makeValueHistogram(
+            name: "vigil_voip_rtt_seconds", labels: [("strategy", key)], buckets: Self.rttBuckets,
+            help: "Round trip of each answered VoIP ping.")
+        c.rtt[key] = histogram
+        return histogram
     }
 
     /// A strategy's survival-log event; only the few that metrics show are kept.
