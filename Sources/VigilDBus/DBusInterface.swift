@@ -197,19 +197,33 @@ public struct DBusProperty: Sendable {
     /// value behind a lock, a constant): `Get` and `GetAll` are answered
     /// with it on the connection's queue, without a task per call.
     public typealias ImmediateGetter = @Sendable () throws -> DBusValue
+    /// A getter given the path of the object it reads, so one interface
+    /// value can be exported at many paths (an object per lease) with no
+    /// getters made per object.
+    public typealias ObjectGetter = @Sendable (_ path: String) async throws -> DBusValue
+    /// An ``ImmediateGetter`` given the object's path (see ``ObjectGetter``).
+    public typealias ImmediateObjectGetter = @Sendable (_ path: String) throws -> DBusValue
     public typealias Setter = @Sendable (DBusValue, DBusMethodCall) async throws -> Void
 
     public var name: String
     public var signature: String
     public var access: Access
     public var emitsChange: EmitsChange
-    public var getter: Getter?
+    /// Reads the value of the object at the path given.
+    public var getter: ObjectGetter?
     /// Set when the value can be read without waiting (see ``ImmediateGetter``).
-    public var immediateGetter: ImmediateGetter?
+    public var immediateGetter: ImmediateObjectGetter?
     public var setter: Setter?
 
     public init(_ name: String, signature: String, access: Access, emitsChange: EmitsChange = .true,
                 get getter: Getter?, set setter: Setter? = nil) {
+        let atPath: ObjectGetter? = if let getter { { _ in try await getter() } } else { nil }
+        self.init(name, signature: signature, access: access, emitsChange: emitsChange, getAt: atPath, set: setter)
+    }
+
+    /// A property whose getter reads the object at the path it is given.
+    public init(_ name: String, signature: String, access: Access, emitsChange: EmitsChange = .true,
+                getAt getter: ObjectGetter?, set setter: Setter? = nil) {
         self.name = name
         self.signature = signature
         self.access = access
@@ -222,7 +236,14 @@ public struct DBusProperty: Sendable {
     /// constant, or state published behind a lock. It must not block.
     public init(_ name: String, signature: String, emitsChange: EmitsChange = .true,
                 immediate getter: @escaping ImmediateGetter) {
-        self.init(name, signature: signature, access: .read, emitsChange: emitsChange, get: { try getter() })
+        self.init(name, signature: signature, emitsChange: emitsChange, immediateAt: { _ in try getter() })
+    }
+
+    /// ``init(_:signature:emitsChange:immediate:)`` with a getter given the
+    /// object's path (``ImmediateObjectGetter``).
+    public init(_ name: String, signature: String, emitsChange: EmitsChange = .true,
+                immediateAt getter: @escaping ImmediateObjectGetter) {
+        self.init(name, signature: signature, access: .read, emitsChange: emitsChange, getAt: { path in try getter(path) })
         self.immediateGetter = getter
     }
 

@@ -46,7 +46,7 @@ extension DBusObjectServer {
                 var invalidated: [String] = []
                 for property in declared {
                     if property.emitsChange == .true, let getter = property.getter {
-                        changed.append(DBusDictEntry(key: .string(property.name), value: .variant(try await getter())))
+                        changed.append(DBusDictEntry(key: .string(property.name), value: .variant(try await getter(path))))
                     } else {
                         invalidated.append(property.name)
                     }
@@ -118,7 +118,7 @@ extension DBusObjectServer {
             objects[path] = interfaces
             let managerPaths = Array(managers.filter { Self.isStrictDescendant(path, of: $0) })
             guard !managerPaths.isEmpty else { return nil }
-            guard let added = Self.immediateInterfacesAndProperties(interfaces) else {
+            guard let added = Self.immediateInterfacesAndProperties(interfaces, at: path) else {
                 return .announce(interfaces, path: path, managerPaths: managerPaths)
             }
             for manager in managerPaths {
@@ -157,7 +157,7 @@ extension DBusObjectServer {
                     guard let immediate = property.immediateGetter else {
                         return .readProperties(path: path, interface: interface, declared)
                     }
-                    changed.append(DBusDictEntry(key: .string(property.name), value: .variant(try immediate())))
+                    changed.append(DBusDictEntry(key: .string(property.name), value: .variant(try immediate(path))))
                 } else {
                     invalidated.append(property.name)
                 }

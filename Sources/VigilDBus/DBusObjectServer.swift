@@ -65,7 +65,7 @@ public final class DBusObjectServer: @unchecked Sendable {
     /// from each ObjectManager in `managerPaths`.
     func announceAdded(_ interfaces: [DBusInterface], at path: String, to managerPaths: [String]) async throws {
         guard !managerPaths.isEmpty else { return }
-        let added = await Self.interfacesAndProperties(interfaces)
+        let added = await Self.interfacesAndProperties(interfaces, at: path)
         for manager in managerPaths {
             try await connection.emitSignal(
                 path: manager, interface: DBusStandardInterfaces.objectManager, name: "InterfacesAdded",
@@ -84,13 +84,13 @@ public final class DBusObjectServer: @unchecked Sendable {
 
     /// `a{sa{sv}}` for ObjectManager, when every readable property has an
     /// immediate getter (nil otherwise); a getter that fails is left out.
-    static func immediateInterfacesAndProperties(_ interfaces: [DBusInterface]) -> DBusValue? {
+    static func immediateInterfacesAndProperties(_ interfaces: [DBusInterface], at path: String) -> DBusValue? {
         var entries: [DBusDictEntry] = []
         for interface in interfaces {
             var properties: [DBusDictEntry] = []
             for property in interface.properties where property.access.isReadable && property.getter != nil {
                 guard let immediate = property.immediateGetter else { return nil }
-                guard let value = try? checkedValue(of: property, in: interface.name, immediate) else { continue }
+                guard let value = try? checkedValue(of: property, in: interface.name, at: path, immediate) else { continue }
                 properties.append(DBusDictEntry(key: .string(property.name), value: .variant(value)))
             }
             entries.append(DBusDictEntry(key: .string(interface.name), value: .dict(keySignature: "s", valueSignature: "v", properties)))
@@ -323,7 +323,7 @@ public final class DBusObjectServer: @unchecked Sendable {
             return .run {
                 var entries: [DBusDictEntry] = []
                 for (objectPath, objectInterfaces) in managed {
-                    entries.append(DBusDictEntry(key: .objectPath(objectPath), value: await Self.interfacesAndProperties(objectInterfaces)))
+                    entries.append(DBusDictEntry(key: .objectPath(objectPath), value: await Self.interfacesAndProperties(objectInterfaces, at: objectPath)))
                 }
                 return [.dict(keySignature: "o", valueSignature: "a{sa{sv}}", entries)]
             }
@@ -441,11 +441,11 @@ public final class DBusObjectServer: @unchecked Sendable {
             }
             if let immediate = property.immediateGetter {
                 return .reply(Result { () throws(DBusError) -> [DBusValue] in
-                    [.variant(try Self.checkedValue(of: property, in: interfaceName, immediate))]
+                    [.variant(try Self.checkedValue(of: property, in: interfaceName, at: path, immediate))]
                 })
             }
             return .run {
-                let value = try await Self.checkedValue(of: property, in: interfaceName, getter)
+                let value = try await Self.checkedValue(of: property, in: interfaceName, at: path, getter)
                 return [.variant(value)]
             }
         case "GetAll":
@@ -463,7 +463,7 @@ public final class DBusObjectServer: @unchecked Sendable {
                     var entries: [DBusDictEntry] = []
                     for property in readable {
                         guard let immediate = property.immediateGetter else { continue }
-                        let value = try Self.checkedValue(of: property, in: interfaceName, immediate)
+                        let value = try Self.checkedValue(of: property, in: interfaceName, at: path, immediate)
                         entries.append(DBusDictEntry(key: .string(property.name), value: .variant(value)))
                     }
                     return [.dict(keySignature: "s", valueSignature: "v", entries)]
@@ -473,7 +473,7 @@ public final class DBusObjectServer: @unchecked Sendable {
                 var entries: [DBusDictEntry] = []
                 for property in interface.properties where property.access.isReadable {
                     guard let getter = property.getter else { continue }
-                    let value = try await Self.checkedValue(of: property, in: interfaceName, getter)
+                    let value = try await Self.checkedValue(of: property, in: interfaceName, at: path, getter)
                     entries.append(DBusDictEntry(key: .string(property.name), value: .variant(value)))
                 }
                 return [.dict(keySignature: "s", valueSignature: "v", entries)]
@@ -512,9 +512,10 @@ public final class DBusObjectServer: @unchecked Sendable {
     }
 
     /// Runs an immediate getter and checks its value against the declared signature.
-    private static func checkedValue(of property: DBusProperty, in interface: String, _ getter: DBusProperty.ImmediateGetter) throws(DBusError) -> DBusValue {
+    private static func checkedValue(of property: DBusProperty, in interface: String, at path: String,
+                                     _ getter: DBusProperty.ImmediateObjectGetter) throws(DBusError) -> DBusValue {
         let value: DBusValue
-        do { value = try getter() } catch let error as DBusError { throw error } catch { throw .failed(String(describing: error)) }
+        do { value = try getter(path) } catch let error as DBusError { throw error } catch { throw .failed(String(describing: error)) }
         guard value.signature == property.signature else {
             throw DBusError.failed("\(interface).\(property.name) returned signature \"\(value.signature)\" but is declared \"\(property.signature)\"")
         }
@@ -522,8 +523,9 @@ public final class DBusObjectServer: @unchecked Sendable {
     }
 
     /// Runs a getter and checks its value against the declared signature.
-    private static func checkedValue(of property: DBusProperty, in interface: String, _ getter: DBusProperty.Getter) async throws -> DBusValue {
-        let value = try await getter()
+    private static func checkedValue(of property: DBusProperty, in interface: String, at path: String,
+                                     _ getter: DBusProperty.ObjectGetter) async throws -> DBusValue {
+        let value = try await getter(path)
         guard value.signature == property.signature else {
             throw DBusError.failed("\(interface).\(property.name) returned signature \"\(value.signature)\" but is declared \"\(property.signature)\"")
         }
@@ -532,13 +534,13 @@ public final class DBusObjectServer: @unchecked Sendable {
 
     /// `a{sa{sv}}` for ObjectManager: each interface with its readable
     /// properties (a property whose getter fails is left out).
-    static func interfacesAndProperties(_ interfaces: [DBusInterface]) async -> DBusValue {
+    static func interfacesAndProperties(_ interfaces: [DBusInterface], at path: String) async -> DBusValue {
         var entries: [DBusDictEntry] = []
         for interface in interfaces {
             var properties: [DBusDictEntry] = []
             for property in interface.properties where property.access.isReadable {
                 guard let getter = property.getter,
-                      let value = try? await checkedValue(of: property, in: interface.name, getter) else { continue }
+                      let value = try? await checkedValue(of: property, in: interface.name, at: path, getter) else { continue }
                 properties.append(DBusDictEntry(key: .string(property.name), value: .variant(value)))
             }
             entries.append(DBusDictEntry(key: .string(interface.name), value: .dict(keySignature: "s", valueSignature: "v", properties)))

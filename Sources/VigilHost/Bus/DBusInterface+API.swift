@@ -47,6 +47,16 @@ struct APIPropertyGetter: Sendable {
                 : DBusProperty(name, signature: signature, access: access, emitsChange: emitsChange, get: { try getter() })
         }
     }
+
+    /// ``immediate(_:)`` given the path of the object read: one interface
+    /// value serves every object of its kind (every lease's).
+    static func immediateAt(_ getter: @escaping DBusProperty.ImmediateObjectGetter) -> Self {
+        Self { name, signature, access, emitsChange in
+            access == .read
+                ? DBusProperty(name, signature: signature, emitsChange: emitsChange, immediateAt: getter)
+                : DBusProperty(name, signature: signature, access: access, emitsChange: emitsChange, getAt: { path in try getter(path) })
+        }
+    }
 }
 
 extension DBusInterface {

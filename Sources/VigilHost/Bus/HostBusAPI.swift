@@ -83,6 +83,19 @@ public actor HostBusAPI {
     }
 
     private nonisolated let published = Mutex(Published())
+    /// The Lease and ClientLease interfaces, one value each that every
+    /// lease object shares (``HostBusInterfaces/lease(_:)``); made at the
+    /// first lease's export.
+    private nonisolated let leaseInterfaceValues = Mutex<(lease: DBusInterface, clientLease: DBusInterface)?>(nil)
+
+    private nonisolated var leaseInterfaces: (lease: DBusInterface, clientLease: DBusInterface) {
+        leaseInterfaceValues.withLock { values in
+            if let values { return values }
+            let made = (lease: HostBusInterfaces.lease(self), clientLease: HostBusInterfaces.clientLease(self))
+            values = made
+            return made
+        }
+    }
     private var server: DBusObjectServer?
     private var strategyOrder: [String] = [] {
         didSet { published.withLock { $0.strategyOrder = strategyOrder; $0.strategyPaths = nil; $0.strategyRows = nil } }
@@ -423,13 +436,14 @@ public actor HostBusAPI {
     /// Exports the lease's object, then makes `changes` (in the same hop
     /// to the connection's queue when they read without waiting).
     private func addLease(_ lease: LeaseSnapshot, on server: DBusObjectServer, then changes: [DBusObjectServer.Change] = []) async throws {
-        var interfaces = [HostBusInterfaces.lease(self, id: lease.id)]
+        let shared = leaseInterfaces
+        var interfaces = [shared.lease]
         var kind: String?
         if lease.strategy == ForeignInhibits.strategyName {
             kind = ForeignInhibits.strategyName
         } else if let client = lease.client {
             kind = ClientLeases.strategyName
-            interfaces.append(HostBusInterfaces.clientLease(self, id: lease.id, client: client))
+            interfaces.append(shared.clientLease)
         } else {
             kind = strategies[lease.strategy]?.status.kind
             if kind == nil { kind = await services.configuredStrategy(lease.strategy)?.kind }
@@ -466,11 +480,12 @@ public actor HostBusAPI {
             switch event.kind {
             case .acquired:
                 guard state.leases[id] == nil else { return }
+                let shared = leaseInterfaces
                 state.leases[id] = LeaseEntry(snapshot: event.lease, kind: ClientLeases.strategyName)
                 state.leasePaths = nil
                 state.leaseRows = nil
                 changes = [
-                    .export(path: path, interfaces: [HostBusInterfaces.lease(self, id: id), HostBusInterfaces.clientLease(self, id: id, client: client)]),
+                    .export(path: path, interfaces: [shared.lease, shared.clientLease]),
                 ] + announceLeases(&state) + [
                     Self.hostSignal("LeaseAcquired", [.objectPath(path), .string(event.lease.strategy), .string(event.lease.holds)]),
                 ]

@@ -112,15 +112,12 @@ enum HostBusInterfaces {
 
     // MARK: Lease
 
-    static func lease(_ api: HostBusAPI?, id: LeaseID) -> DBusInterface {
+    /// `org.vigil.Vigil1.Lease`, one value for every lease object: each
+    /// getter reads the lease whose object path it is given, so exporting a
+    /// lease makes no getters of its own (thousands of leases come and go).
+    static func lease(_ api: HostBusAPI?) -> DBusInterface {
         func read(_ value: @escaping @Sendable (HostBusAPI.LeaseEntry) -> DBusValue) -> APIPropertyGetter {
-            .immediate { [weak api] in
-                guard let api else { throw gone() }
-                guard let entry = api.lease(id) else {
-                    throw DBusError.unknownObject("lease \(id) has ended")
-                }
-                return value(entry)
-            }
+            .immediateAt { [weak api] path in value(try entry(api, path)) }
         }
         return DBusInterface(
             api: VigilAPI.lease,
@@ -139,30 +136,56 @@ enum HostBusInterfaces {
         )
     }
 
+    /// The entry of the lease whose object is at `path`.
+    private static func entry(_ api: HostBusAPI?, _ path: String) throws(DBusError) -> HostBusAPI.LeaseEntry {
+        guard let api else { throw gone() }
+        guard let id = VigilAPI.leaseID(path: path), let entry = api.lease(id) else {
+            throw DBusError.unknownObject("the lease at \(DBusError.excerpt(path)) has ended")
+        }
+        return entry
+    }
+
+    /// The id of the lease whose object the call is on.
+    private static func leaseID(_ call: DBusMethodCall) throws(DBusError) -> LeaseID {
+        guard let id = VigilAPI.leaseID(path: call.path) else {
+            throw DBusError.unknownObject("no lease object at \(DBusError.excerpt(call.path))")
+        }
+        return id
+    }
+
     // MARK: ClientLease
 
     /// `org.vigil.Vigil1.ClientLease` on a client lease's object: End,
-    /// Renew, the owner's identity, and the Expiring/Expired signals.
-    static func clientLease(_ api: HostBusAPI?, id: LeaseID, client: ClientIdentity) -> DBusInterface {
-        DBusInterface(
+    /// Renew, the owner's identity, and the Expiring/Expired signals. One
+    /// value for every client lease object, like ``lease(_:)``.
+    static func clientLease(_ api: HostBusAPI?) -> DBusInterface {
+        func read(_ value: @escaping @Sendable (ClientIdentity) -> DBusValue) -> APIPropertyGetter {
+            .immediateAt { [weak api] path in
+                guard let client = try entry(api, path).snapshot.client else {
+                    throw DBusError.unknownObject("the lease at \(DBusError.excerpt(path)) was not begun by a D-Bus client")
+                }
+                return value(client)
+            }
+        }
+        return DBusInterface(
             api: VigilAPI.clientLease,
             methods: [
                 "End": .brief { [weak api] call in
                     guard let api else { throw gone() }
-                    try await api.endClientLease(id, call)
+                    try await api.endClientLease(try leaseID(call), call)
                     return []
                 },
                 "Renew": .brief { [weak api] call in
                     guard let api else { throw gone() }
-                    try await api.renewClientLease(id, call, budgetMicros: try call.argument(0, as: UInt64.self))
+                    try await api.renewClientLease(try leaseID(call), call, budgetMicros: try call.argument(0, as: UInt64.self))
                     return []
                 },
             ],
             properties: [
-                "Owner": .immediate { .string(client.owner) },
-                "Uid": .immediate { .uint32(client.uid) },
-                "Pid": .immediate { .uint32(client.pid) },
-                "Name": .immediate { .string(client.name) },
+                "Owner": read { .string($0.owner) },
+                "Uid": read { .uint32($0.uid) },
+                "Pid": read { .uint32($0.pid) },
+                "Name": read { .string($0.name) },
             ]
         )
     }

@@ -145,7 +145,7 @@ actor PropertiesChangedLimiter {
             var values: [(name: String, value: DBusValue)] = []
             for name in names {
                 guard let getter = object.interface.property(named: name)?.getter else { continue }
-                values.append((name, try await getter()))
+                values.append((name, try await getter(path)))
             }
             try await announce(path, object.interface.name, values)
         } catch {

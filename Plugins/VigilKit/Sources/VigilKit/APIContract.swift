@@ -35,7 +35,27 @@ public enum VigilAPI {
 
     /// `/org/vigil/Vigil1/Lease/<id in decimal>`.
     public static func leasePath(_ id: LeaseID) -> String {
-        rootPath + "/Lease/" + String(id.rawValue)
+        leasePathPrefix + String(id.rawValue)
+    }
+
+    private static let leasePathPrefix = rootPath + "/Lease/"
+
+    /// The id of the lease whose object is at `path` (``leasePath(_:)``);
+    /// nil for any other path.
+    public static func leaseID(path: String) -> LeaseID? {
+        guard path.utf8.starts(with: leasePathPrefix.utf8) else { return nil }
+        let digits = path.utf8.dropFirst(leasePathPrefix.utf8.count)
+        // Decimal as leasePath writes it: digits only, no leading zero.
+        guard let first = digits.first, first != UInt8(ascii: "0") || digits.count == 1 else { return nil }
+        var id: UInt64 = 0
+        for digit in digits {
+            guard digit >= UInt8(ascii: "0"), digit <= UInt8(ascii: "9") else { return nil }
+            let (times10, o1) = id.multipliedReportingOverflow(by: 10)
+            let (sum, o2) = times10.addingReportingOverflow(UInt64(digit - UInt8(ascii: "0")))
+            guard !o1, !o2 else { return nil }
+            id = sum
+        }
+        return LeaseID(id)
     }
 
     /// `Download/<id>`: a download's object below its strategy's object.

@@ -62,4 +62,17 @@ import VigilKit
         #expect(VigilAPI.download(at: VigilAPI.strategyPath("mail-sync")) == nil)
         #expect(VigilAPI.download(at: VigilAPI.leasePath(LeaseID(7))) == nil)
     }
+
+    /// A lease object's path gives back its id; nothing else does, so a
+    /// getter shared by every lease object reads the right lease or none.
+    @Test func leasePathsRoundTrip() {
+        for id: UInt64 in [0, 1, 7, 42, 1_000_000, .max] {
+            #expect(VigilAPI.leaseID(path: VigilAPI.leasePath(LeaseID(id))) == LeaseID(id))
+        }
+        let prefix = VigilAPI.rootPath + "/Lease/"
+        for path in [prefix, prefix + "07", prefix + "+7", prefix + "7x", prefix + "7/Download/1", prefix + "18446744073709551616",
+                     VigilAPI.rootPath + "/Lease7", VigilAPI.strategyPath("7"), "/Lease/7", ""] {
+            #expect(VigilAPI.leaseID(path: path) == nil, "\(path)")
+        }
+    }
 }
