@@ -441,7 +441,7 @@ public actor HostBusAPI {
         var kind: String?
         if lease.strategy == ForeignInhibits.strategyName {
             kind = ForeignInhibits.strategyName
-        } else if let client = lease.client {
+        } else if lease.client != nil {
             kind = ClientLeases.strategyName
             interfaces.append(shared.clientLease)
         } else {
@@ -466,7 +466,7 @@ public actor HostBusAPI {
     /// object and the signals go ahead of their reply, and no follower wakes
     /// per lease. Nothing while the objects are not exported.
     nonisolated func showClientLeaseEvent(_ event: LeaseEvent) {
-        guard event.lease.strategy == ClientLeases.strategyName, let client = event.lease.client else { return }
+        guard event.lease.strategy == ClientLeases.strategyName, event.lease.client != nil else { return }
         if event.kind == .renewed {
             showRenewal(event.lease, on: nil)
             return
