@@ -67,15 +67,27 @@ func backgroundTaskBench(_ args: [String]) async throws {
         try await Task.sleep(for: .milliseconds(10))
     }
     let echoGet = BenchAPI.hostProperty("Version", destination: BenchAPI.echoName)
+    // Where each figure's CPU goes: the server, the bus, this client.
+    let parties = CPUParties(server: vigild.processIdentifier, echo: echo.processIdentifier, bus: bus.pid)
     for inFlight in [1, 8] {
+        let leaseCost = parties.sample()
         let pairs = try await beginEndRate(client, count: count, inFlight: inFlight)
+        let echoCost = parties.sample()
         let reference = try await measureCalls(client, echoGet, calls: 2 * count, inFlight: inFlight)
+        let after = parties.sample()
         print("BeginBackgroundTask+End, \(inFlight) in flight (\(count) leases, 2 round trips each):")
         print(String(format: "  vigild:   %8.0f leases/s  (%8.0f round trips/s)", pairs, 2 * pairs))
         print(String(format: "  echo (C): %8.0f pairs/s   (%8.0f round trips/s, Properties.Get; D-Bus reference)",
                      reference.callsPerSecond / 2, reference.callsPerSecond))
         print(String(format: "  ratio vigild / C reference: %.2f", 2 * pairs / reference.callsPerSecond))
+        let lease = echoCost.since(leaseCost, per: count), pair = after.since(echoCost, per: count)
+        print(String(format: "  CPU per lease: vigild %.0f us (its D-Bus thread %.0f), dbus-daemon %.0f, this client %.0f; total %.0f us",
+                     lease.server, lease.serverBusThread, lease.bus, lease.client, lease.total))
+        print(String(format: "  CPU per echo pair: dbus-test-tool %.0f us, dbus-daemon %.0f, this client %.0f; total %.0f us",
+                     pair.echo, pair.bus, pair.client, pair.total))
     }
+    let messages = try await messagesPerLease(client, address: address)
+    print("  bus messages per lease: \(messages.signals) signals and 2 replies from vigild, 2 calls (echo pair: 2 calls, 2 replies), counted over \(messages.leases) leases")
     let leftOver = try await activeLeaseCount(client)
     if leftOver != 0 { print("warning: \(leftOver) leases still active after the benchmark") }
     try await beginLatencyUnderReads(client: client, address: address, echoGet: echoGet, count: max(200, count / 4))
@@ -183,3 +195,64 @@ private func beginLatencyUnderReads(client: DBusConnection, address: String, ech
     print(String(format: "  the readers were answered %.0f reads/s meanwhile", Double(reads) / max(loadSeconds, 1e-6)))
 }
 
+
+/// CPU time (schedstat, all threads) of the processes a D-Bus figure
+/// involves, sampled between runs.
+private struct CPUParties {
+    let server: pid_t, echo: pid_t, bus: pid_t
+
+    struct Sample {
+        var server: Int64, serverBusThread: Int64, echo: Int64, bus: Int64, client: Int64
+
+        /// Microseconds per item of each party's CPU since `before`.
+        func since(_ before: Sample, per items: Int) -> (server: Double, serverBusThread: Double, echo: Double, bus: Double, client: Double, total: Double) {
+            func us(_ a: Int64, _ b: Int64) -> Double { Double(a - b) / 1000 / Double(max(1, items)) }
+            let server = us(self.server, before.server), echo = us(self.echo, before.echo)
+            let bus = us(self.bus, before.bus), client = us(self.client, before.client)
+            return (server, us(serverBusThread, before.serverBusThread), echo, bus, client, server + echo + bus + client)
+        }
+    }
+
+    func sample() -> Sample {
+        Sample(server: Self.cpu(server), serverBusThread: Self.cpu(server, thread: "vigil-dbus"), echo: Self.cpu(echo),
+               bus: Self.cpu(bus), client: Self.cpu(getpid()))
+    }
+
+    /// Nanoseconds of CPU of `pid`'s threads (those named `thread`, if given).
+    private static func cpu(_ pid: pid_t, thread: String? = nil) -> Int64 {
+        let dir = "/proc/\(pid)/task"
+        var total: Int64 = 0
+        for tid in (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? [] {
+            if let thread {
+                let comm = (try? String(contentsOfFile: "\(dir)/\(tid)/comm", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+                guard comm == thread else { continue }
+            }
+            let stat = (try? String(contentsOfFile: "\(dir)/\(tid)/schedstat", encoding: .utf8)) ?? ""
+            total += stat.split(separator: " ").first.flatMap { Int64($0) } ?? 0
+        }
+        return total
+    }
+}
+
+/// The signals vigild sends per lease, counted by a listener on its own
+/// connection over a few Begin+End pairs, up to the last lease's
+/// `InterfacesRemoved` (after the timed runs: a listener makes the bus
+/// deliver every signal, which costs the bus more). The Host's `Leases`
+/// announcement, paced to one a second, is among them when it falls inside.
+private func messagesPerLease(_ client: DBusConnection, address: String) async throws -> (signals: Double, leases: Int) {
+    let leases = 100
+    let listener = try await DBusConnection.connect(to: .address(address))
+    defer { Task { await listener.close() } }
+    let signals = try await listener.signals(matching: DBusMatchRule(sender: HostBusNames.busName))
+    for _ in 0..<leases - 1 { try await client.beginAndEnd(reason: "count") }
+    let reply = try await client.call(BenchAPI.beginBackgroundTask(name: "bench", reason: "count", budgetMicros: 60_000_000))
+    guard case .objectPath(let last) = reply.body.first else { throw DBusError.failed("BeginBackgroundTask replied without a lease path") }
+    try await client.call(BenchAPI.endLease(at: last))
+    if case .unixFD(let fd) = reply.body.last { fd.close() }
+    var seen = 0
+    for await message in signals {
+        seen += 1
+        if message.member == "InterfacesRemoved", case .objectPath(last)? = message.body.first { break }
+    }
+    return (Double(seen) / Double(leases), leases)
+}
