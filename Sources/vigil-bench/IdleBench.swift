@@ -61,7 +61,7 @@ func idleCostBench(_ args: [String]) async throws {
     try "Mains\n".write(to: power.appendingPathComponent("type"), atomically: true, encoding: .utf8)
     try "1\n".write(to: power.appendingPathComponent("online"), atomically: true, encoding: .utf8)
     let flag = dir.appendingPathComponent("flag").path
-    FileManager.default.createFile(atPath: flag, contents: nil)
+    _ = FileManager.default.createFile(atPath: flag, contents: nil)
     gatedConfig += "power_supply_dir = \"\(dir.path)/power_supply\"\n"
     gatedConfig += idleStrategyTables(conditions: [
         "when = { ac_power = true }",

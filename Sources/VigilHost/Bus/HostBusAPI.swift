@@ -255,6 +255,18 @@ public actor HostBusAPI {
 
     nonisolated func lease(_ id: LeaseID) -> LeaseEntry? { published.withLock { $0.leases[id] } }
 
+    /// `read` of the lease's entry where it lies, under the lock: a
+    /// property getter takes one field, not a copy of the whole entry
+    /// (every string of it retained and released, for each of the
+    /// fourteen values a lease's InterfacesAdded reads). Nil when the
+    /// lease is not shown.
+    nonisolated func readLease<T>(_ id: LeaseID, _ read: (borrowing LeaseEntry) -> T) -> T? {
+        published.withLock { state in
+            guard let index = state.leases.index(forKey: id) else { return nil }
+            return read(state.leases.values[index])
+        }
+    }
+
     nonisolated func strategyPaths() -> DBusValue {
         published.withLock { state in
             if let cached = state.strategyPaths { return cached }

@@ -116,8 +116,8 @@ enum HostBusInterfaces {
     /// getter reads the lease whose object path it is given, so exporting a
     /// lease makes no getters of its own (thousands of leases come and go).
     static func lease(_ api: HostBusAPI?) -> DBusInterface {
-        func read(_ value: @escaping @Sendable (HostBusAPI.LeaseEntry) -> DBusValue) -> APIPropertyGetter {
-            .immediateAt { [weak api] path in value(try entry(api, path)) }
+        func read(_ value: @escaping @Sendable (borrowing HostBusAPI.LeaseEntry) -> DBusValue) -> APIPropertyGetter {
+            .immediateAt { [weak api] path in try readEntry(api, path, value) }
         }
         return DBusInterface(
             api: VigilAPI.lease,
@@ -136,13 +136,13 @@ enum HostBusInterfaces {
         )
     }
 
-    /// The entry of the lease whose object is at `path`.
-    private static func entry(_ api: HostBusAPI?, _ path: String) throws(DBusError) -> HostBusAPI.LeaseEntry {
+    /// `value` read from the entry of the lease whose object is at `path`.
+    private static func readEntry<T>(_ api: HostBusAPI?, _ path: String, _ value: (borrowing HostBusAPI.LeaseEntry) -> T) throws(DBusError) -> T {
         guard let api else { throw gone() }
-        guard let id = VigilAPI.leaseID(path: path), let entry = api.lease(id) else {
+        guard let id = VigilAPI.leaseID(path: path), let read = api.readLease(id, value) else {
             throw DBusError.unknownObject("the lease at \(DBusError.excerpt(path)) has ended")
         }
-        return entry
+        return read
     }
 
     /// The id of the lease whose object the call is on.
@@ -161,7 +161,7 @@ enum HostBusInterfaces {
     static func clientLease(_ api: HostBusAPI?) -> DBusInterface {
         func read(_ value: @escaping @Sendable (ClientIdentity) -> DBusValue) -> APIPropertyGetter {
             .immediateAt { [weak api] path in
-                guard let client = try entry(api, path).snapshot.client else {
+                guard let client = try readEntry(api, path, { $0.snapshot.client }) else {
                     throw DBusError.unknownObject("the lease at \(DBusError.excerpt(path)) was not begun by a D-Bus client")
                 }
                 return value(client)
