@@ -148,6 +148,35 @@ import VigilKit
         }
     }
 
+    /// Every lease object shares one Lease and one ClientLease interface
+    /// value: each object's properties and End still belong to its own
+    /// lease, found by the object's path.
+    @Test func eachLeaseObjectShowsAndEndsItsOwnLease() async throws {
+        try await HostBusFixture.with(strategies: Self.noStrategies, host: Self.limits) { f in
+            let other = try await f.bus.connect()
+            let a = try await Self.begin(f, name: "backup", reason: "nightly backup", budget: 60)
+            let b = try await Self.begin(f, on: other, name: "sync", reason: "mail sync", budget: 120)
+            #expect(a.path != b.path)
+            for (lease, owner, name, reason) in [(a, await f.client.uniqueName, "backup", "nightly backup"),
+                                                 (b, await other.uniqueName, "sync", "mail sync")] {
+                let client = try await f.getAll(lease.path, HostBusNames.clientLeaseInterface)
+                #expect(client["Owner"] == .string(owner))
+                #expect(client["Name"] == .string(name))
+                #expect(try await f.get(lease.path, HostBusNames.leaseInterface, "Reason") == .string(reason))
+                #expect(try await f.get(lease.path, HostBusNames.leaseInterface, "Id")
+                        == .uint64(UInt64(lease.path.split(separator: "/").last ?? "") ?? 0))
+            }
+            // End on b's object ends b, not a.
+            _ = try await Self.leaseCall(f, b.path, "End", on: other)
+            #expect(await f.runtime.registry.active.map(\.reason) == ["nightly backup"])
+            #expect(try await f.get(a.path, HostBusNames.leaseInterface, "State") == .string("active"))
+            let gone = await Self.dbusErrorName { _ = try await f.get(b.path, HostBusNames.leaseInterface, "State") }
+            #expect(gone == "org.freedesktop.DBus.Error.UnknownObject")
+            await other.close()
+            withExtendedLifetime((a.fd, b.fd)) {}
+        }
+    }
+
     @Test func disconnectingEndsTheLease() async throws {
         try await HostBusFixture.with(strategies: Self.noStrategies, host: Self.limits) { f in
             let signals = try await f.record()
