@@ -243,7 +243,7 @@ public struct DBusProperty: Sendable {
     /// object's path (``ImmediateObjectGetter``).
     public init(_ name: String, signature: String, emitsChange: EmitsChange = .true,
                 immediateAt getter: @escaping ImmediateObjectGetter) {
-        self.init(name, signature: signature, access: .read, emitsChange: emitsChange, getAt: { path in try getter(path) })
+        self.init(name, signature: signature, access: .read, emitsChange: emitsChange, getAt: getter)
         self.immediateGetter = getter
     }
 

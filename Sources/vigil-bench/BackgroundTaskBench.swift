@@ -195,7 +195,6 @@ private func beginLatencyUnderReads(client: DBusConnection, address: String, ech
     print(String(format: "  the readers were answered %.0f reads/s meanwhile", Double(reads) / max(loadSeconds, 1e-6)))
 }
 
-
 /// CPU time (schedstat, all threads) of the processes a D-Bus figure
 /// involves, sampled between runs.
 private struct CPUParties {
@@ -214,23 +213,8 @@ private struct CPUParties {
     }
 
     func sample() -> Sample {
-        Sample(server: Self.cpu(server), serverBusThread: Self.cpu(server, thread: "vigil-dbus"), echo: Self.cpu(echo),
-               bus: Self.cpu(bus), client: Self.cpu(getpid()))
-    }
-
-    /// Nanoseconds of CPU of `pid`'s threads (those named `thread`, if given).
-    private static func cpu(_ pid: pid_t, thread: String? = nil) -> Int64 {
-        let dir = "/proc/\(pid)/task"
-        var total: Int64 = 0
-        for tid in (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? [] {
-            if let thread {
-                let comm = (try? String(contentsOfFile: "\(dir)/\(tid)/comm", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
-                guard comm == thread else { continue }
-            }
-            let stat = (try? String(contentsOfFile: "\(dir)/\(tid)/schedstat", encoding: .utf8)) ?? ""
-            total += stat.split(separator: " ").first.flatMap { Int64($0) } ?? 0
-        }
-        return total
+        Sample(server: threadCost(server).cpuNanos, serverBusThread: threadCost(server, named: "vigil-dbus").cpuNanos,
+               echo: threadCost(echo).cpuNanos, bus: threadCost(bus).cpuNanos, client: threadCost(getpid()).cpuNanos)
     }
 }
 
@@ -244,11 +228,8 @@ private func messagesPerLease(_ client: DBusConnection, address: String) async t
     let listener = try await DBusConnection.connect(to: .address(address))
     defer { Task { await listener.close() } }
     let signals = try await listener.signals(matching: DBusMatchRule(sender: HostBusNames.busName))
-    for _ in 0..<leases - 1 { try await client.beginAndEnd(reason: "count") }
-    let reply = try await client.call(BenchAPI.beginBackgroundTask(name: "bench", reason: "count", budgetMicros: 60_000_000))
-    guard case .objectPath(let last) = reply.body.first else { throw DBusError.failed("BeginBackgroundTask replied without a lease path") }
-    try await client.call(BenchAPI.endLease(at: last))
-    if case .unixFD(let fd) = reply.body.last { fd.close() }
+    var last = ""
+    for _ in 0..<leases { last = try await client.beginAndEnd(reason: "count") }
     var seen = 0
     for await message in signals {
         seen += 1

@@ -56,11 +56,14 @@ extension DBusConnection {
                        member: "NameHasOwner", arguments: [name], returning: Bool.self)
     }
 
-    /// Begins a client lease and ends it; returns nothing once both replied.
-    func beginAndEnd(reason: String) async throws {
+    /// Begins a client lease and ends it; returns the lease's object path
+    /// once both replied.
+    @discardableResult
+    func beginAndEnd(reason: String) async throws -> String {
         let reply = try await call(BenchAPI.beginBackgroundTask(name: "bench", reason: reason, budgetMicros: 60_000_000))
         guard case .objectPath(let path) = reply.body.first else { throw DBusError.failed("BeginBackgroundTask replied without a lease path") }
         try await call(BenchAPI.endLease(at: path))
         if case .unixFD(let fd) = reply.body.last { fd.close() }
+        return path
     }
 }

@@ -24,14 +24,16 @@ private func processCost(_ pid: pid_t) -> [Int: (cpuNanos: Int64, voluntary: Int
 }
 
 /// CPU time (schedstat, ns) and voluntary switches of the threads of `pid`
-/// named `name`: the plugin's `vigil-audio` thread (its `pa_mainloop`) is
-/// the thread that streams.
-private func threadCost(_ pid: pid_t, named name: String) -> (cpuNanos: Int64, voluntary: Int) {
+/// named `name` (all of them when nil): the plugin's `vigil-audio` thread
+/// (its `pa_mainloop`) is the thread that streams.
+func threadCost(_ pid: pid_t, named name: String? = nil) -> (cpuNanos: Int64, voluntary: Int) {
     let dir = "/proc/\(pid)/task"
     var cpu: Int64 = 0, voluntary = 0
     for (tid, sample) in sampleThreads(pid: pid) {
-        let comm = (try? String(contentsOfFile: "\(dir)/\(tid)/comm", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
-        guard comm == name else { continue }
+        if let name {
+            let comm = (try? String(contentsOfFile: "\(dir)/\(tid)/comm", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+            guard comm == name else { continue }
+        }
         let s = (try? String(contentsOfFile: "\(dir)/\(tid)/schedstat", encoding: .utf8)) ?? ""
         cpu += s.split(separator: " ").first.flatMap { Int64($0) } ?? 0
         voluntary += sample.voluntary

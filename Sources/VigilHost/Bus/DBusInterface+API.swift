@@ -40,21 +40,17 @@ struct APIPropertyGetter: Sendable {
 
     /// On the connection's queue, at once: a constant or a value behind a lock.
     static func immediate(_ getter: @escaping DBusProperty.ImmediateGetter) -> Self {
-        Self { name, signature, access, emitsChange in
-            // Immediate answers serve reads only; a writable property keeps its task.
-            access == .read
-                ? DBusProperty(name, signature: signature, emitsChange: emitsChange, immediate: getter)
-                : DBusProperty(name, signature: signature, access: access, emitsChange: emitsChange, get: { try getter() })
-        }
+        immediateAt { _ in try getter() }
     }
 
     /// ``immediate(_:)`` given the path of the object read: one interface
     /// value serves every object of its kind (every lease's).
     static func immediateAt(_ getter: @escaping DBusProperty.ImmediateObjectGetter) -> Self {
         Self { name, signature, access, emitsChange in
+            // Immediate answers serve reads only; a writable property keeps its task.
             access == .read
                 ? DBusProperty(name, signature: signature, emitsChange: emitsChange, immediateAt: getter)
-                : DBusProperty(name, signature: signature, access: access, emitsChange: emitsChange, getAt: { path in try getter(path) })
+                : DBusProperty(name, signature: signature, access: access, emitsChange: emitsChange, getAt: getter)
         }
     }
 }

@@ -253,8 +253,6 @@ public actor HostBusAPI {
 
     nonisolated func strategy(named name: String) -> StrategyEntry? { published.withLock { $0.strategies[name] } }
 
-    nonisolated func lease(_ id: LeaseID) -> LeaseEntry? { published.withLock { $0.leases[id] } }
-
     /// `read` of the lease's entry where it lies, under the lock: a
     /// property getter takes one field, not a copy of the whole entry
     /// (every string of it retained and released, for each of the

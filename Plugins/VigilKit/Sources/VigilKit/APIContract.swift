@@ -44,17 +44,10 @@ public enum VigilAPI {
     /// nil for any other path.
     public static func leaseID(path: String) -> LeaseID? {
         guard path.utf8.starts(with: leasePathPrefix.utf8) else { return nil }
-        let digits = path.utf8.dropFirst(leasePathPrefix.utf8.count)
-        // Decimal as leasePath writes it: digits only, no leading zero.
-        guard let first = digits.first, first != UInt8(ascii: "0") || digits.count == 1 else { return nil }
-        var id: UInt64 = 0
-        for digit in digits {
-            guard digit >= UInt8(ascii: "0"), digit <= UInt8(ascii: "9") else { return nil }
-            let (times10, o1) = id.multipliedReportingOverflow(by: 10)
-            let (sum, o2) = times10.addingReportingOverflow(UInt64(digit - UInt8(ascii: "0")))
-            guard !o1, !o2 else { return nil }
-            id = sum
-        }
+        let digits = Substring(path.utf8.dropFirst(leasePathPrefix.utf8.count))
+        // Decimal as leasePath writes it: digits only (no sign), no leading zero.
+        guard digits.utf8.allSatisfy({ UInt8(ascii: "0")...UInt8(ascii: "9") ~= $0 }), digits == "0" || !digits.hasPrefix("0"),
+              let id = UInt64(digits) else { return nil }
         return LeaseID(id)
     }
 

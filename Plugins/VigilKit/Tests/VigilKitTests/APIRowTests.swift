@@ -70,7 +70,7 @@ import VigilKit
             #expect(VigilAPI.leaseID(path: VigilAPI.leasePath(LeaseID(id))) == LeaseID(id))
         }
         let prefix = VigilAPI.rootPath + "/Lease/"
-        for path in [prefix, prefix + "07", prefix + "+7", prefix + "7x", prefix + "7/Download/1", prefix + "18446744073709551616",
+        for path in [prefix, prefix + "07", prefix + "+7", prefix + "-0", prefix + "-7", prefix + "7x", prefix + "7/Download/1", prefix + "18446744073709551616",
                      VigilAPI.rootPath + "/Lease7", VigilAPI.strategyPath("7"), "/Lease/7", ""] {
             #expect(VigilAPI.leaseID(path: path) == nil, "\(path)")
         }
