@@ -5,7 +5,7 @@ import Glibc
 import VigilHost
 import VigilKit
 
-/// vigil-bench voip-socket [connections] [interval-seconds] [--tls]: that many
+/// vigil-bench voip-socket [connections] [interval-seconds] [--tls] [--rounds K]: that many
 /// voip-socket instances (default 10,000) in this process, each holding one
 /// keep-alive connection to a pong server on 127.0.0.1 (an epoll loop in a
 /// child process, ``PongServerProcess``, so this process needs only n
@@ -16,7 +16,8 @@ import VigilKit
 /// process's CPU over one round; the server's is printed apart), how long a round
 /// takes from first to last ping, and whether every ping came inside its
 /// window [0.8, 1.0] x interval after the previous one. Targets: <= 16 KiB
-/// per connection, a round of 10,000 within 1 s.
+/// per connection, a round of 10,000 within 1 s. The CPU figure is the
+/// median of K measured rounds (default 5) after the first.
 ///
 /// Reference, same run and server: the same round done by a bare epoll loop
 /// over n plain sockets (send n pings, wait for n pongs), no strategy
@@ -36,7 +37,19 @@ func voipSocketBench(_ arguments: [String]) async throws {
     }
     let tls = arguments.contains("--tls")
     let follower = !arguments.contains("--no-follower")
-    let args = arguments.filter { $0 != "--tls" && $0 != "--no-follower" }
+    var args = arguments.filter { $0 != "--tls" && $0 != "--no-follower" }
+    // One round's CPU varies by up to a third with the moment it runs (the
+    // pong server's CPU for the same work varies with it, and a reference
+    // round run right after each strategy round did not vary with it): the
+    // median of five rounds is steadier than of three.
+    var measuredRounds = 5
+    if let flag = args.firstIndex(of: "--rounds") {
+        guard flag + 1 < args.count, let k = Int(args[flag + 1]), (1...50).contains(k) else {
+            throw BenchError("--rounds takes a number of rounds from 1 to 50")
+        }
+        measuredRounds = k
+        args.removeSubrange(flag...flag + 1)
+    }
     var n = args.first.flatMap(Int.init) ?? 10_000
     let interval = args.dropFirst().first.flatMap(Int64.init) ?? 10
     // The pong server runs in a child process, so this process needs about
@@ -116,7 +129,7 @@ func voipSocketBench(_ arguments: [String]) async throws {
     }
     try await Task.sleep(for: .seconds(1))
     print("after round 1: RSS +\(kibPerConnection(residentBytes() - rssBefore, n)) KiB per connection (malloc in use +\(kibPerConnection(heapInUse() - heapBefore, n)))")
-    // Rounds 2 to 4: the next ping of every connection, all in one slot;
+    // Rounds 2 to K+1: the next ping of every connection, all in one slot;
     // the median round's CPU is the figure (one round's varied by a third
     // from run to run). Asking the server whether the round came is the
     // benchmark's own work (a timer, a thread wake-up, a pipe exchange and a
@@ -124,7 +137,7 @@ func voipSocketBench(_ arguments: [String]) async throws {
     // was 10-20 ms of the round's CPU), and the asking's thread CPU is taken
     // out of the round's.
     var roundCPU: [Double] = [], roundServerCPU: [Double] = [], roundPolling: [Double] = []
-    for number in 2...4 {
+    for number in 2...(1 + measuredRounds) {
         let mark = server.totalPings
         let cpuBefore = processCPU(), serverBefore = server.cpuNanoseconds
         var polling = 0.0
@@ -152,7 +165,7 @@ func voipSocketBench(_ arguments: [String]) async throws {
     print("memory per connection:   \(String(format: "%.1f", Double(rss) / Double(n) / 1024)) KiB (RSS +\(rss / 1_048_576) MiB for \(n); target <= \(tls ? 64 : 16) KiB)")
     print("leases held:             \(active)")
     print("round of \(n) pings:       first to last ping \(String(format: "%.1f", round.spreadMs)) ms (target <= 1000 ms)")
-    print("CPU per round:           \(String(format: "%.1f", cpu * 1000)) ms strategy side, median of rounds 2-4 (\(roundCPU.map { String(format: "%.1f", $0 * 1000) }.joined(separator: ", ")) ms; \(String(format: "%.2f", cpu / Double(n) * 1e6)) us per ping; the benchmark's own polling of the server, \(String(format: "%.1f", polling * 1000)) ms, taken out); server process \(String(format: "%.1f", serverCPU * 1000)) ms")
+    print("CPU per round:           \(String(format: "%.1f", cpu * 1000)) ms strategy side, median of rounds 2-\(1 + measuredRounds) (\(roundCPU.map { String(format: "%.1f", $0 * 1000) }.joined(separator: ", ")) ms; \(String(format: "%.2f", cpu / Double(n) * 1e6)) us per ping; the benchmark's own polling of the server, \(String(format: "%.1f", polling * 1000)) ms, taken out); server process \(String(format: "%.1f", serverCPU * 1000)) ms")
     print("pings inside window:     \(round.insideWindow(interval: Double(interval)))/\(round.gaps.count) with gap in [0.8, 1.0] x \(interval) s (+ round spread); latest \(String(format: "%.1f", round.maxLatenessMs(interval: Double(interval)))) ms after the window end; earliest gap \(String(format: "%.3f", (round.gaps.min() ?? 0))) s")
     print("late pings (strategy):   \(latePings) of \(sentPings) pings so far started after their window's end; overruns \(overruns)")
     let stats = await scheduler.statistics
@@ -163,16 +176,16 @@ func voipSocketBench(_ arguments: [String]) async throws {
     await supervisor.stopAll()
 
     // Reference: the same round from a bare epoll loop over plain sockets,
-    // three times (each on new connections); the median round's CPU.
+    // as many times (each on new connections); the median round's CPU.
     var references: [ReferenceFigures] = []
-    for _ in 0..<3 {
+    for _ in 0..<measuredRounds {
         references.append(try bareEpollRound(n: n, port: UInt16(terminator?.port ?? Int(server.port)), server: server, tls: terminator))
     }
-    let reference = references.sorted { $0.clientCPUms < $1.clientCPUms }[1]
+    let reference = references.sorted { $0.clientCPUms < $1.clientCPUms }[references.count / 2]
     print("")
-    print("reference (bare epoll loop, same server, \(n) \(tls ? "OpenSSL sessions through the same nginx" : "sockets")), median of 3 rounds (\(references.map { String(format: "%.1f", $0.clientCPUms) }.joined(separator: ", ")) ms):")
+    print("reference (bare epoll loop, same server, \(n) \(tls ? "OpenSSL sessions through the same nginx" : "sockets")), median of \(references.count) rounds (\(references.map { String(format: "%.1f", $0.clientCPUms) }.joined(separator: ", ")) ms):")
     print("  round: \(String(format: "%.1f", reference.wallMs)) ms; CPU \(String(format: "%.1f", reference.clientCPUms)) ms client side (\(String(format: "%.2f", reference.clientCPUms * 1000 / Double(n))) us per ping), server process \(String(format: "%.1f", reference.serverCPUms)) ms; memory \(String(format: "%.2f", reference.rssPerConnection / 1024)) KiB per connection (malloc in use +\(kibPerConnection(heapInUse() - heapBefore, n)))")
-    print("ratio: strategy CPU per round / bare loop = \(String(format: "%.1f", cpu * 1000 / max(reference.clientCPUms, 0.001)))x")
+    print("ratio: strategy CPU per round / bare loop = \(String(format: "%.2f", cpu * 1000 / max(reference.clientCPUms, 0.001)))x")
 }
 
 /// What vigild's bus projection does per lease change (HostBusAPI's
