@@ -1,3 +1,4 @@
+#define _GNU_SOURCE  /* sched_setaffinity, CPU_SET */
 #include "cvoipsocket.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -137,4 +138,22 @@ int vigil_socket_address(int fd, int peer, char *buffer, int size) {
 long vigil_heap_in_use(void) {
     struct mallinfo2 info = mallinfo2();
     return (long)(info.uordblks + info.hblkhd);
+}
+
+#include <sched.h>
+int vigil_set_affinity(int tid, uint64_t mask) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int core = 0; core < 64; core++)
+        if (mask & ((uint64_t)1 << core)) CPU_SET(core, &set);
+    return sched_setaffinity(tid, sizeof set, &set);
+}
+
+uint64_t vigil_affinity(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return 0;
+    uint64_t mask = 0;
+    for (int core = 0; core < 64; core++)
+        if (CPU_ISSET(core, &set)) mask |= (uint64_t)1 << core;
+    return mask;
 }

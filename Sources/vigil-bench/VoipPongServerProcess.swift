@@ -40,6 +40,8 @@ final class PongServerProcess: @unchecked Sendable {
     }
 
     var address: String { "127.0.0.1:\(port)" }
+    /// The child's process id.
+    var pid: pid_t { process.processIdentifier }
 
     var accepted: Int { Int(stats()[1]) ?? 0 }
     var totalPings: Int { Int(stats()[3]) ?? 0 }

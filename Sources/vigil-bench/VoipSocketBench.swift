@@ -5,7 +5,7 @@ import Glibc
 import VigilHost
 import VigilKit
 
-/// vigil-bench voip-socket [connections] [interval-seconds] [--tls] [--rounds K]: that many
+/// vigil-bench voip-socket [connections] [interval-seconds] [--tls] [--rounds K] [--no-pin]: that many
 /// voip-socket instances (default 10,000) in this process, each holding one
 /// keep-alive connection to a pong server on 127.0.0.1 (an epoll loop in a
 /// child process, ``PongServerProcess``, so this process needs only n
@@ -23,6 +23,10 @@ import VigilKit
 /// over n plain sockets (send n pings, wait for n pongs), no strategy
 /// machinery.
 ///
+/// The side measured (this process) and the far end (the pong server, and
+/// nginx) run on separate cores (``CorePlacement``); `--no-pin` leaves them
+/// where the scheduler puts them.
+///
 /// With `--tls`, every connection is TLS: nginx's stream module terminates
 /// it in front of the same pong server (``VoipTLSTerminator``), and the
 /// reference loop runs OpenSSL sessions through the same nginx.
@@ -37,11 +41,14 @@ func voipSocketBench(_ arguments: [String]) async throws {
     }
     let tls = arguments.contains("--tls")
     let follower = !arguments.contains("--no-follower")
-    var args = arguments.filter { $0 != "--tls" && $0 != "--no-follower" }
-    // One round's CPU varies by up to a third with the moment it runs (the
-    // pong server's CPU for the same work varies with it, and a reference
-    // round run right after each strategy round did not vary with it): the
-    // median of five rounds is steadier than of three.
+    let placement = arguments.contains("--no-pin") ? nil : CorePlacement.split()
+    var args = arguments.filter { $0 != "--tls" && $0 != "--no-follower" && $0 != "--no-pin" }
+    // One round's CPU still varies at times by a third with the same
+    // syscalls (counted per round with perf's syscall tracepoints), more
+    // often without ``CorePlacement`` (the pong server's CPU for the same
+    // work varied with it then). A reference round run right after each
+    // strategy round did not vary with it: the median of five rounds is
+    // steadier than of three.
     var measuredRounds = 5
     if let flag = args.firstIndex(of: "--rounds") {
         guard flag + 1 < args.count, let k = Int(args[flag + 1]), (1...50).contains(k) else {
@@ -77,10 +84,15 @@ func voipSocketBench(_ arguments: [String]) async throws {
     }
     let server = try PongServerProcess(capacity: n + 400 + (tls ? n : 0))
     defer { server.stop() }
-    let terminator = tls ? try VoipTLSTerminator(upstreamPort: server.port, connections: n + 100) : nil
+    let terminator = tls ? try VoipTLSTerminator(upstreamPort: server.port, connections: n + 100, placement: placement) : nil
     defer { terminator?.stop() }
+    if let placement {
+        try placement.pinFarEnd(server.pid)
+        try placement.pinThisProcess()
+    }
     let target = terminator?.address ?? server.address
     let front = terminator.map { " (nginx TLS, \($0.workers) workers, in front of \(server.address))" } ?? ""
+    print("placement: \(placement.map { $0.description(tls: tls) } ?? (arguments.contains("--no-pin") ? "not pinned (--no-pin)" : "not pinned (fewer than two cores)"))")
     print("voip-socket: \(n) \(tls ? "TLS " : "")connections to \(target)\(front), keepalive_interval \(interval)s, aligned to \(interval)s slots, \(follower ? "with" : "without") a bus-projection stand-in and vigild's other registry followers")
 
     let kind = try PluginLoader(searchPath: [PluginLoader.executableDirectory() ?? "."]).loadKind("voip-socket").get()

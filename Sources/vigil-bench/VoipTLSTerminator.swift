@@ -18,7 +18,8 @@ final class VoipTLSTerminator {
     let port: Int
     private let process = Process()
 
-    init(upstreamPort: UInt16, connections: Int) throws {
+    /// `placement`: nginx's workers run on its far end's core.
+    init(upstreamPort: UInt16, connections: Int, placement: CorePlacement? = nil) throws {
         certificates = try TestCertificates()
         let dir = certificates.directory
         port = try TestNginx.freePort()
@@ -33,6 +34,7 @@ final class VoipTLSTerminator {
             user root;
             daemon off;
             worker_processes \(workers);
+            \(placement.map { "worker_cpu_affinity \($0.nginxAffinity(workers: workers));" } ?? "")
             worker_rlimit_nofile \(perWorker);
             pid \(dir)/nginx.pid;
             error_log \(dir)/error.log warn;

@@ -86,4 +86,13 @@ int vigil_socket_address(int fd, int peer, char *buffer, int size);
 /// Bytes malloc has handed out and not had back, over all arenas
 /// (mallinfo2; benchmarks tell live memory from freed-but-kept pages).
 long vigil_heap_in_use(void);
+
+/// Puts thread `tid` on the cores in `mask` (bit n: core n, the first 64
+/// cores; benchmarks keep the two ends of a loopback connection apart).
+/// 0, or -1 with errno set.
+int vigil_set_affinity(int tid, uint64_t mask);
+
+/// The cores the calling thread may run on, as a mask of the first 64; 0
+/// when they cannot be read.
+uint64_t vigil_affinity(void);
 #endif
