@@ -17,14 +17,14 @@ struct CorePlacement {
     /// Cores of this process (the side measured).
     let measured: [Int]
     /// The far end's core.
-    let far: [Int]
+    let far: Int
 
     /// The split of the cores this process may use, or nil when it may use
     /// fewer than two.
     static func split() -> CorePlacement? {
         let allowed = allowedCores()
         guard allowed.count >= 2, let last = allowed.last else { return nil }
-        return CorePlacement(measured: Array(allowed.dropLast()), far: [last])
+        return CorePlacement(measured: Array(allowed.dropLast()), far: last)
     }
 
     /// Puts every thread of this process on ``measured`` (threads started
@@ -38,18 +38,17 @@ struct CorePlacement {
 
     /// Puts every thread of `pid` on ``far``.
     func pinFarEnd(_ pid: pid_t) throws {
-        try Self.pin(process: pid, to: far)
+        try Self.pin(process: pid, to: [far])
     }
 
     /// nginx's `worker_cpu_affinity` value for `workers` workers on ``far``.
     func nginxAffinity(workers: Int) -> String {
-        let top = far.max() ?? 0
-        let mask = String((0...top).reversed().map { far.contains($0) ? "1" : "0" })
+        let mask = "1" + String(repeating: "0", count: far)
         return Array(repeating: mask, count: workers).joined(separator: " ")
     }
 
     func description(tls: Bool) -> String {
-        "this process on CPU \(measured.map(String.init).joined(separator: ",")), the far end (pong server\(tls ? ", nginx's workers" : "")) on CPU \(far.map(String.init).joined(separator: ","))"
+        "this process on CPU \(measured.map(String.init).joined(separator: ",")), the far end (pong server\(tls ? ", nginx's workers" : "")) on CPU \(far)"
     }
 
     private static func allowedCores() -> [Int] {

@@ -39,16 +39,22 @@ func voipSocketBench(_ arguments: [String]) async throws {
         try runPongServerChild()
         return
     }
+    let usage = "usage: vigil-bench voip-socket [connections] [interval-seconds] [--tls] [--no-follower] [--rounds K] [--no-pin]"
+    if arguments.contains("--help") {
+        print(usage)
+        return
+    }
+    let flags: Set = ["--tls", "--no-follower", "--no-pin"]
     let tls = arguments.contains("--tls")
     let follower = !arguments.contains("--no-follower")
-    let placement = arguments.contains("--no-pin") ? nil : CorePlacement.split()
-    var args = arguments.filter { $0 != "--tls" && $0 != "--no-follower" && $0 != "--no-pin" }
+    let pin = !arguments.contains("--no-pin")
+    let placement = pin ? CorePlacement.split() : nil
+    var args = arguments.filter { !flags.contains($0) }
     // One round's CPU still varies at times by a third with the same
     // syscalls (counted per round with perf's syscall tracepoints), more
-    // often without ``CorePlacement`` (the pong server's CPU for the same
-    // work varied with it then). A reference round run right after each
-    // strategy round did not vary with it: the median of five rounds is
-    // steadier than of three.
+    // often without ``CorePlacement``. A reference round run right after
+    // each strategy round did not vary with it: the median of five rounds
+    // is steadier than of three.
     var measuredRounds = 5
     if let flag = args.firstIndex(of: "--rounds") {
         guard flag + 1 < args.count, let k = Int(args[flag + 1]), (1...50).contains(k) else {
@@ -57,6 +63,7 @@ func voipSocketBench(_ arguments: [String]) async throws {
         measuredRounds = k
         args.removeSubrange(flag...flag + 1)
     }
+    if let unknown = args.first(where: { $0.hasPrefix("--") }) { throw BenchError("unknown option \(unknown)\n\(usage)") }
     var n = args.first.flatMap(Int.init) ?? 10_000
     let interval = args.dropFirst().first.flatMap(Int64.init) ?? 10
     // The pong server runs in a child process, so this process needs about
@@ -92,7 +99,7 @@ func voipSocketBench(_ arguments: [String]) async throws {
     }
     let target = terminator?.address ?? server.address
     let front = terminator.map { " (nginx TLS, \($0.workers) workers, in front of \(server.address))" } ?? ""
-    print("placement: \(placement.map { $0.description(tls: tls) } ?? (arguments.contains("--no-pin") ? "not pinned (--no-pin)" : "not pinned (fewer than two cores)"))")
+    print("placement: \(placement.map { $0.description(tls: tls) } ?? (pin ? "not pinned (fewer than two cores)" : "not pinned (--no-pin)"))")
     print("voip-socket: \(n) \(tls ? "TLS " : "")connections to \(target)\(front), keepalive_interval \(interval)s, aligned to \(interval)s slots, \(follower ? "with" : "without") a bus-projection stand-in and vigild's other registry followers")
 
     let kind = try PluginLoader(searchPath: [PluginLoader.executableDirectory() ?? "."]).loadKind("voip-socket").get()
