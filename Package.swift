@@ -47,6 +47,8 @@ let package = Package(
             providers: [.apt(["libdbus-1-dev"])]
         ),
         .target(name: "CDBusShim", dependencies: ["CDBus"], path: "Sources/CDBusShim"),
+        // vigil-bench's floor for BeginBackgroundTask+End: the API's messages from a minimal C server.
+        .target(name: "CLeaseFloor", dependencies: ["CDBus"], path: "Sources/CLeaseFloor"),
         .target(
             name: "VigilDBus",
             dependencies: ["CDBus", "CDBusShim", "CFDWatch"],
@@ -80,7 +82,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "vigil-bench",
-            dependencies: ["VigilHost", "VigilDBus", "VigilTestSupport", "CVoipSocket", "CVoipTLS", .product(name: "VigilKit", package: "VigilKit")],
+            dependencies: ["VigilHost", "VigilDBus", "VigilTestSupport", "CVoipSocket", "CVoipTLS", "CLeaseFloor", .product(name: "VigilKit", package: "VigilKit")],
             swiftSettings: strict
         ),
         .target(

@@ -12,6 +12,10 @@ import VigilKit
 import VigilTestSupport
 
 func backgroundTaskBench(_ args: [String]) async throws {
+    if args.first == LeaseFloor.childFlag {
+        guard args.count == 2 else { throw BenchError("usage: vigil-bench background-task \(LeaseFloor.childFlag) BUS-ADDRESS") }
+        LeaseFloor.serve(address: args[1])
+    }
     let count = args.first.flatMap(Int.init) ?? 2000
     let logindCount = max(1, count / 4)
     let clock = SystemClock()
@@ -67,27 +71,41 @@ func backgroundTaskBench(_ args: [String]) async throws {
         try await Task.sleep(for: .milliseconds(10))
     }
     let echoGet = BenchAPI.hostProperty("Version", destination: BenchAPI.echoName)
+    // The floor: the API's messages per lease from a minimal C server.
+    let floor = try await LeaseFloor.start(address: address, client: client)
+    defer { floor.terminate(); floor.waitUntilExit() }
     // Where each figure's CPU goes: the server, the bus, this client.
     let parties = CPUParties(server: vigild.processIdentifier, echo: echo.processIdentifier, bus: bus.pid)
+    let floorParties = CPUParties(server: floor.processIdentifier, echo: echo.processIdentifier, bus: bus.pid)
     for inFlight in [1, 8] {
         let leaseCost = parties.sample()
         let pairs = try await beginEndRate(client, count: count, inFlight: inFlight)
+        let leaseDone = parties.sample(), floorCost = floorParties.sample()
+        let floorPairs = try await beginEndRate(client, count: count, inFlight: inFlight, destination: LeaseFloor.busName)
+        let floorDone = floorParties.sample()
         let echoCost = parties.sample()
         let reference = try await measureCalls(client, echoGet, calls: 2 * count, inFlight: inFlight)
         let after = parties.sample()
         print("BeginBackgroundTask+End, \(inFlight) in flight (\(count) leases, 2 round trips each):")
         print(String(format: "  vigild:   %8.0f leases/s  (%8.0f round trips/s)", pairs, 2 * pairs))
+        print(String(format: "  floor:    %8.0f leases/s  (%8.0f round trips/s; the API's messages from a minimal C server)", floorPairs, 2 * floorPairs))
         print(String(format: "  echo (C): %8.0f pairs/s   (%8.0f round trips/s, Properties.Get; D-Bus reference)",
                      reference.callsPerSecond / 2, reference.callsPerSecond))
-        print(String(format: "  ratio vigild / C reference: %.2f", 2 * pairs / reference.callsPerSecond))
-        let lease = echoCost.since(leaseCost, per: count), pair = after.since(echoCost, per: count)
+        print(String(format: "  ratio vigild / C reference: %.2f   (floor / C reference: %.2f; vigild / floor: %.2f)",
+                     2 * pairs / reference.callsPerSecond, 2 * floorPairs / reference.callsPerSecond, pairs / floorPairs))
+        let lease = leaseDone.since(leaseCost, per: count), floorLease = floorDone.since(floorCost, per: count)
+        let pair = after.since(echoCost, per: count)
         print(String(format: "  CPU per lease: vigild %.0f us (its D-Bus thread %.0f), dbus-daemon %.0f, this client %.0f; total %.0f us",
                      lease.server, lease.serverBusThread, lease.bus, lease.client, lease.total))
+        print(String(format: "  CPU per floor lease: the C server %.0f us, dbus-daemon %.0f, this client %.0f; total %.0f us",
+                     floorLease.server, floorLease.bus, floorLease.client, floorLease.server + floorLease.bus + floorLease.client))
         print(String(format: "  CPU per echo pair: dbus-test-tool %.0f us, dbus-daemon %.0f, this client %.0f; total %.0f us",
                      pair.echo, pair.bus, pair.client, pair.total))
     }
-    let messages = try await messagesPerLease(client, address: address)
+    let messages = try await messagesPerLease(client, address: address, server: HostBusNames.busName)
+    let floorMessages = try await messagesPerLease(client, address: address, server: LeaseFloor.busName)
     print("  bus messages per lease: \(messages.signals) signals and 2 replies from vigild, 2 calls (echo pair: 2 calls, 2 replies), counted over \(messages.leases) leases")
+    print("  the floor sent \(floorMessages.signals) signals per lease; one lease's signals \(floorMessages.lastLease == messages.lastLease ? "match vigild's" : "DIFFER from vigild's: \(floorMessages.lastLease) against \(messages.lastLease)")")
     let leftOver = try await activeLeaseCount(client)
     if leftOver != 0 { print("warning: \(leftOver) leases still active after the benchmark") }
     try await beginLatencyUnderReads(client: client, address: address, echoGet: echoGet, count: max(200, count / 4))
@@ -112,14 +130,14 @@ private func registryRate(_ registry: LeaseRegistry, count: Int) async throws ->
     return Double(count) / (micros(ContinuousClock.now - start) / 1e6)
 }
 
-/// BeginBackgroundTask then End, `inFlight` clients at once on one connection.
-private func beginEndRate(_ client: DBusConnection, count: Int, inFlight: Int) async throws -> Double {
+/// BeginBackgroundTask then End, `inFlight` clients at once on one connection (to vigild, or to `destination`).
+private func beginEndRate(_ client: DBusConnection, count: Int, inFlight: Int, destination: String = VigilAPI.busName) async throws -> Double {
     let perCaller = count / inFlight
     let start = ContinuousClock.now
     try await withThrowingTaskGroup(of: Void.self) { group in
         for _ in 0..<inFlight {
             group.addTask {
-                for _ in 0..<perCaller { try await client.beginAndEnd(reason: "benchmark") }
+                for _ in 0..<perCaller { try await client.beginAndEnd(reason: "benchmark", destination: destination) }
             }
         }
         try await group.waitForAll()
@@ -223,17 +241,22 @@ private struct CPUParties {
 /// `InterfacesRemoved` (after the timed runs: a listener makes the bus
 /// deliver every signal, which costs the bus more). The Host's `Leases`
 /// announcement, paced to one a second, is among them when it falls inside.
-private func messagesPerLease(_ client: DBusConnection, address: String) async throws -> (signals: Double, leases: Int) {
+private func messagesPerLease(_ client: DBusConnection, address: String, server: String) async throws -> (signals: Double, leases: Int, lastLease: [String]) {
     let leases = 100
     let listener = try await DBusConnection.connect(to: .address(address))
     defer { Task { await listener.close() } }
-    let signals = try await listener.signals(matching: DBusMatchRule(sender: HostBusNames.busName))
+    let signals = try await listener.signals(matching: DBusMatchRule(sender: server))
     var last = ""
-    for _ in 0..<leases { last = try await client.beginAndEnd(reason: "count") }
+    for _ in 0..<leases { last = try await client.beginAndEnd(reason: "count", destination: server) }
     var seen = 0
+    // The last lease's own signals (not the paced root Leases), as
+    // interface.member(signature), to compare the floor's with vigild's.
+    var lastLease: [String] = []
     for await message in signals {
         seen += 1
+        let aboutLast = message.path == last || message.body.first == .objectPath(last)
+        if aboutLast { lastLease.append("\(message.interface ?? "").\(message.member ?? "")(\(message.signature))") }
         if message.member == "InterfacesRemoved", case .objectPath(last)? = message.body.first { break }
     }
-    return (Double(seen) / Double(leases), leases)
+    return (Double(seen) / Double(leases), leases, lastLease)
 }

@@ -31,14 +31,14 @@ enum BenchAPI {
                   arguments: [.string(VigilAPI.hostInterface), .string(VigilAPI.host.property(property).name)])
     }
 
-    /// `Host.BeginBackgroundTask(name, reason, budget)`.
-    static func beginBackgroundTask(name: String, reason: String, budgetMicros: UInt64) -> BenchCall {
-        host("BeginBackgroundTask", [.string(name), .string(reason), .uint64(budgetMicros)])
+    /// `Host.BeginBackgroundTask(name, reason, budget)` (to vigild, or to `destination`).
+    static func beginBackgroundTask(name: String, reason: String, budgetMicros: UInt64, destination: String = VigilAPI.busName) -> BenchCall {
+        host("BeginBackgroundTask", [.string(name), .string(reason), .uint64(budgetMicros)], destination: destination)
     }
 
-    /// `ClientLease.End` on the lease object at `path`.
-    static func endLease(at path: String) -> BenchCall {
-        BenchCall(destination: VigilAPI.busName, path: path, interface: VigilAPI.clientLeaseInterface,
+    /// `ClientLease.End` on the lease object at `path` (of vigild, or of `destination`).
+    static func endLease(at path: String, destination: String = VigilAPI.busName) -> BenchCall {
+        BenchCall(destination: destination, path: path, interface: VigilAPI.clientLeaseInterface,
                   member: VigilAPI.clientLease.method("End").name, arguments: [])
     }
 }
@@ -59,10 +59,10 @@ extension DBusConnection {
     /// Begins a client lease and ends it; returns the lease's object path
     /// once both replied.
     @discardableResult
-    func beginAndEnd(reason: String) async throws -> String {
-        let reply = try await call(BenchAPI.beginBackgroundTask(name: "bench", reason: reason, budgetMicros: 60_000_000))
+    func beginAndEnd(reason: String, destination: String = VigilAPI.busName) async throws -> String {
+        let reply = try await call(BenchAPI.beginBackgroundTask(name: "bench", reason: reason, budgetMicros: 60_000_000, destination: destination))
         guard case .objectPath(let path) = reply.body.first else { throw DBusError.failed("BeginBackgroundTask replied without a lease path") }
-        try await call(BenchAPI.endLease(at: path))
+        try await call(BenchAPI.endLease(at: path, destination: destination))
         if case .unixFD(let fd) = reply.body.last { fd.close() }
         return path
     }
