@@ -151,21 +151,32 @@ static void interfaces_added(const char *path, const struct lease_values *lease)
     send_and_unref(signal);
 }
 
-/// The root's lease list, at most once a second (as vigild paces it).
-static void announce_leases(void) {
-    uint64_t now = micros(CLOCK_MONOTONIC);
-    if (now - last_announcement < 1000000u) return;
-    last_announcement = now;
-    DBusMessage *signal = dbus_message_new_signal(api->root_path, api->properties_interface, "PropertiesChanged");
+/// Sends PropertiesChanged for one property of `interface` at `path`, its
+/// value (of type `signature`) written by `fill` into the variant.
+static void properties_changed(const char *path, const char *interface, const char *property, const char *signature,
+                               void (*fill)(DBusMessageIter *variant, const void *data), const void *data) {
+    DBusMessage *signal = dbus_message_new_signal(path, api->properties_interface, "PropertiesChanged");
     if (!signal) return;
-    DBusMessageIter args, changed, entry, variant, paths, invalidated;
+    DBusMessageIter args, changed, entry, variant, invalidated;
     dbus_message_iter_init_append(signal, &args);
-    dbus_message_iter_append_basic(&args, DBUS_TYPE_STRING, &api->host_interface);
+    dbus_message_iter_append_basic(&args, DBUS_TYPE_STRING, &interface);
     dbus_message_iter_open_container(&args, DBUS_TYPE_ARRAY, "{sv}", &changed);
     dbus_message_iter_open_container(&changed, DBUS_TYPE_DICT_ENTRY, NULL, &entry);
-    dbus_message_iter_append_basic(&entry, DBUS_TYPE_STRING, &api->leases_property);
-    dbus_message_iter_open_container(&entry, DBUS_TYPE_VARIANT, "ao", &variant);
-    dbus_message_iter_open_container(&variant, DBUS_TYPE_ARRAY, "o", &paths);
+    dbus_message_iter_append_basic(&entry, DBUS_TYPE_STRING, &property);
+    dbus_message_iter_open_container(&entry, DBUS_TYPE_VARIANT, signature, &variant);
+    fill(&variant, data);
+    dbus_message_iter_close_container(&entry, &variant);
+    dbus_message_iter_close_container(&changed, &entry);
+    dbus_message_iter_close_container(&args, &changed);
+    dbus_message_iter_open_container(&args, DBUS_TYPE_ARRAY, "s", &invalidated);
+    dbus_message_iter_close_container(&args, &invalidated);
+    send_and_unref(signal);
+}
+
+static void fill_lease_paths(DBusMessageIter *variant, const void *data) {
+    (void)data;
+    DBusMessageIter paths;
+    dbus_message_iter_open_container(variant, DBUS_TYPE_ARRAY, "o", &paths);
     char path[FLOOR_NAME_MAX];
     for (int i = 0; i < FLOOR_SLOTS; i++) {
         if (leases[i].id == 0) continue;
@@ -173,13 +184,20 @@ static void announce_leases(void) {
         const char *p = path;
         dbus_message_iter_append_basic(&paths, DBUS_TYPE_OBJECT_PATH, &p);
     }
-    dbus_message_iter_close_container(&variant, &paths);
-    dbus_message_iter_close_container(&entry, &variant);
-    dbus_message_iter_close_container(&changed, &entry);
-    dbus_message_iter_close_container(&args, &changed);
-    dbus_message_iter_open_container(&args, DBUS_TYPE_ARRAY, "s", &invalidated);
-    dbus_message_iter_close_container(&args, &invalidated);
-    send_and_unref(signal);
+    dbus_message_iter_close_container(variant, &paths);
+}
+
+static void fill_string(DBusMessageIter *variant, const void *data) {
+    const char *text = data;
+    dbus_message_iter_append_basic(variant, DBUS_TYPE_STRING, &text);
+}
+
+/// The root's lease list, at most once a second (as vigild paces it).
+static void announce_leases(void) {
+    uint64_t now = micros(CLOCK_MONOTONIC);
+    if (now - last_announcement < 1000000u) return;
+    last_announcement = now;
+    properties_changed(api->root_path, api->host_interface, api->leases_property, "ao", fill_lease_paths, NULL);
 }
 
 static void begin(DBusMessage *call) {
@@ -248,23 +266,7 @@ static void end_lease(struct floor_lease *slot, const char *reason) {
     char path[FLOOR_NAME_MAX];
     lease_path(path, sizeof path, slot->id);
     const char *p = path;
-    DBusMessage *changed = dbus_message_new_signal(path, api->properties_interface, "PropertiesChanged");
-    if (changed) {
-        DBusMessageIter args, dict, entry, variant, invalidated;
-        dbus_message_iter_init_append(changed, &args);
-        dbus_message_iter_append_basic(&args, DBUS_TYPE_STRING, &api->interfaces[0].name);
-        dbus_message_iter_open_container(&args, DBUS_TYPE_ARRAY, "{sv}", &dict);
-        dbus_message_iter_open_container(&dict, DBUS_TYPE_DICT_ENTRY, NULL, &entry);
-        dbus_message_iter_append_basic(&entry, DBUS_TYPE_STRING, &api->state_property);
-        dbus_message_iter_open_container(&entry, DBUS_TYPE_VARIANT, "s", &variant);
-        dbus_message_iter_append_basic(&variant, DBUS_TYPE_STRING, &api->released_state);
-        dbus_message_iter_close_container(&entry, &variant);
-        dbus_message_iter_close_container(&dict, &entry);
-        dbus_message_iter_close_container(&args, &dict);
-        dbus_message_iter_open_container(&args, DBUS_TYPE_ARRAY, "s", &invalidated);
-        dbus_message_iter_close_container(&args, &invalidated);
-        send_and_unref(changed);
-    }
+    properties_changed(path, api->interfaces[0].name, api->state_property, "s", fill_string, api->released_state);
     DBusMessage *released = dbus_message_new_signal(api->root_path, api->host_interface, api->released_signal);
     if (released) dbus_message_append_args(released, DBUS_TYPE_OBJECT_PATH, &p, DBUS_TYPE_STRING, &reason, DBUS_TYPE_INVALID);
     send_and_unref(released);
