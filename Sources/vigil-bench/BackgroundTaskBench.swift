@@ -16,7 +16,24 @@ func backgroundTaskBench(_ args: [String]) async throws {
         guard args.count == 2 else { throw BenchError("usage: vigil-bench background-task \(LeaseFloor.childFlag) BUS-ADDRESS") }
         LeaseFloor.serve(address: args[1])
     }
-    let count = args.first.flatMap(Int.init) ?? 2000
+    let usage = "usage: vigil-bench background-task [leases] [--rounds K]"
+    if args.contains("--help") {
+        print(usage)
+        return
+    }
+    var rest = args
+    var rounds = 3
+    if let flag = rest.firstIndex(of: "--rounds") {
+        guard flag + 1 < rest.count, let k = Int(rest[flag + 1]), (1...50).contains(k) else {
+            throw BenchError("--rounds takes a number of rounds from 1 to 50\n\(usage)")
+        }
+        rounds = k
+        rest.removeSubrange(flag...(flag + 1))
+    }
+    guard rest.count <= 1, rest.allSatisfy({ Int($0).map { $0 > 0 } ?? false }) else {
+        throw BenchError("unexpected arguments: \(rest.joined(separator: " "))\n\(usage)")
+    }
+    let count = rest.first.flatMap(Int.init) ?? 2000
     let logindCount = max(1, count / 4)
     let clock = SystemClock()
     let bus = try startBenchBus()
@@ -77,30 +94,43 @@ func backgroundTaskBench(_ args: [String]) async throws {
     // Where each figure's CPU goes: the server, the bus, this client.
     let parties = CPUParties(server: vigild.processIdentifier, echo: echo.processIdentifier, bus: bus.pid)
     let floorParties = CPUParties(server: floor.processIdentifier, echo: echo.processIdentifier, bus: bus.pid)
+    // Each figure: K rounds of vigild, the floor and echo in turn; the rates
+    // and ratios are the medians of the rounds (the echo reference alone
+    // varied by up to half from one run to the next), the CPU per lease is
+    // over all rounds.
     for inFlight in [1, 8] {
-        let leaseCost = parties.sample()
-        let pairs = try await beginEndRate(client, count: count, inFlight: inFlight)
-        let leaseDone = parties.sample(), floorCost = floorParties.sample()
-        let floorPairs = try await beginEndRate(client, count: count, inFlight: inFlight, destination: LeaseFloor.busName)
-        let floorDone = floorParties.sample()
-        let echoCost = parties.sample()
-        let reference = try await measureCalls(client, echoGet, calls: 2 * count, inFlight: inFlight)
-        let after = parties.sample()
-        print("BeginBackgroundTask+End, \(inFlight) in flight (\(count) leases, 2 round trips each):")
+        var vigildRates: [Double] = [], floorRates: [Double] = [], echoRates: [Double] = []
+        var leaseCPU = CPUParties.Totals(), floorCPU = CPUParties.Totals(), echoCPU = CPUParties.Totals()
+        for _ in 0..<rounds {
+            let leaseCost = parties.sample()
+            vigildRates.append(try await beginEndRate(client, count: count, inFlight: inFlight))
+            let leaseDone = parties.sample(), floorCost = floorParties.sample()
+            floorRates.append(try await beginEndRate(client, count: count, inFlight: inFlight, destination: LeaseFloor.busName))
+            let floorDone = floorParties.sample(), echoCost = parties.sample()
+            echoRates.append(try await measureCalls(client, echoGet, calls: 2 * count, inFlight: inFlight).callsPerSecond / 2)
+            let echoDone = parties.sample()
+            leaseCPU.add(leaseDone, since: leaseCost)
+            floorCPU.add(floorDone, since: floorCost)
+            echoCPU.add(echoDone, since: echoCost)
+        }
+        let pairs = median(vigildRates), floorPairs = median(floorRates), echoPairs = median(echoRates)
+        func ratios(_ rates: [Double], _ references: [Double]) -> String {
+            let each = zip(rates, references).map { $0 / $1 }
+            return String(format: "%.2f (rounds %@)", median(each), each.map { String(format: "%.2f", $0) }.joined(separator: ", "))
+        }
+        print("BeginBackgroundTask+End, \(inFlight) in flight (\(count) leases, 2 round trips each; median of \(rounds) rounds, each vigild, floor, echo in turn):")
         print(String(format: "  vigild:   %8.0f leases/s  (%8.0f round trips/s)", pairs, 2 * pairs))
         print(String(format: "  floor:    %8.0f leases/s  (%8.0f round trips/s; the API's messages from a minimal C server)", floorPairs, 2 * floorPairs))
-        print(String(format: "  echo (C): %8.0f pairs/s   (%8.0f round trips/s, Properties.Get; D-Bus reference)",
-                     reference.callsPerSecond / 2, reference.callsPerSecond))
-        print(String(format: "  ratio vigild / C reference: %.2f   (floor / C reference: %.2f; vigild / floor: %.2f)",
-                     2 * pairs / reference.callsPerSecond, 2 * floorPairs / reference.callsPerSecond, pairs / floorPairs))
-        let lease = leaseDone.since(leaseCost, per: count), floorLease = floorDone.since(floorCost, per: count)
-        let pair = after.since(echoCost, per: count)
+        print(String(format: "  echo (C): %8.0f pairs/s   (%8.0f round trips/s, Properties.Get; D-Bus reference)", echoPairs, 2 * echoPairs))
+        print("  ratio vigild / C reference: \(ratios(vigildRates, echoRates))")
+        print("  ratio floor / C reference:  \(ratios(floorRates, echoRates)); vigild / floor: \(ratios(vigildRates, floorRates))")
+        let lease = leaseCPU.per(count * rounds), floorLease = floorCPU.per(count * rounds), pair = echoCPU.per(count * rounds)
         print(String(format: "  CPU per lease: vigild %.0f us (its D-Bus thread %.0f), dbus-daemon %.0f, this client %.0f; total %.0f us",
-                     lease.server, lease.serverBusThread, lease.bus, lease.client, lease.total))
+                     lease.server, lease.serverBusThread, lease.bus, lease.client, lease.server + lease.bus + lease.client))
         print(String(format: "  CPU per floor lease: the C server %.0f us, dbus-daemon %.0f, this client %.0f; total %.0f us",
                      floorLease.server, floorLease.bus, floorLease.client, floorLease.server + floorLease.bus + floorLease.client))
         print(String(format: "  CPU per echo pair: dbus-test-tool %.0f us, dbus-daemon %.0f, this client %.0f; total %.0f us",
-                     pair.echo, pair.bus, pair.client, pair.total))
+                     pair.echo, pair.bus, pair.client, pair.echo + pair.bus + pair.client))
     }
     let messages = try await messagesPerLease(client, address: address, server: HostBusNames.busName)
     let floorMessages = try await messagesPerLease(client, address: address, server: LeaseFloor.busName)
@@ -220,13 +250,24 @@ private struct CPUParties {
 
     struct Sample {
         var server: Int64, serverBusThread: Int64, echo: Int64, bus: Int64, client: Int64
+    }
 
-        /// Microseconds per item of each party's CPU since `before`.
-        func since(_ before: Sample, per items: Int) -> (server: Double, serverBusThread: Double, echo: Double, bus: Double, client: Double, total: Double) {
-            func us(_ a: Int64, _ b: Int64) -> Double { Double(a - b) / 1000 / Double(max(1, items)) }
-            let server = us(self.server, before.server), echo = us(self.echo, before.echo)
-            let bus = us(self.bus, before.bus), client = us(self.client, before.client)
-            return (server, us(serverBusThread, before.serverBusThread), echo, bus, client, server + echo + bus + client)
+    /// CPU summed over several measured stretches.
+    struct Totals {
+        var server: Int64 = 0, serverBusThread: Int64 = 0, echo: Int64 = 0, bus: Int64 = 0, client: Int64 = 0
+
+        mutating func add(_ after: Sample, since before: Sample) {
+            server += after.server - before.server
+            serverBusThread += after.serverBusThread - before.serverBusThread
+            echo += after.echo - before.echo
+            bus += after.bus - before.bus
+            client += after.client - before.client
+        }
+
+        /// Microseconds per item of each party's CPU.
+        func per(_ items: Int) -> (server: Double, serverBusThread: Double, echo: Double, bus: Double, client: Double) {
+            func us(_ nanos: Int64) -> Double { Double(nanos) / 1000 / Double(max(1, items)) }
+            return (us(server), us(serverBusThread), us(echo), us(bus), us(client))
         }
     }
 
