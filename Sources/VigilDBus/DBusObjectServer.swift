@@ -423,18 +423,23 @@ public final class DBusObjectServer: @unchecked Sendable {
             if DBusStandardInterfaces.names.contains(interfaceName) { return .success(DBusInterface(interfaceName)) }
             return .failure(.unknownInterface("the object at \(DBusError.excerpt(path)) has no interface \(interfaceName)"))
         }
+        func findProperty(_ interfaceName: String, _ name: String) -> Result<DBusProperty, DBusError> {
+            find(interfaceName).flatMap { interface in
+                guard let property = interface.property(named: name) else {
+                    return .failure(.unknownProperty("\(interfaceName) has no property \(name)"))
+                }
+                return .success(property)
+            }
+        }
         switch member {
         case "Get":
             guard case let .string(interfaceName) = message.body[0], case let .string(name) = message.body[1] else {
                 return .reply(.failure(.invalidArgs("Get expects (interface_name, property_name)")))
             }
-            let interface: DBusInterface
-            switch find(interfaceName) {
-            case let .success(found): interface = found
+            let property: DBusProperty
+            switch findProperty(interfaceName, name) {
+            case let .success(found): property = found
             case let .failure(error): return .reply(.failure(error))
-            }
-            guard let property = interface.property(named: name) else {
-                return .reply(.failure(.unknownProperty("\(interfaceName) has no property \(name)")))
             }
             guard property.access.isReadable, let getter = property.getter else {
                 return .reply(.failure(.accessDenied("\(interfaceName).\(name) is write-only")))
@@ -483,13 +488,10 @@ public final class DBusObjectServer: @unchecked Sendable {
                   case let .variant(value) = message.body[2] else {
                 return .reply(.failure(.invalidArgs("Set expects (interface_name, property_name, value)")))
             }
-            let interface: DBusInterface
-            switch find(interfaceName) {
-            case let .success(found): interface = found
+            let property: DBusProperty
+            switch findProperty(interfaceName, name) {
+            case let .success(found): property = found
             case let .failure(error): return .reply(.failure(error))
-            }
-            guard let property = interface.property(named: name) else {
-                return .reply(.failure(.unknownProperty("\(interfaceName) has no property \(name)")))
             }
             guard property.access.isWritable, let setter = property.setter else {
                 return .reply(.failure(.propertyReadOnly("\(interfaceName).\(name) is read-only")))
