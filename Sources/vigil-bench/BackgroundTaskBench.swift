@@ -22,14 +22,7 @@ func backgroundTaskBench(_ args: [String]) async throws {
         return
     }
     var rest = args
-    var rounds = 3
-    if let flag = rest.firstIndex(of: "--rounds") {
-        guard flag + 1 < rest.count, let k = Int(rest[flag + 1]), (1...50).contains(k) else {
-            throw BenchError("--rounds takes a number of rounds from 1 to 50\n\(usage)")
-        }
-        rounds = k
-        rest.removeSubrange(flag...(flag + 1))
-    }
+    let rounds = try takeRounds(&rest, default: 3, usage: usage)
     guard rest.count <= 1, rest.allSatisfy({ Int($0).map { $0 > 0 } ?? false }) else {
         throw BenchError("unexpected arguments: \(rest.joined(separator: " "))\n\(usage)")
     }
@@ -114,16 +107,12 @@ func backgroundTaskBench(_ args: [String]) async throws {
             echoCPU.add(echoDone, since: echoCost)
         }
         let pairs = median(vigildRates), floorPairs = median(floorRates), echoPairs = median(echoRates)
-        func ratios(_ rates: [Double], _ references: [Double]) -> String {
-            let each = zip(rates, references).map { $0 / $1 }
-            return String(format: "%.2f (rounds %@)", median(each), each.map { String(format: "%.2f", $0) }.joined(separator: ", "))
-        }
         print("BeginBackgroundTask+End, \(inFlight) in flight (\(count) leases, 2 round trips each; median of \(rounds) rounds, each vigild, floor, echo in turn):")
         print(String(format: "  vigild:   %8.0f leases/s  (%8.0f round trips/s)", pairs, 2 * pairs))
         print(String(format: "  floor:    %8.0f leases/s  (%8.0f round trips/s; the API's messages from a minimal C server)", floorPairs, 2 * floorPairs))
         print(String(format: "  echo (C): %8.0f pairs/s   (%8.0f round trips/s, Properties.Get; D-Bus reference)", echoPairs, 2 * echoPairs))
-        print("  ratio vigild / C reference: \(ratios(vigildRates, echoRates))")
-        print("  ratio floor / C reference:  \(ratios(floorRates, echoRates)); vigild / floor: \(ratios(vigildRates, floorRates))")
+        print("  ratio vigild / C reference: \(medianRatio(vigildRates, echoRates))")
+        print("  ratio floor / C reference:  \(medianRatio(floorRates, echoRates)); vigild / floor: \(medianRatio(vigildRates, floorRates))")
         let lease = leaseCPU.per(count * rounds), floorLease = floorCPU.per(count * rounds), pair = echoCPU.per(count * rounds)
         print(String(format: "  CPU per lease: vigild %.0f us (its D-Bus thread %.0f), dbus-daemon %.0f, this client %.0f; total %.0f us",
                      lease.server, lease.serverBusThread, lease.bus, lease.client, lease.server + lease.bus + lease.client))

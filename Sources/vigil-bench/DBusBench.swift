@@ -112,8 +112,18 @@ final class ManagedAtomicFlag: @unchecked Sendable {
 // ListLeases, against dbus-test-tool echo (C libdbus, its own process) called
 // by the same client connection in the same run.
 func dbusAPIBench(_ args: [String]) async throws {
-    let calls = args.first.flatMap(Int.init) ?? 5000
-    let leaseCount = args.dropFirst().first.flatMap(Int.init) ?? 1000
+    let usage = "usage: vigil-bench dbus-api [calls] [leases] [--rounds K]"
+    if args.contains("--help") {
+        print(usage)
+        return
+    }
+    var rest = args
+    let rounds = try takeRounds(&rest, default: 3, usage: usage)
+    guard rest.count <= 2, rest.allSatisfy({ Int($0).map { $0 > 0 } ?? false }) else {
+        throw BenchError("unexpected arguments: \(rest.joined(separator: " "))\n\(usage)")
+    }
+    let calls = rest.first.flatMap(Int.init) ?? 5000
+    let leaseCount = rest.dropFirst().first.flatMap(Int.init) ?? 1000
     let directory = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-dbus-api-bench-\(getpid())")
     try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: directory) }
@@ -167,22 +177,28 @@ func dbusAPIBench(_ args: [String]) async throws {
     print("reference dbus-test-tool echo (C libdbus, own process); same client connection, same run. 2 cores shared by all.")
     _ = try await measureCalls(client, vigilGet, calls: min(calls, 1000), inFlight: 1) // warm-up
     _ = try await measureCalls(client, echoGet, calls: min(calls, 1000), inFlight: 1)
+    // Each figure: K rounds of vigild then echo; the rates and ratios are
+    // medians of the rounds (one pair alone varied by a fifth either way
+    // from run to run), every round's ratio printed.
+    print("(each figure: median of \(rounds) rounds, each vigild then echo)")
     for inFlight in [1, 8, 32] {
-        let vigil = try await measureCalls(client, vigilGet, calls: calls, inFlight: inFlight)
-        let reference = try await measureCalls(client, echoGet, calls: calls, inFlight: inFlight)
+        let (vigil, reference) = try await pairedRounds(rounds,
+            { try await measureCalls(client, vigilGet, calls: calls, inFlight: inFlight) },
+            { try await measureCalls(client, echoGet, calls: calls, inFlight: inFlight) })
         print("Properties.Get Host.Version, \(inFlight) in flight (\(calls) calls):")
-        print("  vigild:     \(vigil.line)")
-        print("  echo (C):   \(reference.line)")
-        print(String(format: "  ratio vigild / C calls/s: %.2f", vigil.callsPerSecond / reference.callsPerSecond))
+        print("  vigild:     \(CallFigures.median(vigil).line)")
+        print("  echo (C):   \(CallFigures.median(reference).line)")
+        print("  ratio vigild / C calls/s: \(medianRatio(vigil.map(\.callsPerSecond), reference.map(\.callsPerSecond)))")
     }
     let listCalls = max(50, calls / 20)
     for inFlight in [1, 4] {
-        let vigil = try await measureCalls(client, listLeases, calls: listCalls, inFlight: inFlight)
-        let reference = try await measureCalls(client, echoPayload, calls: listCalls, inFlight: inFlight)
+        let (vigil, reference) = try await pairedRounds(rounds,
+            { try await measureCalls(client, listLeases, calls: listCalls, inFlight: inFlight) },
+            { try await measureCalls(client, echoPayload, calls: listCalls, inFlight: inFlight) })
         print("ListLeases with \(leaseCount) leases (~\(payloadBytes / 1024) KiB reply), \(inFlight) in flight (\(listCalls) calls):")
-        print("  vigild:     \(vigil.line)")
-        print("  echo (C), same payload as argument:  \(reference.line)")
-        print(String(format: "  ratio vigild / C calls/s: %.2f", vigil.callsPerSecond / reference.callsPerSecond))
+        print("  vigild:     \(CallFigures.median(vigil).line)")
+        print("  echo (C), same payload as argument:  \(CallFigures.median(reference).line)")
+        print("  ratio vigild / C calls/s: \(medianRatio(vigil.map(\.callsPerSecond), reference.map(\.callsPerSecond)))")
     }
     // Where the client's time goes: its own CPU for the sequential echo calls.
     let usageBefore = processCPUSeconds()
@@ -214,6 +230,39 @@ struct CallFigures {
     var line: String {
         String(format: "%8.0f calls/s   p50 %7.1f µs   p99 %7.1f µs", callsPerSecond, p50Micros, p99Micros)
     }
+
+    /// Each figure's median over `rounds`.
+    static func median(_ rounds: [CallFigures]) -> CallFigures {
+        CallFigures(callsPerSecond: vigil_bench.median(rounds.map(\.callsPerSecond)),
+                    p50Micros: vigil_bench.median(rounds.map(\.p50Micros)), p99Micros: vigil_bench.median(rounds.map(\.p99Micros)))
+    }
+}
+
+/// `--rounds K` taken out of `args` (1 to 50; `default` without it).
+func takeRounds(_ args: inout [String], default rounds: Int, usage: String) throws -> Int {
+    guard let flag = args.firstIndex(of: "--rounds") else { return rounds }
+    guard flag + 1 < args.count, let k = Int(args[flag + 1]), (1...50).contains(k) else {
+        throw BenchError("--rounds takes a number of rounds from 1 to 50\n\(usage)")
+    }
+    args.removeSubrange(flag...(flag + 1))
+    return k
+}
+
+/// `rounds` rounds of `first` then `second`: the measured and its reference
+/// in turn, so that a slow stretch of the machine falls on both.
+func pairedRounds<T>(_ rounds: Int, _ first: () async throws -> T, _ second: () async throws -> T) async throws -> ([T], [T]) {
+    var a: [T] = [], b: [T] = []
+    for _ in 0..<rounds {
+        a.append(try await first())
+        b.append(try await second())
+    }
+    return (a, b)
+}
+
+/// The median of the rounds' ratios `values[i] / references[i]`, and each round's.
+func medianRatio(_ values: [Double], _ references: [Double]) -> String {
+    let each = zip(values, references).map { $0 / $1 }
+    return String(format: "%.2f (rounds %@)", median(each), each.map { String(format: "%.2f", $0) }.joined(separator: ", "))
 }
 
 /// Makes `calls` calls with `inFlight` concurrent callers (each waits for
