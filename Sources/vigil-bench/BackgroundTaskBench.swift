@@ -16,17 +16,8 @@ func backgroundTaskBench(_ args: [String]) async throws {
         guard args.count == 2 else { throw BenchError("usage: vigil-bench background-task \(LeaseFloor.childFlag) BUS-ADDRESS") }
         LeaseFloor.serve(address: args[1])
     }
-    let usage = "usage: vigil-bench background-task [leases] [--rounds K]"
-    if args.contains("--help") {
-        print(usage)
-        return
-    }
-    var rest = args
-    let rounds = try takeRounds(&rest, default: 3, usage: usage)
-    guard rest.count <= 1, rest.allSatisfy({ Int($0).map { $0 > 0 } ?? false }) else {
-        throw BenchError("unexpected arguments: \(rest.joined(separator: " "))\n\(usage)")
-    }
-    let count = rest.first.flatMap(Int.init) ?? 2000
+    guard let (numbers, rounds) = try roundsArguments(args, usage: "usage: vigil-bench background-task [leases] [--rounds K]", numbers: 1) else { return }
+    let count = numbers.first ?? 2000
     let logindCount = max(1, count / 4)
     let clock = SystemClock()
     let bus = try startBenchBus()

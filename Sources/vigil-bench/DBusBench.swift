@@ -112,18 +112,9 @@ final class ManagedAtomicFlag: @unchecked Sendable {
 // ListLeases, against dbus-test-tool echo (C libdbus, its own process) called
 // by the same client connection in the same run.
 func dbusAPIBench(_ args: [String]) async throws {
-    let usage = "usage: vigil-bench dbus-api [calls] [leases] [--rounds K]"
-    if args.contains("--help") {
-        print(usage)
-        return
-    }
-    var rest = args
-    let rounds = try takeRounds(&rest, default: 3, usage: usage)
-    guard rest.count <= 2, rest.allSatisfy({ Int($0).map { $0 > 0 } ?? false }) else {
-        throw BenchError("unexpected arguments: \(rest.joined(separator: " "))\n\(usage)")
-    }
-    let calls = rest.first.flatMap(Int.init) ?? 5000
-    let leaseCount = rest.dropFirst().first.flatMap(Int.init) ?? 1000
+    guard let (numbers, rounds) = try roundsArguments(args, usage: "usage: vigil-bench dbus-api [calls] [leases] [--rounds K]", numbers: 2) else { return }
+    let calls = numbers.first ?? 5000
+    let leaseCount = numbers.dropFirst().first ?? 1000
     let directory = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-dbus-api-bench-\(getpid())")
     try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: directory) }
@@ -238,14 +229,28 @@ struct CallFigures {
     }
 }
 
-/// `--rounds K` taken out of `args` (1 to 50; `default` without it).
-func takeRounds(_ args: inout [String], default rounds: Int, usage: String) throws -> Int {
-    guard let flag = args.firstIndex(of: "--rounds") else { return rounds }
-    guard flag + 1 < args.count, let k = Int(args[flag + 1]), (1...50).contains(k) else {
-        throw BenchError("--rounds takes a number of rounds from 1 to 50\n\(usage)")
+/// The arguments of a benchmark measured in rounds: up to `numbers`
+/// positive numbers and `--rounds K` (1 to 50, default 3). Nil once the
+/// usage is printed for `--help`; anything else is refused with it.
+func roundsArguments(_ args: [String], usage: String, numbers count: Int) throws -> (numbers: [Int], rounds: Int)? {
+    if args.contains("--help") {
+        print(usage)
+        return nil
     }
-    args.removeSubrange(flag...(flag + 1))
-    return k
+    var rest = args
+    var rounds = 3
+    if let flag = rest.firstIndex(of: "--rounds") {
+        guard flag + 1 < rest.count, let k = Int(rest[flag + 1]), (1...50).contains(k) else {
+            throw BenchError("--rounds takes a number of rounds from 1 to 50\n\(usage)")
+        }
+        rounds = k
+        rest.removeSubrange(flag...(flag + 1))
+    }
+    let numbers = rest.compactMap { Int($0) }.filter { $0 > 0 }
+    guard rest.count <= count, numbers.count == rest.count else {
+        throw BenchError("unexpected arguments: \(rest.joined(separator: " "))\n\(usage)")
+    }
+    return (numbers, rounds)
 }
 
 /// `rounds` rounds of `first` then `second`: the measured and its reference
