@@ -45,7 +45,10 @@ enum LeaseFloor {
     /// The strings live as long as the process (the server never returns
     /// while they are in use).
     private static func declaredAPI() -> vigil_floor_api {
-        func text(_ s: String) -> UnsafePointer<CChar> { UnsafePointer(strdup(s)!) }
+        func text(_ s: String) -> UnsafePointer<CChar> {
+            guard let copy = strdup(s) else { fatalError("LeaseFloor: out of memory copying \"\(s)\"") }
+            return UnsafePointer(copy)
+        }
         let acquired = VigilAPI.host.signal("LeaseAcquired"), released = VigilAPI.host.signal("LeaseReleased")
         precondition(acquired.signature == "oss" && released.signature == "os",
                      "LeaseFloor sends LeaseAcquired as (oss) and LeaseReleased as (os); the API declares (\(acquired.signature)) and (\(released.signature))")

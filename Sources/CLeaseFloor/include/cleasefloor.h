@@ -6,9 +6,11 @@
 // registry, no actors, no survival log. What it reaches is what any
 // implementation of the API could reach on the same bus and machine.
 //
-// It knows no names of its own: the bus name, paths, interfaces, members
-// and the lease properties (name, D-Bus type, what to fill in) come from
-// the caller, which takes them from VigilKit's declaration of the API.
+// It knows none of vigild's names: the bus name, paths, interfaces,
+// members and the lease properties (name, D-Bus type, what to fill in)
+// come from the caller, which takes them from VigilKit's declaration of
+// the API. Only the freedesktop standard members (PropertiesChanged,
+// InterfacesAdded, InterfacesRemoved, the bus driver's) are written here.
 #include <stdint.h>
 
 /// What a lease property holds in the floor's InterfacesAdded.
