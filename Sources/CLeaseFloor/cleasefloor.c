@@ -344,6 +344,9 @@ int vigil_lease_floor_serve(const char *address, const struct vigil_floor_api *s
         fprintf(stderr, "lease floor: cannot own %s: %s\n", api->bus_name, error.message ? error.message : "taken");
         return 1;
     }
+    // The parent waits for this line instead of asking the bus.
+    printf("ready\n");
+    fflush(stdout);
     hangups = epoll_create1(EPOLL_CLOEXEC);
     int bus_fd = -1;
     if (hangups < 0 || !dbus_connection_get_unix_fd(conn, &bus_fd)

@@ -73,7 +73,7 @@ func backgroundTaskBench(_ args: [String]) async throws {
     }
     let echoGet = BenchAPI.hostProperty("Version", destination: BenchAPI.echoName)
     // The floor: the API's messages per lease from a minimal C server.
-    let floor = try await LeaseFloor.start(address: address, client: client)
+    let floor = try LeaseFloor.start(address: address)
     defer { floor.terminate(); floor.waitUntilExit() }
     // Where each figure's CPU goes: the server, the bus, this client.
     let parties = CPUParties(server: vigild.processIdentifier, echo: echo.processIdentifier, bus: bus.pid)
@@ -84,7 +84,7 @@ func backgroundTaskBench(_ args: [String]) async throws {
     // over all rounds.
     for inFlight in [1, 8] {
         var vigildRates: [Double] = [], floorRates: [Double] = [], echoRates: [Double] = []
-        var leaseCPU = CPUParties.Totals(), floorCPU = CPUParties.Totals(), echoCPU = CPUParties.Totals()
+        var leaseCPU = CPUParties.Sample(), floorCPU = CPUParties.Sample(), echoCPU = CPUParties.Sample()
         for _ in 0..<rounds {
             let leaseCost = parties.sample()
             vigildRates.append(try await beginEndRate(client, count: count, inFlight: inFlight))
@@ -228,12 +228,9 @@ private func beginLatencyUnderReads(client: DBusConnection, address: String, ech
 private struct CPUParties {
     let server: pid_t, echo: pid_t, bus: pid_t
 
+    /// CPU nanoseconds of each party: at one moment (``sample()``), or
+    /// summed over measured stretches (``add(_:since:)``).
     struct Sample {
-        var server: Int64, serverBusThread: Int64, echo: Int64, bus: Int64, client: Int64
-    }
-
-    /// CPU summed over several measured stretches.
-    struct Totals {
         var server: Int64 = 0, serverBusThread: Int64 = 0, echo: Int64 = 0, bus: Int64 = 0, client: Int64 = 0
 
         mutating func add(_ after: Sample, since before: Sample) {

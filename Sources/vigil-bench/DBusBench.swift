@@ -238,19 +238,22 @@ func roundsArguments(_ args: [String], usage: String, numbers count: Int) throws
         return nil
     }
     var rest = args
-    var rounds = 3
-    if let flag = rest.firstIndex(of: "--rounds") {
-        guard flag + 1 < rest.count, let k = Int(rest[flag + 1]), (1...50).contains(k) else {
-            throw BenchError("--rounds takes a number of rounds from 1 to 50\n\(usage)")
-        }
-        rounds = k
-        rest.removeSubrange(flag...(flag + 1))
-    }
+    let rounds = try takeRounds(&rest, default: 3, usage: usage)
     let numbers = rest.compactMap { Int($0) }.filter { $0 > 0 }
     guard rest.count <= count, numbers.count == rest.count else {
         throw BenchError("unexpected arguments: \(rest.joined(separator: " "))\n\(usage)")
     }
     return (numbers, rounds)
+}
+
+/// `--rounds K` (1 to 50) taken out of `args`; `rounds` without it.
+func takeRounds(_ args: inout [String], default rounds: Int, usage: String) throws -> Int {
+    guard let flag = args.firstIndex(of: "--rounds") else { return rounds }
+    guard flag + 1 < args.count, let k = Int(args[flag + 1]), (1...50).contains(k) else {
+        throw BenchError("--rounds takes a number of rounds from 1 to 50\n\(usage)")
+    }
+    args.removeSubrange(flag...(flag + 1))
+    return k
 }
 
 /// `rounds` rounds of `first` then `second`: the measured and its reference

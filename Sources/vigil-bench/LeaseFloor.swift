@@ -7,7 +7,6 @@
 import CLeaseFloor
 import Foundation
 import Glibc
-import VigilDBus
 import VigilHost
 import VigilKit
 
@@ -25,18 +24,22 @@ enum LeaseFloor {
     }
 
     /// Starts the floor as a child process on the bus at `address` and
-    /// returns once it owns its name.
-    static func start(address: String, client: DBusConnection) async throws -> Process {
-        let process = Process()
+    /// returns once it owns its name (it says `ready` on stdout).
+    static func start(address: String) throws -> Process {
+        let process = Process(), output = Pipe()
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe")
         process.arguments = ["background-task", childFlag, address]
+        process.standardOutput = output
         try process.run()
-        for _ in 0..<500 where process.isRunning {
-            if try await client.nameHasOwner(busName) { return process }
-            try await Task.sleep(for: .milliseconds(10))
+        // Blocks for the child's start (milliseconds), as the pong server's
+        // `port N` line does; empty when the child exits instead.
+        let said = String(decoding: output.fileHandleForReading.availableData, as: UTF8.self)
+        guard said == "ready\n" else {
+            process.terminate()
+            process.waitUntilExit()
+            throw BenchError("the lease floor (vigil-bench background-task \(childFlag)) did not take \(busName) (its stderr says why)")
         }
-        process.terminate()
-        throw BenchError("the lease floor (vigil-bench background-task \(childFlag)) did not take \(busName)")
+        return process
     }
 
     /// What the C server needs, from VigilKit's declaration of the API. A

@@ -55,14 +55,7 @@ func voipSocketBench(_ arguments: [String]) async throws {
     // often without ``CorePlacement``. A reference round run right after
     // each strategy round did not vary with it: the median of five rounds
     // is steadier than of three.
-    var measuredRounds = 5
-    if let flag = args.firstIndex(of: "--rounds") {
-        guard flag + 1 < args.count, let k = Int(args[flag + 1]), (1...50).contains(k) else {
-            throw BenchError("--rounds takes a number of rounds from 1 to 50")
-        }
-        measuredRounds = k
-        args.removeSubrange(flag...flag + 1)
-    }
+    let measuredRounds = try takeRounds(&args, default: 5, usage: usage)
     if let unknown = args.first(where: { $0.hasPrefix("--") }) { throw BenchError("unknown option \(unknown)\n\(usage)") }
     var n = args.first.flatMap(Int.init) ?? 10_000
     let interval = args.dropFirst().first.flatMap(Int64.init) ?? 10

@@ -65,8 +65,9 @@ struct vigil_floor_api {
     struct vigil_floor_interface interfaces[2];
 };
 
-/// Serves `api` on the bus at `address` until the connection closes.
-/// Returns 0 then, or 1 (with a message on stderr) if it could not start.
+/// Serves `api` on the bus at `address` until the connection closes,
+/// printing `ready` on stdout once it owns its name. Returns 0 then, or 1
+/// (with a message on stderr) if it could not start.
 int vigil_lease_floor_serve(const char *address, const struct vigil_floor_api *api);
 
 #endif
