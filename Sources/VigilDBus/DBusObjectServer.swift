@@ -161,14 +161,15 @@ public final class DBusObjectServer: @unchecked Sendable {
 
     private func handle(_ raw: OpaquePointer) -> DBusHandlerResult {
         guard dbus_message_get_type(raw) == CDBUS_MESSAGE_TYPE_METHOD_CALL else { return DBUS_HANDLER_RESULT_NOT_YET_HANDLED }
-        let interfaceName = dbus_message_get_interface(raw).map { String(cString: $0) }
-        if interfaceName == DBusStandardInterfaces.peer { return DBUS_HANDLER_RESULT_NOT_YET_HANDLED }
+        // Read once: holding and routing both look at the header.
+        let header = DBusMarshal.decodeHeader(raw)
+        if header.interface == DBusStandardInterfaces.peer { return DBUS_HANDLER_RESULT_NOT_YET_HANDLED }
         let handle = DBusMessageHandle(retaining: raw)
         if heldStart < held.count { answerHeld() }
-        if mustHold(raw, interface: interfaceName) {
-            hold(handle)
+        if mustHold(header) {
+            hold(handle, sender: header.sender ?? "")
         } else {
-            answer(handle)
+            answer(handle, header: header)
         }
         return DBUS_HANDLER_RESULT_HANDLED
     }
@@ -194,9 +195,9 @@ public final class DBusObjectServer: @unchecked Sendable {
     /// Whether the call waits in `held`: the sender has calls held already,
     /// or replies pile up and the method is not a brief one (whose
     /// handler's reply is small and which must stay fast under read load).
-    private func mustHold(_ raw: OpaquePointer, interface: String?) -> Bool {
-        if !heldBySender.isEmpty, heldBySender[Self.sender(of: raw)] != nil { return true }
-        if isBrief(raw, interface: interface) { return false }
+    private func mustHold(_ header: DBusMessage) -> Bool {
+        if !heldBySender.isEmpty, heldBySender[header.sender ?? ""] != nil { return true }
+        if isBrief(header) { return false }
         return heldStart < held.count || connection.sendingIsBacklogged()
     }
 
@@ -206,17 +207,15 @@ public final class DBusObjectServer: @unchecked Sendable {
         dbus_message_get_sender(raw).map { String(cString: $0) } ?? ""
     }
 
-    private func isBrief(_ raw: OpaquePointer, interface: String?) -> Bool {
-        guard let path = dbus_message_get_path(raw), let member = dbus_message_get_member(raw),
-              let interfaces = objects[String(cString: path)] else { return false }
-        let name = String(cString: member)
+    private func isBrief(_ header: DBusMessage) -> Bool {
+        guard let path = header.path, let name = header.member, let interfaces = objects[path] else { return false }
+        let interface = header.interface
         let target = interface.flatMap { wanted in interfaces.first { $0.name == wanted } }
             ?? (interface == nil ? interfaces.first { $0.method(named: name) != nil } : nil)
         return target?.method(named: name)?.runsOnConnectionThread == true
     }
 
-    private func hold(_ call: DBusMessageHandle) {
-        let sender = Self.sender(of: call.raw)
+    private func hold(_ call: DBusMessageHandle, sender: String) {
         held.append(call)
         heldBySender[sender, default: 0] += 1
         waitForDrain()
@@ -246,11 +245,11 @@ public final class DBusObjectServer: @unchecked Sendable {
         heldStart = 0
     }
 
-    private func answer(_ handle: DBusMessageHandle) {
+    private func answer(_ handle: DBusMessageHandle, header: DBusMessage? = nil) {
         let raw = handle.raw
         // Route on the header; the body is decoded only once its signature
         // (from the header) is the declared one.
-        let route = self.route(DBusMarshal.decodeHeader(raw), signature: DBusMarshal.signature(of: raw)) {
+        let route = self.route(header ?? DBusMarshal.decodeHeader(raw), signature: DBusMarshal.signature(of: raw)) {
             () throws(DBusError) -> [DBusValue] in try DBusMarshal.decodeBody(raw, maximumValues: Self.maximumCallValues)
         }
         switch route {
@@ -333,8 +332,12 @@ public final class DBusObjectServer: @unchecked Sendable {
         }
         if interface == DBusStandardInterfaces.properties || (interface == nil && ["Get", "GetAll", "Set"].contains(member)
             && !interfaces.contains { $0.method(named: member) != nil }) {
-            guard let expected = ["Get": "ss", "GetAll": "s", "Set": "ssv"][member] else {
-                return .reply(.failure(.unknownMethod("\(DBusStandardInterfaces.properties) has no method \(member)")))
+            let expected: String
+            switch member {
+            case "Get": expected = "ss"
+            case "GetAll": expected = "s"
+            case "Set": expected = "ssv"
+            default: return .reply(.failure(.unknownMethod("\(DBusStandardInterfaces.properties) has no method \(member)")))
             }
             if let error = expect(expected) { return .reply(.failure(error)) }
             switch decoded() {

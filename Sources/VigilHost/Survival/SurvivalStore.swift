@@ -349,10 +349,10 @@ public actor SurvivalStore {
             throw SurvivalStoreError(.unwritable, path: path, "cannot write (recording \(names()) of run \(run.uuid)): the store is unwritable since an earlier failure: \(outage.firstError)")
         }
         do {
-            // One JSON encoder for the batch (with the record's columns
-            // written out, see ``EventRecord/encode(to:)``): a new encoder
-            // and Codable encoding per event were two thirds of the store
-            // thread's time under a burst of Begin and End calls.
+            // One JSON encoder for the batch, and one cached INSERT
+            // (``EventRecord/insert(_:)``): a new encoder and Codable
+            // encoding per event were two thirds of the store thread's
+            // time under a burst of Begin and End calls.
             let encoder = Self.fieldsEncoder()
             var records: [EventRecord] = []
             records.reserveCapacity(events.count)
@@ -366,7 +366,7 @@ public actor SurvivalStore {
                     fields: try Self.json(boundedFields, encoder: encoder)))
             }
             try database.write { db in
-                for var record in records { try record.insert(db) }
+                for record in records { try record.insert(db) }
                 try db.cachedStatement(sql: "UPDATE run SET eventCount = eventCount + ? WHERE id = ?")
                     .execute(arguments: [records.count, run.key])
             }
