@@ -43,12 +43,25 @@ public enum VigilAPI {
     /// The id of the lease whose object is at `path` (``leasePath(_:)``);
     /// nil for any other path.
     public static func leaseID(path: String) -> LeaseID? {
-        guard path.utf8.starts(with: leasePathPrefix.utf8) else { return nil }
-        let digits = Substring(path.utf8.dropFirst(leasePathPrefix.utf8.count))
-        // Decimal as leasePath writes it: digits only (no sign), no leading zero.
-        guard digits.utf8.allSatisfy({ UInt8(ascii: "0")...UInt8(ascii: "9") ~= $0 }), digits == "0" || !digits.hasPrefix("0"),
-              let id = UInt64(digits) else { return nil }
-        return LeaseID(id)
+        // One pass over the bytes: every property read of a lease object
+        // parses its path (InterfacesAdded reads fourteen).
+        var bytes = path.utf8.makeIterator()
+        for expected in leasePathPrefix.utf8 {
+            guard bytes.next() == expected else { return nil }
+        }
+        // Decimal as leasePath writes it: digits only (no sign), no leading
+        // zero, within UInt64.
+        var id: UInt64 = 0
+        var digits = 0
+        while let byte = bytes.next() {
+            guard UInt8(ascii: "0")...UInt8(ascii: "9") ~= byte, digits == 0 || id != 0 else { return nil }
+            let (tens, overflowed) = id.multipliedReportingOverflow(by: 10)
+            let (sum, carried) = tens.addingReportingOverflow(UInt64(byte - UInt8(ascii: "0")))
+            guard !overflowed, !carried else { return nil }
+            id = sum
+            digits += 1
+        }
+        return digits > 0 ? LeaseID(id) : nil
     }
 
     /// `Download/<id>`: a download's object below its strategy's object.
