@@ -1,4 +1,5 @@
 import CDBusShim
+import Glibc
 
 /// One value of the D-Bus type system, with enough information to know its
 /// exact signature (including the element type of an empty array).
@@ -171,7 +172,7 @@ public enum DBusSignatureSyntax {
 
     /// True when `signature` is valid; with `singleCompleteType`, exactly one complete type.
     public static func isValid(_ signature: String, singleCompleteType: Bool) -> Bool {
-        guard !signature.utf8.contains(0), signature.utf8.count <= 255 else { return false }
+        guard hasNoNUL(signature), signature.utf8.count <= 255 else { return false }
         guard cdbus_validate_signature(signature) == 1 else { return false }
         if singleCompleteType {
             return completeTypes(signature)?.count == 1
@@ -228,24 +229,35 @@ public enum DBusSignatureSyntax {
         }
     }
 
+    /// True when `text` holds no NUL byte: libdbus's validators read C
+    /// strings, which end at the first one. One memchr over the string's
+    /// UTF-8 (every string of every outgoing value passes here).
+    static func hasNoNUL(_ text: String) -> Bool {
+        var text = text
+        return text.withUTF8 { bytes in
+            guard let start = bytes.baseAddress, !bytes.isEmpty else { return true }
+            return memchr(start, 0, bytes.count) == nil
+        }
+    }
+
     /// True when `text` can be sent as a D-Bus string.
     public static func isValidString(_ text: String) -> Bool {
-        !text.utf8.contains(0) && cdbus_validate_utf8(text) == 1
+        hasNoNUL(text) && cdbus_validate_utf8(text) == 1
     }
 
     public static func isValidInterfaceName(_ name: String) -> Bool {
-        !name.utf8.contains(0) && cdbus_validate_interface(name) == 1
+        hasNoNUL(name) && cdbus_validate_interface(name) == 1
     }
 
     public static func isValidMemberName(_ name: String) -> Bool {
-        !name.utf8.contains(0) && cdbus_validate_member(name) == 1
+        hasNoNUL(name) && cdbus_validate_member(name) == 1
     }
 
     public static func isValidBusName(_ name: String) -> Bool {
-        !name.utf8.contains(0) && cdbus_validate_bus_name(name) == 1
+        hasNoNUL(name) && cdbus_validate_bus_name(name) == 1
     }
 
     public static func isValidErrorName(_ name: String) -> Bool {
-        !name.utf8.contains(0) && cdbus_validate_error_name(name) == 1
+        hasNoNUL(name) && cdbus_validate_error_name(name) == 1
     }
 }
