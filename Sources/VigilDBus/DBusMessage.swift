@@ -68,10 +68,20 @@ enum DBusMarshal {
     /// input it would abort on.
     static func append(_ values: [DBusValue], to message: OpaquePointer) throws(DBusError) {
         for value in values { try value.validate() }
-        let iter = UnsafeMutablePointer<DBusMessageIter>.allocate(capacity: 1)
-        defer { iter.deallocate() }
-        dbus_message_iter_init_append(message, iter)
-        for value in values { try append(value, to: iter) }
+        try withIterator { (iter) throws(DBusError) in
+            dbus_message_iter_init_append(message, iter)
+            for value in values { try append(value, to: iter) }
+        }
+    }
+
+    /// Runs `body` with a libdbus iterator on the stack: a malloc and free
+    /// for each container was a visible share of building a signal.
+    private static func withIterator<R>(_ body: (UnsafeMutablePointer<DBusMessageIter>) throws(DBusError) -> R) throws(DBusError) -> R {
+        try withUnsafeTemporaryAllocation(of: DBusMessageIter.self, capacity: 1) { (buffer) throws(DBusError) -> R in
+            // Capacity 1: the buffer has an address.
+            guard let iter = buffer.baseAddress else { preconditionFailure("a temporary allocation of one iterator has no address") }
+            return try body(iter)
+        }
     }
 
     private static func appendBasic<T>(_ iter: UnsafeMutablePointer<DBusMessageIter>, _ type: Int32, _ value: T) throws(DBusError) {
@@ -93,23 +103,23 @@ enum DBusMarshal {
         _ iter: UnsafeMutablePointer<DBusMessageIter>, _ type: Int32, _ signature: String?,
         _ body: (UnsafeMutablePointer<DBusMessageIter>) throws(DBusError) -> Void
     ) throws(DBusError) {
-        let sub = UnsafeMutablePointer<DBusMessageIter>.allocate(capacity: 1)
-        defer { sub.deallocate() }
-        let opened: UInt32
-        if let signature {
-            opened = signature.withCString { dbus_message_iter_open_container(iter, type, $0, sub) }
-        } else {
-            opened = dbus_message_iter_open_container(iter, type, nil, sub)
-        }
-        guard opened != 0 else { throw DBusError(name: DBusError.Name.noMemory, message: "out of memory while building a message") }
-        do {
-            try body(sub)
-        } catch {
-            dbus_message_iter_abandon_container(iter, sub)
-            throw error
-        }
-        guard dbus_message_iter_close_container(iter, sub) != 0 else {
-            throw DBusError(name: DBusError.Name.noMemory, message: "out of memory while building a message")
+        try withIterator { (sub) throws(DBusError) in
+            let opened: UInt32
+            if let signature {
+                opened = signature.withCString { dbus_message_iter_open_container(iter, type, $0, sub) }
+            } else {
+                opened = dbus_message_iter_open_container(iter, type, nil, sub)
+            }
+            guard opened != 0 else { throw DBusError(name: DBusError.Name.noMemory, message: "out of memory while building a message") }
+            do throws(DBusError) {
+                try body(sub)
+            } catch {
+                dbus_message_iter_abandon_container(iter, sub)
+                throw error
+            }
+            guard dbus_message_iter_close_container(iter, sub) != 0 else {
+                throw DBusError(name: DBusError.Name.noMemory, message: "out of memory while building a message")
+            }
         }
     }
 
@@ -201,11 +211,11 @@ enum DBusMarshal {
     /// elements, entries, bytes) it may hold, so a call of the declared
     /// signature but a huge body is refused before it is turned into values.
     static func decodeBody(_ message: OpaquePointer, maximumValues: Int = .max) throws(DBusError) -> [DBusValue] {
-        let iter = UnsafeMutablePointer<DBusMessageIter>.allocate(capacity: 1)
-        defer { iter.deallocate() }
-        guard dbus_message_iter_init(message, iter) != 0 else { return [] }
-        var budget = DecodeBudget(limit: maximumValues)
-        return try readAll(iter, &budget)
+        try withIterator { (iter) throws(DBusError) in
+            guard dbus_message_iter_init(message, iter) != 0 else { return [] }
+            var budget = DecodeBudget(limit: maximumValues)
+            return try readAll(iter, &budget)
+        }
     }
 
     /// How many more values a body may hold.
