@@ -98,6 +98,14 @@ public indirect enum DBusValue: Sendable, Equatable, CustomStringConvertible {
     /// dictionary contents match their declared element signatures.
     public func validate() throws(DBusError) {
         try validate(depth: 0)
+        switch self {
+        case .byte, .bool, .int16, .uint16, .int32, .uint32, .int64, .uint64, .double, .unixFD,
+             .string, .objectPath, .signature:
+            // One basic type code: a valid complete type of one character.
+            return
+        case .array, .dict, .structure, .variant:
+            break
+        }
         let sig = signature
         guard DBusSignatureSyntax.isValid(sig, singleCompleteType: true) else {
             throw .invalidArgs("value has an invalid signature \"\(sig)\" (too long or nested too deeply)")
