@@ -106,7 +106,7 @@ public final class DBusConnection: @unchecked Sendable {
 
     private static func connectOnce(to bus: Bus, helloTimeout: Duration) async throws -> DBusConnection {
         let address = try address(of: bus)
-        guard !address.utf8.contains(0) else { throw DBusError.failed("invalid bus address") }
+        guard DBusSignatureSyntax.hasNoNUL(address) else { throw DBusError.failed("invalid bus address") }
         _ = threadsInitialized
         let queue = try DBusEventLoop()
         let connection: DBusConnection = try await withCheckedThrowingContinuation { continuation in

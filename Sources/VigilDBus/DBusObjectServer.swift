@@ -167,7 +167,7 @@ public final class DBusObjectServer: @unchecked Sendable {
         let handle = DBusMessageHandle(retaining: raw)
         if heldStart < held.count { answerHeld() }
         if mustHold(header) {
-            hold(handle, sender: header.sender ?? "")
+            hold(handle, header: header)
         } else {
             answer(handle, header: header)
         }
@@ -182,7 +182,8 @@ public final class DBusObjectServer: @unchecked Sendable {
     /// replies of brief calls (Begin, End) that could go ahead. One reader
     /// asking again and again for a large reply would otherwise keep every
     /// other caller's reply queued behind its own.
-    private var held: [DBusMessageHandle] = []
+    /// Each with its header, read when it arrived.
+    private var held: [(call: DBusMessageHandle, header: DBusMessage)] = []
     private var heldStart = 0
     /// How many calls each sender has in `held`: its later calls wait
     /// behind them, so every sender's calls are answered in order.
@@ -196,16 +197,14 @@ public final class DBusObjectServer: @unchecked Sendable {
     /// or replies pile up and the method is not a brief one (whose
     /// handler's reply is small and which must stay fast under read load).
     private func mustHold(_ header: DBusMessage) -> Bool {
-        if !heldBySender.isEmpty, heldBySender[header.sender ?? ""] != nil { return true }
+        if !heldBySender.isEmpty, heldBySender[Self.sender(header)] != nil { return true }
         if isBrief(header) { return false }
         return heldStart < held.count || connection.sendingIsBacklogged()
     }
 
     /// The call's sender, the key of `heldBySender` ("" on a connection
     /// without a bus).
-    private static func sender(of raw: OpaquePointer) -> String {
-        dbus_message_get_sender(raw).map { String(cString: $0) } ?? ""
-    }
+    private static func sender(_ header: DBusMessage) -> String { header.sender ?? "" }
 
     private func isBrief(_ header: DBusMessage) -> Bool {
         guard let path = header.path, let name = header.member, let interfaces = objects[path] else { return false }
@@ -215,9 +214,9 @@ public final class DBusObjectServer: @unchecked Sendable {
         return target?.method(named: name)?.runsOnConnectionThread == true
     }
 
-    private func hold(_ call: DBusMessageHandle, sender: String) {
-        held.append(call)
-        heldBySender[sender, default: 0] += 1
+    private func hold(_ call: DBusMessageHandle, header: DBusMessage) {
+        held.append((call, header))
+        heldBySender[Self.sender(header), default: 0] += 1
         waitForDrain()
     }
 
@@ -235,21 +234,21 @@ public final class DBusObjectServer: @unchecked Sendable {
     private func answerHeld() {
         while heldStart < held.count {
             guard !connection.sendingIsBacklogged() else { return waitForDrain() }
-            let call = held[heldStart]
+            let (call, header) = held[heldStart]
             heldStart += 1
-            let sender = Self.sender(of: call.raw)
+            let sender = Self.sender(header)
             if let count = heldBySender[sender], count > 1 { heldBySender[sender] = count - 1 } else { heldBySender[sender] = nil }
-            answer(call)
+            answer(call, header: header)
         }
         held.removeAll(keepingCapacity: held.capacity <= 64)
         heldStart = 0
     }
 
-    private func answer(_ handle: DBusMessageHandle, header: DBusMessage? = nil) {
+    private func answer(_ handle: DBusMessageHandle, header: DBusMessage) {
         let raw = handle.raw
         // Route on the header; the body is decoded only once its signature
         // (from the header) is the declared one.
-        let route = self.route(header ?? DBusMarshal.decodeHeader(raw), signature: DBusMarshal.signature(of: raw)) {
+        let route = self.route(header, signature: DBusMarshal.signature(of: raw)) {
             () throws(DBusError) -> [DBusValue] in try DBusMarshal.decodeBody(raw, maximumValues: Self.maximumCallValues)
         }
         switch route {

@@ -98,13 +98,11 @@ public indirect enum DBusValue: Sendable, Equatable, CustomStringConvertible {
     /// dictionary contents match their declared element signatures.
     public func validate() throws(DBusError) {
         try validate(depth: 0)
+        // Only a container's signature can be too long or nested too deeply:
+        // any other value's is one type code.
         switch self {
-        case .byte, .bool, .int16, .uint16, .int32, .uint32, .int64, .uint64, .double, .unixFD,
-             .string, .objectPath, .signature:
-            // One basic type code: a valid complete type of one character.
-            return
-        case .array, .dict, .structure, .variant:
-            break
+        case .array, .dict, .structure: break
+        default: return
         }
         let sig = signature
         guard DBusSignatureSyntax.isValid(sig, singleCompleteType: true) else {
