@@ -54,7 +54,10 @@ public final class DBusConnection: @unchecked Sendable {
         // main-loop callbacks only hold weak references to `self`.
         if let raw {
             let handle = RawConnection(raw)
+            // What was sent in the loop's current turn still goes out first.
+            let unsent = outgoing
             queue.async {
+                for message in unsent { _ = dbus_connection_send(handle.raw, message.raw, nil) }
                 dbus_connection_close(handle.raw)
                 dbus_connection_unref(handle.raw)
             }
@@ -208,6 +211,7 @@ public final class DBusConnection: @unchecked Sendable {
 
     private func closeOnQueue() {
         guard !closed, let raw else { return }
+        flushOutgoing()
         closed = true
         dbus_connection_close(raw)
         // Deliver the local Disconnected signal and complete pending calls.
@@ -232,6 +236,7 @@ public final class DBusConnection: @unchecked Sendable {
     /// sent now would wait behind all of that.
     func sendingIsBacklogged() -> Bool {
         guard let raw else { return false }
+        flushOutgoing()
         if dbus_connection_has_messages_to_send(raw) != 0 { return true }
         guard let fd = socket else { return false }
         var entry = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
@@ -348,8 +353,24 @@ public final class DBusConnection: @unchecked Sendable {
         if dbus_message_contains_unix_fds(message.raw) != 0, dbus_connection_can_send_type(raw, CDBUS_TYPE_UNIX_FD) == 0 {
             throw .notSupported("this connection cannot pass unix file descriptors")
         }
-        guard dbus_connection_send(raw, message.raw, nil) != 0 else {
-            throw DBusError(name: DBusError.Name.noMemory, message: "out of memory while sending")
+        if outgoing.isEmpty { queue.atEndOfTurn { [weak self] in self?.flushOutgoing() } }
+        outgoing.append(message)
+    }
+
+    /// Messages sent during the loop's current turn, handed to libdbus
+    /// together at its end: written back to back, they wake the bus once.
+    private var outgoing: [DBusMessageHandle] = []
+
+    /// Hands the messages sent so far to libdbus, in order (on the queue).
+    func flushOutgoing() {
+        guard !outgoing.isEmpty else { return }
+        let batch = outgoing
+        outgoing = []
+        guard let raw, !closed else { return }
+        for message in batch where dbus_connection_send(raw, message.raw, nil) == 0 {
+            // Only out of memory: the message is lost, as it would be if
+            // libdbus had failed to queue it at once.
+            break
         }
     }
 
@@ -759,6 +780,7 @@ private final class PendingReply: @unchecked Sendable {
         if dbus_message_contains_unix_fds(message.raw) != 0, dbus_connection_can_send_type(raw, CDBUS_TYPE_UNIX_FD) == 0 {
             return continuation.resume(throwing: DBusError.notSupported("this connection cannot pass unix file descriptors"))
         }
+        connection.flushOutgoing()
         var pendingCall: OpaquePointer?
         guard dbus_connection_send_with_reply(raw, message.raw, &pendingCall, timeoutMilliseconds) != 0 else {
             return continuation.resume(throwing: DBusError(name: DBusError.Name.noMemory, message: "out of memory while sending"))

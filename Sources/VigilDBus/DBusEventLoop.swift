@@ -140,6 +140,7 @@ final class DBusEventLoop: @unchecked Sendable {
             if stop { break }
             if !batch.isEmpty {
                 for job in batch { job() }
+                endTurn()
                 continue
             }
             let ready = vigil_fdwatch_wait(epoll, &tokens, &events, Int32(tokens.count), nextTimeoutMilliseconds())
@@ -156,11 +157,27 @@ final class DBusEventLoop: @unchecked Sendable {
                 }
             }
             fireDueTimeouts()
+            endTurn()
         }
         // Break the box <-> loop references of anything libdbus left.
         watches = [:]
         timeouts = [:]
         writableWaiters = [:]
+        turnEnders = []
+    }
+
+    /// Run at the end of the current turn (a batch of jobs, or the events
+    /// of one wait), before the loop looks for more work.
+    private var turnEnders: [() -> Void] = []
+
+    func atEndOfTurn(_ body: @escaping () -> Void) { turnEnders.append(body) }
+
+    private func endTurn() {
+        while !turnEnders.isEmpty {
+            let enders = turnEnders
+            turnEnders = []
+            for body in enders { body() }
+        }
     }
 
     // MARK: watches (loop thread)

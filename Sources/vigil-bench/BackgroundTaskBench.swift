@@ -111,6 +111,8 @@ func backgroundTaskBench(_ args: [String]) async throws {
                      floorLease.server, floorLease.bus, floorLease.client, floorLease.server + floorLease.bus + floorLease.client))
         print(String(format: "  CPU per echo pair: dbus-test-tool %.0f us, dbus-daemon %.0f, this client %.0f; total %.0f us",
                      pair.echo, pair.bus, pair.client, pair.echo + pair.bus + pair.client))
+        print(String(format: "  dbus-daemon waits for input (voluntary context switches): %.2f per lease, %.2f per floor lease, %.2f per echo pair",
+                     leaseCPU.busWaits(per: count * rounds), floorCPU.busWaits(per: count * rounds), echoCPU.busWaits(per: count * rounds)))
     }
     let messages = try await messagesPerLease(client, address: address, server: HostBusNames.busName)
     let floorMessages = try await messagesPerLease(client, address: address, server: LeaseFloor.busName)
@@ -232,6 +234,9 @@ private struct CPUParties {
     /// summed over measured stretches (``add(_:since:)``).
     struct Sample {
         var server: Int64 = 0, serverBusThread: Int64 = 0, echo: Int64 = 0, bus: Int64 = 0, client: Int64 = 0
+        /// dbus-daemon's voluntary context switches: each is a wait for
+        /// more input, ended by a wake-up that a peer's write caused.
+        var busWaits = 0
 
         mutating func add(_ after: Sample, since before: Sample) {
             server += after.server - before.server
@@ -239,7 +244,11 @@ private struct CPUParties {
             echo += after.echo - before.echo
             bus += after.bus - before.bus
             client += after.client - before.client
+            busWaits += after.busWaits - before.busWaits
         }
+
+        /// dbus-daemon's waits per item.
+        func busWaits(per items: Int) -> Double { Double(busWaits) / Double(max(1, items)) }
 
         /// Microseconds per item of each party's CPU.
         func per(_ items: Int) -> (server: Double, serverBusThread: Double, echo: Double, bus: Double, client: Double) {
@@ -249,8 +258,10 @@ private struct CPUParties {
     }
 
     func sample() -> Sample {
-        Sample(server: threadCost(server).cpuNanos, serverBusThread: threadCost(server, named: "vigil-dbus").cpuNanos,
-               echo: threadCost(echo).cpuNanos, bus: threadCost(bus).cpuNanos, client: threadCost(getpid()).cpuNanos)
+        let busCost = threadCost(bus)
+        return Sample(server: threadCost(server).cpuNanos, serverBusThread: threadCost(server, named: "vigil-dbus").cpuNanos,
+                      echo: threadCost(echo).cpuNanos, bus: busCost.cpuNanos, client: threadCost(getpid()).cpuNanos,
+                      busWaits: busCost.voluntary)
     }
 }
 
