@@ -138,7 +138,7 @@ public struct DBusObjectPath: DBusCodable, Hashable, Comparable, CustomStringCon
     /// True for "/", or "/" followed by non-empty elements of [A-Za-z0-9_]
     /// separated by single slashes, with no trailing slash.
     public static func isValid(_ path: String) -> Bool {
-        DBusSignatureSyntax.hasNoNUL(path) && cdbus_validate_path(path) == 1
+        DBusSignatureSyntax.checkCString(path) { cdbus_validate_path($0) }
     }
 
     public static var dbusSignature: String { "o" }

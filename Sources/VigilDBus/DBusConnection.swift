@@ -36,6 +36,9 @@ public final class DBusConnection: @unchecked Sendable {
     /// sender, followed through the bus driver's NameOwnerChanged.
     private var nameOwners: [String: NameOwnerWatch] = [:]
     private var closed = false
+    /// A ``DBusObjectServer`` receives this connection's method calls (on
+    /// the queue); there is at most one.
+    var hasObjectServer = false
     /// Waiting in ``disconnected()``: resumed once, when the connection is lost or closed.
     private var disconnectWaiters: [CheckedContinuation<Void, Never>] = []
 
@@ -389,7 +392,12 @@ public final class DBusConnection: @unchecked Sendable {
         guard DBusSignatureSyntax.isValidMemberName(member) else {
             throw .invalidArgs("\"\(member)\" is not a valid member name")
         }
-        guard let raw = dbus_message_new_method_call(destination, path, interface, member) else {
+        let created = withOptionalCString(destination) { destination in
+            withOptionalCString(interface) { interface in
+                path.withCString { path in member.withCString { dbus_message_new_method_call(destination, path, interface, $0) } }
+            }
+        }
+        guard let raw = created else {
             throw DBusError(name: DBusError.Name.noMemory, message: "out of memory")
         }
         let handle = DBusMessageHandle(owning: raw)
@@ -452,11 +460,14 @@ public final class DBusConnection: @unchecked Sendable {
         if let destination, !DBusSignatureSyntax.isValidBusName(destination) {
             throw DBusError.invalidArgs("\"\(destination)\" is not a valid bus name")
         }
-        guard let raw = dbus_message_new_signal(path, interface, name) else {
+        let created = path.withCString { path in
+            interface.withCString { interface in name.withCString { dbus_message_new_signal(path, interface, $0) } }
+        }
+        guard let raw = created else {
             throw DBusError(name: DBusError.Name.noMemory, message: "out of memory")
         }
         let handle = DBusMessageHandle(owning: raw)
-        if let destination { dbus_message_set_destination(raw, destination) }
+        if let destination { _ = destination.withCString { dbus_message_set_destination(raw, $0) } }
         try DBusMarshal.append(arguments, to: raw)
         return handle
     }
@@ -741,6 +752,13 @@ extension DBusMatchRule {
             || dbus_message_is_signal(message, "org.freedesktop.DBus", "NameLost") != 0
             || dbus_message_is_signal(message, "org.freedesktop.DBus", "NameAcquired") != 0
     }
+}
+
+/// `body` with `text` as a C string (see `DBusSignatureSyntax.checkCString`
+/// for why not an implicit conversion), or with nil.
+func withOptionalCString<Result>(_ text: String?, _ body: (UnsafePointer<CChar>?) -> Result) -> Result {
+    guard let text else { return body(nil) }
+    return text.withCString { body($0) }
 }
 
 /// Carries a libdbus connection pointer to the queue in `deinit`.

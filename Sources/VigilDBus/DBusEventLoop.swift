@@ -27,7 +27,7 @@ final class DBusEventLoop: @unchecked Sendable {
     // callbacks it runs. `epoll` and `wakeFD` are set in init and closed
     // in deinit, after the thread (which holds the loop) has returned.
     private struct Shared: ~Copyable {
-        var jobs: [@Sendable () -> Void] = []
+        var jobs: [Job] = []
         /// The thread is running, not waiting: it looks at `jobs` before
         /// it waits again, so queueing needs no wakeup.
         var awake = true
@@ -44,6 +44,14 @@ final class DBusEventLoop: @unchecked Sendable {
     private var timeouts: [ObjectIdentifier: DBusTimeoutBox] = [:]
     /// Run once when their fd becomes writable (``whenWritable(_:_:)``).
     private var writableWaiters: [Int32: () -> Void] = [:]
+
+    /// Work queued for the loop's thread: a closure, or a job of a task
+    /// that runs on the loop as its executor (kept as it is, rather than
+    /// wrapped in a closure that would cost an allocation per job).
+    private enum Job: Sendable {
+        case closure(@Sendable () -> Void)
+        case task(UnownedJob)
+    }
 
     /// The epoll token of the eventfd; fds are registered as fd + 1.
     private static let wakeToken: UInt64 = 0
@@ -94,7 +102,7 @@ final class DBusEventLoop: @unchecked Sendable {
     func async(execute job: @escaping @Sendable () -> Void) {
         post { state in
             guard !state.ended else { return false }
-            state.jobs.append(job)
+            state.jobs.append(.closure(job))
             return true
         }
     }
@@ -124,22 +132,31 @@ final class DBusEventLoop: @unchecked Sendable {
     private func run() {
         var tokens = [UInt64](repeating: 0, count: 64)
         var events = [UInt32](repeating: 0, count: 64)
+        // The batch being run and the queue swap buffers, so neither
+        // array is reallocated as jobs come and go.
+        var batch: [Job] = []
         while true {
-            let (batch, stop) = shared.withLock { state -> ([@Sendable () -> Void], Bool) in
+            let stop = shared.withLock { state -> Bool in
                 if state.jobs.isEmpty {
                     if state.stopping {
                         state.ended = true
                     } else {
                         state.awake = false
                     }
-                    return ([], state.stopping)
+                    return state.stopping
                 }
-                defer { state.jobs = [] }
-                return (state.jobs, false)
+                swap(&state.jobs, &batch)
+                return false
             }
             if stop { break }
             if !batch.isEmpty {
-                for job in batch { job() }
+                for job in batch {
+                    switch job {
+                    case .closure(let body): body()
+                    case .task(let job): job.runSynchronously(on: asUnownedTaskExecutor())
+                    }
+                }
+                batch.removeAll(keepingCapacity: true)
                 endTurn()
                 continue
             }
@@ -279,7 +296,7 @@ extension DBusEventLoop: TaskExecutor {
         let job = UnownedJob(job)
         let queued = post { state in
             guard !state.ended else { return false }
-            state.jobs.append { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+            state.jobs.append(.task(job))
             return true
         }
         // The connection is gone: the task still finishes, on the global

@@ -25,25 +25,27 @@ public final class DBusObjectServer: @unchecked Sendable {
         self.connection = connection
         try await connection.onQueueThrowing { [self] connection in
             guard let raw = connection.raw else { throw DBusError.disconnected("the connection is closed") }
-            var vtable = DBusObjectPathVTable()
-            vtable.unregister_function = { _, data in
-                if let data { Unmanaged<WeakServer>.fromOpaque(data).release() }
+            guard !connection.hasObjectServer else {
+                throw DBusError.failed("an object server is already attached to this connection")
             }
-            vtable.message_function = { _, message, data in
+            // A filter receives every message, and the server decides which
+            // paths exist. Not an object-path fallback at "/": libdbus's
+            // object tree splits each call's path into a freshly allocated
+            // array of its elements before it finds the fallback.
+            let userData = Unmanaged.passRetained(WeakServer(self)).toOpaque()
+            let added = dbus_connection_add_filter(raw, { _, message, data in
                 guard let message, let data,
                       let server = Unmanaged<WeakServer>.fromOpaque(data).takeUnretainedValue().server
                 else { return DBUS_HANDLER_RESULT_NOT_YET_HANDLED }
                 return server.handle(message)
-            }
-            let userData = Unmanaged.passRetained(WeakServer(self)).toOpaque()
-            var error = CDBus.DBusError()
-            dbus_error_init(&error)
-            // A fallback at "/" receives calls for every path; the server
-            // decides which paths exist.
-            guard dbus_connection_try_register_fallback(raw, "/", &vtable, userData, &error) != 0 else {
+            }, userData, { data in
+                if let data { Unmanaged<WeakServer>.fromOpaque(data).release() }
+            })
+            guard added != 0 else {
                 Unmanaged<WeakServer>.fromOpaque(userData).release()
-                throw DBusConnection.takeError(&error, fallback: "an object server is already attached to this connection")
+                throw DBusError(name: DBusError.Name.noMemory, message: "out of memory while attaching the object server")
             }
+            connection.hasObjectServer = true
         }
     }
 
@@ -86,8 +88,10 @@ public final class DBusObjectServer: @unchecked Sendable {
     /// immediate getter (nil otherwise); a getter that fails is left out.
     static func immediateInterfacesAndProperties(_ interfaces: [DBusInterface], at path: String) -> DBusValue? {
         var entries: [DBusDictEntry] = []
+        entries.reserveCapacity(interfaces.count)
         for interface in interfaces {
             var properties: [DBusDictEntry] = []
+            properties.reserveCapacity(interface.properties.count)
             for property in interface.properties where property.access.isReadable && property.getter != nil {
                 guard let immediate = property.immediateGetter else { return nil }
                 guard let value = try? checkedValue(of: property, in: interface.name, at: path, immediate) else { continue }
@@ -540,8 +544,10 @@ public final class DBusObjectServer: @unchecked Sendable {
     /// properties (a property whose getter fails is left out).
     static func interfacesAndProperties(_ interfaces: [DBusInterface], at path: String) async -> DBusValue {
         var entries: [DBusDictEntry] = []
+        entries.reserveCapacity(interfaces.count)
         for interface in interfaces {
             var properties: [DBusDictEntry] = []
+            properties.reserveCapacity(interface.properties.count)
             for property in interface.properties where property.access.isReadable {
                 guard let getter = property.getter,
                       let value = try? await checkedValue(of: property, in: interface.name, at: path, getter) else { continue }
@@ -620,7 +626,7 @@ extension DBusConnection {
     static func makeError(for call: DBusMessageHandle, _ error: DBusError) -> DBusMessageHandle? {
         let name = DBusSignatureSyntax.isValidErrorName(error.name) ? error.name : DBusError.Name.failed
         let text = DBusSignatureSyntax.isValidString(error.message) ? error.message : "(error message was not valid UTF-8)"
-        guard let raw = dbus_message_new_error(call.raw, name, text) else { return nil }
+        guard let raw = name.withCString({ name in text.withCString { dbus_message_new_error(call.raw, name, $0) } }) else { return nil }
         return DBusMessageHandle(owning: raw)
     }
 }

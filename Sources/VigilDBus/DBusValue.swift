@@ -3,7 +3,12 @@ import Glibc
 
 /// One value of the D-Bus type system, with enough information to know its
 /// exact signature (including the element type of an empty array).
-public indirect enum DBusValue: Sendable, Equatable, CustomStringConvertible {
+///
+/// Only the containers are `indirect` (boxed): a string or a number is held
+/// inline, so building a value allocates nothing beyond its String or
+/// Array storage. With the whole enum indirect, every string and number
+/// of every message cost a heap box of its own.
+public enum DBusValue: Sendable, Equatable, CustomStringConvertible {
     case byte(UInt8)
     case bool(Bool)
     case int16(Int16)
@@ -18,11 +23,11 @@ public indirect enum DBusValue: Sendable, Equatable, CustomStringConvertible {
     case signature(String)
     case unixFD(DBusFileDescriptor)
     /// An array whose elements all have `elementSignature` (one complete type).
-    case array(elementSignature: String, [DBusValue])
+    indirect case array(elementSignature: String, [DBusValue])
     /// A dictionary (`a{kv}`) kept in wire order; keys must be a basic type.
-    case dict(keySignature: String, valueSignature: String, [DBusDictEntry])
+    indirect case dict(keySignature: String, valueSignature: String, [DBusDictEntry])
     case structure([DBusValue])
-    case variant(DBusValue)
+    indirect case variant(DBusValue)
 
     /// The D-Bus signature of this value (one complete type).
     public var signature: String {
@@ -178,12 +183,12 @@ public enum DBusSignatureSyntax {
 
     /// True when `signature` is valid; with `singleCompleteType`, exactly one complete type.
     public static func isValid(_ signature: String, singleCompleteType: Bool) -> Bool {
-        guard hasNoNUL(signature), signature.utf8.count <= 255 else { return false }
-        guard cdbus_validate_signature(signature) == 1 else { return false }
-        if singleCompleteType {
-            return completeTypes(signature)?.count == 1
+        guard signature.utf8.count <= 255, checkCString(signature, { cdbus_validate_signature($0) }) else { return false }
+        guard singleCompleteType else { return true }
+        var signature = signature
+        return signature.withUTF8 { codes in
+            !codes.isEmpty && endOfCompleteType(codes, from: 0, depth: 0) == codes.count
         }
-        return true
     }
 
     /// True when `signature` is one basic type code.
@@ -246,24 +251,36 @@ public enum DBusSignatureSyntax {
         }
     }
 
+    /// True when `text` holds no NUL byte and libdbus's `validator` accepts
+    /// it. The string is passed with `withCString`, which lends a native
+    /// string's own NUL-terminated storage: an implicit String-to-pointer
+    /// argument copies it into a new array on every call, and these run on
+    /// every string of every outgoing value. A NUL inside would end the C
+    /// string early, so the C length must be the whole UTF-8 length.
+    static func checkCString(_ text: String, _ validator: (UnsafePointer<CChar>) -> Int32) -> Bool {
+        text.withCString { pointer in
+            strlen(pointer) == text.utf8.count && validator(pointer) == 1
+        }
+    }
+
     /// True when `text` can be sent as a D-Bus string.
     public static func isValidString(_ text: String) -> Bool {
-        hasNoNUL(text) && cdbus_validate_utf8(text) == 1
+        checkCString(text) { cdbus_validate_utf8($0) }
     }
 
     public static func isValidInterfaceName(_ name: String) -> Bool {
-        hasNoNUL(name) && cdbus_validate_interface(name) == 1
+        checkCString(name) { cdbus_validate_interface($0) }
     }
 
     public static func isValidMemberName(_ name: String) -> Bool {
-        hasNoNUL(name) && cdbus_validate_member(name) == 1
+        checkCString(name) { cdbus_validate_member($0) }
     }
 
     public static func isValidBusName(_ name: String) -> Bool {
-        hasNoNUL(name) && cdbus_validate_bus_name(name) == 1
+        checkCString(name) { cdbus_validate_bus_name($0) }
     }
 
     public static func isValidErrorName(_ name: String) -> Bool {
-        hasNoNUL(name) && cdbus_validate_error_name(name) == 1
+        checkCString(name) { cdbus_validate_error_name($0) }
     }
 }
