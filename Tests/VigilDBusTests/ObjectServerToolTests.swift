@@ -93,4 +93,20 @@ struct ObjectServerToolTests {
             #expect(echo == "still here")
         }
     }
+
+    /// The server receives calls through one connection filter: a second
+    /// server on the same connection is refused, and the first one still
+    /// answers, a call to a path it does not export included.
+    @Test func aSecondObjectServerOnOneConnectionIsRefused() async throws {
+        try await TestService.with { service in
+            await #expect(throws: DBusError.self) { _ = try await DBusObjectServer(connection: service.connection) }
+            let address = service.bus.address
+            let echo = try await runToolAsync("/usr/bin/busctl", ["--address=\(address)", "call", TestService.name, TestService.path, TestService.interfaceName, "Echo", "s", "still one"])
+            #expect(echo.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "s \"still one\"", "\(echo.stdout)\(echo.stderr)")
+            let missing = try await runToolAsync("/usr/bin/busctl", ["--address=\(address)", "call", TestService.name, "/org/vigil/Nowhere", TestService.interfaceName, "Echo", "s", "x"])
+            #expect(missing.status != 0)
+            // The server's own answer, not libdbus's default one.
+            #expect(missing.stderr.contains("no object at /org/vigil/Nowhere"), "\(missing.stderr)")
+        }
+    }
 }
