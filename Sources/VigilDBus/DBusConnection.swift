@@ -448,7 +448,11 @@ public final class DBusConnection: @unchecked Sendable {
     /// for declared signals).
     public func emitSignal(path: String, interface: String, name: String, arguments: [DBusValue] = [], destination: String? = nil) async throws {
         let handle = try Self.signalMessage(path: path, interface: interface, name: name, arguments: arguments, destination: destination)
-        try await onQueueThrowing { connection in try connection.sendOnQueue(handle) }
+        // Handed to libdbus before this returns, as a lone send expects.
+        try await onQueueThrowing { connection in
+            try connection.sendOnQueue(handle)
+            connection.flushOutgoing()
+        }
     }
 
     /// A signal message, checked and marshalled (on any thread).

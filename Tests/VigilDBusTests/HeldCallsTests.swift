@@ -76,6 +76,9 @@ import VigilTestSupport
         for task in readerCalls { _ = try await task.value }
         let quick = try await otherCall.value
         #expect(quick.body == [.string("quick")])
+        // dbus-monitor prints the replies after the bus routed them, maybe
+        // after the callers already have them: wait for all five.
+        #expect(await monitor.lines.wait { lines in lines.filter { Self.field($0, "mr", 3) == destination }.count == 5 })
         let returns = monitor.lines.all.filter { Self.field($0, "mr", 3) == destination }
         let order = returns.map { Self.field($0, "mr", 4) == otherName ? "other" : "reader" }
         // Big (already sent), the other's Quick, then the reader's calls in order.
