@@ -60,7 +60,7 @@ public final class DBusConnection: @unchecked Sendable {
             // What was sent in the loop's current turn still goes out first.
             let unsent = outgoing
             queue.async {
-                for message in unsent { _ = dbus_connection_send(handle.raw, message.raw, nil) }
+                Self.send(unsent, on: handle.raw)
                 dbus_connection_close(handle.raw)
                 dbus_connection_unref(handle.raw)
             }
@@ -112,7 +112,7 @@ public final class DBusConnection: @unchecked Sendable {
 
     private static func connectOnce(to bus: Bus, helloTimeout: Duration) async throws -> DBusConnection {
         let address = try address(of: bus)
-        guard DBusSignatureSyntax.hasNoNUL(address) else { throw DBusError.failed("invalid bus address") }
+        guard !address.utf8.contains(0) else { throw DBusError.failed("invalid bus address") }
         _ = threadsInitialized
         let queue = try DBusEventLoop()
         let connection: DBusConnection = try await withCheckedThrowingContinuation { continuation in
@@ -236,7 +236,8 @@ public final class DBusConnection: @unchecked Sendable {
     /// queue): libdbus holds messages it could not write yet, or the socket
     /// is no longer writable, which for a Unix socket means more than a
     /// quarter of its send buffer waits for the bus to read it. A reply
-    /// sent now would wait behind all of that.
+    /// sent now would wait behind all of that. The messages of the current
+    /// turn are handed to libdbus first, so they count.
     func sendingIsBacklogged() -> Bool {
         guard let raw else { return false }
         flushOutgoing()
@@ -370,10 +371,15 @@ public final class DBusConnection: @unchecked Sendable {
         let batch = outgoing
         outgoing = []
         guard let raw, !closed else { return }
-        for message in batch where dbus_connection_send(raw, message.raw, nil) == 0 {
-            // Only out of memory: the message is lost, as it would be if
-            // libdbus had failed to queue it at once.
-            break
+        Self.send(batch, on: raw)
+    }
+
+    /// Hands `messages` to libdbus in order. It fails only when out of
+    /// memory; the rest are then lost, as they would be had libdbus failed
+    /// to queue each at once.
+    private static func send(_ messages: [DBusMessageHandle], on raw: OpaquePointer) {
+        for message in messages {
+            guard dbus_connection_send(raw, message.raw, nil) != 0 else { return }
         }
     }
 

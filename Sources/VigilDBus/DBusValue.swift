@@ -196,24 +196,6 @@ public enum DBusSignatureSyntax {
         signature.count == 1 && basicCodes.contains(signature.first!) // count == 1 proves first exists
     }
 
-    /// Splits a valid signature into its complete types ("a{sv}i" → ["a{sv}", "i"]);
-    /// nil when it is malformed.
-    public static func completeTypes(_ signature: String) -> [String]? {
-        // Signatures are ASCII: bytes, not Characters (grapheme breaking
-        // made this a visible share of marshalling every signal).
-        let bytes = Array(signature.utf8)
-        return bytes.withUnsafeBufferPointer { codes -> [String]? in
-            var result: [String] = []
-            var index = 0
-            while index < codes.count {
-                guard let end = endOfCompleteType(codes, from: index, depth: 0) else { return nil }
-                result.append(String(decoding: codes[index..<end], as: UTF8.self))
-                index = end
-            }
-            return result
-        }
-    }
-
     private static let basicBytes: Set<UInt8> = Set(basicCodes.compactMap(\.asciiValue))
 
     /// Containers nest at most 64 deep (32 arrays and 32 structs in the
@@ -237,17 +219,6 @@ public enum DBusSignatureSyntax {
             return start + 1
         default:
             return nil
-        }
-    }
-
-    /// True when `text` holds no NUL byte: libdbus's validators read C
-    /// strings, which end at the first one. One memchr over the string's
-    /// UTF-8 (every string of every outgoing value passes here).
-    static func hasNoNUL(_ text: String) -> Bool {
-        var text = text
-        return text.withUTF8 { bytes in
-            guard let start = bytes.baseAddress, !bytes.isEmpty else { return true }
-            return memchr(start, 0, bytes.count) == nil
         }
     }
 
