@@ -75,8 +75,8 @@ public final class HostMetrics: LeaseObserver {
     private let lateness: ValueHistogram
 
     public init() {
-        lateness = histograms.makeValueHistogram(
-            name: "vigil_wake_lateness_seconds", buckets: Self.latenessBuckets,
+        lateness = histograms.valueHistogram(
+            "vigil_wake_lateness_seconds", buckets: Self.latenessBuckets,
             help: "How late each batch of the wake scheduler fired after its planned time.")
     }
 
@@ -120,8 +120,8 @@ public final class HostMetrics: LeaseObserver {
         if let histogram = c.rtt[strategy] { return histogram }
         let key = c.rtt.count < Self.maxRTTStrategies ? strategy : "other"
         if let histogram = c.rtt[key] { return histogram }
-        let histogram = histograms.makeValueHistogram(
-            name: "vigil_voip_rtt_seconds", labels: [("strategy", key)], buckets: Self.rttBuckets,
+        let histogram = histograms.valueHistogram(
+            "vigil_voip_rtt_seconds", labels: [("strategy", key)], buckets: Self.rttBuckets,
             help: "Round trip of each answered VoIP ping.")
         c.rtt[key] = histogram
         return histogram
@@ -204,30 +204,30 @@ public final class HostMetrics: LeaseObserver {
     /// The exposition of a snapshot, with what was counted so far.
     public func exposition(_ s: Snapshot) -> [UInt8] {
         let r = PrometheusCollectorRegistry()
-        r.makeGauge(name: "vigil_build_info", labels: [("version", Self.label(s.version))],
+        r.gauge("vigil_build_info", labels: [("version", Self.label(s.version))],
                     help: "Always 1; the vigild version.").set(1.0)
-        r.makeGauge(name: "vigil_up_seconds", help: "Seconds since this run of vigild started.").set(s.upSeconds)
-        r.makeGauge(name: "vigil_power_backend", labels: [("backend", Self.label(s.powerBackend))],
+        r.gauge("vigil_up_seconds", help: "Seconds since this run of vigild started.").set(s.upSeconds)
+        r.gauge("vigil_power_backend", labels: [("backend", Self.label(s.powerBackend))],
                     help: "Always 1; what leases hold on the system.").set(1.0)
-        r.makeGauge(name: "vigil_wake_clock", labels: [("clock", Self.label(s.wakeClock)), ("can_wake_system", s.canWakeSystem ? "true" : "false")],
+        r.gauge("vigil_wake_clock", labels: [("clock", Self.label(s.wakeClock)), ("can_wake_system", s.canWakeSystem ? "true" : "false")],
                     help: "Always 1; the clock of the wake scheduler.").set(1.0)
 
         if let t = s.survival {
             if let wall = t.lastHeartbeatWallMicros {
-                r.makeGauge(name: "vigil_last_heartbeat_timestamp_seconds",
+                r.gauge("vigil_last_heartbeat_timestamp_seconds",
                             help: "Unix time of the last heartbeat written to the survival log.").set(Double(wall) / 1e6)
             }
             for reason in RunEndReason.allCases {
-                r.makeCounter(name: "vigil_runs_total", labels: [("end", reason.rawValue)],
+                r.counter("vigil_runs_total", labels: [("end", reason.rawValue)],
                               help: "Runs in the survival log by how they ended (running: the current one).")
                     .increment(by: Int64(t.runs[reason] ?? 0))
             }
             let gaps = [("suspended", t.suspends, t.suspendedMicros), ("frozen", t.stalls, t.stalledMicros)]
             for (gapClass, count, micros) in gaps {
-                r.makeCounter(name: "vigil_gaps_total", labels: [("class", gapClass)],
+                r.counter("vigil_gaps_total", labels: [("class", gapClass)],
                               help: "Gaps between heartbeats: suspended (system sleep) or frozen (SIGSTOP, freezer, overload).")
                     .increment(by: Int64(count))
-                r.makeCounter(name: "vigil_gap_seconds_total", labels: [("class", gapClass)],
+                r.counter("vigil_gap_seconds_total", labels: [("class", gapClass)],
                               help: "Seconds lost in gaps between heartbeats, by class.")
                     .increment(by: Double(micros) / 1e6)
             }
@@ -240,10 +240,10 @@ public final class HostMetrics: LeaseObserver {
         }
         for st in s.strategies {
             let name = Self.label(st.name)
-            r.makeGauge(name: "vigil_strategy_up", labels: [("strategy", name), ("kind", Self.label(st.kind))],
+            r.gauge("vigil_strategy_up", labels: [("strategy", name), ("kind", Self.label(st.kind))],
                         help: "1 while the strategy runs, 0 while it backs off, waits for its when conditions, finished or stopped.")
                 .set(st.state == .running ? 1.0 : 0.0)
-            r.makeCounter(name: "vigil_strategy_restarts_total", labels: [("strategy", name)],
+            r.counter("vigil_strategy_restarts_total", labels: [("strategy", name)],
                           help: "Times the supervisor restarted the strategy after it failed.")
                 .increment(by: Int64(st.restarts))
         }
@@ -260,13 +260,13 @@ public final class HostMetrics: LeaseObserver {
         }
         let clientUIDs = s.leases.clientUIDs
         for (name, kind) in kinds {
-            r.makeGauge(name: "vigil_leases", labels: [("strategy", name), ("kind", kind)],
+            r.gauge("vigil_leases", labels: [("strategy", name), ("kind", kind)],
                         help: "Active leases (expiring ones included).").set(Int64(leases[name] ?? 0))
         }
         let (counts, events) = counted.withLock { ($0.leaseEvents, $0.strategyEvents) }
         for (name, _) in kinds {
             for event in Self.leaseEventNames {
-                r.makeCounter(name: "vigil_lease_events_total", labels: [("strategy", name), ("event", event)],
+                r.counter("vigil_lease_events_total", labels: [("strategy", name), ("event", event)],
                               help: "Lease life-cycle events since vigild started.")
                     .increment(by: Int64(counts[Pair(strategy: name, name: event)] ?? 0))
             }
@@ -274,30 +274,30 @@ public final class HostMetrics: LeaseObserver {
         // Strategies that are gone still had leases: keep their counts.
         for (pair, count) in counts.sorted(by: { ($0.key.strategy, $0.key.name) < ($1.key.strategy, $1.key.name) })
         where !kinds.contains(where: { $0.name == pair.strategy }) {
-            r.makeCounter(name: "vigil_lease_events_total", labels: [("strategy", pair.strategy), ("event", pair.name)],
+            r.counter("vigil_lease_events_total", labels: [("strategy", pair.strategy), ("event", pair.name)],
                           help: "Lease life-cycle events since vigild started.").increment(by: Int64(count))
         }
 
         for uid in Self.boundedUIDs(clientUIDs) {
-            r.makeGauge(name: "vigil_client_leases", labels: [("uid", uid.label)],
+            r.gauge("vigil_client_leases", labels: [("uid", uid.label)],
                         help: "Active client leases (BeginBackgroundTask) by the client's uid.").set(Int64(uid.count))
         }
 
         for (pair, value) in figures.sorted(by: { ($0.key.strategy, $0.key.name) < ($1.key.strategy, $1.key.name) }) {
             let help = Self.statusHelp[pair.name] ?? ""
             if pair.name.hasSuffix("_total") {
-                r.makeCounter(name: pair.name, labels: [("strategy", pair.strategy)], help: help).increment(by: value)
+                r.counter(pair.name, labels: [("strategy", pair.strategy)], help: help).increment(by: value)
             } else {
-                r.makeGauge(name: pair.name, labels: [("strategy", pair.strategy)], help: help).set(value)
+                r.gauge(pair.name, labels: [("strategy", pair.strategy)], help: help).set(value)
             }
         }
         for (strategy, value) in playing.sorted(by: { $0.key < $1.key }) {
-            r.makeGauge(name: "vigil_audio_streams_playing", labels: [("strategy", strategy)],
+            r.gauge("vigil_audio_streams_playing", labels: [("strategy", strategy)],
                         help: "silent-audio streams playing now (0: paused or waiting for a sink).").set(value)
         }
         for (pair, count) in events.sorted(by: { ($0.key.strategy, $0.key.name) < ($1.key.strategy, $1.key.name) }) {
             let (metric, help) = Self.eventMetrics[pair.name] ?? ("vigil_strategy_events_total", "")
-            r.makeCounter(name: metric, labels: [("strategy", pair.strategy)], help: help).increment(by: Int64(count))
+            r.counter(metric, labels: [("strategy", pair.strategy)], help: help).increment(by: Int64(count))
         }
 
         var buffer = r.emitToBuffer()
@@ -423,5 +423,26 @@ struct MetricsCountedEvents: EventRecording {
     func record(_ event: String, _ fields: [String: String]) async {
         metrics.observeStrategyEvent(strategy: strategy, event: event, fields: fields)
         await inner.record(event, fields)
+    }
+}
+
+/// swift-prometheus's descriptor calls for a metric given by its full name
+/// (every name here is written out whole, unit suffix included, so the
+/// descriptor's namespace, subsystem and unit parts stay empty).
+private extension PrometheusCollectorRegistry {
+    static func descriptor(_ name: String, help: String) -> MetricNameDescriptor {
+        MetricNameDescriptor(metricName: name, unitName: "", helpText: help)
+    }
+
+    func gauge(_ name: String, labels: [(String, String)] = [], help: String) -> Gauge {
+        makeGauge(descriptor: Self.descriptor(name, help: help), labels: labels)
+    }
+
+    func counter(_ name: String, labels: [(String, String)] = [], help: String) -> Counter {
+        makeCounter(descriptor: Self.descriptor(name, help: help), labels: labels)
+    }
+
+    func valueHistogram(_ name: String, labels: [(String, String)] = [], buckets: [Double], help: String) -> ValueHistogram {
+        makeValueHistogram(descriptor: Self.descriptor(name, help: help), labels: labels, buckets: buckets)
     }
 }
