@@ -118,12 +118,14 @@ let package = Package(
             swiftSettings: strict
         ),
         // libpulse, for silent-audio only: a host that never loads that
-        // plugin never loads libpulse.
+        // plugin never loads libpulse. Its headers are in /usr/include
+        // and the module map links it, so no pkg-config: libpulse.pc's
+        // only flag, -D_REENTRANT (a no-op with glibc), is one SwiftPM
+        // refuses, with a warning in every build. Scripts/packages
+        // installs libpulse-dev.
         .systemLibrary(
             name: "CPulse",
-            path: "Sources/CPulse",
-            pkgConfig: "libpulse",
-            providers: [.apt(["libpulse-dev"])]
+            path: "Sources/CPulse"
         ),
         .target(
             name: "SilentAudio",
