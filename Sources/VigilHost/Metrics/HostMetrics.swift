@@ -205,30 +205,30 @@ public final class HostMetrics: LeaseObserver {
     public func exposition(_ s: Snapshot) -> [UInt8] {
         let r = PrometheusCollectorRegistry()
         r.gauge("vigil_build_info", labels: [("version", Self.label(s.version))],
-                    help: "Always 1; the vigild version.").set(1.0)
+                help: "Always 1; the vigild version.").set(1.0)
         r.gauge("vigil_up_seconds", help: "Seconds since this run of vigild started.").set(s.upSeconds)
         r.gauge("vigil_power_backend", labels: [("backend", Self.label(s.powerBackend))],
-                    help: "Always 1; what leases hold on the system.").set(1.0)
+                help: "Always 1; what leases hold on the system.").set(1.0)
         r.gauge("vigil_wake_clock", labels: [("clock", Self.label(s.wakeClock)), ("can_wake_system", s.canWakeSystem ? "true" : "false")],
-                    help: "Always 1; the clock of the wake scheduler.").set(1.0)
+                help: "Always 1; the clock of the wake scheduler.").set(1.0)
 
         if let t = s.survival {
             if let wall = t.lastHeartbeatWallMicros {
                 r.gauge("vigil_last_heartbeat_timestamp_seconds",
-                            help: "Unix time of the last heartbeat written to the survival log.").set(Double(wall) / 1e6)
+                        help: "Unix time of the last heartbeat written to the survival log.").set(Double(wall) / 1e6)
             }
             for reason in RunEndReason.allCases {
                 r.counter("vigil_runs_total", labels: [("end", reason.rawValue)],
-                              help: "Runs in the survival log by how they ended (running: the current one).")
+                          help: "Runs in the survival log by how they ended (running: the current one).")
                     .increment(by: Int64(t.runs[reason] ?? 0))
             }
             let gaps = [("suspended", t.suspends, t.suspendedMicros), ("frozen", t.stalls, t.stalledMicros)]
             for (gapClass, count, micros) in gaps {
                 r.counter("vigil_gaps_total", labels: [("class", gapClass)],
-                              help: "Gaps between heartbeats: suspended (system sleep) or frozen (SIGSTOP, freezer, overload).")
+                          help: "Gaps between heartbeats: suspended (system sleep) or frozen (SIGSTOP, freezer, overload).")
                     .increment(by: Int64(count))
                 r.counter("vigil_gap_seconds_total", labels: [("class", gapClass)],
-                              help: "Seconds lost in gaps between heartbeats, by class.")
+                          help: "Seconds lost in gaps between heartbeats, by class.")
                     .increment(by: Double(micros) / 1e6)
             }
         }
@@ -241,10 +241,10 @@ public final class HostMetrics: LeaseObserver {
         for st in s.strategies {
             let name = Self.label(st.name)
             r.gauge("vigil_strategy_up", labels: [("strategy", name), ("kind", Self.label(st.kind))],
-                        help: "1 while the strategy runs, 0 while it backs off, waits for its when conditions, finished or stopped.")
+                    help: "1 while the strategy runs, 0 while it backs off, waits for its when conditions, finished or stopped.")
                 .set(st.state == .running ? 1.0 : 0.0)
             r.counter("vigil_strategy_restarts_total", labels: [("strategy", name)],
-                          help: "Times the supervisor restarted the strategy after it failed.")
+                      help: "Times the supervisor restarted the strategy after it failed.")
                 .increment(by: Int64(st.restarts))
         }
 
@@ -261,13 +261,13 @@ public final class HostMetrics: LeaseObserver {
         let clientUIDs = s.leases.clientUIDs
         for (name, kind) in kinds {
             r.gauge("vigil_leases", labels: [("strategy", name), ("kind", kind)],
-                        help: "Active leases (expiring ones included).").set(Int64(leases[name] ?? 0))
+                    help: "Active leases (expiring ones included).").set(Int64(leases[name] ?? 0))
         }
         let (counts, events) = counted.withLock { ($0.leaseEvents, $0.strategyEvents) }
         for (name, _) in kinds {
             for event in Self.leaseEventNames {
                 r.counter("vigil_lease_events_total", labels: [("strategy", name), ("event", event)],
-                              help: "Lease life-cycle events since vigild started.")
+                          help: "Lease life-cycle events since vigild started.")
                     .increment(by: Int64(counts[Pair(strategy: name, name: event)] ?? 0))
             }
         }
@@ -275,12 +275,12 @@ public final class HostMetrics: LeaseObserver {
         for (pair, count) in counts.sorted(by: { ($0.key.strategy, $0.key.name) < ($1.key.strategy, $1.key.name) })
         where !kinds.contains(where: { $0.name == pair.strategy }) {
             r.counter("vigil_lease_events_total", labels: [("strategy", pair.strategy), ("event", pair.name)],
-                          help: "Lease life-cycle events since vigild started.").increment(by: Int64(count))
+                      help: "Lease life-cycle events since vigild started.").increment(by: Int64(count))
         }
 
         for uid in Self.boundedUIDs(clientUIDs) {
             r.gauge("vigil_client_leases", labels: [("uid", uid.label)],
-                        help: "Active client leases (BeginBackgroundTask) by the client's uid.").set(Int64(uid.count))
+                    help: "Active client leases (BeginBackgroundTask) by the client's uid.").set(Int64(uid.count))
         }
 
         for (pair, value) in figures.sorted(by: { ($0.key.strategy, $0.key.name) < ($1.key.strategy, $1.key.name) }) {
@@ -293,7 +293,7 @@ public final class HostMetrics: LeaseObserver {
         }
         for (strategy, value) in playing.sorted(by: { $0.key < $1.key }) {
             r.gauge("vigil_audio_streams_playing", labels: [("strategy", strategy)],
-                        help: "silent-audio streams playing now (0: paused or waiting for a sink).").set(value)
+                    help: "silent-audio streams playing now (0: paused or waiting for a sink).").set(value)
         }
         for (pair, count) in events.sorted(by: { ($0.key.strategy, $0.key.name) < ($1.key.strategy, $1.key.name) }) {
             let (metric, help) = Self.eventMetrics[pair.name] ?? ("vigil_strategy_events_total", "")
