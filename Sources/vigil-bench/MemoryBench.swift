@@ -101,9 +101,7 @@ enum MemoryGroup: String, CaseIterable {
             self = .icu
         case _ where name.hasPrefix("libFoundation") || name.hasPrefix("lib_FoundationCollections"):
             self = .foundation
-        case "vigild", "libVigilKit.so":
-            self = .vigil
-        case _ where name.hasPrefix("libvigil-"):
+        case _ where name == "vigild" || name == "libVigilKit.so" || name.hasPrefix("libvigil-"):
             self = .vigil
         case _ where ["libdbus", "libsystemd", "libgcrypt", "libgpg-error", "libcap.", "libzstd", "liblz4", "liblzma"].contains(where: name.hasPrefix):
             self = .dbus
