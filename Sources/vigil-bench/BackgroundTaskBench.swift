@@ -105,12 +105,13 @@ func backgroundTaskBench(_ args: [String]) async throws {
         print("  ratio vigild / C reference: \(medianRatio(vigildRates, echoRates))")
         print("  ratio floor / C reference:  \(medianRatio(floorRates, echoRates)); vigild / floor: \(medianRatio(vigildRates, floorRates))")
         let lease = leaseCPU.per(count * rounds), floorLease = floorCPU.per(count * rounds), pair = echoCPU.per(count * rounds)
+        let pairTotal = pair.echo + pair.bus + pair.client
         print(String(format: "  CPU per lease: vigild %.0f us (its D-Bus thread %.0f), dbus-daemon %.0f, this client %.0f; total %.0f us",
                      lease.server, lease.serverBusThread, lease.bus, lease.client, lease.server + lease.bus + lease.client))
         print(String(format: "  CPU per floor lease: the C server %.0f us, dbus-daemon %.0f, this client %.0f; total %.0f us",
                      floorLease.server, floorLease.bus, floorLease.client, floorLease.server + floorLease.bus + floorLease.client))
         print(String(format: "  CPU per echo pair: dbus-test-tool %.0f us, dbus-daemon %.0f, this client %.0f; total %.0f us",
-                     pair.echo, pair.bus, pair.client, pair.echo + pair.bus + pair.client))
+                     pair.echo, pair.bus, pair.client, pairTotal))
         print(String(format: "  dbus-daemon waits for input (voluntary context switches): %.2f per lease, %.2f per floor lease, %.2f per echo pair",
                      leaseCPU.busWaits(per: count * rounds), floorCPU.busWaits(per: count * rounds), echoCPU.busWaits(per: count * rounds)))
         // With calls in flight the two cores are the limit (each phase keeps
@@ -119,7 +120,7 @@ func backgroundTaskBench(_ args: [String]) async throws {
         // this client's part of vigild's leases comes out of it first. (One
         // in flight waits on round trips instead; no budget is printed.)
         if inFlight > 1 {
-            let halfEchoLease = 2 * (pair.echo + pair.bus + pair.client), beforeServer = lease.bus + lease.client
+            let halfEchoLease = 2 * pairTotal, beforeServer = lease.bus + lease.client
             print(String(format: "  at half of echo a lease may cost %.0f us of CPU in all; the bus and this client took %.0f of vigild's, "
                          + "leaving vigild %.0f us per lease (it took %.0f; the bare C floor %.0f)",
                          halfEchoLease, beforeServer, halfEchoLease - beforeServer, lease.server, floorLease.server))
