@@ -12,6 +12,9 @@ and a test-only interface org.vigil.Test.LogindStandIn:
       (or max_delay_usec, like InhibitDelayMaxUSec), then PrepareForSleep(false)
   WaitForCount(u n, t timeout_usec) -> b       returns when n inhibitors exist
   History() -> as                               "add N" / "remove N" after each change
+  RefuseInhibits(u n)                           the next n Inhibit calls fail with
+      org.freedesktop.login1.OperationInProgress, as real logind answers while its
+      own sleep operation is finishing (right after a resume)
 Usage: logind-standin.py BUS_ADDRESS   (prints "ready" once it owns the name)
 """
 import os
@@ -37,12 +40,19 @@ class Manager(dbus.service.Object):
         self.history = []
         self.count_waiters = []  # (n, reply, error, timeout source)
         self.sleep = None  # (started, reply, timeout source) while a sleep is pending
+        self.refusals = 0  # Inhibit calls still to refuse as "operation in progress"
 
     def _invalid(self, message):
         return dbus.exceptions.DBusException(message, name="org.freedesktop.DBus.Error.InvalidArgs")
 
     @dbus.service.method(MANAGER, in_signature="ssss", out_signature="h", sender_keyword="sender")
     def Inhibit(self, what, who, why, mode, sender=None):
+        if self.refusals > 0:
+            self.refusals -= 1
+            self.history.append("refused")
+            raise dbus.exceptions.DBusException(
+                "The operation inhibition has been requested for is already running",
+                name="org.freedesktop.login1.OperationInProgress")
         items = what.split(":")
         if not what or any(w not in WHATS for w in items):
             raise self._invalid("invalid what specification %r" % what)
@@ -124,6 +134,10 @@ class Manager(dbus.service.Object):
 
         waiter[3] = GLib.timeout_add(max(1, int(timeout_usec / 1000)), expire)
         self.count_waiters.append(waiter)
+
+    @dbus.service.method(TEST, in_signature="u", out_signature="")
+    def RefuseInhibits(self, n):
+        self.refusals = int(n)
 
     @dbus.service.method(TEST, in_signature="", out_signature="as")
     def History(self):

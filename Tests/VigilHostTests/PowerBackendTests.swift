@@ -137,6 +137,30 @@ final class LogindStandIn: @unchecked Sendable {
         #expect(history.filter { $0 == "add 2" }.count == 5)
     }
 
+    /// Real logind answers Inhibit with OperationInProgress while its own
+    /// sleep operation finishes, right after a resume: a lease taken or
+    /// renewed then waits for it (bounded) instead of failing.
+    @Test func sleepInProgressIsWaitedOutNotAFailure() async throws {
+        let standIn = try LogindStandIn()
+        defer { standIn.stop() }
+        let host = try await standIn.bus.connect()
+        let observer = try await standIn.bus.connect()
+        let registry = LeaseRegistry(clock: ManualClock(), backend: LogindPowerBackend(connection: host))
+        let hold = PowerHold(what: ["sleep"], mode: "block")
+
+        _ = try await standIn.call(observer, "RefuseInhibits", [.uint32(3)], test: true)
+        let id = try await registry.acquire(strategy: "tick", LeaseRequest(holds: "run", reason: "woken run", budget: .seconds(60), power: hold))
+        #expect(await registry.state(of: id) == .active)
+
+        _ = try await standIn.call(observer, "RefuseInhibits", [.uint32(3)], test: true)
+        let renewed = try await registry.renew(id)
+        #expect(renewed.state == .active && renewed.renewals == 1)
+        let history = try await standIn.history(observer)
+        #expect(history.filter { $0 == "refused" }.count == 6, "\(history)")
+        #expect(try await standIn.waitForCount(observer, 1))
+        await registry.release(id)
+    }
+
     @Test func badInhibitRequestsAreRefusedClearly() async throws {
         let standIn = try LogindStandIn()
         defer { standIn.stop() }

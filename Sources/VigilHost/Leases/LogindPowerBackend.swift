@@ -36,15 +36,41 @@ public struct LogindPowerBackend: PowerBackend {
         return LogindToken(backend: self, hold: hold, who: who, why: why, fd: fd)
     }
 
+    /// logind's answer to Inhibit while its own sleep (or shutdown)
+    /// operation is still finishing: right after a resume, until the
+    /// suspend job is done (`m->action_what` in logind-dbus.c). Not a
+    /// failure of the caller: the same call succeeds a moment later.
+    public static let operationInProgress = "org.freedesktop.login1.OperationInProgress"
+
+    /// How long Inhibit is retried while logind says its sleep operation is
+    /// in progress, and the longest pause between tries. logind finishes the
+    /// operation when the resume is complete, normally well within a second;
+    /// the bound only stops a stuck logind from holding a caller forever.
+    public static let busyRetryBound: Duration = .seconds(30)
+    static let busyRetryPause: Duration = .milliseconds(250)
+
     func inhibit(_ hold: PowerHold, who: String, why: String) async throws -> DBusFileDescriptor {
         let reply: DBusMessage
-        do {
-            reply = try await connection.call(
-                destination: Self.busName, path: Self.path, interface: Self.interface, member: "Inhibit",
-                arguments: [.string(hold.what.joined(separator: ":")), .string(who), .string(why), .string(hold.mode)]
-            )
-        } catch {
-            throw PowerBackendError("logind refused Inhibit(\(hold.what.joined(separator: ":")), \(hold.mode)): \(error)")
+        let arguments: [DBusValue] = [.string(hold.what.joined(separator: ":")), .string(who), .string(why), .string(hold.mode)]
+        let clock = SystemClock()
+        let giveUp = clock.now + Self.busyRetryBound
+        var pause: Duration = .milliseconds(20)
+        var tries = 0
+        while true {
+            do {
+                tries += 1
+                reply = try await connection.call(
+                    destination: Self.busName, path: Self.path, interface: Self.interface, member: "Inhibit", arguments: arguments)
+                break
+            } catch let error as DBusError where error.name == Self.operationInProgress && clock.now + pause < giveUp {
+                // Sleep in progress: wait for logind to finish it, a short
+                // while at a time, rather than fail the lease.
+                try await clock.sleep(for: pause)
+                pause = min(pause * 2, Self.busyRetryPause)
+            } catch {
+                let after = tries > 1 ? " (after \(tries) tries over \((clock.now - (giveUp - Self.busyRetryBound)).vigilDescription))" : ""
+                throw PowerBackendError("logind refused Inhibit(\(hold.what.joined(separator: ":")), \(hold.mode))\(after): \(error)")
+            }
         }
         guard let first = reply.body.first, let fd = try? DBusFileDescriptor.decode(first) else {
             throw PowerBackendError("logind's Inhibit reply carried no file descriptor (signature \(reply.body.map(\.signature).joined()))")
