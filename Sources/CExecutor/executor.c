@@ -286,10 +286,10 @@ static void start_timers(void) {
     timers_started = 1;
 }
 
-uint64_t vigil_timer_schedule(int64_t deadline_ns, void (*callback)(void *context), void *context) {
+uint64_t vigil_timer_schedule(int awake, int64_t deadline_ns, void (*callback)(void *context), void *context) {
     pthread_once(&timers_once, start_timers);
     if (!timers_started) return 0;
-    Timeline *t = &timelines[0];
+    Timeline *t = &timelines[awake ? 1 : 0];
     pthread_mutex_lock(&t->lock);
     uint64_t id = ++t->seq;
     heap_push(t, (Delayed){ deadline_ns, id, NULL, callback, context });
@@ -299,8 +299,8 @@ uint64_t vigil_timer_schedule(int64_t deadline_ns, void (*callback)(void *contex
     return id;
 }
 
-int vigil_timer_cancel(uint64_t id) {
-    Timeline *t = &timelines[0];
+int vigil_timer_cancel(int awake, uint64_t id) {
+    Timeline *t = &timelines[awake ? 1 : 0];
     pthread_mutex_lock(&t->lock);
     int found = 0;
     for (size_t i = 0; i < t->count; i++) {

@@ -111,6 +111,10 @@ struct Vigild: AsyncParsableCommand {
         let sink = StderrLogSink(minimum: config.host.logLevel)
         let log = StrategyLogger(source: "vigild", sink: sink)
         for note in config.notes { log.notice(note) }
+        // Client leases each take a descriptor or two: use what the hard
+        // limit allows (the units raise it), not the soft 1024.
+        let files = DescriptorLimit.raiseSoftLimit()
+        if files.after != files.before { log.debug("open-file limit raised from \(files.before) to \(files.after) (RLIMIT_NOFILE)") }
 
         let lock: InstanceLock
         do {
@@ -147,14 +151,17 @@ struct Vigild: AsyncParsableCommand {
             // through the loader that resolved them at start.
             let stateDirOverride = stateDir
             let levelOverride = logLevel == nil ? nil : config.host.logLevel
-            host = try await HostRuntime.start(config: config, environment: HostRuntime.Environment(
+            var environment = HostRuntime.Environment(
                 clock: clock, scheduler: scheduler, logSink: sink, power: power, version: VigilVersion.string,
                 plugins: loaded.plugins,
                 configOverrides: { reloaded in
                     if let stateDirOverride { reloaded.host.stateDir = stateDirOverride }
                     if let levelOverride { reloaded.host.logLevel = levelOverride }
                 }
-            ))
+            )
+            // Budgets count awake time: a suspend never eats one.
+            environment.budgetClock = AwakeClock()
+            host = try await HostRuntime.start(config: config, environment: environment)
         } catch {
             log.error("cannot start: \(error)")
             throw ExitCode(1)

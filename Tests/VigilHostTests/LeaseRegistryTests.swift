@@ -42,6 +42,34 @@ func observe(_ registry: LeaseRegistry) async -> (EventLog, Task<Void, Never>) {
         #expect(await log.kinds == [.acquired] + Array(repeating: .renewed, count: 24))
     }
 
+    /// Budgets count awake time: the boottime clock jumps over a suspend
+    /// while the budget clock (CLOCK_MONOTONIC in vigild) stands still, so a
+    /// lease with budget left survives a suspend far longer than its
+    /// budget, and its deadline's wall time moves by the time slept.
+    @Test func aSuspendDoesNotEatTheBudget() async throws {
+        let boottime = ManualClock()
+        let awake = ManualClock()
+        let registry = LeaseRegistry(clock: boottime, budgetClock: awake)
+        let id = try await registry.acquire(strategy: "hold", LeaseRequest(holds: "test", reason: "r", budget: .seconds(60)))
+        let wallBefore = try #require(await registry.lease(id)?.deadlineWallMicros)
+        await awake.advance(by: .seconds(45))
+        await boottime.advance(by: .seconds(45))
+        // Ten minutes asleep: only boottime moves.
+        await boottime.jump(by: .seconds(600))
+        await registry.systemResumed()
+        #expect(await registry.lease(id)?.state == .active)
+        let wallAfter = try #require(await registry.lease(id)?.deadlineWallMicros)
+        #expect(wallAfter - wallBefore == 600_000_000)
+        // Awake again: the 15 s left run out on awake time.
+        await awake.advance(by: .seconds(14))
+        #expect(await registry.lease(id)?.state == .active)
+        try await registry.renew(id)
+        await awake.advance(by: .seconds(59))
+        #expect(await registry.lease(id)?.state == .active)
+        await awake.advance(by: .seconds(2))
+        #expect(await registry.state(of: id) == .expired)
+    }
+
     @Test func missedRenewalRunsTheExpirationHandler() async throws {
         let clock = ManualClock()
         let registry = LeaseRegistry(clock: clock)

@@ -16,14 +16,16 @@
 int vigil_executor_install(int workers);
 
 /// Calls `callback(context)` on a timer thread at `deadline_ns` on
-/// CLOCK_BOOTTIME (at once if it has passed). Returns an id for
-/// `vigil_timer_cancel`, or 0 if the timer thread cannot be started.
-/// Works whether or not the executor is installed.
-uint64_t vigil_timer_schedule(int64_t deadline_ns, void (*callback)(void *context), void *context);
+/// CLOCK_BOOTTIME, or on CLOCK_MONOTONIC when `awake` is non-zero (a clock
+/// that stops while the system is suspended: lease budgets count awake
+/// time). At once if the deadline has passed. Returns an id for
+/// `vigil_timer_cancel` (with the same `awake`), or 0 if the timer thread
+/// cannot be started. Works whether or not the executor is installed.
+uint64_t vigil_timer_schedule(int awake, int64_t deadline_ns, void (*callback)(void *context), void *context);
 
 /// Cancels a scheduled callback. Returns 1 if it was removed before running
 /// (it will never run), 0 if it already ran or is running.
-int vigil_timer_cancel(uint64_t id);
+int vigil_timer_cancel(int awake, uint64_t id);
 
 /// Counters since installation.
 typedef struct {

@@ -46,12 +46,8 @@ public enum HostBusValues {
     }
 
     /// The wall time (µs since the epoch) of a lease's deadline, 0 when it
-    /// has none. Derived from the wall time of acquisition, so it does not
-    /// move when the wall clock is set.
+    /// has none (``LeaseSnapshot/deadlineWallMicros``).
     static func deadlineWallMicros(_ lease: LeaseSnapshot) -> UInt64 {
-        guard let deadline = lease.deadline else { return 0 }
-        let offset = deadline - lease.acquiredAt
-        let (seconds, attoseconds) = offset.components
-        return UInt64(clamping: max(0, lease.acquiredWallMicros + seconds * 1_000_000 + attoseconds / 1_000_000_000_000))
+        UInt64(clamping: max(0, lease.deadlineWallMicros ?? 0))
     }
 }

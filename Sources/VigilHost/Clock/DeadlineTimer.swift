@@ -1,7 +1,8 @@
 import CExecutor
 import Foundation
 
-/// Sleeps until a `CLOCK_BOOTTIME` deadline on Vigil's own timer thread.
+/// Sleeps until a `CLOCK_BOOTTIME` (or, `awake`, a `CLOCK_MONOTONIC`)
+/// deadline on Vigil's own timer threads.
 ///
 /// Why not `Task.sleep`: in Swift 6.3 it schedules through libdispatch's
 /// global queues, whose worker monitor then wakes the process every second
@@ -26,7 +27,8 @@ enum DeadlineTimer {
         }
     }
 
-    static func sleep(untilBoottimeNanoseconds deadline: Int64) async throws {
+    static func sleep(until deadline: Int64, awake: Bool = false) async throws {
+        let timeline: Int32 = awake ? 1 : 0
         let sleeper = Sleeper()
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
@@ -41,7 +43,7 @@ enum DeadlineTimer {
                 }
                 // The timer owns one reference until it fires or is cancelled.
                 let context = Unmanaged.passRetained(sleeper).toOpaque()
-                let id = vigil_timer_schedule(deadline, { context in
+                let id = vigil_timer_schedule(timeline, deadline, { context in
                     guard let context else { return }
                     Unmanaged<Sleeper>.fromOpaque(context).takeRetainedValue().resume(.success(()))
                 }, context)
@@ -58,7 +60,7 @@ enum DeadlineTimer {
                 return sleeper.id
             }
             // Removed before firing: the timer's reference is ours to drop.
-            if id != 0, vigil_timer_cancel(id) != 0 {
+            if id != 0, vigil_timer_cancel(timeline, id) != 0 {
                 Unmanaged.passUnretained(sleeper).release()
             }
             sleeper.resume(.failure(CancellationError()))

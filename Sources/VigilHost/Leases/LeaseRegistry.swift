@@ -11,7 +11,16 @@ public struct LeaseSnapshot: Sendable, Hashable {
     /// Wall clock at acquisition, microseconds since the epoch.
     public var acquiredWallMicros: Int64
     public var budget: Duration?
+    /// When the budget runs out, on the registry's budget clock
+    /// (``LeaseRegistry/budgetClock``: awake time in vigild, so time the
+    /// system spends suspended does not count).
     public var deadline: VigilInstant?
+    /// The wall time (µs since the epoch) the budget runs out if the system
+    /// stays awake: the acquisition's wall time plus the boottime since, plus
+    /// what is left of the budget, so setting the wall clock does not move
+    /// it. A suspend moves it later by the time slept
+    /// (``LeaseRegistry/systemResumed()``). Nil without a budget.
+    public var deadlineWallMicros: Int64?
     public var renewals: Int
     public var state: LeaseState
     /// What the power backend holds for it ("tracked only", "logind inhibitor ...").
@@ -118,7 +127,10 @@ public enum LeaseChange: Sendable, Hashable {
 
 /// The single source of truth for what Vigil keeps alive.
 ///
-/// Budgets are deadlines on the injected clock. When a deadline passes the
+/// Budgets are deadlines on the injected budget clock: awake time in vigild
+/// (``AwakeClock``), so a budget is time the work could run and a suspend
+/// never eats it (iOS counts a background task's time the same way). When
+/// a deadline passes the
 /// lease becomes `expiring` and its expiration handler runs for at most its
 /// grace time; then the lease is released (`expired`), force-released if the
 /// handler overran. Every change is published to `events()` subscribers.
@@ -129,7 +141,10 @@ public actor LeaseRegistry: LeaseStatusSink {
         var token: (any PowerToken)?
     }
 
+    /// Times of events and acquisitions (boottime in vigild).
     public nonisolated let clock: any VigilClock
+    /// What budgets count: deadlines are instants on this clock.
+    public nonisolated let budgetClock: any VigilClock
     public nonisolated let backend: any PowerBackend
     private var entries: [LeaseID: Entry] = [:]
     /// The ids in `entries` by holder, so releasing one strategy's leases
@@ -172,8 +187,13 @@ public actor LeaseRegistry: LeaseStatusSink {
     /// The default byte bound of the history: 4 MiB.
     public static let defaultHistoryByteLimit = 4 << 20
 
-    public init(clock: any VigilClock, backend: any PowerBackend = NoPowerBackend(), historyLimit: Int = 1_000, historyByteLimit: Int = LeaseRegistry.defaultHistoryByteLimit) {
+    /// `budgetClock`: the clock budgets count on, `clock` when nil. vigild
+    /// gives ``AwakeClock`` (budgets count awake time); tests give a second
+    /// manual clock to suspend the system under a lease.
+    public init(clock: any VigilClock, budgetClock: (any VigilClock)? = nil, backend: any PowerBackend = NoPowerBackend(),
+                historyLimit: Int = 1_000, historyByteLimit: Int = LeaseRegistry.defaultHistoryByteLimit) {
         self.clock = clock
+        self.budgetClock = budgetClock ?? clock
         self.backend = backend
         self.historyLimit = max(1, historyLimit)
         self.historyByteLimit = historyByteLimit
@@ -285,10 +305,12 @@ public actor LeaseRegistry: LeaseStatusSink {
         let id = LeaseID(nextID)
         nextID += 1
         let now = clock.now
+        let wall = clock.wallMicroseconds
         var snapshot = LeaseSnapshot(
             id: id, strategy: strategy, holds: request.holds, reason: request.reason,
-            acquiredAt: now, acquiredWallMicros: clock.wallMicroseconds, budget: request.budget,
-            deadline: request.budget.map { now + $0 }, renewals: 0, state: .active, power: "tracked only",
+            acquiredAt: now, acquiredWallMicros: wall, budget: request.budget,
+            deadline: request.budget.map { budgetClock.now + $0 }, deadlineWallMicros: request.budget.map { wall + $0.microseconds },
+            renewals: 0, state: .active, power: "tracked only",
             grace: request.grace, client: client
         )
         var token: (any PowerToken)?
@@ -343,7 +365,8 @@ public actor LeaseRegistry: LeaseStatusSink {
             throw LeaseError(.ended, "lease \(id) ended while it was being renewed")
         }
         current.snapshot.budget = newBudget
-        current.snapshot.deadline = newBudget.map { clock.now + $0 }
+        current.snapshot.deadline = newBudget.map { budgetClock.now + $0 }
+        current.snapshot.deadlineWallMicros = deadlineWall(current.snapshot)
         current.snapshot.renewals += 1
         entries[id] = current
         publish(.renewed, current.snapshot)
@@ -458,6 +481,21 @@ public actor LeaseRegistry: LeaseStatusSink {
         publish(kind, entry.snapshot, forced: forced, detail: detail)
     }
 
+    /// The wall time of a lease's deadline as ``LeaseSnapshot/deadlineWallMicros`` defines it.
+    private func deadlineWall(_ lease: LeaseSnapshot) -> Int64? {
+        guard let deadline = lease.deadline else { return nil }
+        return lease.acquiredWallMicros + (clock.now - lease.acquiredAt).microseconds + (deadline - budgetClock.now).microseconds
+    }
+
+    /// After a system resume: each lease's deadline wall time moves later by
+    /// the time slept where the budget clock did not count it. No event: the
+    /// budget and the deadline on the budget clock are unchanged.
+    public func systemResumed() {
+        for (id, entry) in entries where entry.snapshot.deadline != nil {
+            entries[id]?.snapshot.deadlineWallMicros = deadlineWall(entry.snapshot)
+        }
+    }
+
     /// Watches the lease's deadline (just acquired or renewed).
     private func armWatcher(_ id: LeaseID) {
         guard let deadline = entries[id]?.snapshot.deadline else { return }
@@ -477,7 +515,7 @@ public actor LeaseRegistry: LeaseStatusSink {
 
     private func watchDeadlines(until at: VigilInstant) {
         deadlineWatch?.task.cancel()
-        let clock = self.clock
+        let clock = budgetClock
         lastDeadlineWatch += 1
         let number = lastDeadlineWatch
         deadlineWatch = (at, number, Task { [weak self] in
@@ -492,7 +530,7 @@ public actor LeaseRegistry: LeaseStatusSink {
     private func deadlinesPassed(watch number: UInt64) async {
         guard deadlineWatch?.number == number else { return }
         deadlineWatch = nil
-        let now = clock.now
+        let now = budgetClock.now
         var due: [(id: LeaseID, deadline: VigilInstant)] = []
         while let top = deadlines.top {
             let id = LeaseID(top.id)

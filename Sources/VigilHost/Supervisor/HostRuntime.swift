@@ -62,6 +62,9 @@ public actor HostRuntime {
 
     public struct Environment: Sendable {
         public var clock: any VigilClock
+        /// What lease budgets count (``LeaseRegistry/budgetClock``):
+        /// ``AwakeClock`` in vigild; `clock` when nil.
+        public var budgetClock: (any VigilClock)? = nil
         public var scheduler: any WakeScheduling
         public var logSink: any LogSink
         public var readings: @Sendable () -> ClockReadings
@@ -116,7 +119,7 @@ public actor HostRuntime {
         self.store = store
         self.began = began
         self.runId = runId
-        let registry = LeaseRegistry(clock: env.clock, backend: env.power)
+        let registry = LeaseRegistry(clock: env.clock, budgetClock: env.budgetClock, backend: env.power)
         self.registry = registry
         self.clientLeases = ClientLeases(registry: registry, settings: config.host.clientLeases)
         self.inhibits = ForeignInhibits(registry: registry, settings: config.host.inhibits, grace: config.host.clientLeases.grace, logSink: logSink)
@@ -307,7 +310,8 @@ public actor HostRuntime {
         let recorder = ResumeRecorder(
             store: store, scheduler: scheduler as? WakeScheduler, runStartBoottimeMicros: startBoottimeMicros, log: log)
         do {
-            resumeWatcher = try ResumeWatcher(readings: readings) { resume, slept in
+            resumeWatcher = try ResumeWatcher(readings: readings) { [registry] resume, slept in
+                await registry.systemResumed()
                 await recorder.resumed(resume, suspendedMicros: slept)
             }
         } catch {
