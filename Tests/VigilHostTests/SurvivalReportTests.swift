@@ -66,6 +66,33 @@ struct SurvivalReportTests {
         #expect(run.timeline.map(\.durationMicros).reduce(0, +) == run.aliveMicros)
     }
 
+    /// A heartbeat only learns that the system slept somewhere since the
+    /// one before; the resume the host saw says where the sleep ended, and
+    /// the timeline puts the suspended span there.
+    @Test func aSuspendedSpanEndsAtItsWake() async throws {
+        let dir = try SurvivalTempDir()
+        var clocks = FakeClocks()
+        let store = try SurvivalStore(path: dir.store)
+        _ = try await store.beginRun(runStart(interval: .seconds(2), at: clocks.readings))
+        try await store.heartbeat(clocks.awake(2), leases: [])
+        clocks.awake(0.3)
+        clocks.suspend(15)
+        let resumed = clocks.readings
+        let wake = SystemWake(wall: resumed.wallMicros, startOffsetMicros: 0, suspendedMicros: 15_000_000, cause: .vigilAlarm,
+                              alarm: "tick periodic-wake", alarmStrategy: "tick", alarmKind: "periodic-wake", latenessMicros: 100_000)
+        try await store.recordEvent(SystemWake.eventName, strategy: nil, fields: wake.fields, readings: resumed)
+        try await store.heartbeat(clocks.awake(1.7), leases: [])
+        let run = try #require(try SurvivalReport.load(path: dir.store, runs: 1, sinceWallMicros: nil).first)
+        #expect(run.timeline.map(\.kind) == [.awake, .suspended, .awake])
+        // Asleep from 2.3 s to 17.3 s, not from the heartbeat at 2 s.
+        #expect(run.timeline[1].startOffsetMicros == 2_300_000)
+        #expect(run.timeline[1].startOffsetMicros + run.timeline[1].durationMicros == 17_300_000)
+        #expect(run.timeline.map(\.durationMicros).reduce(0, +) == run.aliveMicros)
+        let recorded = try #require(run.wakes?.first)
+        #expect(recorded.startOffsetMicros == 17_300_000)
+        #expect(recorded.alarmStrategy == "tick" && recorded.alarmKind == "periodic-wake")
+    }
+
     @Test func frozenGapIsCountedOnceWithItsLength() async throws {
         let dir = try SurvivalTempDir()
         var clocks = FakeClocks()

@@ -23,9 +23,14 @@ struct WakeAttributionTests {
     }
 
     @Test func anAlarmDueDuringTheSuspendWokeIt() {
-        let wake = attribute([alarm("tick periodic-wake", atSeconds: 999.6), alarm("later", atSeconds: 1_500, fired: false)])
+        var tick = alarm("tick periodic-wake", atSeconds: 999.6)
+        tick.owner = WakeOwner(strategy: "tick", kind: "periodic-wake")
+        let wake = attribute([tick, alarm("later", atSeconds: 1_500, fired: false)])
         #expect(wake.cause == .vigilAlarm)
         #expect(wake.alarm == "tick periodic-wake")
+        #expect(wake.alarmStrategy == "tick")
+        #expect(wake.alarmKind == "periodic-wake")
+        #expect(wake.fields["alarmStrategy"] == "tick" && wake.fields["alarmKind"] == "periodic-wake")
         #expect(wake.latenessMicros == 400_000)
         #expect(wake.startOffsetMicros == 600_000_000)
         #expect(wake.suspendedMicros == slept)
@@ -97,13 +102,15 @@ struct WakeAttributionTests {
         let now = clock.now
         let waking = WakeRequest(earliest: now + .seconds(10), latest: now + .seconds(20), wakeSystem: true, label: "tick")
         let ordinary = WakeRequest(earliest: now + .seconds(5), latest: now + .seconds(6), label: "heartbeat")
-        async let wakingFiring = scheduler.wake(waking)
+        // As a strategy's context asks: the owner goes with the request.
+        let owner = WakeOwner(strategy: "tick", kind: "periodic-wake")
+        async let wakingFiring = StrategyWakeScheduling(base: scheduler, owner: owner).wake(waking)
         async let ordinaryFiring = scheduler.wake(ordinary)
         await WakeTesting.quiesce(scheduler, clock, timers: [timer, alarmTimer], pending: 2)
-        #expect(await scheduler.systemWakeAlarms(since: now) == [SystemWakeAlarm(label: "tick", deadline: waking.latest, firedAt: nil)])
+        #expect(await scheduler.systemWakeAlarms(since: now) == [SystemWakeAlarm(label: "tick", owner: owner, deadline: waking.latest, firedAt: nil)])
         await WakeTesting.advance(clock, to: waking.latest, timers: [timer, alarmTimer])
         _ = try await (wakingFiring, ordinaryFiring)
-        #expect(await scheduler.systemWakeAlarms(since: now) == [SystemWakeAlarm(label: "tick", deadline: waking.latest, firedAt: waking.latest)])
+        #expect(await scheduler.systemWakeAlarms(since: now) == [SystemWakeAlarm(label: "tick", owner: owner, deadline: waking.latest, firedAt: waking.latest)])
         #expect(await scheduler.systemWakeAlarms(since: waking.latest + .seconds(1)).isEmpty)
 
         // Without an alarm clock, or without an RTC behind it, nothing of

@@ -167,7 +167,8 @@ public actor Supervisor {
         let context = StrategyContext(
             name: s.name, kind: s.kind, log: log,
             leases: StrategyLeases(registry: services.registry, strategy: s.name),
-            scheduler: services.scheduler, hooks: services.hooks(s.name, log),
+            scheduler: StrategyWakeScheduling(base: services.scheduler, owner: WakeOwner(strategy: s.name, kind: s.kind)),
+            hooks: services.hooks(s.name, log),
             clock: services.clock, events: services.events(s.name),
             store: services.store(s.name), bus: services.bus(s.name)
         )

@@ -121,17 +121,17 @@ public struct SurvivalReport {
             .fetchAll(db)
         let resumesByRun = Dictionary(grouping: resumes, by: \.runId)
         return records.map { run in
-            var summary = summary(of: run, gaps: gapsByRun[run.id ?? -1] ?? [])
             let wakes = (resumesByRun[run.id ?? -1] ?? []).compactMap { event -> SystemWake? in
                 let fields = event.fields.flatMap { try? JSONDecoder().decode([String: String].self, from: Data($0.utf8)) } ?? [:]
                 return SystemWake(fields: fields, wall: event.wall, startOffsetMicros: max(0, event.boot - run.startBoot))
             }
+            var summary = summary(of: run, gaps: gapsByRun[run.id ?? -1] ?? [], wakes: wakes)
             summary.wakes = wakes.isEmpty ? nil : wakes
             return summary
         }
     }
 
-    static func summary(of run: RunRecord, gaps: [GapRecord]) -> RunSummary {
+    static func summary(of run: RunRecord, gaps: [GapRecord], wakes: [SystemWake] = []) -> RunSummary {
         let alive = max(0, run.lastBoot - run.startBoot)
         return RunSummary(
             runId: run.uuid,
@@ -156,7 +156,34 @@ public struct SurvivalReport {
             events: Int(run.eventCount),
             unwritableGaps: gaps.filter { $0.kind == TimelineSegment.Kind.unwritable.rawValue }.count,
             unwritableMicros: gaps.filter { $0.kind == TimelineSegment.Kind.unwritable.rawValue }.reduce(0) { $0 + $1.durationMicros },
-            timeline: timeline(gaps: gaps, aliveMicros: alive, startWall: run.startWall))
+            timeline: timeline(gaps: placed(gaps, wakes: wakes, intervalMicros: run.intervalMicros), aliveMicros: alive, startWall: run.startWall))
+    }
+
+    /// Suspended gaps moved to where the system really slept. A heartbeat
+    /// only learns that it slept somewhere since the one before, so the
+    /// store places the suspension at the start of the gap; the resume the
+    /// running host saw says where it ended. Each suspended gap takes the
+    /// first unused wake that ends it: a wake no earlier than the gap's
+    /// start plus its length, and within an interval (plus the stall slack)
+    /// after that. Its start moves to the wake's offset less the time slept,
+    /// never before the gap's own start.
+    static func placed(_ gaps: [GapRecord], wakes: [SystemWake], intervalMicros: Int64) -> [GapRecord] {
+        guard !wakes.isEmpty else { return gaps }
+        let slack = intervalMicros + max(intervalMicros / 2, GapRule.minimumStallSlackMicros)
+        var used = Set<Int>()
+        return gaps.map { gap in
+            guard gap.kind == TimelineSegment.Kind.suspended.rawValue else { return gap }
+            let earliestEnd = gap.startOffsetMicros + gap.durationMicros
+            guard let index = wakes.indices.first(where: {
+                !used.contains($0) && wakes[$0].startOffsetMicros >= earliestEnd && wakes[$0].startOffsetMicros <= earliestEnd + slack
+            }) else { return gap }
+            used.insert(index)
+            var moved = gap
+            let start = max(gap.startOffsetMicros, wakes[index].startOffsetMicros - gap.durationMicros)
+            moved.startWall += start - gap.startOffsetMicros
+            moved.startOffsetMicros = start
+            return moved
+        }
     }
 
     /// Fills the time between gaps with awake segments.

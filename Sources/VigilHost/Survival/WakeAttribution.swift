@@ -6,13 +6,16 @@ import VigilKit
 public struct SystemWakeAlarm: Sendable, Hashable {
     /// Who asked (the request's label, e.g. "tick periodic-wake").
     public var label: String
+    /// The strategy and kind that asked, when a strategy did.
+    public var owner: WakeOwner?
     /// Boottime the alarm clock was armed for.
     public var deadline: VigilInstant
     /// When it fired, or nil while pending.
     public var firedAt: VigilInstant?
 
-    public init(label: String, deadline: VigilInstant, firedAt: VigilInstant?) {
+    public init(label: String, owner: WakeOwner? = nil, deadline: VigilInstant, firedAt: VigilInstant?) {
         self.label = label
+        self.owner = owner
         self.deadline = deadline
         self.firedAt = firedAt
     }
@@ -37,6 +40,10 @@ public struct SystemWake: Codable, Sendable, Hashable {
     public var cause: Cause
     /// The alarm that woke it (`cause == .vigilAlarm`): its request label.
     public var alarm: String?
+    /// The strategy instance whose alarm woke it, and that strategy's kind
+    /// (nil when the alarm was not a strategy's).
+    public var alarmStrategy: String?
+    public var alarmKind: String?
     /// How late the resume came after that alarm's deadline (negative: the
     /// RTC, which counts whole seconds, woke the system a little early).
     public var latenessMicros: Int64?
@@ -81,6 +88,8 @@ public struct SystemWake: Codable, Sendable, Hashable {
             if lateness <= latenessBoundMicros {
                 wake.cause = .vigilAlarm
                 wake.alarm = first.alarm.label
+                wake.alarmStrategy = first.alarm.owner?.strategy
+                wake.alarmKind = first.alarm.owner?.kind
                 wake.latenessMicros = lateness
             } else {
                 wake.missedAlarm = first.alarm.label
@@ -94,6 +103,8 @@ public struct SystemWake: Codable, Sendable, Hashable {
     public var fields: [String: String] {
         var f = ["cause": cause.rawValue, "suspendedMicros": String(suspendedMicros)]
         if let alarm { f["alarm"] = alarm }
+        if let alarmStrategy { f["alarmStrategy"] = alarmStrategy }
+        if let alarmKind { f["alarmKind"] = alarmKind }
         if let latenessMicros { f["latenessMicros"] = String(latenessMicros) }
         if let missedAlarm { f["missedAlarm"] = missedAlarm }
         if let missedByMicros { f["missedByMicros"] = String(missedByMicros) }
@@ -106,18 +117,20 @@ public struct SystemWake: Codable, Sendable, Hashable {
         guard let cause = fields["cause"].flatMap(Cause.init(rawValue:)),
               let suspended = fields["suspendedMicros"].flatMap(Int64.init) else { return nil }
         self.init(wall: wall, startOffsetMicros: startOffsetMicros, suspendedMicros: suspended, cause: cause,
-                  alarm: fields["alarm"], latenessMicros: fields["latenessMicros"].flatMap(Int64.init),
+                  alarm: fields["alarm"], alarmStrategy: fields["alarmStrategy"], alarmKind: fields["alarmKind"], latenessMicros: fields["latenessMicros"].flatMap(Int64.init),
                   missedAlarm: fields["missedAlarm"], missedByMicros: fields["missedByMicros"].flatMap(Int64.init),
                   kernelSource: fields["kernelSource"])
     }
 
     public init(wall: Int64, startOffsetMicros: Int64, suspendedMicros: Int64, cause: Cause, alarm: String? = nil,
-                latenessMicros: Int64? = nil, missedAlarm: String? = nil, missedByMicros: Int64? = nil, kernelSource: String? = nil) {
+                alarmStrategy: String? = nil, alarmKind: String? = nil, latenessMicros: Int64? = nil, missedAlarm: String? = nil, missedByMicros: Int64? = nil, kernelSource: String? = nil) {
         self.wall = wall
         self.startOffsetMicros = startOffsetMicros
         self.suspendedMicros = suspendedMicros
         self.cause = cause
         self.alarm = alarm
+        self.alarmStrategy = alarmStrategy
+        self.alarmKind = alarmKind
         self.latenessMicros = latenessMicros
         self.missedAlarm = missedAlarm
         self.missedByMicros = missedByMicros

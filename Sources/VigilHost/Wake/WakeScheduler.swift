@@ -61,6 +61,7 @@ public actor WakeScheduler: WakeScheduling {
 
     private struct Pending {
         var request: WakeRequest
+        var owner: WakeOwner?
         var preferred: VigilInstant
         var continuation: CheckedContinuation<WakeFiring, any Error>
     }
@@ -135,7 +136,7 @@ public actor WakeScheduler: WakeScheduling {
     public func systemWakeAlarms(since: VigilInstant) -> [SystemWakeAlarm] {
         guard alarmTimer != nil, clockInfo.canWakeSystem else { return [] }
         let waiting = pending.values.filter(\.request.wakeSystem).map {
-            SystemWakeAlarm(label: $0.request.label, deadline: $0.preferred, firedAt: nil)
+            SystemWakeAlarm(label: $0.request.label, owner: $0.owner, deadline: $0.preferred, firedAt: nil)
         }
         return firedAlarms.filter { ($0.firedAt ?? $0.deadline) >= since } + waiting
     }
@@ -152,6 +153,12 @@ public actor WakeScheduler: WakeScheduling {
     /// Suspends until the request fires, or throws `CancellationError` when
     /// the waiting task is cancelled (the request is then withdrawn).
     public func wake(_ request: WakeRequest) async throws -> WakeFiring {
+        try await wake(request, owner: nil)
+    }
+
+    /// ``wake(_:)`` on behalf of `owner`, whom the wake attribution names
+    /// when this request's alarm wakes the system.
+    public func wake(_ request: WakeRequest, owner: WakeOwner?) async throws -> WakeFiring {
         try Task.checkCancellation()
         let now = clock.now
         if request.latest <= now {
@@ -168,7 +175,7 @@ public actor WakeScheduler: WakeScheduling {
                     continuation.resume(throwing: CancellationError())
                     return
                 }
-                pending[id] = Pending(request: request, preferred: preferred, continuation: continuation)
+                pending[id] = Pending(request: request, owner: owner, preferred: preferred, continuation: continuation)
                 byPreferred.push(preferred, id)
                 byEarliest.push(request.earliest, id)
                 if request.wakeSystem { wakingByPreferred.push(preferred, id) }
@@ -256,7 +263,7 @@ public actor WakeScheduler: WakeScheduling {
         statistics.maxLateness = max(statistics.maxLateness, firing.lateness)
         if alarmTimer != nil {
             for entry in due where entry.request.wakeSystem {
-                firedAlarms.append(SystemWakeAlarm(label: entry.request.label, deadline: entry.preferred, firedAt: now))
+                firedAlarms.append(SystemWakeAlarm(label: entry.request.label, owner: entry.owner, deadline: entry.preferred, firedAt: now))
             }
             if firedAlarms.count > Self.firedAlarmMemory { firedAlarms.removeFirst(firedAlarms.count - Self.firedAlarmMemory) }
         }
@@ -284,5 +291,32 @@ public actor WakeScheduler: WakeScheduling {
             alarmTimer?.arm(at: firstWaking)
             armedAlarm = firstWaking
         }
+    }
+}
+
+/// Who asked for a wake: the strategy instance and its kind.
+public struct WakeOwner: Sendable, Hashable {
+    public var strategy: String
+    public var kind: String
+
+    public init(strategy: String, kind: String) {
+        self.strategy = strategy
+        self.kind = kind
+    }
+}
+
+/// A strategy's view of the host's scheduler: its requests carry it as
+/// their owner, so a wake by one of its alarms names it.
+struct StrategyWakeScheduling: WakeScheduling {
+    let base: any WakeScheduling
+    let owner: WakeOwner
+
+    var clockInfo: WakeClockInfo { base.clockInfo }
+
+    func wake(_ request: WakeRequest) async throws -> WakeFiring {
+        if let scheduler = base as? WakeScheduler {
+            return try await scheduler.wake(request, owner: owner)
+        }
+        return try await base.wake(request)
     }
 }
