@@ -141,7 +141,19 @@ enum DBusMarshal {
             let raw = fd.rawValue
             guard raw >= 0 else { throw .invalidArgs("cannot send a file descriptor that was already closed or taken") }
             // libdbus dup()s the descriptor; `fd` keeps ownership of the original.
-            try appendBasic(iter, CDBUS_TYPE_UNIX_FD, raw)
+            errno = 0
+            do throws(DBusError) {
+                try appendBasic(iter, CDBUS_TYPE_UNIX_FD, raw)
+            } catch {
+                // The dup fails with EMFILE when this process has no
+                // descriptors left: not a lack of memory, and the caller
+                // should hear which limit it met.
+                let code = errno
+                guard code == EMFILE || code == ENFILE else { throw error }
+                var limit = rlimit()
+                let soft = getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 ? String(limit.rlim_cur) : "?"
+                throw .limitsExceeded("cannot pass a file descriptor: this process has no file descriptors left (\(String(cString: strerror(code))); RLIMIT_NOFILE = \(soft); a service's LimitNOFILE=)")
+            }
         case let .array(element, items):
             try container(iter, CDBUS_TYPE_ARRAY, element) { (sub) throws(DBusError) in
                 for item in items { try append(item, to: sub) }

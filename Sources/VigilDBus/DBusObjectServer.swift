@@ -594,6 +594,8 @@ extension DBusConnection {
                 let handle = DBusMessageHandle(owning: raw)
                 try DBusMarshal.append(values, to: raw)
                 reply = handle
+            } catch where error.name == DBusError.Name.limitsExceeded {
+                reply = Self.makeError(for: call, error)
             } catch {
                 reply = Self.makeError(for: call, .failed("the reply could not be built: \(error.message)"))
             }

@@ -139,6 +139,44 @@ extension EndToEnd {
             }
         }
 
+        /// vigild under a small open-file limit (prlimit, as systemd's
+        /// LimitNOFILE= would set it): leases past the limit are refused
+        /// with an error that names it, vigild logs it once, and it keeps
+        /// serving.
+        @Test func runningOutOfDescriptorsIsNamedAndLoggedOnce() async throws {
+            let script = """
+                import sys, os, dbus
+                bus = dbus.bus.BusConnection(sys.argv[1])
+                host = dbus.Interface(bus.get_object("org.vigil.Vigil1", "/org/vigil/Vigil1", introspect=False), "org.vigil.Vigil1.Host")
+                fds, errors = [], []
+                for i in range(200):
+                    try:
+                        path, fd = host.BeginBackgroundTask("lease%d" % i, "fd test", dbus.UInt64(600000000))
+                        fds.append(fd.take())
+                    except dbus.DBusException as e:
+                        errors.append(e.get_dbus_name() + ": " + e.get_dbus_message())
+                print("granted", len(fds))
+                print("refused", len(errors))
+                print("error", errors[0] if errors else "none")
+                for fd in fds: os.close(fd)
+                print("alive", len(host.ListStrategies()) >= 0)
+                """
+            try await BusHost.with(strategies: "client_max_leases_per_uid = 1000\nclient_max_budget_per_uid = \"1000h\"", executable: ["/usr/bin/prlimit", "--nofile=96:96", "--"]) { host in
+                let result = try runPythonScript(script, [host.address])
+                #expect(result.status == 0, "\(result.stderr)")
+                let lines = result.stdout.split(separator: "\n").map(String.init)
+                let granted = lines.first { $0.hasPrefix("granted ") }.flatMap { Int($0.dropFirst(8)) } ?? 0
+                #expect(granted > 10 && granted < 96, "\(lines)")
+                #expect(lines.contains("refused \(200 - granted)"), "\(lines)")
+                let error = lines.first { $0.hasPrefix("error ") } ?? ""
+                #expect(error.contains("org.freedesktop.DBus.Error.LimitsExceeded"), "\(error)")
+                #expect(error.contains("RLIMIT_NOFILE") && error.contains("96") && error.contains("LimitNOFILE="), "\(error)")
+                #expect(lines.contains("alive True"), "\(lines)")
+                _ = try await host.daemon.waitForLine(containing: "refusing client leases")
+                #expect(host.daemon.output.filter { $0.contains("refusing client leases") }.count == 1, "\(host.daemon.output)")
+            }
+        }
+
         @Test func vigilctlHoldRunsTheCommandUnderARenewedLease() async throws {
             try await BusHost.with(strategies: Self.hostKeys) { host in
                 let dir = try TempDir("vigil-hold")

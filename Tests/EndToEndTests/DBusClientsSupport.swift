@@ -115,7 +115,8 @@ final class BusHost: Sendable {
 
     /// Starts the bus, the watcher and vigild, and waits until vigild owns
     /// its name and (with the default strategies) `mail-sync` holds its lease.
-    static func start(strategies: String = defaultStrategies) async throws -> BusHost {
+    /// `executable`: a wrapper argv that ends by exec'ing vigild (``Daemon``).
+    static func start(strategies: String = defaultStrategies, executable: [String]? = nil) async throws -> BusHost {
         let bus = try PrivateBusDaemon()
         do {
             let dir = try TempDir()
@@ -134,7 +135,8 @@ final class BusHost: Sendable {
             let consumers = [hostSignals, ownerChanges, objectManager].map { stream in
                 Task { for await message in stream { signals.append(message) } }
             }
-            let daemon = try Daemon(arguments: ["--config", config], environment: ["DBUS_SESSION_BUS_ADDRESS": ""])
+            let daemon = try Daemon(arguments: ["--config", config], environment: ["DBUS_SESSION_BUS_ADDRESS": ""],
+                                    executable: executable.map { $0 + [Build.vigild] })
             let host = BusHost(bus: bus, dir: dir, configPath: config, daemon: daemon, watcher: watcher, signals: signals, consumers: consumers)
             do {
                 _ = try await signals.first { $0.member == "NameOwnerChanged" && $0.body.first == .string(name) && $0.body.last != .string("") }
@@ -153,8 +155,8 @@ final class BusHost: Sendable {
     }
 
     /// Runs `body` with a started host and stops everything afterwards.
-    static func with<T>(strategies: String = defaultStrategies, _ body: (BusHost) async throws -> T) async throws -> T {
-        let host = try await start(strategies: strategies)
+    static func with<T>(strategies: String = defaultStrategies, executable: [String]? = nil, _ body: (BusHost) async throws -> T) async throws -> T {
+        let host = try await start(strategies: strategies, executable: executable)
         do {
             let result = try await body(host)
             await host.stop()

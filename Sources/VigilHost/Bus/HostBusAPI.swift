@@ -132,7 +132,7 @@ public actor HostBusAPI {
     /// The freedesktop inhibit names and objects, when served.
     private var inhibitBridge: InhibitBusBridge?
     private let survival: HostBusSurvivalReader
-    private let log: StrategyLogger
+    let log: StrategyLogger
 
     public init(services: HostBusServices, connection: DBusConnection, hostUID: UInt32) {
         self.services = services

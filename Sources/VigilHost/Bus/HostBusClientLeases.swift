@@ -22,6 +22,9 @@ extension HostBusAPI {
         do {
             granted = try await services.clientLeases.begin(identity, reason: reason, budgetMicros: budget)
         } catch {
+            if error.code == .outOfDescriptors, DescriptorLimit.firstExhaustion() {
+                log.error("refusing client leases: \(error.description) (logged once)")
+            }
             throw error.dbusError
         }
         // libdbus duplicates the fd into the reply; this copy closes with

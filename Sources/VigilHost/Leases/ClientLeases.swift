@@ -34,6 +34,9 @@ public struct ClientLeaseError: Error, Sendable, Equatable, CustomStringConverti
         case accessDenied
         /// The power backend refused the hold, or a pipe could not be made.
         case failed
+        /// vigild has no file descriptors left for the lease pipe: the
+        /// message names the limit (``DescriptorLimit``). LimitsExceeded.
+        case outOfDescriptors
     }
     public var code: Code
     public var description: String
@@ -46,7 +49,7 @@ public struct ClientLeaseError: Error, Sendable, Equatable, CustomStringConverti
     public var dbusName: String {
         switch code {
         case .invalidArgument: "org.freedesktop.DBus.Error.InvalidArgs"
-        case .limitExceeded: "org.freedesktop.DBus.Error.LimitsExceeded"
+        case .limitExceeded, .outOfDescriptors: "org.freedesktop.DBus.Error.LimitsExceeded"
         case .ended: VigilAPI.leaseEndedError
         case .accessDenied: "org.freedesktop.DBus.Error.AccessDenied"
         case .failed: "org.freedesktop.DBus.Error.Failed"
@@ -115,6 +118,8 @@ public actor ClientLeases {
         let pipe: (token: UInt64, writeEnd: Int32)
         do {
             pipe = try fdWatcher().makeWatchedPipe()
+        } catch let error as DescriptorsExhausted {
+            throw ClientLeaseError(.outOfDescriptors, error.description)
         } catch {
             throw ClientLeaseError(.failed, "\(error)")
         }

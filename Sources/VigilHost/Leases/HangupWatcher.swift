@@ -80,8 +80,23 @@ final class HangupWatcher: @unchecked Sendable {
     func makeWatchedPipe() throws -> (token: UInt64, writeEnd: Int32) {
         var fds: [Int32] = [-1, -1]
         guard vigil_pipe_cloexec(&fds) == 0 else {
-            throw PowerBackendError("cannot create a lease pipe: \(String(cString: strerror(errno)))")
+            let code = errno
+            if DescriptorLimit.isExhaustion(code) { throw DescriptorsExhausted(doing: "cannot create a lease pipe", code: code) }
+            throw PowerBackendError("cannot create a lease pipe: \(String(cString: strerror(code)))")
         }
+        // The reply that hands the write end out needs one descriptor more
+        // (libdbus dups it): make sure there is one, so running out is
+        // reported here, with the limit named, rather than as a reply that
+        // cannot be built.
+        let spare = fcntl(fds[1], F_DUPFD_CLOEXEC, 3)
+        guard spare >= 0 else {
+            let code = errno
+            close(fds[0])
+            close(fds[1])
+            if DescriptorLimit.isExhaustion(code) { throw DescriptorsExhausted(doing: "cannot pass a lease pipe", code: code) }
+            throw PowerBackendError("cannot pass a lease pipe: \(String(cString: strerror(code)))")
+        }
+        close(spare)
         _ = fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK)
         let (token, startThread, failure) = lock.withLock { () -> (UInt64, Bool, String?) in
             let token = nextToken
