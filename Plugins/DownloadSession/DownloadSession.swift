@@ -235,9 +235,17 @@ actor DownloadManager {
             throw BusMethodError.invalidArgs("\(path) is already the destination of download \(other.id) (\(other.state.rawValue))")
         }
         let record = DownloadRecord(id: allocateID(), url: url, dest: name, sha256: sha256, size: size, origin: "bus", state: .queued)
+        // The destination is taken from before the first suspension point
+        // (a concurrent Enqueue to it is refused) and given back if the
+        // record cannot be stored.
         records[record.id] = record
-        try await context.store.put("next-id", Array(String(nextID).utf8))
-        try await save(record)
+        do {
+            try await context.store.put("next-id", Array(String(nextID).utf8))
+            try await save(record)
+        } catch {
+            records[record.id] = nil
+            throw error
+        }
         await exportObject(record.id)
         log.info("download \(record.id) enqueued by uid \(caller.uid): \(url) -> \(path)")
         await context.events.record("download-enqueued", ["id": String(record.id), "url": url, "dest": path])
