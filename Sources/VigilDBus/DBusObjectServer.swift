@@ -427,12 +427,12 @@ public final class DBusObjectServer: @unchecked Sendable {
             }
             if let found = interfaces.first(where: { $0.name == interfaceName }) { return .success(found) }
             if DBusStandardInterfaces.names.contains(interfaceName) { return .success(DBusInterface(interfaceName)) }
-            return .failure(.unknownInterface("the object at \(DBusError.excerpt(path)) has no interface \(interfaceName)"))
+            return .failure(.unknownInterface("the object at \(ClientText.excerpt(path)) has no interface \(ClientText.excerpt(interfaceName))"))
         }
         func findProperty(_ interfaceName: String, _ name: String) -> Result<DBusProperty, DBusError> {
             find(interfaceName).flatMap { interface in
                 guard let property = interface.property(named: name) else {
-                    return .failure(.unknownProperty("\(interfaceName) has no property \(name)"))
+                    return .failure(.unknownProperty("\(ClientText.excerpt(interfaceName)) has no property \(ClientText.excerpt(name))"))
                 }
                 return .success(property)
             }
@@ -601,8 +601,11 @@ extension DBusConnection {
             reply = Self.makeError(for: call, error)
         }
         guard let reply else { return }
+        // A reply with fds that the caller's connection cannot receive is
+        // refused by the bus: the caller then gets this error instead.
+        let ifRefused = dbus_message_contains_unix_fds(reply.raw) == 0 ? nil : Self.makeError(for: call, .notSupported(Self.callerCannotReceiveFDs))
         do {
-            try sendOnQueue(reply)
+            try sendOnQueue(reply, ifRefused: ifRefused)
         } catch {
             // e.g. fds on a connection that cannot pass them: tell the caller.
             if let fallback = Self.makeError(for: call, error) { try? sendOnQueue(fallback) }
