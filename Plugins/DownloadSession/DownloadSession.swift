@@ -157,7 +157,7 @@ actor DownloadManager {
     static func downloadID(_ args: [BusValue], _ objectPath: String) throws -> UInt64 {
         guard case .objectPath(let path)? = args.first else { throw BusMethodError.invalidArgs("expected a download object path") }
         guard let id = VigilAPI.downloadID(path: path, strategyPath: objectPath) else {
-            throw BusMethodError.unknownObject("\(path) is not a download of this session (expected \(objectPath)/\(VigilAPI.downloadRelativePath(0).dropLast())<id>)")
+            throw BusMethodError.unknownObject("\(ClientText.excerpt(path)) is not a download of this session (expected \(objectPath)/\(VigilAPI.downloadRelativePath(0).dropLast())<id>)")
         }
         return id
     }
@@ -215,13 +215,13 @@ actor DownloadManager {
                 guard let n = value.integerValue, n >= 0 else { throw BusMethodError.invalidArgs("option size: expected a non-negative integer") }
                 size = n
             default:
-                throw BusMethodError.invalidArgs("unknown option \"\(key.prefix(64))\"; expected sha256 (s) or size (t)")
+                throw BusMethodError.invalidArgs("unknown option \"\(ClientText.excerpt(key))\"; expected sha256 (s) or size (t)")
             }
         }
         var name = dest
         if name.isEmpty {
             guard let derived = DestinationPath.defaultName(urlPath: urlPath) else {
-                throw BusMethodError.invalidArgs("cannot take a file name from \"\(url.prefix(64))\"; give dest")
+                throw BusMethodError.invalidArgs("cannot take a file name from \"\(ClientText.excerpt(url))\"; give dest")
             }
             name = derived
         }

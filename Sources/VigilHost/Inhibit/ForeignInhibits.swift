@@ -225,7 +225,7 @@ public actor ForeignInhibits {
     private func checkPolicy(app: String, executable: String?) throws(ClientLeaseError) {
         let subjects = [app] + (executable.map { [$0] } ?? [])
         func matches(_ pattern: String) -> Bool { subjects.contains { fnmatch(pattern, $0, 0) == 0 } }
-        let who = "inhibit by \"\(TerminalText.escaped(String(app.prefix(64))))\" (\(executable.map { TerminalText.escaped($0) } ?? "executable unknown"))"
+        let who = "inhibit by \"\(ClientText.excerpt(app))\" (\(executable.map { ClientText.excerpt($0) } ?? "executable unknown"))"
         if let rule = settings.deny.first(where: matches) {
             throw ClientLeaseError(.accessDenied, "\(who) is denied by inhibit_deny pattern \"\(rule)\"")
         }
