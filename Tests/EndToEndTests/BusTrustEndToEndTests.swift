@@ -345,14 +345,7 @@ extension EndToEnd.BusTrustEndToEndTests {
 
     @Test func everyMethodQuotesAnOversizedArgumentBoundedAndEscaped() async throws {
         let downloads = try TempDir("vigil-e2e-oversized")
-        try await BusHost.with(strategies: BusHost.defaultStrategies + """
-
-
-            [[strategy]]
-            name = "dl"
-            kind = "download-session"
-            dir = "\(downloads.path)"
-            """) { host in
+        try await BusHost.with(strategies: BusHost.withDownloads(in: downloads.path)) { host in
             // The strategy registers its D-Bus methods before it says what it knows.
             try await host.daemon.waitForLine(containing: " known, ")
             let result = try runCommand("/usr/bin/python3", [Self.oversizedArguments, host.address])

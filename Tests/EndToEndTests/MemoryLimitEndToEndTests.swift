@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Testing
+import VigilTestSupport
 
 /// vigild under an address-space limit (`prlimit --as`): below what it needs
 /// it exits at once with status 71 and a message naming the limit; above
@@ -17,16 +18,7 @@ extension EndToEnd {
 
         /// The exit status, or nil if `daemon` is still running after `limit`.
         static func exitStatus(_ daemon: Daemon, within limit: Duration) async -> Int32? {
-            await withTaskGroup(of: Int32?.self) { group in
-                group.addTask { await daemon.waitForExit() }
-                group.addTask {
-                    try? await Task.sleep(for: limit)
-                    return nil
-                }
-                let first = await group.next() ?? nil
-                group.cancelAll()
-                return first
-            }
+            await first(within: limit) { await daemon.waitForExit() }
         }
 
         @Test func aLimitVigildCannotMeetEndsItAtOnceWithAClearMessage() async throws {
