@@ -51,7 +51,8 @@ let package = Package(
         .target(name: "CLeaseFloor", dependencies: ["CDBus"], path: "Sources/CLeaseFloor"),
         .target(
             name: "VigilDBus",
-            dependencies: ["CDBus", "CDBusShim", "CFDWatch"],
+            // VigilKit for ClientText: the one way an error quotes a client's text.
+            dependencies: ["CDBus", "CDBusShim", "CFDWatch", .product(name: "VigilKit", package: "VigilKit")],
             swiftSettings: strict
         ),
         .target(

@@ -1,6 +1,7 @@
 import CCurl
 import CCurlShim
 import Foundation
+import VigilKit
 
 /// libcurl is initialised once per process, before any handle exists.
 enum CurlGlobal {
@@ -345,7 +346,7 @@ enum URLCheck {
         defer { curl_url_cleanup(handle) }
         let rc = curl_url_set(handle, CURLUPART_URL, url, 0)
         guard rc == CURLUE_OK else {
-            return .failure("malformed URL \"\(url)\": \(String(cString: curl_url_strerror(rc)))")
+            return .failure("malformed URL \"\(ClientText.excerpt(url))\": \(String(cString: curl_url_strerror(rc)))")
         }
         func part(_ which: CURLUPart) -> String? {
             var out: UnsafeMutablePointer<CChar>?
@@ -355,10 +356,10 @@ enum URLCheck {
         }
         let scheme = part(CURLUPART_SCHEME)?.lowercased() ?? ""
         guard scheme == "http" || scheme == "https" else {
-            return .failure("unsupported URL scheme \"\(scheme)\" in \"\(url)\"; expected http or https")
+            return .failure("unsupported URL scheme \"\(ClientText.excerpt(scheme))\" in \"\(ClientText.excerpt(url))\"; expected http or https")
         }
         guard let host = part(CURLUPART_HOST), !host.isEmpty else {
-            return .failure("malformed URL \"\(url)\": no host")
+            return .failure("malformed URL \"\(ClientText.excerpt(url))\": no host")
         }
         return .success(part(CURLUPART_PATH) ?? "/")
     }

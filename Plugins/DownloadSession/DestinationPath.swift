@@ -1,4 +1,5 @@
 import Foundation
+import VigilKit
 
 /// Keeps every file a download writes under the configured `dir`.
 ///
@@ -21,16 +22,16 @@ enum DestinationPath {
     static func resolve(_ dest: String, in dir: String, create: Bool) throws(Refusal) -> String {
         guard !dest.isEmpty else { throw Refusal(message: "the destination is empty; expected a file name below \(dir)") }
         guard !dest.hasPrefix("/") else {
-            throw Refusal(message: "destination \"\(dest)\" is absolute; give a path relative to the download dir \(dir)")
+            throw Refusal(message: "destination \"\(ClientText.excerpt(dest))\" is absolute; give a path relative to the download dir \(dir)")
         }
         guard !dest.utf8.contains(0) else { throw Refusal(message: "destination contains a NUL byte") }
         let elements = dest.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
         for element in elements {
             if element == ".." {
-                throw Refusal(message: "destination \"\(dest)\" escapes the download dir \(dir): \"..\" is not allowed")
+                throw Refusal(message: "destination \"\(ClientText.excerpt(dest))\" escapes the download dir \(dir): \"..\" is not allowed")
             }
             if element.isEmpty || element == "." {
-                throw Refusal(message: "destination \"\(dest)\" has an empty or \".\" path element; expected plain names separated by single slashes")
+                throw Refusal(message: "destination \"\(ClientText.excerpt(dest))\" has an empty or \".\" path element; expected plain names separated by single slashes")
             }
         }
         guard let root = realPath(dir) else {
@@ -53,13 +54,13 @@ enum DestinationPath {
             }
             if (st.st_mode & S_IFMT) == S_IFLNK {
                 guard let target = realPath(next), target == root || target.hasPrefix(root + "/") else {
-                    throw Refusal(message: "destination \"\(dest)\" escapes the download dir \(dir): \(next) is a symlink to \(realPath(next) ?? "a missing target") outside it")
+                    throw Refusal(message: "destination \"\(ClientText.excerpt(dest))\" escapes the download dir \(dir): \(next) is a symlink to \(realPath(next) ?? "a missing target") outside it")
                 }
                 current = target
                 continue
             }
             guard (st.st_mode & S_IFMT) == S_IFDIR else {
-                throw Refusal(message: "destination \"\(dest)\": \(next) exists and is not a directory")
+                throw Refusal(message: "destination \"\(ClientText.excerpt(dest))\": \(next) exists and is not a directory")
             }
             current = next
         }

@@ -157,7 +157,7 @@ actor DownloadManager {
     static func downloadID(_ args: [BusValue], _ objectPath: String) throws -> UInt64 {
         guard case .objectPath(let path)? = args.first else { throw BusMethodError.invalidArgs("expected a download object path") }
         guard let id = VigilAPI.downloadID(path: path, strategyPath: objectPath) else {
-            throw BusMethodError.unknownObject("\(path) is not a download of this session (expected \(objectPath)/\(VigilAPI.downloadRelativePath(0).dropLast())<id>)")
+            throw BusMethodError.unknownObject("\(ClientText.excerpt(path)) is not a download of this session (expected \(objectPath)/\(VigilAPI.downloadRelativePath(0).dropLast())<id>)")
         }
         return id
     }
@@ -215,13 +215,13 @@ actor DownloadManager {
                 guard let n = value.integerValue, n >= 0 else { throw BusMethodError.invalidArgs("option size: expected a non-negative integer") }
                 size = n
             default:
-                throw BusMethodError.invalidArgs("unknown option \"\(key.prefix(64))\"; expected sha256 (s) or size (t)")
+                throw BusMethodError.invalidArgs("unknown option \"\(ClientText.excerpt(key))\"; expected sha256 (s) or size (t)")
             }
         }
         var name = dest
         if name.isEmpty {
             guard let derived = DestinationPath.defaultName(urlPath: urlPath) else {
-                throw BusMethodError.invalidArgs("cannot take a file name from \"\(url.prefix(64))\"; give dest")
+                throw BusMethodError.invalidArgs("cannot take a file name from \"\(ClientText.excerpt(url))\"; give dest")
             }
             name = derived
         }
@@ -235,9 +235,17 @@ actor DownloadManager {
             throw BusMethodError.invalidArgs("\(path) is already the destination of download \(other.id) (\(other.state.rawValue))")
         }
         let record = DownloadRecord(id: allocateID(), url: url, dest: name, sha256: sha256, size: size, origin: "bus", state: .queued)
+        // The destination is taken from before the first suspension point
+        // (a concurrent Enqueue to it is refused) and given back if the
+        // record cannot be stored.
         records[record.id] = record
-        try await context.store.put("next-id", Array(String(nextID).utf8))
-        try await save(record)
+        do {
+            try await context.store.put("next-id", Array(String(nextID).utf8))
+            try await save(record)
+        } catch {
+            records[record.id] = nil
+            throw error
+        }
         await exportObject(record.id)
         log.info("download \(record.id) enqueued by uid \(caller.uid): \(url) -> \(path)")
         await context.events.record("download-enqueued", ["id": String(record.id), "url": url, "dest": path])

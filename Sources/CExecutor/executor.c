@@ -2,9 +2,11 @@
 #include "vigil_executor.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -350,4 +352,17 @@ vigil_executor_stats vigil_executor_statistics(void) {
         __atomic_load_n(&stat_timer_wakeups, __ATOMIC_RELAXED),
     };
     return s;
+}
+
+unsigned long long vigil_fit_address_space(void) {
+    struct rlimit limit;
+    if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 0;
+    pthread_attr_t attr;
+    if (pthread_attr_init(&attr) == 0) {
+        pthread_attr_setstacksize(&attr, 1 << 20);
+        pthread_setattr_default_np(&attr);
+        pthread_attr_destroy(&attr);
+    }
+    mallopt(M_ARENA_MAX, 2);
+    return (unsigned long long)limit.rlim_cur;
 }

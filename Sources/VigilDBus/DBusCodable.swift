@@ -1,3 +1,4 @@
+import VigilKit
 import CDBusShim
 
 /// A Swift type whose values all have one D-Bus signature.
@@ -131,7 +132,7 @@ public struct DBusObjectPath: DBusCodable, Hashable, Comparable, CustomStringCon
 
     /// Fails with `InvalidArgs` when `rawValue` is not a valid object path.
     public init(_ rawValue: String) throws(DBusError) {
-        guard Self.isValid(rawValue) else { throw .invalidArgs("\"\(rawValue)\" is not a valid object path") }
+        guard Self.isValid(rawValue) else { throw .invalidArgs("\"\(ClientText.excerpt(rawValue))\" is not a valid object path") }
         self.rawValue = rawValue
     }
 
@@ -161,7 +162,7 @@ public struct DBusSignature: DBusCodable, Hashable, CustomStringConvertible {
     public let rawValue: String
     public init(_ rawValue: String) throws(DBusError) {
         guard DBusSignatureSyntax.isValid(rawValue, singleCompleteType: false) else {
-            throw .invalidArgs("\"\(rawValue)\" is not a valid signature")
+            throw .invalidArgs("\"\(ClientText.excerpt(rawValue))\" is not a valid signature")
         }
         self.rawValue = rawValue
     }

@@ -58,7 +58,7 @@ public final class DBusConnection: @unchecked Sendable {
         if let raw {
             let handle = RawConnection(raw)
             // What was sent in the loop's current turn still goes out first.
-            let unsent = outgoing
+            let unsent = outgoing.map(\.message)
             queue.async {
                 Self.send(unsent, on: handle.raw)
                 dbus_connection_close(handle.raw)
@@ -352,18 +352,21 @@ public final class DBusConnection: @unchecked Sendable {
     // MARK: - Sending
 
     /// Sends a built message; used for signals and replies.
-    func sendOnQueue(_ message: DBusMessageHandle) throws(DBusError) {
+    /// Sends `message` at the end of the loop's turn. `ifRefused`: for a
+    /// reply carrying fds, the error reply to send its caller instead should
+    /// the bus refuse to deliver it (``fdReplyRefused(_:)``).
+    func sendOnQueue(_ message: DBusMessageHandle, ifRefused: DBusMessageHandle? = nil) throws(DBusError) {
         guard let raw, !closed else { throw .disconnected("the connection is closed") }
         if dbus_message_contains_unix_fds(message.raw) != 0, dbus_connection_can_send_type(raw, CDBUS_TYPE_UNIX_FD) == 0 {
-            throw .notSupported("this connection cannot pass unix file descriptors")
+            throw .notSupported(Self.cannotPassFDs)
         }
         if outgoing.isEmpty { queue.atEndOfTurn { [weak self] in self?.flushOutgoing() } }
-        outgoing.append(message)
+        outgoing.append((message, ifRefused))
     }
 
     /// Messages sent during the loop's current turn, handed to libdbus
     /// together at its end: written back to back, they wake the bus once.
-    private var outgoing: [DBusMessageHandle] = []
+    private var outgoing: [(message: DBusMessageHandle, ifRefused: DBusMessageHandle?)] = []
 
     /// Hands the messages sent so far to libdbus, in order (on the queue).
     func flushOutgoing() {
@@ -371,16 +374,44 @@ public final class DBusConnection: @unchecked Sendable {
         let batch = outgoing
         outgoing = []
         guard let raw, !closed else { return }
-        Self.send(batch, on: raw)
+        let serials = Self.send(batch.map(\.message), on: raw)
+        for (serial, sent) in zip(serials, batch) {
+            if let ifRefused = sent.ifRefused { refusable.insert(serial, ifRefused) }
+        }
     }
 
-    /// Hands `messages` to libdbus in order. It fails only when out of
-    /// memory; the rest are then lost, as they would be had libdbus failed
-    /// to queue each at once.
-    private static func send(_ messages: [DBusMessageHandle], on raw: OpaquePointer) {
+    /// Hands `messages` to libdbus in order; returns the serials of those
+    /// it took. It fails only when out of memory; the rest are then lost,
+    /// as they would be had libdbus failed to queue each at once.
+    @discardableResult
+    private static func send(_ messages: [DBusMessageHandle], on raw: OpaquePointer) -> [UInt32] {
+        var serials: [UInt32] = []
+        serials.reserveCapacity(messages.count)
         for message in messages {
-            guard dbus_connection_send(raw, message.raw, nil) != 0 else { return }
+            var serial: UInt32 = 0
+            guard dbus_connection_send(raw, message.raw, &serial) != 0 else { break }
+            serials.append(serial)
         }
+        return serials
+    }
+
+    static let cannotPassFDs = "this connection cannot pass unix file descriptors"
+
+    /// Replies carrying fds that the bus may still refuse to deliver, by
+    /// serial, with the error reply to send instead. The bus refuses at
+    /// once, so only the latest few hundred can still be refused.
+    private var refusable = RecentReplies()
+
+    /// An error from the bus driver that answers one of our replies: the
+    /// bus did not deliver it, because the caller's connection cannot
+    /// receive fds (`NotSupported`). A bus keeps no reply slot open after
+    /// that, so the caller would wait out its timeout: it gets the error
+    /// reply instead, and the fds (closed by the bus) end whatever they held.
+    private func fdReplyRefused(_ message: OpaquePointer) {
+        let serial = dbus_message_get_reply_serial(message)
+        guard serial != 0, dbus_message_get_sender(message).map({ String(cString: $0) == Self.busDriverName }) ?? false,
+              let fallback = refusable.remove(serial) else { return }
+        try? sendOnQueue(fallback)
     }
 
     /// Builds a method call, validating every name first (libdbus aborts on
@@ -638,6 +669,7 @@ public final class DBusConnection: @unchecked Sendable {
 
     /// Called by libdbus (on the queue) for every incoming message.
     private func filter(_ message: OpaquePointer) {
+        if dbus_message_get_type(message) == CDBUS_MESSAGE_TYPE_ERROR { return fdReplyRefused(message) }
         guard dbus_message_get_type(message) == CDBUS_MESSAGE_TYPE_SIGNAL else { return }
         if dbus_message_is_signal(message, "org.freedesktop.DBus.Local", "Disconnected") != 0 {
             closed = true
@@ -806,7 +838,7 @@ private final class PendingReply: @unchecked Sendable {
             return continuation.resume(throwing: DBusError.disconnected("the connection is closed"))
         }
         if dbus_message_contains_unix_fds(message.raw) != 0, dbus_connection_can_send_type(raw, CDBUS_TYPE_UNIX_FD) == 0 {
-            return continuation.resume(throwing: DBusError.notSupported("this connection cannot pass unix file descriptors"))
+            return continuation.resume(throwing: DBusError.notSupported(DBusConnection.cannotPassFDs))
         }
         connection.flushOutgoing()
         var pendingCall: OpaquePointer?
@@ -861,5 +893,32 @@ private final class PendingReply: @unchecked Sendable {
             dbus_pending_call_unref(pending)
         }
         continuation.resume(throwing: CancellationError())
+    }
+}
+
+/// The last replies carrying fds that were sent, by serial, each with the
+/// error reply that replaces it if the bus refuses it; the oldest are
+/// forgotten beyond `capacity`. Only used on the connection's queue.
+struct RecentReplies {
+    static let capacity = 1024
+    private var fallbacks: [UInt32: DBusMessageHandle] = [:]
+    private var order: [UInt32] = []
+    private var oldest = 0
+
+    mutating func insert(_ serial: UInt32, _ fallback: DBusMessageHandle) {
+        if order.count - oldest >= Self.capacity {
+            fallbacks[order[oldest]] = nil
+            oldest += 1
+            if oldest > Self.capacity {
+                order.removeFirst(oldest)
+                oldest = 0
+            }
+        }
+        order.append(serial)
+        fallbacks[serial] = fallback
+    }
+
+    mutating func remove(_ serial: UInt32) -> DBusMessageHandle? {
+        fallbacks.removeValue(forKey: serial)
     }
 }

@@ -34,14 +34,6 @@ public struct DBusError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let noMemory = "org.freedesktop.DBus.Error.NoMemory"
     }
 
-    /// At most `limit` characters of a client's text (an object path, a
-    /// string argument) for an error message, so a reply never echoes a
-    /// huge value back. Whoever prints the message escapes it.
-    public static func excerpt(_ text: String, limit: Int = 64) -> String {
-        guard text.utf8.count > limit else { return text }
-        return String(text.prefix(limit)) + "…"
-    }
-
     public static func failed(_ message: String) -> DBusError { DBusError(name: Name.failed, message: message) }
     public static func unknownMethod(_ message: String) -> DBusError { DBusError(name: Name.unknownMethod, message: message) }
     public static func unknownObject(_ message: String) -> DBusError { DBusError(name: Name.unknownObject, message: message) }

@@ -378,6 +378,11 @@ public enum DBusIntrospection {
                 for (arg, direction) in args {
                     xml += "      <arg type=\"\(escape(arg.signature))\" name=\"\(escape(arg.name))\" direction=\"\(direction)\"/>\n"
                 }
+                // gdbus-codegen passes fds only for methods so annotated:
+                // without it, the generated C client drops the reply's fd.
+                if args.contains(where: { $0.0.signature.contains("h") }) {
+                    xml += "      <annotation name=\"org.gtk.GDBus.C.UnixFD\" value=\"true\"/>\n"
+                }
                 xml += "    </method>\n"
             }
             for signal in interface.signals {

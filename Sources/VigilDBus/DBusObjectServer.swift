@@ -1,4 +1,5 @@
 import CDBus
+import VigilKit
 import CDBusShim
 
 /// Exports objects (declared `DBusInterface`s at object paths) on a
@@ -308,7 +309,7 @@ public final class DBusObjectServer: @unchecked Sendable {
         // Standard interfaces first (an absent interface name matches by member).
         let interface = message.interface
         if interface == DBusStandardInterfaces.introspectable || (interface == nil && member == "Introspect" && nodeExists) {
-            guard nodeExists else { return .reply(.failure(.unknownObject("no object at \(DBusError.excerpt(path))"))) }
+            guard nodeExists else { return .reply(.failure(.unknownObject("no object at \(ClientText.excerpt(path))"))) }
             guard member == "Introspect" else { return .reply(.failure(.unknownMethod("\(DBusStandardInterfaces.introspectable) has no method \(member)"))) }
             if let error = expect("") { return .reply(.failure(error)) }
             let xml = DBusIntrospection.xml(interfaces: interfaces ?? [], isObject: interfaces != nil,
@@ -317,7 +318,7 @@ public final class DBusObjectServer: @unchecked Sendable {
         }
         if interface == DBusStandardInterfaces.objectManager {
             guard isManager else {
-                return .reply(.failure(nodeExists ? .unknownInterface("no ObjectManager at \(DBusError.excerpt(path))") : .unknownObject("no object at \(DBusError.excerpt(path))")))
+                return .reply(.failure(nodeExists ? .unknownInterface("no ObjectManager at \(ClientText.excerpt(path))") : .unknownObject("no object at \(ClientText.excerpt(path))")))
             }
             guard member == "GetManagedObjects" else { return .reply(.failure(.unknownMethod("\(DBusStandardInterfaces.objectManager) has no method \(member)"))) }
             if let error = expect("") { return .reply(.failure(error)) }
@@ -331,7 +332,7 @@ public final class DBusObjectServer: @unchecked Sendable {
             }
         }
         guard let interfaces else {
-            return .reply(.failure(.unknownObject("no object at \(DBusError.excerpt(path))")))
+            return .reply(.failure(.unknownObject("no object at \(ClientText.excerpt(path))")))
         }
         if interface == DBusStandardInterfaces.properties || (interface == nil && ["Get", "GetAll", "Set"].contains(member)
             && !interfaces.contains { $0.method(named: member) != nil }) {
@@ -354,12 +355,12 @@ public final class DBusObjectServer: @unchecked Sendable {
         let target: DBusInterface
         if let interface {
             guard let found = interfaces.first(where: { $0.name == interface }) else {
-                return .reply(.failure(.unknownInterface("the object at \(DBusError.excerpt(path)) has no interface \(interface)")))
+                return .reply(.failure(.unknownInterface("the object at \(ClientText.excerpt(path)) has no interface \(interface)")))
             }
             target = found
         } else {
             guard let found = interfaces.first(where: { $0.method(named: member) != nil }) else {
-                return .reply(.failure(.unknownMethod("the object at \(DBusError.excerpt(path)) has no method \(member)")))
+                return .reply(.failure(.unknownMethod("the object at \(ClientText.excerpt(path)) has no method \(member)")))
             }
             target = found
         }
@@ -427,12 +428,12 @@ public final class DBusObjectServer: @unchecked Sendable {
             }
             if let found = interfaces.first(where: { $0.name == interfaceName }) { return .success(found) }
             if DBusStandardInterfaces.names.contains(interfaceName) { return .success(DBusInterface(interfaceName)) }
-            return .failure(.unknownInterface("the object at \(DBusError.excerpt(path)) has no interface \(interfaceName)"))
+            return .failure(.unknownInterface("the object at \(ClientText.excerpt(path)) has no interface \(ClientText.excerpt(interfaceName))"))
         }
         func findProperty(_ interfaceName: String, _ name: String) -> Result<DBusProperty, DBusError> {
             find(interfaceName).flatMap { interface in
                 guard let property = interface.property(named: name) else {
-                    return .failure(.unknownProperty("\(interfaceName) has no property \(name)"))
+                    return .failure(.unknownProperty("\(ClientText.excerpt(interfaceName)) has no property \(ClientText.excerpt(name))"))
                 }
                 return .success(property)
             }
@@ -603,8 +604,11 @@ extension DBusConnection {
             reply = Self.makeError(for: call, error)
         }
         guard let reply else { return }
+        // A reply with fds that the caller's connection cannot receive is
+        // refused by the bus: the caller then gets this error instead.
+        let ifRefused = dbus_message_contains_unix_fds(reply.raw) == 0 ? nil : Self.makeError(for: call, .notSupported(Self.callerCannotReceiveFDs))
         do {
-            try sendOnQueue(reply)
+            try sendOnQueue(reply, ifRefused: ifRefused)
         } catch {
             // e.g. fds on a connection that cannot pass them: tell the caller.
             if let fallback = Self.makeError(for: call, error) { try? sendOnQueue(fallback) }
@@ -624,6 +628,8 @@ extension DBusConnection {
             if let fallback = Self.makeError(for: call, error) { try? sendOnQueue(fallback) }
         }
     }
+
+    static let callerCannotReceiveFDs = "the reply carries a unix fd, and the bus cannot pass fds to this caller's connection: negotiate fd passing (NEGOTIATE_UNIX_FD) on a unix socket"
 
     static func makeError(for call: DBusMessageHandle, _ error: DBusError) -> DBusMessageHandle? {
         let name = DBusSignatureSyntax.isValidErrorName(error.name) ? error.name : DBusError.Name.failed

@@ -2,6 +2,7 @@ import ArgumentParser
 import CExecutor
 import Dispatch
 import Foundation
+import Glibc
 import VigilDBus
 import VigilHost
 import VigilKit
@@ -52,18 +53,41 @@ struct Vigild: AsyncParsableCommand {
     @Flag(name: .customLong("print-inhibit-introspection"), help: "Print the D-Bus introspection XML of the freedesktop inhibit interfaces vigild serves for apps (docs/freedesktop-inhibit.xml) and exit.")
     var printInhibitIntrospection = false
 
+    /// The least address space vigild starts in: measured with `prlimit
+    /// --as` (docs/deployment.md, "Memory limits").
+    static let addressSpaceFloor: UInt64 = 256 << 20
+    /// `EX_OSERR`: the system cannot give vigild the memory or threads it needs.
+    static let outOfResourcesStatus: Int32 = 71
+
     /// Installs Vigil's global executor before any task exists, then runs
     /// the command as ArgumentParser would. See Sources/CExecutor for why.
     static func main() async {
         // A reader of stdout/stderr that goes away must not kill the host:
         // writes then fail with EPIPE, which the log sink counts.
         signal(SIGPIPE, SIG_IGN)
+        let addressSpace = vigil_fit_address_space()
+        if addressSpace > 0 {
+            // Below the floor vigild would fail later where it could not say
+            // why (docs/deployment.md, "Memory limits").
+            guard addressSpace >= Self.addressSpaceFloor else {
+                Self.writeStderr("vigild: the address-space limit (RLIMIT_AS) is \(addressSpace >> 20) MiB; vigild needs at least "
+                            + "\(Self.addressSpaceFloor >> 20) MiB (prlimit --as, ulimit -v, systemd LimitAS=): raise the limit\n")
+                Glibc.exit(Self.outOfResourcesStatus)
+            }
+            StderrLogSink().log(.notice, source: "vigild", "the address space is limited to \(addressSpace >> 20) MiB (RLIMIT_AS): "
+                                + "threads reserve 1 MiB of stack and malloc keeps 2 arenas")
+        }
         let workers = Int32(max(2, min(8, ProcessInfo.processInfo.activeProcessorCount)))
         // VIGIL_DEFAULT_EXECUTOR=1 keeps Swift's default executor (diagnosis).
         if ProcessInfo.processInfo.environment["VIGIL_DEFAULT_EXECUTOR"] == "1" {
             // keep the default executor
         } else if vigil_executor_install(workers) != 0 {
-            StderrLogSink().log(.warning, source: "vigild", "cannot install Vigil's executor (\(String(cString: strerror(errno)))); using the default one, which wakes every second")
+            // Most likely out of memory or threads: the default executor
+            // would need threads too, and libdispatch retries a thread it
+            // cannot create forever, leaving signals unserved.
+            Self.writeStderr("vigild: cannot start the executor's threads (\(String(cString: strerror(errno)))): out of memory or threads "
+                        + "(RLIMIT_AS, RLIMIT_NPROC, the cgroup's pids.max or memory.max?)\n")
+            Glibc.exit(Self.outOfResourcesStatus)
         }
         do {
             var command = try parseAsRoot()
@@ -91,7 +115,7 @@ struct Vigild: AsyncParsableCommand {
         do {
             loaded = try ConfigLoader.loadWithPlugins(path: path)
         } catch {
-            writeStderr("vigild: invalid config\n\(error)\n")
+            Self.writeStderr("vigild: invalid config\n\(error)\n")
             throw ExitCode(78)
         }
         var config = loaded.config
@@ -203,7 +227,7 @@ struct Vigild: AsyncParsableCommand {
 
     /// Writes to stderr without trapping on EPIPE/ENOSPC (unlike
     /// FileHandle.write): the text is multi-line config diagnostics.
-    func writeStderr(_ text: String) {
+    static func writeStderr(_ text: String) {
         var bytes = Array(text.utf8)[...]
         while !bytes.isEmpty {
             let n = bytes.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }

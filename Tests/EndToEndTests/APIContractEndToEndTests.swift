@@ -43,14 +43,7 @@ extension EndToEnd {
 
         @Test func everyExportedInterfaceIsTheDeclaredOne() async throws {
             let downloads = try TempDir("vigil-e2e-contract")
-            try await BusHost.with(strategies: BusHost.defaultStrategies + """
-
-
-                [[strategy]]
-                name = "dl"
-                kind = "download-session"
-                dir = "\(downloads.path)"
-                """) { host in
+            try await BusHost.with(strategies: BusHost.withDownloads(in: downloads.path)) { host in
                 // The strategy adds its interface when its run starts: before
                 // vigild took its name (then GetManagedObjects lists it) or
                 // after (then the watcher, subscribed from the start, saw

@@ -100,6 +100,9 @@ extension EndToEnd {
 
             #expect(kill(busPID, SIGKILL) == 0)
             try await daemon.waitForLine(containing: "lost the connection to")
+            // What it says of the dead bus is what it then does.
+            let died = try await daemon.waitForLine(containing: "the private dbus-daemon (pid \(busPID)) was killed by signal 9")
+            #expect(died.hasSuffix("clients cannot reach this host until vigild has started a new one and reconnected"), "\(died)")
             let again = try await daemon.waitForLine(containing: "started a private dbus-daemon (pid ", after: 1)
             try await daemon.waitForLine(containing: "serving org.vigil.Vigil1 again as ")
             #expect(pidAfter("(pid ", in: again) != busPID)

@@ -336,3 +336,34 @@ extension EndToEnd.BusTrustEndToEndTests {
         }
     }
 }
+
+/// Every error quoting a client's text quotes it through one function
+/// (ClientText.excerpt): bounded and escaped, on every interface vigild
+/// serves (Tests/Fixtures/oversized-arguments.py).
+extension EndToEnd.BusTrustEndToEndTests {
+    static let oversizedArguments = Build.packageRoot.appendingPathComponent("Tests/Fixtures/oversized-arguments.py").path
+
+    @Test func everyMethodQuotesAnOversizedArgumentBoundedAndEscaped() async throws {
+        let downloads = try TempDir("vigil-e2e-oversized")
+        try await BusHost.with(strategies: BusHost.withDownloads(in: downloads.path)) { host in
+            // The strategy registers its D-Bus methods before it says what it knows.
+            try await host.daemon.waitForLine(containing: " known, ")
+            let result = try runCommand("/usr/bin/python3", [Self.oversizedArguments, host.address])
+            try #require(result.status == 0, "\(result.stderr)")
+            let calls = result.stdout.split(separator: "\n").filter { $0.hasPrefix("call ") }.map { $0.split(separator: " ").map(String.init) }
+            #expect(!result.stdout.contains("escaped False"), "\(result.stdout)")
+            // The host's, the strategy's, the freedesktop and the standard interfaces, on every object.
+            for method in ["org.vigil.Vigil1.Host.BeginBackgroundTask", "org.vigil.Vigil1.DownloadSession.Enqueue",
+                           "org.freedesktop.ScreenSaver.Inhibit", "org.freedesktop.PowerManagement.Inhibit.Inhibit",
+                           "org.freedesktop.impl.portal.Inhibit.Inhibit", "org.freedesktop.DBus.Properties.Set"] {
+                #expect(calls.contains { $0.count == 6 && $0[2] == method }, "\(method) was not called: \(result.stdout)")
+            }
+            for call in calls {
+                #expect((Int(call.last ?? "") ?? .max) <= 400, "\(call.joined(separator: " "))")
+            }
+            let huge = calls.filter { $0.count == 5 && $0[1] == "huge" }.map { "\($0[2]) \($0[3])" }
+            #expect(huge == ["Get org.freedesktop.DBus.Error.UnknownProperty", "GetAll org.freedesktop.DBus.Error.UnknownInterface",
+                             "Set org.freedesktop.DBus.Error.UnknownProperty"], "\(result.stdout)")
+        }
+    }
+}

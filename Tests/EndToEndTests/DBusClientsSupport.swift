@@ -92,6 +92,18 @@ final class BusHost: Sendable {
         run = ["/bin/true"]
         """
 
+    /// The default strategies and a download-session named `dl` saving in `dir`.
+    static func withDownloads(in dir: String) -> String {
+        defaultStrategies + """
+
+
+            [[strategy]]
+            name = "dl"
+            kind = "download-session"
+            dir = "\(dir)"
+            """
+    }
+
     let bus: PrivateBusDaemon
     let dir: TempDir
     let configPath: String

@@ -17,8 +17,9 @@ extension EndToEnd {
             let dir: TempDir
             let daemon: Daemon
 
-            init(extra: String = "", environment: [String: String] = [:]) async throws {
-                bus = try BusTestDaemon()
+            /// `busLimits`: extra `<limit>` elements for the bus.
+            init(extra: String = "", environment: [String: String] = [:], busLimits: String = "") async throws {
+                bus = try BusTestDaemon(limits: busLimits)
                 dir = try TempDir("vigil-inhibit")
                 let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state"), interval: "60s", extra: "bus = \"\(bus.address)\"\n" + extra))
                 daemon = try Daemon(arguments: ["--config", config], environment: environment)

@@ -23,8 +23,9 @@ public final class TestDBusDaemon: @unchecked Sendable {
     ///
     /// `listen`: the address to listen on (default `unix:dir=` its own
     /// directory); a fixed `unix:path=` lets a second daemon take the same
-    /// address after this one is gone.
-    public convenience init(listen: String? = nil) throws {
+    /// address after this one is gone. `limits`: extra `<limit>` elements
+    /// (more connections per user than the default 256).
+    public convenience init(listen: String? = nil, limits: String = "") throws {
         try self.init(prefix: "vigil-dbus") { directory in
             """
             <type>session</type>
@@ -36,6 +37,7 @@ public final class TestDBusDaemon: @unchecked Sendable {
               <allow eavesdrop="true"/>
               <allow own="*"/>
             </policy>
+            \(limits)
             """
         }
     }

@@ -21,18 +21,9 @@ import VigilKit
     /// The first event for which `condition` holds, or nil after `timeout`.
     static func first(_ events: AsyncStream<LeaseEvent>, within timeout: Duration,
                       where condition: @escaping @Sendable (LeaseEvent) -> Bool) async -> LeaseEvent? {
-        await withTaskGroup(of: LeaseEvent?.self) { group in
-            group.addTask {
-                for await event in events where condition(event) { return event }
-                return nil
-            }
-            group.addTask {
-                try? await Task.sleep(for: timeout)
-                return nil
-            }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            return first
+        await VigilTestSupport.first(within: timeout) {
+            for await event in events where condition(event) { return event }
+            return nil
         }
     }
 

@@ -35,4 +35,12 @@ typedef struct {
 } vigil_executor_stats;
 
 vigil_executor_stats vigil_executor_statistics(void);
+
+/// Under a finite address-space limit (RLIMIT_AS: prlimit --as, ulimit -v,
+/// systemd LimitAS=), makes every thread created later reserve 1 MiB of
+/// stack instead of RLIMIT_STACK's 8 MiB and limits malloc to 2 arenas (each
+/// reserves 64 MiB), so the threads libdispatch starts on demand still fit:
+/// a thread it cannot create makes it retry forever, signals unserved.
+/// Call first thing in main. Returns the limit in bytes, 0 when unlimited.
+unsigned long long vigil_fit_address_space(void);
 #endif

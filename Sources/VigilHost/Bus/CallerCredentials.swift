@@ -1,4 +1,5 @@
 import Synchronization
+import VigilKit
 import VigilDBus
 
 /// Callers' uid and pid, by unique name, on one connection: asked of the bus
@@ -36,7 +37,7 @@ final class CallerCredentials: Sendable {
             destination: DBusConnection.busDriverName, path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
             member: "GetConnectionCredentials", arguments: [sender], returning: [String: DBusVariant].self)
         guard case .uint32(let uid)? = reply["UnixUserID"]?.value else {
-            throw DBusError.failed("the bus did not tell the uid of \(DBusError.excerpt(sender))")
+            throw DBusError.failed("the bus did not tell the uid of \(ClientText.excerpt(sender))")
         }
         var pid: UInt32 = 0
         if case .uint32(let value)? = reply["ProcessID"]?.value { pid = value }

@@ -140,7 +140,7 @@ enum HostBusInterfaces {
     private static func readEntry<T>(_ api: HostBusAPI?, _ path: String, _ value: (borrowing HostBusAPI.LeaseEntry) -> T) throws(DBusError) -> T {
         guard let api else { throw gone() }
         guard let id = VigilAPI.leaseID(path: path), let read = api.readLease(id, value) else {
-            throw DBusError.unknownObject("the lease at \(DBusError.excerpt(path)) has ended")
+            throw DBusError.unknownObject("the lease at \(ClientText.excerpt(path)) has ended")
         }
         return read
     }
@@ -148,7 +148,7 @@ enum HostBusInterfaces {
     /// The id of the lease whose object the call is on.
     private static func leaseID(_ call: DBusMethodCall) throws(DBusError) -> LeaseID {
         guard let id = VigilAPI.leaseID(path: call.path) else {
-            throw DBusError.unknownObject("no lease object at \(DBusError.excerpt(call.path))")
+            throw DBusError.unknownObject("no lease object at \(ClientText.excerpt(call.path))")
         }
         return id
     }
@@ -162,7 +162,7 @@ enum HostBusInterfaces {
         func read(_ value: @escaping @Sendable (ClientIdentity) -> DBusValue) -> APIPropertyGetter {
             .immediateAt { [weak api] path in
                 guard let client = try readEntry(api, path, { $0.snapshot.client }) else {
-                    throw DBusError.unknownObject("the lease at \(DBusError.excerpt(path)) was not begun by a D-Bus client")
+                    throw DBusError.unknownObject("the lease at \(ClientText.excerpt(path)) was not begun by a D-Bus client")
                 }
                 return value(client)
             }

@@ -44,6 +44,8 @@ actor InhibitBusBridge {
     private var requests: [String: (cookie: UInt32, owner: String)] = [:]
     /// Portal monitor Session objects: path → owner.
     private var sessions: [String: String] = [:]
+    /// Request handles whose Inhibit is being granted.
+    private var handlesBeingGranted: Set<String> = []
 
     init(server: DBusObjectServer, connection: DBusConnection, inhibits: ForeignInhibits, log: StrategyLogger,
          credentials: @escaping Credentials, shown: @escaping Shown) {
@@ -130,7 +132,8 @@ actor InhibitBusBridge {
         guard flags & ~0xF == 0 else {
             throw DBusError.invalidArgs("flags \(flags) has bits other than 1 (logout), 2 (user switch), 4 (suspend) and 8 (idle)")
         }
-        guard requests[handle] == nil, sessions[handle] == nil, handle.hasPrefix("/org/freedesktop/portal/desktop/request/") else {
+        guard requests[handle] == nil, sessions[handle] == nil, !handlesBeingGranted.contains(handle),
+              handle.hasPrefix("/org/freedesktop/portal/desktop/request/") else {
             throw DBusError.invalidArgs("the request handle must be a new path under /org/freedesktop/portal/desktop/request/")
         }
         var reason = ""
@@ -142,11 +145,14 @@ actor InhibitBusBridge {
         var what: [String] = []
         if flags & 4 != 0 { what.append("sleep") }
         if flags & 8 != 0 { what.append("idle") }
-        let caller = try await caller(call)
+        // The handle is taken from before the first suspension point: a
+        // second Inhibit with it, meanwhile, is refused.
+        handlesBeingGranted.insert(handle)
+        defer { handlesBeingGranted.remove(handle) }
         let granted: (cookie: UInt32, lease: LeaseID)
         do {
-            granted = try await inhibits.inhibit(source: .portal, app: appID, reason: reason, what: what, caller: caller)
-        } catch {
+            granted = try await inhibits.inhibit(source: .portal, app: appID, reason: reason, what: what, caller: try await caller(call))
+        } catch let error as ClientLeaseError {
             throw error.dbusError
         }
         requests[handle] = (granted.cookie, call.sender)
@@ -176,7 +182,12 @@ actor InhibitBusBridge {
             throw DBusError.limitsExceeded("this connection has \(InhibitSettings.maxPerUID) monitor sessions; close one first")
         }
         sessions[session] = call.sender
-        try await server.export(session, interfaces: [Self.session(self, path: session)])
+        do {
+            try await server.export(session, interfaces: [Self.session(self, path: session)])
+        } catch {
+            sessions[session] = nil
+            throw error
+        }
         let server = self.server
         Task {
             try? await server.emit(path: InhibitBusNames.portalPath, interface: InhibitBusNames.portalInterface, signal: "StateChanged", arguments: [

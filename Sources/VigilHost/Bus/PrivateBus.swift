@@ -229,7 +229,7 @@ public final class PrivateBus: @unchecked Sendable {
         exitTimer = nil
         if !stopping {
             let how = !isChild ? "exited" : vigil_wifsignaled(status) != 0 ? "was killed by signal \(vigil_wtermsig(status))" : "exited with status \(vigil_wexitstatus(status))"
-            log.error("the private dbus-daemon (pid \(pid)) \(how); clients can no longer reach this host until it restarts")
+            log.error("the private dbus-daemon (pid \(pid)) \(how); clients cannot reach this host until vigild has started a new one and reconnected")
         }
         let waiters = exitWaiters
         exitWaiters.removeAll()

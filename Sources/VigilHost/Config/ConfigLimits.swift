@@ -279,14 +279,7 @@ public enum StrategyName {
         return nil
     }
 
-    static func isPrintable(_ scalar: Unicode.Scalar) -> Bool {
-        switch scalar.properties.generalCategory {
-        case .control, .format, .lineSeparator, .paragraphSeparator, .surrogate, .privateUse, .unassigned:
-            return false
-        default:
-            return true
-        }
-    }
+    static func isPrintable(_ scalar: Unicode.Scalar) -> Bool { ClientText.isPrintable(scalar) }
 
     static func describe(_ scalar: Unicode.Scalar) -> String {
         let code = String(format: "U+%04X", scalar.value)

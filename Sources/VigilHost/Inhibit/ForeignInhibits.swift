@@ -96,6 +96,8 @@ public actor ForeignInhibits {
     /// Unique names that left the bus recently (an inhibit racing its
     /// caller's departure is ended at once); bounded, names are never reused.
     private var vanished = VanishedNames()
+    /// Inhibits being granted, counted against the per-uid limit.
+    private var pending = PendingGrants()
     /// Told when the set of held inhibits goes from empty to not, or back.
     private var onHasInhibitChanged: (@Sendable (Bool) -> Void)?
 
@@ -140,10 +142,15 @@ public actor ForeignInhibits {
             throw ClientLeaseError(.invalidArgument, error.message)
         }
         try checkPolicy(app: app, executable: caller.executable)
-        let mine = byCookie.values.filter { $0.caller.uid == caller.uid }.count
+        let beingGranted = pending.count(uid: caller.uid)
+        let mine = byCookie.values.filter { $0.caller.uid == caller.uid }.count + beingGranted
         guard mine < InhibitSettings.maxPerUID else {
-            throw ClientLeaseError(.limitExceeded, "uid \(caller.uid) already holds \(mine) inhibits, the most allowed (\(InhibitSettings.maxPerUID)); release one first")
+            let under = beingGranted > 0 ? " (\(beingGranted) of them being granted now)" : ""
+            throw ClientLeaseError(.limitExceeded, "uid \(caller.uid) already holds \(mine) inhibits\(under), the most allowed (\(InhibitSettings.maxPerUID)); release one first")
         }
+        // Counted against the limit from here, before the first suspension
+        // point, until the inhibit is held or refused.
+        let ticket = pending.reserve(uid: caller.uid)
         let name = app.isEmpty ? "unnamed app" : app
         let log = self.log
         let request = LeaseRequest(
@@ -160,6 +167,7 @@ public actor ForeignInhibits {
             id = try await registry.acquire(strategy: Self.strategyName, request,
                                             client: ClientIdentity(owner: caller.owner, uid: caller.uid, pid: caller.pid, name: name))
         } catch {
+            pending.release(ticket)
             throw ClientLeaseError(.failed, "\(error)")
         }
         await registry.setStatus(id, [
@@ -169,6 +177,7 @@ public actor ForeignInhibits {
         var cookie: UInt32 = 0
         while cookie == 0 || byCookie[cookie] != nil { cookie = generator.next() }
         let wasEmpty = byCookie.isEmpty
+        pending.release(ticket)
         byCookie[cookie] = Held(lease: id, caller: caller, source: source)
         log.with(lease: id).info("lease \(id): inhibit by \"\(TerminalText.escaped(name))\" (uid \(caller.uid), pid \(caller.pid)) through \(source.rawValue) holds \(request.holds)")
         cookieOfLease[id] = cookie
@@ -216,7 +225,7 @@ public actor ForeignInhibits {
     private func checkPolicy(app: String, executable: String?) throws(ClientLeaseError) {
         let subjects = [app] + (executable.map { [$0] } ?? [])
         func matches(_ pattern: String) -> Bool { subjects.contains { fnmatch(pattern, $0, 0) == 0 } }
-        let who = "inhibit by \"\(TerminalText.escaped(String(app.prefix(64))))\" (\(executable.map { TerminalText.escaped($0) } ?? "executable unknown"))"
+        let who = "inhibit by \"\(ClientText.excerpt(app))\" (\(executable.map { ClientText.excerpt($0) } ?? "executable unknown"))"
         if let rule = settings.deny.first(where: matches) {
             throw ClientLeaseError(.accessDenied, "\(who) is denied by inhibit_deny pattern \"\(rule)\"")
         }

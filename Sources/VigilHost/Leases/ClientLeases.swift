@@ -88,6 +88,8 @@ public actor ClientLeases {
     /// while its BeginBackgroundTask is still being answered is caught here.
     /// Unique names are never reused on a bus, so a bounded memory suffices.
     private var vanished = VanishedNames()
+    /// Leases being begun, counted against the per-uid limits.
+    private var pending = PendingGrants()
 
     public init(registry: LeaseRegistry, settings: ClientLeaseSettings) {
         self.registry = registry
@@ -109,11 +111,14 @@ public actor ClientLeases {
             throw ClientLeaseError(.invalidArgument, "name must not be empty: say what the task is, e.g. \"backup\"")
         }
         let budget = try Self.budget(budgetMicros)
-        let mine = held.values.filter { $0.identity.uid == identity.uid }
-        guard mine.count < settings.maxLeasesPerUID else {
-            throw ClientLeaseError(.limitExceeded, "uid \(identity.uid) already holds \(mine.count) client leases, the most allowed ([host] client_max_leases_per_uid = \(settings.maxLeasesPerUID)); end one first")
+        let uid = identity.uid
+        let beingBegun = pending.count(uid: uid)
+        let holding = held.values.filter { $0.identity.uid == uid }.count + beingBegun
+        guard holding < settings.maxLeasesPerUID else {
+            let under = beingBegun > 0 ? " (\(beingBegun) of them being begun now)" : ""
+            throw ClientLeaseError(.limitExceeded, "uid \(uid) already holds \(holding) client leases\(under), the most allowed ([host] client_max_leases_per_uid = \(settings.maxLeasesPerUID)); end one first")
         }
-        try checkTotalBudget(uid: identity.uid, adding: budget, besides: nil)
+        try checkTotalBudget(uid: uid, adding: budget, besides: nil)
 
         let pipe: (token: UInt64, writeEnd: Int32)
         do {
@@ -123,6 +128,9 @@ public actor ClientLeases {
         } catch {
             throw ClientLeaseError(.failed, "\(error)")
         }
+        // Counted against the limits from here, before the first suspension
+        // point, until the lease is held or refused.
+        let ticket = pending.reserve(uid: uid, budget: budget)
         let request = LeaseRequest(
             holds: "background task \"\(identity.name)\" of \(identity.owner) (uid \(identity.uid), pid \(identity.pid))",
             reason: reason.isEmpty ? identity.name : reason,
@@ -133,10 +141,12 @@ public actor ClientLeases {
         do {
             lease = try await registry.acquireSnapshot(strategy: Self.strategyName, request, client: identity)
         } catch {
+            pending.release(ticket)
             watcher?.forget(pipe.token)
             close(pipe.writeEnd)
             throw ClientLeaseError(.failed, "\(error)")
         }
+        pending.release(ticket)
         held[lease.id] = Held(identity: identity, budget: budget, watch: pipe.token)
         if vanished.contains(identity.owner) {
             await end(lease.id, detail: "the client left the bus")
@@ -151,16 +161,25 @@ public actor ClientLeases {
         let budget = try Self.budget(budgetMicros)
         let entry = try owned(id, caller: caller, privileged: privileged, action: "renew")
         try checkTotalBudget(uid: entry.identity.uid, adding: budget, besides: id)
-        let renewed: LeaseSnapshot
+        // The new budget counts from before the first suspension point, so
+        // concurrent renewals and Begins see it; a refused renewal restores
+        // the old one.
+        held[id]?.budget = budget
         do {
-            renewed = try await registry.renew(id, budget: budget)
+            return try await registry.renew(id, budget: budget)
         } catch let error as LeaseError where error.code == .ended {
+            restoreBudget(id, from: budget, to: entry.budget)
             throw ClientLeaseError(.ended, "lease \(id) cannot be renewed: \(error.message)")
         } catch {
+            restoreBudget(id, from: budget, to: entry.budget)
             throw ClientLeaseError(.failed, "\(error)")
         }
-        held[id]?.budget = budget
-        return renewed
+    }
+
+    /// Puts back the budget a refused renewal reserved, unless another
+    /// renewal replaced it meanwhile.
+    private func restoreBudget(_ id: LeaseID, from reserved: Duration, to previous: Duration) {
+        if held[id]?.budget == reserved { held[id]?.budget = previous }
     }
 
     /// Ends a client lease at its owner's (or an administrator's) request.
@@ -238,9 +257,11 @@ public actor ClientLeases {
     /// Throws unless `uid`'s granted budgets (without lease `replaced`, whose
     /// share a renewal replaces) plus `budget` stay within the limit.
     private func checkTotalBudget(uid: UInt32, adding budget: Duration, besides replaced: LeaseID?) throws(ClientLeaseError) {
-        let granted = held.filter { $0.key != replaced && $0.value.identity.uid == uid }.values.reduce(Duration.zero) { $0 + $1.budget }
+        let beingBegun = pending.budget(uid: uid)
+        let granted = held.filter { $0.key != replaced && $0.value.identity.uid == uid }.values.reduce(Duration.zero) { $0 + $1.budget } + beingBegun
         guard granted + budget <= settings.maxBudgetPerUID else {
-            throw ClientLeaseError(.limitExceeded, "a budget of \(budget.vigilDescription) would bring uid \(uid)'s client leases to \((granted + budget).vigilDescription), over the limit of \(settings.maxBudgetPerUID.vigilDescription) ([host] client_max_budget_per_uid); \(granted.vigilDescription) is granted now")
+            let under = beingBegun > .zero ? " (\(beingBegun.vigilDescription) of it for leases being begun now)" : ""
+            throw ClientLeaseError(.limitExceeded, "a budget of \(budget.vigilDescription) would bring uid \(uid)'s client leases to \((granted + budget).vigilDescription), over the limit of \(settings.maxBudgetPerUID.vigilDescription) ([host] client_max_budget_per_uid); \(granted.vigilDescription) is granted now\(under)")
         }
     }
 
