@@ -9,12 +9,14 @@ struct BusOptions: ParsableArguments {
     @Option(help: ArgumentHelp(
         "The bus vigild is on: session, system, or a D-Bus address.",
         discussion: """
-            session (the default) is $DBUS_SESSION_BUS_ADDRESS, else $XDG_RUNTIME_DIR/bus, else the \
-            private bus vigild started and wrote to $XDG_RUNTIME_DIR/vigil/bus (or <state-dir>/bus). \
-            An address looks like unix:path=/run/user/0/bus.
+            session is $DBUS_SESSION_BUS_ADDRESS, else $XDG_RUNTIME_DIR/bus, else the private bus \
+            vigild started and wrote to $XDG_RUNTIME_DIR/vigil/bus (or <state-dir>/bus). Without \
+            --bus: the session bus, or the system bus when no vigild answers on a session bus and \
+            one does there (the packaged vigild.service). An address looks like \
+            unix:path=/run/user/0/bus.
             """,
         valueName: "bus"))
-    var bus: String = "session"
+    var bus: String?
 
     @Option(name: .customLong("state-dir"), help: ArgumentHelp(
         "vigild's state directory, where it writes the address of a private bus it started.",
@@ -25,7 +27,7 @@ struct BusOptions: ParsableArguments {
     var timeout: Double = 10
 
     func validate() throws {
-        guard BusSelection(parsing: bus) != nil else {
+        if let bus, BusSelection(parsing: bus) == nil {
             throw ValidationError("--bus must be session, system or a D-Bus address such as unix:path=/run/vigil/bus, got \"\(bus)\"")
         }
         guard timeout > 0, timeout <= 3_600 else { throw ValidationError("--timeout must be between 0 and 3600 seconds, got \(timeout)") }
@@ -71,7 +73,21 @@ struct VigilBusClient {
 
     /// Finds the bus, connects, and checks that vigild owns its name.
     static func connect(_ options: BusOptions) async throws -> VigilBusClient {
-        let (bus, description) = try locate(options)
+        guard options.bus == nil else { return try await connect(options, on: BusSelection(parsing: options.bus ?? "") ?? .session) }
+        // No --bus: the session bus, else the system bus's vigild (the
+        // packaged system service), which root on a server most often means.
+        do {
+            return try await connect(options, on: .session)
+        } catch let onSession as VigilctlFailure {
+            guard let client = try? await connect(options, on: .system) else {
+                throw VigilctlFailure("\(onSession.description); none answers on the system bus either")
+            }
+            return client
+        }
+    }
+
+    private static func connect(_ options: BusOptions, on selection: BusSelection) async throws -> VigilBusClient {
+        let (bus, description) = try locate(options, selection)
         let connection: DBusConnection
         do {
             connection = try await DBusConnection.connect(to: bus)
@@ -102,10 +118,8 @@ struct VigilBusClient {
 
     /// Resolves `--bus` through `BusLocator`, the way vigild finds its own
     /// bus, and describes it for messages.
-    static func locate(_ options: BusOptions) throws -> (DBusConnection.Bus, String) {
+    static func locate(_ options: BusOptions, _ selection: BusSelection) throws -> (DBusConnection.Bus, String) {
         let environment = ProcessInfo.processInfo.environment
-        // Invariant: `BusOptions.validate` already parsed `bus`.
-        let selection = BusSelection(parsing: options.bus) ?? .session
         let addressFile = BusLocator.addressFile(stateDir: options.stateDir, environment: environment)
         guard let bus = BusLocator.clientBus(selection: selection, stateDir: options.stateDir, environment: environment) else {
             throw VigilctlFailure("""
