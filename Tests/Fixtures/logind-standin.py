@@ -15,6 +15,8 @@ and a test-only interface org.vigil.Test.LogindStandIn:
   RefuseInhibits(u n)                           the next n Inhibit calls fail with
       org.freedesktop.login1.OperationInProgress, as real logind answers while its
       own sleep operation is finishing (right after a resume)
+  DenyInhibits(b deny)                          Inhibit fails with AccessDenied, as logind
+      answers an unprivileged user without polkit's consent
 Usage: logind-standin.py BUS_ADDRESS   (prints "ready" once it owns the name)
 """
 import os
@@ -41,12 +43,15 @@ class Manager(dbus.service.Object):
         self.count_waiters = []  # (n, reply, error, timeout source)
         self.sleep = None  # (started, reply, timeout source) while a sleep is pending
         self.refusals = 0  # Inhibit calls still to refuse as "operation in progress"
+        self.deny = False  # refuse every Inhibit as AccessDenied
 
     def _invalid(self, message):
         return dbus.exceptions.DBusException(message, name="org.freedesktop.DBus.Error.InvalidArgs")
 
     @dbus.service.method(MANAGER, in_signature="ssss", out_signature="h", sender_keyword="sender")
     def Inhibit(self, what, who, why, mode, sender=None):
+        if self.deny:
+            raise dbus.exceptions.DBusException("Permission denied", name="org.freedesktop.DBus.Error.AccessDenied")
         if self.refusals > 0:
             self.refusals -= 1
             self.history.append("refused")
@@ -134,6 +139,10 @@ class Manager(dbus.service.Object):
 
         waiter[3] = GLib.timeout_add(max(1, int(timeout_usec / 1000)), expire)
         self.count_waiters.append(waiter)
+
+    @dbus.service.method(TEST, in_signature="b", out_signature="")
+    def DenyInhibits(self, deny):
+        self.deny = bool(deny)
 
     @dbus.service.method(TEST, in_signature="u", out_signature="")
     def RefuseInhibits(self, n):

@@ -254,6 +254,25 @@ final class LogindStandIn: @unchecked Sendable {
         #expect(none.reason == "auto: no system bus (none, or no answer within 3s), /nonexistent/wake_lock is not writable; leases are tracked only")
     }
 
+    /// A user service without polkit's consent: logind owns its name but
+    /// refuses the user's inhibitors, so auto falls through to what works.
+    @Test func autoSkipsALogindThatRefusesThisUser() async throws {
+        let standIn = try LogindStandIn()
+        defer { standIn.stop() }
+        let observer = try await standIn.bus.connect()
+        _ = try await standIn.call(observer, "DenyInhibits", [.bool(true)], test: true)
+        let chosen = try await PowerChoice.auto.select(wakelockDir: "/nonexistent", probeTimeout: .seconds(30)) { try await standIn.bus.connect() }
+        #expect(chosen.name == "none")
+        #expect(chosen.reason.hasPrefix("auto: logind refuses this user's inhibitors ("), "\(chosen.reason)")
+        #expect(chosen.reason.contains("AccessDenied"), "\(chosen.reason)")
+        // Granted again: logind it is, and its probe left no inhibitor.
+        _ = try await standIn.call(observer, "DenyInhibits", [.bool(false)], test: true)
+        let logind = try await PowerChoice.auto.select(wakelockDir: "/nonexistent", probeTimeout: .seconds(30)) { try await standIn.bus.connect() }
+        #expect(logind.name == "logind")
+        #expect(try await standIn.waitForCount(observer, 0))
+        await observer.close()
+    }
+
     @Test func autoSkipsABusWithoutLogind() async throws {
         let bus = try HostBusDaemon()
         defer { bus.stop() }

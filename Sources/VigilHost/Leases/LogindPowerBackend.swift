@@ -31,6 +31,22 @@ public struct LogindPowerBackend: PowerBackend {
         return (try? reply?.argument(0, as: Bool.self)) == true
     }
 
+    /// Whether logind refuses this process the inhibitors its leases take
+    /// (a `sleep`/`block` inhibitor, taken and closed at once): the refusal
+    /// (`AccessDenied`, from polkit or its absence), or nil when logind
+    /// grants it or refuses for a passing reason.
+    public func refusesInhibitors() async -> String? {
+        do {
+            let fd = try await inhibit(PowerHold(what: ["sleep"], mode: "block"), who: "vigild", why: "checking that logind grants vigild's leases")
+            fd.close()
+            return nil
+        } catch let error as PowerBackendError where error.description.contains(DBusError.Name.accessDenied) {
+            return error.description
+        } catch {
+            return nil
+        }
+    }
+
     public func hold(_ hold: PowerHold, who: String, why: String, budget: Duration?) async throws -> any PowerToken {
         let fd = try await inhibit(hold, who: who, why: why)
         return LogindToken(backend: self, hold: hold, who: who, why: why, fd: fd)
@@ -47,7 +63,7 @@ public struct LogindPowerBackend: PowerBackend {
     /// operation when the resume is complete, normally well within a second;
     /// the bound only stops a stuck logind from holding a caller forever.
     public static let busyRetryBound: Duration = .seconds(30)
-    static let busyRetryPause: Duration = .milliseconds(250)
+    static let busyRetryPause: Duration = .milliseconds(100)
 
     func inhibit(_ hold: PowerHold, who: String, why: String) async throws -> DBusFileDescriptor {
         let reply: DBusMessage

@@ -40,9 +40,18 @@ extension PowerChoice {
             var why: [String] = []
             if let bus = await Self.answering(within: probeTimeout, systemBus) {
                 if await LogindPowerBackend.isAvailable(on: bus) {
-                    return LogindPowerBackend(connection: bus, reason: "auto: org.freedesktop.login1 owns its name on the system bus")
+                    let logind = LogindPowerBackend(connection: bus, reason: "auto: org.freedesktop.login1 owns its name on the system bus and grants this user's inhibitors")
+                    // logind answers, but may refuse this uid its leases
+                    // (a user service without polkit's consent): then it
+                    // is not a backend that works.
+                    if let refusal = await logind.refusesInhibitors() {
+                        why.append("logind refuses this user's inhibitors (\(refusal))")
+                    } else {
+                        return logind
+                    }
+                } else {
+                    why.append("logind is not on the system bus")
                 }
-                why.append("logind is not on the system bus")
             } else {
                 why.append("no system bus (none, or no answer within \(probeTimeout.vigilDescription))")
             }
