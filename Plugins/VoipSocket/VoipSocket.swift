@@ -198,7 +198,7 @@ final class VoipConnection: Sendable {
             let permanent = (error as? LinkError)?.permanent == true
             context.log.warning("cannot connect to \(settings.endpoint): \(message)\(permanent ? " (not transient: retrying at the longest backoff)" : "")")
             await context.events.record("connect-failed", ["remote": settings.endpoint.description, "error": message])
-            guard await backOff(attempt: permanent ? Self.longestBackoff : attempt, after: message) else { return .stop }
+            guard await backOff(attempt: attempt, longest: permanent, after: message) else { return .stop }
             attempt += 1
             return .retry
         }
@@ -251,10 +251,12 @@ final class VoipConnection: Sendable {
     /// An attempt number whose backoff is the configured maximum.
     private static let longestBackoff = 64
 
-    /// Waits out the backoff delay for `attempt`; false when cancelled.
+    /// Waits out the backoff delay for `attempt` (counted from 0 in each
+    /// outage; `longest`: the configured maximum whatever the attempt);
+    /// false when cancelled.
     @inline(never)
-    private func backOff(attempt: Int, after error: String) async -> Bool {
-        let delay = settings.reconnect.delay(attempt: attempt)
+    private func backOff(attempt: Int, longest: Bool = false, after error: String) async -> Bool {
+        let delay = settings.reconnect.delay(attempt: longest ? Self.longestBackoff : attempt)
         update { f in
             f.state = "backoff"
             f.local = ""
