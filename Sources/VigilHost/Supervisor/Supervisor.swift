@@ -35,17 +35,23 @@ public struct StrategyStatus: Sendable, Hashable {
     public var kind: String
     public var state: StrategyRunState
     public var restarts: Int
+    /// The newest error of the strategy or of one of its leases ("lease 7:
+    /// ..."), until it recovers; nil when it is fine.
     public var lastError: String?
+    /// When `lastError` was set (wall clock, microseconds since the epoch).
+    public var lastErrorWallMicros: Int64?
     public var startedAt: VigilInstant?
     /// While `waiting`: the false conditions, as written in the config.
     public var waitingFor: String
 
-    public init(name: String, kind: String, state: StrategyRunState, restarts: Int, lastError: String? = nil, startedAt: VigilInstant? = nil, waitingFor: String = "") {
+    public init(name: String, kind: String, state: StrategyRunState, restarts: Int, lastError: String? = nil, lastErrorWallMicros: Int64? = nil,
+                startedAt: VigilInstant? = nil, waitingFor: String = "") {
         self.name = name
         self.kind = kind
         self.state = state
         self.restarts = restarts
         self.lastError = lastError
+        self.lastErrorWallMicros = lastErrorWallMicros
         self.startedAt = startedAt
         self.waitingFor = waitingFor
     }
@@ -99,11 +105,18 @@ public actor Supervisor {
     private var status: [String: StrategyStatus] = [:]
     private var subscribers: [UInt64: AsyncStream<StrategyStatus>.Continuation] = [:]
     private var nextSubscriber: UInt64 = 0
+    /// Each strategy's own last failure (its run threw) and when, until a
+    /// lease of a later run is acquired.
+    private var failures: [String: (error: String, wallMicros: Int64)] = [:]
+    /// Its leases' errors, folded into each strategy's LastError.
+    public nonisolated let leaseErrors: LeaseErrors
+    private var followsLeaseErrors = false
 
     public init(services: StrategyServices, backoff: Backoff = Backoff(initial: .seconds(1), maximum: .seconds(300)), stopTimeout: Duration = .seconds(10)) {
         self.services = services
         self.backoff = backoff
         self.stopTimeout = stopTimeout
+        leaseErrors = LeaseErrors(clock: services.clock)
     }
 
     /// Current status of every strategy, in start order.
@@ -123,6 +136,17 @@ public actor Supervisor {
 
     /// Starts strategies in the given order.
     public func start(_ strategies: [SupervisedStrategy]) {
+        if !followsLeaseErrors {
+            followsLeaseErrors = true
+            let registry = services.registry, errors = leaseErrors
+            Task { await registry.observe(errors) }
+            Task { [weak self] in
+                for await change in errors.changes {
+                    guard let self else { return }
+                    await self.leaseErrorsChanged(change)
+                }
+            }
+        }
         for s in strategies where tasks[s.name] == nil {
             order.append(s.name)
             update(StrategyStatus(name: s.name, kind: s.kind, state: s.conditions == nil || services.conditions == nil ? .running : .waiting, restarts: 0, lastError: nil, startedAt: services.clock.now))
@@ -155,6 +179,7 @@ public actor Supervisor {
             log.error("did not stop within \(timeout.vigilDescription) of cancellation; releasing its leases anyway")
         }
         await services.registry.releaseAll(strategy: name, detail: "strategy stopped")
+        failures[name] = nil
         if var s = status[name] {
             s.state = .stopped
             update(s)
@@ -248,9 +273,37 @@ public actor Supervisor {
     private func recordFailure(_ name: String, _ error: String) {
         guard var s = status[name] else { return }
         s.restarts += 1
-        s.lastError = error
+        failures[name] = (error, services.clock.wallMicroseconds)
         s.state = .backoff
+        foldErrors(into: &s)
         update(s)
+    }
+
+    private func leaseErrorsChanged(_ change: LeaseErrors.Change) {
+        let name: String
+        switch change {
+        case .errors(let strategy):
+            name = strategy
+        case .acquired(let strategy):
+            // A run that took a lease again has recovered from its failure.
+            guard failures.removeValue(forKey: strategy) != nil else { return }
+            name = strategy
+        }
+        guard var s = status[name] else { return }
+        let before = (s.lastError, s.lastErrorWallMicros)
+        foldErrors(into: &s)
+        if before != (s.lastError, s.lastErrorWallMicros) { update(s) }
+    }
+
+    /// The strategy's LastError: the newest of its own failure and its
+    /// leases' errors; nil when none holds.
+    private func foldErrors(into s: inout StrategyStatus) {
+        var newest: (error: String, wallMicros: Int64)? = failures[s.name]
+        if let lease = leaseErrors.errors(of: s.name).first, lease.wallMicros >= newest?.wallMicros ?? .min {
+            newest = ("lease \(lease.lease.rawValue): \(lease.error)", lease.wallMicros)
+        }
+        s.lastError = newest?.error
+        s.lastErrorWallMicros = newest?.wallMicros
     }
 
     private func update(_ s: StrategyStatus) {

@@ -1,0 +1,77 @@
+import Synchronization
+import VigilKit
+
+/// The errors strategies' leases report in their live status (`LastError`),
+/// seen as the registry publishes them, for the supervisor to fold into
+/// each strategy's LastError (one truth on D-Bus, in `vigilctl strategies`
+/// and in the metrics).
+///
+/// An observer on the registry: a status costs one lookup, and only a lease
+/// whose error changed (set, replaced, cleared, or the lease ended with one)
+/// wakes the supervisor, through ``changes``.
+public final class LeaseErrors: LeaseObserver {
+    /// A lease's error and when it was set (wall clock, microseconds).
+    public struct Entry: Sendable, Hashable {
+        public var lease: LeaseID
+        public var error: String
+        public var wallMicros: Int64
+    }
+
+    /// What woke the supervisor: a lease error of `strategy` changed, or a
+    /// lease of it was acquired (a sign that the strategy recovered).
+    enum Change: Sendable {
+        case errors(strategy: String)
+        case acquired(strategy: String)
+    }
+
+    private struct State {
+        var byLease: [LeaseID: (strategy: String, entry: Entry)] = [:]
+    }
+
+    private let state = Mutex(State())
+    private let clock: any VigilClock
+    let changes: AsyncStream<Change>
+    private let continuation: AsyncStream<Change>.Continuation
+
+    init(clock: any VigilClock) {
+        self.clock = clock
+        (changes, continuation) = AsyncStream.makeStream(of: Change.self)
+    }
+
+    deinit { continuation.finish() }
+
+    /// The current lease errors of `strategy`, newest first.
+    public func errors(of strategy: String) -> [Entry] {
+        state.withLock { s in s.byLease.values.filter { $0.strategy == strategy }.map(\.entry) }
+            .sorted { ($0.wallMicros, $0.lease.rawValue) > ($1.wallMicros, $1.lease.rawValue) }
+    }
+
+    public func observe(_ event: LeaseEvent) {
+        let strategy = event.lease.strategy
+        switch event.kind {
+        case .acquired:
+            continuation.yield(.acquired(strategy: strategy))
+        case _ where LeaseEventFilter.endings.contains(event.kind):
+            let had = state.withLock { $0.byLease.removeValue(forKey: event.lease.id) != nil }
+            if had { continuation.yield(.errors(strategy: strategy)) }
+        default:
+            break
+        }
+    }
+
+    public func observeStatus(of lease: LeaseID, strategy: String, _ status: [String: StatusValue]) {
+        let error: String
+        if case .string(let text)? = status["LastError"] { error = text } else { error = "" }
+        let changed = state.withLock { s -> Bool in
+            let old = s.byLease[lease]?.entry.error ?? ""
+            guard old != error else { return false }
+            if error.isEmpty {
+                s.byLease[lease] = nil
+            } else {
+                s.byLease[lease] = (strategy, Entry(lease: lease, error: error, wallMicros: clock.wallMicroseconds))
+            }
+            return true
+        }
+        if changed { continuation.yield(.errors(strategy: strategy)) }
+    }
+}
