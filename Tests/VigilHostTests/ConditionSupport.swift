@@ -1,4 +1,5 @@
 import Foundation
+import VigilTestSupport
 import Testing
 import VigilHost
 import VigilKit

@@ -1,4 +1,5 @@
 import Foundation
+import VigilTestSupport
 import Testing
 import VigilHost
 import VigilKit
@@ -17,10 +18,6 @@ enum PeriodicWakePlugin {
     }
 }
 
-struct DescribedError: Error, CustomStringConvertible {
-    var description: String
-    init(_ d: String) { description = d }
-}
 
 /// A scheduler wrapper that checks every firing against its request's window.
 final class WindowChecker: WakeScheduling, @unchecked Sendable {

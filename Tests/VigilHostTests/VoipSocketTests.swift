@@ -1,4 +1,5 @@
 import Foundation
+import VigilTestSupport
 import Glibc
 import Synchronization
 import Testing
@@ -567,20 +568,6 @@ struct GatedLease: BatchableLeaseHandle {
     func renew(budget: Duration?) async throws { try await inner.renew(budget: budget) }
     func release() async { await inner.release() }
     var state: LeaseState { get async { await inner.state } }
-}
-
-/// Runs `path` to its end; its stdout and stderr together, and its exit status.
-func runProcessWithStatus(_ path: String, _ arguments: [String]) throws -> (output: String, status: Int32) {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: path)
-    process.arguments = arguments
-    let pipe = Pipe()
-    process.standardOutput = pipe
-    process.standardError = pipe
-    try process.run()
-    let data = pipe.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return (String(decoding: data, as: UTF8.self), process.terminationStatus)
 }
 
 /// A frozen SIGSTOP-ed peer in the raw protocol, and every other fault for
