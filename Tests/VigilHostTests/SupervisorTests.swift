@@ -69,11 +69,16 @@ struct WaitingStrategy: KeepAliveStrategy {
         #expect(await attempts.value == 3)
         await clock.advance(by: .seconds(39))
         #expect(await attempts.value == 3)
+        let failed = try #require(await supervisor.statuses.first)
+        #expect(failed.lastError == "boom 3")
+        #expect(failed.lastErrorWallMicros != nil)
+        let changes = StatusWaiter(await supervisor.changes(), name: "flaky")
         await clock.advance(by: .seconds(1))
         #expect(await attempts.value == 4)
-        let status = try #require(await supervisor.statuses.first)
+        // The run that took its lease again recovered: LastError is cleared.
+        let status = try await changes.next("recovered") { $0.lastError == nil }
         #expect(status.restarts == 3)
-        #expect(status.lastError == "boom 3")
+        #expect(status.lastError == nil && status.lastErrorWallMicros == nil)
         #expect(status.state == .running)
         #expect(await registry.active.count == 1)
         await supervisor.stopAll()

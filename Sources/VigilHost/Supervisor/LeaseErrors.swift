@@ -17,25 +17,19 @@ public final class LeaseErrors: LeaseObserver {
         public var wallMicros: Int64
     }
 
-    /// What woke the supervisor: a lease error of `strategy` changed, or a
-    /// lease of it was acquired (a sign that the strategy recovered).
-    enum Change: Sendable {
-        case errors(strategy: String)
-        case acquired(strategy: String)
-    }
-
     private struct State {
         var byLease: [LeaseID: (strategy: String, entry: Entry)] = [:]
     }
 
     private let state = Mutex(State())
     private let clock: any VigilClock
-    let changes: AsyncStream<Change>
-    private let continuation: AsyncStream<Change>.Continuation
+    /// The strategies whose lease errors changed, in order.
+    let changes: AsyncStream<String>
+    private let continuation: AsyncStream<String>.Continuation
 
     init(clock: any VigilClock) {
         self.clock = clock
-        (changes, continuation) = AsyncStream.makeStream(of: Change.self)
+        (changes, continuation) = AsyncStream.makeStream(of: String.self)
     }
 
     deinit { continuation.finish() }
@@ -47,16 +41,9 @@ public final class LeaseErrors: LeaseObserver {
     }
 
     public func observe(_ event: LeaseEvent) {
-        let strategy = event.lease.strategy
-        switch event.kind {
-        case .acquired:
-            continuation.yield(.acquired(strategy: strategy))
-        case _ where LeaseEventFilter.endings.contains(event.kind):
-            let had = state.withLock { $0.byLease.removeValue(forKey: event.lease.id) != nil }
-            if had { continuation.yield(.errors(strategy: strategy)) }
-        default:
-            break
-        }
+        guard LeaseEventFilter.endings.contains(event.kind) else { return }
+        let had = state.withLock { $0.byLease.removeValue(forKey: event.lease.id) != nil }
+        if had { continuation.yield(event.lease.strategy) }
     }
 
     public func observeStatus(of lease: LeaseID, strategy: String, _ status: [String: StatusValue]) {
@@ -72,6 +59,6 @@ public final class LeaseErrors: LeaseObserver {
             }
             return true
         }
-        if changed { continuation.yield(.errors(strategy: strategy)) }
+        if changed { continuation.yield(strategy) }
     }
 }

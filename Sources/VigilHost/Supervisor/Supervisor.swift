@@ -191,7 +191,7 @@ public actor Supervisor {
         let log = StrategyLogger(source: s.name, sink: services.logSink, metadata: ["strategy": .string(s.name)])
         let context = StrategyContext(
             name: s.name, kind: s.kind, log: log,
-            leases: StrategyLeases(registry: services.registry, strategy: s.name),
+            leases: StrategyLeases(registry: services.registry, strategy: s.name) { [weak self] in await self?.leaseAcquired(s.name) },
             scheduler: services.scheduler, hooks: services.hooks(s.name, log),
             clock: services.clock, events: services.events(s.name),
             store: services.store(s.name), bus: services.bus(s.name)
@@ -279,16 +279,13 @@ public actor Supervisor {
         update(s)
     }
 
-    private func leaseErrorsChanged(_ change: LeaseErrors.Change) {
-        let name: String
-        switch change {
-        case .errors(let strategy):
-            name = strategy
-        case .acquired(let strategy):
-            // A run that took a lease again has recovered from its failure.
-            guard failures.removeValue(forKey: strategy) != nil else { return }
-            name = strategy
-        }
+    /// A run of `name` took a lease: it recovered from its last failure.
+    private func leaseAcquired(_ name: String) {
+        guard failures.removeValue(forKey: name) != nil else { return }
+        leaseErrorsChanged(name)
+    }
+
+    private func leaseErrorsChanged(_ name: String) {
         guard var s = status[name] else { return }
         let before = (s.lastError, s.lastErrorWallMicros)
         foldErrors(into: &s)
