@@ -175,16 +175,24 @@ extension EndToEnd {
                     // `s "..."`: busctl quotes the string.
                     return (String(text.dropFirst(3).dropLast()), UInt64(at.trimmingCharacters(in: .whitespacesAndNewlines).dropFirst(2)) ?? 0)
                 }
-                /// The `n`th StrategyStateChanged of "mq" (past or future)
-                /// whose last_error satisfies `condition`; then the bus's
-                /// LastError and LastErrorAt.
-                func waitForBus(_ n: Int = 1, _ condition: @escaping @Sendable (String) -> Bool) async throws -> (String, UInt64) {
+                /// The first StrategyStateChanged of "mq" (past or future)
+                /// after its first `skip` ones whose last_error satisfies
+                /// `condition`; its place among them, and the bus's
+                /// LastError and LastErrorAt then.
+                func waitForBus(after skip: Int = 0, _ condition: @escaping @Sendable (String) -> Bool) async throws -> (Int, String, UInt64) {
                     let seen = Counter()
-                    _ = try await host.signals.first { m in
-                        m.member == "StrategyStateChanged" && m.body.first == .objectPath(path) && m.body.count == 3
-                            && { if case .string(let e) = m.body[2] { condition(e) } else { false } }() && seen.next() >= n
+                    do {
+                        _ = try await host.signals.first { m in
+                            guard m.member == "StrategyStateChanged", m.body.first == .objectPath(path), m.body.count == 3 else { return false }
+                            guard seen.next() > skip, case .string(let e) = m.body[2] else { return false }
+                            return condition(e)
+                        }
+                    } catch {
+                        throw DaemonError("\(error)\nvigild said:\n\(host.daemon.output.suffix(30).joined(separator: "\n"))")
                     }
-                    return try busLastError()
+                    let (error, at) = try busLastError()
+                    // The counter stands at the matching signal's place.
+                    return (seen.next() - 1, error, at)
                 }
                 func agree(error: String, at: UInt64) throws {
                     let json = try host.vigilctl("strategies", ["--json"]).stdout
@@ -206,7 +214,7 @@ extension EndToEnd {
                     }
                 }
                 // Broken: the lease's TLS error is the strategy's.
-                let (broken, brokenAt) = try await waitForBus { !$0.isEmpty }
+                let (brokenPlace, broken, brokenAt) = try await waitForBus { !$0.isEmpty }
                 #expect(broken.hasPrefix("lease ") && broken.contains("certificate"), "\(broken)")
                 #expect(brokenAt > 0)
                 try agree(error: broken, at: brokenAt)
@@ -214,8 +222,7 @@ extension EndToEnd {
                 broker.server.stop()
                 broker = try TestMosquitto.start(in: dir, certificates: trusted, tlsPort: tlsPort)
                 #expect(await broker.server.waitForLog("Sending CONNACK to vigil-last-error"), "\(broker.server.log)")
-                // The first clear one was the strategy's start.
-                let (repaired, repairedAt) = try await waitForBus(2) { $0.isEmpty }
+                let (_, repaired, repairedAt) = try await waitForBus(after: brokenPlace) { $0.isEmpty }
                 #expect(repaired.isEmpty && repairedAt == 0, "\(repaired) \(repairedAt)")
                 try agree(error: "", at: 0)
             }
