@@ -167,7 +167,10 @@ final class VoipConnection: Sendable {
             }
             // Hooks and events run once per connection, in a child task
             // for the reason given at `start`.
-            let pingsBefore = await inChildTask { await self.announceConnected(link) }
+            // An MQTT session or a SIP registration proved itself in the
+            // opening exchange; a raw connection does at its first pong.
+            let opened = settings.wire == .mqtt || plan.registers
+            let pingsBefore = await inChildTask { await self.announceConnected(link, sessionOpened: opened) }
             let reason = await session(on: link, plan: plan, connectedAt: context.clock.now)
             if Task.isCancelled || reason == Self.cancelled {
                 await sayGoodbye(on: link, plan: plan)
@@ -211,7 +214,7 @@ final class VoipConnection: Sendable {
     /// Status, log, event and `on_connect` for a fresh link; returns the
     /// ping count before the session.
     @inline(never)
-    private func announceConnected(_ link: TCPLink) async -> UInt64 {
+    private func announceConnected(_ link: TCPLink, sessionOpened: Bool) async -> UInt64 {
         let (local, remote) = link.addresses
         update { f in
             f.state = "up"
@@ -219,7 +222,7 @@ final class VoipConnection: Sendable {
             f.remote = remote
             // Recovered: the error of the outage is over (the strategy's
             // LastError follows).
-            f.lastError = ""
+            if sessionOpened { f.lastError = "" }
         }
         context.log.info("connected \(local) -> \(remote)")
         await context.events.record("connected", ["local": local, "remote": remote])

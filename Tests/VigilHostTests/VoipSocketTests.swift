@@ -270,7 +270,7 @@ import VigilKit
         await h.supervisor.stopAll()
         let accepts = server.all(.accepted).map(\.at)
         let gaps = zip(accepts.dropFirst(), accepts).map { ($0 - $1).seconds * 1000 }
-        // The delays the strategy chose, from its log: "in 23ms411us (attempt 2)".
+        // The delays the strategy chose, from its log: "in 23ms (attempt 2)".
         let chosen: [Double] = h.logs.entries.compactMap { line in
             guard let r = line.range(of: " in "), let end = line.range(of: " (attempt ") else { return nil }
             guard case .success(let d) = DurationSyntax.parse(String(line[r.upperBound..<end.lowerBound])) else { return nil }
