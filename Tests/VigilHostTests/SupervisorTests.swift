@@ -73,6 +73,9 @@ struct WaitingStrategy: KeepAliveStrategy {
         #expect(failed.lastError == "boom 3")
         #expect(failed.lastErrorWallMicros != nil)
         let changes = StatusWaiter(await supervisor.changes(), name: "flaky")
+        // As the host does: fold the strategies' errors as they change.
+        let follow = Task { await supervisor.followErrors() }
+        defer { follow.cancel() }
         await clock.advance(by: .seconds(1))
         #expect(await attempts.value == 4)
         // The run that took its lease again recovered: LastError is cleared.

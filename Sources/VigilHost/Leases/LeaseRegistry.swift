@@ -617,11 +617,11 @@ extension LeaseEvent {
 public struct StrategyLeases: LeaseProvider {
     public let registry: LeaseRegistry
     public let strategy: String
-    /// Awaited after each lease is acquired, before the strategy has it
+    /// Called after each lease is acquired, before the strategy has it
     /// (the supervisor learns that a failed strategy recovered).
-    public let acquired: @Sendable () async -> Void
+    public let acquired: @Sendable () -> Void
 
-    public init(registry: LeaseRegistry, strategy: String, acquired: @escaping @Sendable () async -> Void = {}) {
+    public init(registry: LeaseRegistry, strategy: String, acquired: @escaping @Sendable () -> Void = {}) {
         self.registry = registry
         self.strategy = strategy
         self.acquired = acquired
@@ -629,7 +629,7 @@ public struct StrategyLeases: LeaseProvider {
 
     public func acquire(_ request: LeaseRequest) async throws -> any LeaseHandle {
         let id = try await registry.acquire(strategy: strategy, request)
-        await acquired()
+        acquired()
         return RegistryLease(id: id, registry: registry)
     }
 }

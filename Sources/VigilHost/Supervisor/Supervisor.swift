@@ -105,18 +105,15 @@ public actor Supervisor {
     private var status: [String: StrategyStatus] = [:]
     private var subscribers: [UInt64: AsyncStream<StrategyStatus>.Continuation] = [:]
     private var nextSubscriber: UInt64 = 0
-    /// Each strategy's own last failure (its run threw) and when, until a
-    /// lease of a later run is acquired.
-    private var failures: [String: (error: String, wallMicros: Int64)] = [:]
-    /// Its leases' errors, folded into each strategy's LastError.
-    public nonisolated let leaseErrors: LeaseErrors
-    private var followsLeaseErrors = false
+    /// Each strategy's own last failure and its leases' errors, folded
+    /// into its LastError.
+    public nonisolated let errors: StrategyErrors
 
     public init(services: StrategyServices, backoff: Backoff = Backoff(initial: .seconds(1), maximum: .seconds(300)), stopTimeout: Duration = .seconds(10)) {
         self.services = services
         self.backoff = backoff
         self.stopTimeout = stopTimeout
-        leaseErrors = LeaseErrors(clock: services.clock)
+        errors = StrategyErrors(clock: services.clock)
     }
 
     /// Current status of every strategy, in start order.
@@ -136,17 +133,6 @@ public actor Supervisor {
 
     /// Starts strategies in the given order.
     public func start(_ strategies: [SupervisedStrategy]) {
-        if !followsLeaseErrors {
-            followsLeaseErrors = true
-            let registry = services.registry, errors = leaseErrors
-            Task { await registry.observe(errors) }
-            Task { [weak self] in
-                for await change in errors.changes {
-                    guard let self else { return }
-                    await self.leaseErrorsChanged(change)
-                }
-            }
-        }
         for s in strategies where tasks[s.name] == nil {
             order.append(s.name)
             update(StrategyStatus(name: s.name, kind: s.kind, state: s.conditions == nil || services.conditions == nil ? .running : .waiting, restarts: 0, lastError: nil, startedAt: services.clock.now))
@@ -179,7 +165,7 @@ public actor Supervisor {
             log.error("did not stop within \(timeout.vigilDescription) of cancellation; releasing its leases anyway")
         }
         await services.registry.releaseAll(strategy: name, detail: "strategy stopped")
-        failures[name] = nil
+        errors.forgetFailure(of: name)
         if var s = status[name] {
             s.state = .stopped
             update(s)
@@ -191,7 +177,7 @@ public actor Supervisor {
         let log = StrategyLogger(source: s.name, sink: services.logSink, metadata: ["strategy": .string(s.name)])
         let context = StrategyContext(
             name: s.name, kind: s.kind, log: log,
-            leases: StrategyLeases(registry: services.registry, strategy: s.name) { [weak self] in await self?.leaseAcquired(s.name) },
+            leases: StrategyLeases(registry: services.registry, strategy: s.name) { [errors] in errors.leaseTaken(by: s.name) },
             scheduler: services.scheduler, hooks: services.hooks(s.name, log),
             clock: services.clock, events: services.events(s.name),
             store: services.store(s.name), bus: services.bus(s.name)
@@ -273,34 +259,23 @@ public actor Supervisor {
     private func recordFailure(_ name: String, _ error: String) {
         guard var s = status[name] else { return }
         s.restarts += 1
-        failures[name] = (error, services.clock.wallMicroseconds)
+        (s.lastError, s.lastErrorWallMicros) = errors.recordFailure(of: name, error)
         s.state = .backoff
-        foldErrors(into: &s)
         update(s)
     }
 
-    /// A run of `name` took a lease: it recovered from its last failure.
-    private func leaseAcquired(_ name: String) {
-        guard failures.removeValue(forKey: name) != nil else { return }
-        leaseErrorsChanged(name)
-    }
-
-    private func leaseErrorsChanged(_ name: String) {
-        guard var s = status[name] else { return }
-        let before = (s.lastError, s.lastErrorWallMicros)
-        foldErrors(into: &s)
-        if before != (s.lastError, s.lastErrorWallMicros) { update(s) }
-    }
-
-    /// The strategy's LastError: the newest of its own failure and its
-    /// leases' errors; nil when none holds.
-    private func foldErrors(into s: inout StrategyStatus) {
-        var newest: (error: String, wallMicros: Int64)? = failures[s.name]
-        if let lease = leaseErrors.errors(of: s.name).first, lease.wallMicros >= newest?.wallMicros ?? .min {
-            newest = ("lease \(lease.lease.rawValue): \(lease.error)", lease.wallMicros)
+    /// Folds each strategy's errors into its LastError as they change,
+    /// until cancelled. The host observes the registry with ``errors`` and
+    /// runs this; without it, LastError is the strategies' own failures.
+    public func followErrors() async {
+        for await name in errors.changes {
+            guard var s = status[name] else { continue }
+            let newest = errors.newest(of: name)
+            guard newest?.error != s.lastError || newest?.wallMicros != s.lastErrorWallMicros else { continue }
+            s.lastError = newest?.error
+            s.lastErrorWallMicros = newest?.wallMicros
+            update(s)
         }
-        s.lastError = newest?.error
-        s.lastErrorWallMicros = newest?.wallMicros
     }
 
     private func update(_ s: StrategyStatus) {

@@ -1,15 +1,17 @@
 import Synchronization
 import VigilKit
 
-/// The errors strategies' leases report in their live status (`LastError`),
-/// seen as the registry publishes them, for the supervisor to fold into
-/// each strategy's LastError (one truth on D-Bus, in `vigilctl strategies`
-/// and in the metrics).
+/// What went wrong for each strategy, for the supervisor to fold into its
+/// LastError (one truth on D-Bus, in `vigilctl strategies` and in the
+/// metrics): its own last failure (its run threw), until a later run takes
+/// a lease, and the errors its leases report in their live status
+/// (`LastError`), seen as the registry publishes them.
 ///
 /// An observer on the registry: a status costs one lookup, and only a lease
 /// whose error changed (set, replaced, cleared, or the lease ended with one)
-/// wakes the supervisor, through ``changes``.
-public final class LeaseErrors: LeaseObserver {
+/// wakes the supervisor, through ``changes``. Taking a lease costs a lookup
+/// too: only one that ends a failure wakes the supervisor.
+public final class StrategyErrors: LeaseObserver {
     /// A lease's error and when it was set (wall clock, microseconds).
     public struct Entry: Sendable, Hashable {
         public var lease: LeaseID
@@ -19,11 +21,12 @@ public final class LeaseErrors: LeaseObserver {
 
     private struct State {
         var byLease: [LeaseID: (strategy: String, entry: Entry)] = [:]
+        var failures: [String: (error: String, wallMicros: Int64)] = [:]
     }
 
     private let state = Mutex(State())
     private let clock: any VigilClock
-    /// The strategies whose lease errors changed, in order.
+    /// The strategies whose errors changed, in order.
     let changes: AsyncStream<String>
     private let continuation: AsyncStream<String>.Continuation
 
@@ -33,6 +36,33 @@ public final class LeaseErrors: LeaseObserver {
     }
 
     deinit { continuation.finish() }
+
+    /// `strategy`'s run failed with `error` (now).
+    func recordFailure(of strategy: String, _ error: String) -> (error: String, wallMicros: Int64) {
+        let failure = (error, clock.wallMicroseconds)
+        state.withLock { $0.failures[strategy] = failure }
+        return failure
+    }
+
+    /// A run of `strategy` took a lease: it recovered from its failure.
+    func leaseTaken(by strategy: String) {
+        let recovered = state.withLock { $0.failures.removeValue(forKey: strategy) != nil }
+        if recovered { continuation.yield(strategy) }
+    }
+
+    /// Forgets `strategy`'s failure (it was stopped).
+    func forgetFailure(of strategy: String) {
+        state.withLock { $0.failures[strategy] = nil }
+    }
+
+    /// `strategy`'s newest error: its failure or a lease's ("lease 7: ...").
+    func newest(of strategy: String) -> (error: String, wallMicros: Int64)? {
+        var newest = state.withLock { $0.failures[strategy] }
+        if let lease = errors(of: strategy).first, lease.wallMicros >= newest?.wallMicros ?? .min {
+            newest = ("lease \(lease.lease.rawValue): \(lease.error)", lease.wallMicros)
+        }
+        return newest
+    }
 
     /// The current lease errors of `strategy`, newest first.
     public func errors(of strategy: String) -> [Entry] {
