@@ -355,6 +355,20 @@ extension TestKamailio {
     }
 }
 
+/// Tests/Fixtures/sip-registrar-stub.py as a ``TestServerProcess``: a
+/// registrar whose 200 to REGISTER carries the Contact header lines given
+/// ("{ours}": the request's Contact, "{instance}": its +sip.instance).
+public enum TestRegistrarStub {
+    public static func start(in directory: String, contacts: [String]) throws -> (server: TestServerProcess, port: Int) {
+        let port = try TestNginx.freePort()
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/sip-registrar-stub.py").path
+        let server = try TestServerProcess(
+            program: "/usr/bin/python3", arguments: [script, String(port)] + contacts, directory: directory, ports: [port])
+        return (server, port)
+    }
+}
+
 /// Tests/Fixtures/voip-pong-server.py as a ``TestServerProcess``: the raw
 /// protocol's peer (CRLFCRLF ping, CRLF pong), over TLS with `certificates`;
 /// `rcvbuf` shrinks its sockets' receive buffers (a frozen server's window

@@ -361,6 +361,35 @@ import VigilTestSupport
         #expect(durationsOverTwoUnits(in: h.logs.entries).isEmpty, "\(h.logs.entries)")
     }
 
+    /// Our binding among others as registrars list them: in a later Contact
+    /// header after a display name with a comma and a URI with one; by
+    /// +sip.instance and reg-id when the registrar rewrote our URI, in the
+    /// middle of one comma-separated header; and absent, which is an error
+    /// that says so.
+    @Test func sipFindsItsOwnBindingHoweverTheRegistrarListsIt() async throws {
+        let other = "\"Desk, phone\" <sip:alice@192.0.2.9:5060;transport=tcp;x=a,b>;expires=110"
+        for (contacts, expected) in [
+            ([other, "{ours};expires=30"], "registered sip:alice@example.org for 30s"),
+            (["<sip:alice@192.0.2.9:5060>;expires=110, <sip:alice@198.51.100.1:4444;transport=tcp>;+sip.instance=\"{instance}\";reg-id=1;expires=40, <sip:alice@192.0.2.10>;expires=5"],
+             "registered sip:alice@example.org for 40s"),
+            ([other], "lists 1 binding for sip:alice@example.org, none of them ours (contact <sip:alice@127.0.0.1:"),
+        ] {
+            let dir = try makeTemporaryDirectory("voip-sip-stub")
+            defer { try? FileManager.default.removeItem(atPath: dir) }
+            let registrar = try TestRegistrarStub.start(in: dir, contacts: contacts)
+            defer { registrar.server.stop() }
+            let h = try VoipHarness()
+            try await h.start([
+                "connect": .string("127.0.0.1:\(registrar.port)"), "protocol": .string("sip"),
+                "sip": .table(["aor": .string("sip:alice@example.org"), "expires": .string("60s")]),
+            ])
+            let status = await h.waitForStatus { $0["Registrations"]?.uintValue ?? 0 >= 1 || !($0["LastError"]?.stringValue.isEmpty ?? true) }
+            await h.supervisor.stopAll()
+            let said = h.logs.entries + [status["LastError"]?.stringValue ?? ""]
+            #expect(said.contains { $0.contains(expected) }, "\(contacts): \(said)\n\(registrar.server.log)")
+        }
+    }
+
     /// Sends a MESSAGE for sip:alice@example.org to kamailio over a TCP
     /// connection of its own (python3's socket module: another client);
     /// returns its Call-ID.
