@@ -1,8 +1,8 @@
 import Foundation
-import VigilTestSupport
 import Testing
 import VigilHost
 import VigilKit
+import VigilTestSupport
 
 enum BackgroundTaskPlugin {
     static func kind() throws -> any StrategyKind {

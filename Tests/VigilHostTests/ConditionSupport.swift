@@ -1,8 +1,8 @@
 import Foundation
-import VigilTestSupport
 import Testing
 import VigilHost
 import VigilKit
+import VigilTestSupport
 
 /// Holds one lease for as long as it runs.
 struct LeaseHoldingStrategy: KeepAliveStrategy {

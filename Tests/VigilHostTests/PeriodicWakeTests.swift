@@ -1,8 +1,8 @@
 import Foundation
-import VigilTestSupport
 import Testing
 import VigilHost
 import VigilKit
+import VigilTestSupport
 
 /// The real periodic-wake plugin, loaded from the build directory like the
 /// host loads it, driven by the test clock.

@@ -1,8 +1,8 @@
 import Foundation
-import VigilTestSupport
 import Testing
 import VigilHost
 import VigilKit
+import VigilTestSupport
 
 /// Records the order in which things happen across tasks.
 final class OrderLog: @unchecked Sendable {

@@ -1,10 +1,10 @@
 import Foundation
-import VigilTestSupport
 import Glibc
 import Synchronization
 import Testing
 import VigilHost
 import VigilKit
+import VigilTestSupport
 
 /// voip-socket against real TCP servers on 127.0.0.1. Intervals are short
 /// (hundreds of milliseconds) where real sockets and real timers are the
