@@ -85,6 +85,10 @@ struct SIPRegistration: Sendable {
         return Array((lines.joined(separator: "\r\n") + "\r\n\r\n").utf8)
     }
 
+    /// Skips a CSeq: a renewal cut off by a stop may have sent the next
+    /// one, and the registrar takes only a higher one for this Call-ID.
+    mutating func skipCSeq() { cseq += 1 }
+
     /// Whether `response` answers this registration's current request.
     func answers(_ response: SIPMessage) -> Bool {
         guard response.header("call-id") == callID, let cseqLine = response.header("cseq") else { return false }

@@ -491,6 +491,7 @@ final class VoipConnection: Sendable {
                         return "sent DISCONNECT to the broker"
                     case .sip:
                         guard var registration = plan.registration.withLock({ $0 }) else { return "" }
+                        registration.skipCSeq()
                         _ = try await self.register(&registration, on: link, expires: .zero)
                         return "removed our registration of \(registration.settings.aor ?? "") (Expires: 0)"
                     }
