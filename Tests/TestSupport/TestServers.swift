@@ -355,34 +355,23 @@ extension TestKamailio {
     }
 }
 
-/// Tests/Fixtures/sip-registrar-stub.py as a ``TestServerProcess``: a
-/// registrar whose 200 to REGISTER carries the Contact header lines given
-/// ("{ours}": the request's Contact, "{instance}": its +sip.instance).
-public enum TestRegistrarStub {
-    public static func start(in directory: String, contacts: [String]) throws -> (server: TestServerProcess, port: Int) {
-        let port = try TestNginx.freePort()
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Fixtures/sip-registrar-stub.py").path
-        let server = try TestServerProcess(
-            program: "/usr/bin/python3", arguments: [script, String(port)] + contacts, directory: directory, ports: [port])
-        return (server, port)
-    }
-}
-
 /// Tests/Fixtures/voip-pong-server.py as a ``TestServerProcess``: the raw
 /// protocol's peer (CRLFCRLF ping, CRLF pong), over TLS with `certificates`;
 /// `rcvbuf` shrinks its sockets' receive buffers (a frozen server's window
-/// then fills at once).
+/// then fills at once); `contacts` makes it a registrar whose 200 to
+/// REGISTER carries these Contact header lines ("{ours}": the request's
+/// Contact, "{instance}": its +sip.instance).
 public enum TestPongServer {
     public static func start(in directory: String, certificates: TestCertificates? = nil, network: TestNetwork? = nil,
-                      rcvbuf: Int? = nil) throws -> (server: TestServerProcess, port: Int) {
+                      rcvbuf: Int? = nil, contacts: [String] = []) throws -> (server: TestServerProcess, port: Int) {
         let port = try TestNginx.freePort()
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("Fixtures/voip-pong-server.py").path
         let tls = certificates.map { ["--tls", $0.serverCertificate, $0.serverKey] } ?? []
         let buffer = rcvbuf.map { ["--rcvbuf", String($0)] } ?? []
+        let registrar = contacts.flatMap { ["--contact", $0] }
         let server = try TestServerProcess(
-            program: "/usr/bin/python3", arguments: [script, "--host", network?.serverAddress ?? "127.0.0.1", "--port", String(port)] + tls + buffer,
+            program: "/usr/bin/python3", arguments: [script, "--host", network?.serverAddress ?? "127.0.0.1", "--port", String(port)] + tls + buffer + registrar,
             directory: directory, ports: [port], network: network)
         return (server, port)
     }

@@ -376,7 +376,7 @@ import VigilTestSupport
         ] {
             let dir = try makeTemporaryDirectory("voip-sip-stub")
             defer { try? FileManager.default.removeItem(atPath: dir) }
-            let registrar = try TestRegistrarStub.start(in: dir, contacts: contacts)
+            let registrar = try TestPongServer.start(in: dir, contacts: contacts)
             defer { registrar.server.stop() }
             let h = try VoipHarness()
             try await h.start([
