@@ -383,17 +383,9 @@ public struct DescribedError: Error, CustomStringConvertible {
     public init(_ d: String) { description = d }
 }
 
-/// Runs a program to its end; returns what it printed (stdout and stderr)
-/// and its exit status.
+/// Runs a program to its end; returns what it printed (stdout, then
+/// stderr) and its exit status.
 public func runProcessWithStatus(_ path: String, _ arguments: [String]) throws -> (output: String, status: Int32) {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: path)
-    process.arguments = arguments
-    let pipe = Pipe()
-    process.standardOutput = pipe
-    process.standardError = pipe
-    try process.run()
-    let data = pipe.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return (String(decoding: data, as: UTF8.self), process.terminationStatus)
+    let result = try runCommand(path, arguments)
+    return (result.stdout + result.stderr, result.status)
 }
