@@ -123,6 +123,43 @@ extension EndToEnd {
             }
         }
 
+        /// vigild registered with kamailio beside another device's binding
+        /// for the same address of record: when vigild stops (SIGTERM), its
+        /// binding, and only it, is gone from the registrar within 2 s.
+        @Test func sipBindingIsGoneWithin2sOfVigildStopping() async throws {
+            let dir = try makeTemporaryDirectory("voip-sip-stop")
+            defer { try? FileManager.default.removeItem(atPath: dir) }
+            let registrar = try TestKamailio.start(in: dir)
+            defer { registrar.server.stop() }
+            try TestKamailio.registerAnotherDevice(port: registrar.port, contact: "<sip:alice@192.0.2.9:5060;transport=tcp>", expires: 300)
+            try await BusHost.with(strategies: """
+                [[strategy]]
+                name = "sip"
+                kind = "voip-socket"
+                connect = "127.0.0.1:\(registrar.port)"
+                protocol = "sip"
+                [strategy.sip]
+                aor = "sip:alice@example.org"
+                expires = "120s"
+                """) { host in
+                let registered = try await host.daemon.waitForLine(containing: "registered sip:alice@example.org for")
+                #expect(registered.contains("for 2m "), "\(registered)")
+                let ours = try TestKamailio.bindings(of: registrar.server).filter { $0.contains("127.0.0.1") }
+                #expect(ours.count == 1, "\(ours)")
+                let stopping = ContinuousClock.now
+                host.daemon.signal(SIGTERM)
+                #expect(await host.daemon.waitForExit() == 0)
+                var bindings = try TestKamailio.bindings(of: registrar.server)
+                while bindings.contains(where: { $0.contains("127.0.0.1") }), ContinuousClock.now - stopping < .seconds(2) {
+                    try await Task.sleep(for: .milliseconds(20))
+                    bindings = try TestKamailio.bindings(of: registrar.server)
+                }
+                let gone = ContinuousClock.now - stopping
+                #expect(!bindings.contains { $0.contains("127.0.0.1") }, "\(bindings) after \(gone)")
+                #expect(bindings.contains { $0.contains("192.0.2.9") }, "\(bindings)")
+            }
+        }
+
         /// Waits (bounded) until `file` (another process writes it) contains `text`; returns its content.
         static func waitForFile(_ file: String, containing text: String, timeout: Duration = .seconds(15)) async throws -> String {
             let end = ContinuousClock.now + timeout
