@@ -50,6 +50,33 @@ struct WaitingStrategy: KeepAliveStrategy {
         ), backoff: backoff)
     }
 
+    /// A lease's error (its status's LastError) is its strategy's, with
+    /// when it was set, until it clears or the lease ends.
+    @Test func aLeasesErrorIsItsStrategysUntilItClears() async throws {
+        let clock = ManualClock()
+        let registry = LeaseRegistry(clock: clock)
+        let supervisor = makeSupervisor(clock, registry, backoff: Backoff(initial: .seconds(10), maximum: .seconds(300), jitter: false))
+        await registry.observe(supervisor.errors)
+        let follow = Task { await supervisor.followErrors() }
+        defer { follow.cancel() }
+        let changes = StatusWaiter(await supervisor.changes(), name: "held")
+        await supervisor.start([SupervisedStrategy(name: "held", kind: "test", strategy: LeaseHoldingStrategy())])
+        await clock.settle()
+        let lease = try #require(await registry.active.first { $0.strategy == "held" })
+        await registry.setStatus(lease.id, ["LastError": .string("the peer closed the connection")])
+        let broken = try await changes.next("broken") { $0.lastError != nil }
+        #expect(broken.lastError == "lease \(lease.id.rawValue): the peer closed the connection")
+        #expect(broken.lastErrorWallMicros == clock.wallMicroseconds)
+        await registry.setStatus(lease.id, ["LastError": .string("")])
+        let repaired = try await changes.next("repaired") { $0.lastError == nil }
+        #expect(repaired.lastErrorWallMicros == nil)
+        await registry.setStatus(lease.id, ["LastError": .string("connect to 127.0.0.1:1 failed: Connection refused")])
+        _ = try await changes.next("broken again") { $0.lastError != nil }
+        await registry.release(lease.id)
+        _ = try await changes.next("its lease ended") { $0.lastError == nil }
+        await supervisor.stopAll()
+    }
+
     @Test func failingStrategyIsRestartedWithBackoffAndItsLeasesReleased() async throws {
         let clock = ManualClock()
         let registry = LeaseRegistry(clock: clock)

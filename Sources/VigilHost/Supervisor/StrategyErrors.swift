@@ -20,11 +20,18 @@ public final class StrategyErrors: LeaseObserver {
     }
 
     private struct State {
-        var byLease: [LeaseID: (strategy: String, entry: Entry)] = [:]
+        /// Lease errors by strategy, so a strategy's newest is found among
+        /// its own leases (10,000 connections failing at once must not
+        /// cost 10,000 scans of every lease).
+        var byStrategy: [String: [LeaseID: Entry]] = [:]
         var failures: [String: (error: String, wallMicros: Int64)] = [:]
     }
 
     private let state = Mutex(State())
+    /// Lease errors held now. Lease errors change only on the registry
+    /// (one caller at a time), so a status without an error, while none is
+    /// held, returns without taking the lock: the common case of a ping.
+    private let leaseErrorCount = Atomic<Int>(0)
     private let clock: any VigilClock
     /// The strategies whose errors changed, in order.
     let changes: AsyncStream<String>
@@ -58,34 +65,43 @@ public final class StrategyErrors: LeaseObserver {
     /// `strategy`'s newest error: its failure or a lease's ("lease 7: ...").
     func newest(of strategy: String) -> (error: String, wallMicros: Int64)? {
         var newest = state.withLock { $0.failures[strategy] }
-        if let lease = errors(of: strategy).first, lease.wallMicros >= newest?.wallMicros ?? .min {
+        if let lease = newestLeaseError(of: strategy), lease.wallMicros >= newest?.wallMicros ?? .min {
             newest = ("lease \(lease.lease.rawValue): \(lease.error)", lease.wallMicros)
         }
         return newest
     }
 
-    /// The current lease errors of `strategy`, newest first.
-    public func errors(of strategy: String) -> [Entry] {
-        state.withLock { s in s.byLease.values.filter { $0.strategy == strategy }.map(\.entry) }
-            .sorted { ($0.wallMicros, $0.lease.rawValue) > ($1.wallMicros, $1.lease.rawValue) }
+    /// The newest lease error of `strategy`.
+    public func newestLeaseError(of strategy: String) -> Entry? {
+        state.withLock { s in s.byStrategy[strategy]?.values.max { ($0.wallMicros, $0.lease.rawValue) < ($1.wallMicros, $1.lease.rawValue) } }
     }
 
     public func observe(_ event: LeaseEvent) {
         guard LeaseEventFilter.endings.contains(event.kind) else { return }
-        let had = state.withLock { $0.byLease.removeValue(forKey: event.lease.id) != nil }
-        if had { continuation.yield(event.lease.strategy) }
+        let strategy = event.lease.strategy
+        let had = state.withLock { s -> Bool in
+            guard s.byStrategy[strategy]?.removeValue(forKey: event.lease.id) != nil else { return false }
+            leaseErrorCount.subtract(1, ordering: .relaxed)
+            if s.byStrategy[strategy]?.isEmpty == true { s.byStrategy[strategy] = nil }
+            return true
+        }
+        if had { continuation.yield(strategy) }
     }
 
     public func observeStatus(of lease: LeaseID, strategy: String, _ status: [String: StatusValue]) {
         let error: String
         if case .string(let text)? = status["LastError"] { error = text } else { error = "" }
+        if error.isEmpty, leaseErrorCount.load(ordering: .relaxed) == 0 { return }
         let changed = state.withLock { s -> Bool in
-            let old = s.byLease[lease]?.entry.error ?? ""
+            let old = s.byStrategy[strategy]?[lease]?.error ?? ""
             guard old != error else { return false }
             if error.isEmpty {
-                s.byLease[lease] = nil
+                s.byStrategy[strategy]?[lease] = nil
+                if s.byStrategy[strategy]?.isEmpty == true { s.byStrategy[strategy] = nil }
+                leaseErrorCount.subtract(1, ordering: .relaxed)
             } else {
-                s.byLease[lease] = (strategy, Entry(lease: lease, error: error, wallMicros: clock.wallMicroseconds))
+                if old.isEmpty { leaseErrorCount.add(1, ordering: .relaxed) }
+                s.byStrategy[strategy, default: [:]][lease] = Entry(lease: lease, error: error, wallMicros: clock.wallMicroseconds)
             }
             return true
         }
