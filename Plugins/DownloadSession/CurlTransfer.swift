@@ -36,6 +36,13 @@ struct ResponseValidators: Sendable, Hashable, Codable {
     var lastModified: String?
     /// The full length of the resource, when the server said.
     var totalLength: Int64?
+
+    /// The If-Range value for a resume: a strong ETag, else the
+    /// Last-Modified date; nil when the part cannot safely be resumed.
+    var ifRange: String? {
+        if let etag, !etag.hasPrefix("W/") { return etag }
+        return lastModified
+    }
 }
 
 /// How an attempt ended.
@@ -88,6 +95,8 @@ final class CurlTransfer: @unchecked Sendable {
     private var status = 0
     private var headers: [String: String] = [:]
     private var bodyDecided = false
+    /// Bytes of the part a 200 to a resume threw away.
+    private var discarded: Int64 = 0
     /// The body goes to the file (2xx); otherwise it is read and dropped.
     private var bodyToFile = false
     private var failure: TransferOutcome?
@@ -95,10 +104,12 @@ final class CurlTransfer: @unchecked Sendable {
 
     /// Called on the transfer thread when a 2xx response starts writing
     /// the part file, with its validators (stored before much is written,
-    /// so a resume after `kill -9` can send If-Range).
-    private let onResponse: @Sendable (ResponseValidators) -> Void
+    /// so a resume after `kill -9` can send If-Range) and the bytes of the
+    /// part it threw away (a 200 to a resume: the download starts again
+    /// from zero).
+    private let onResponse: @Sendable (_ validators: ResponseValidators, _ discarded: Int64) -> Void
 
-    init(_ request: TransferRequest, onResponse: @escaping @Sendable (ResponseValidators) -> Void = { _ in }) {
+    init(_ request: TransferRequest, onResponse: @escaping @Sendable (ResponseValidators, Int64) -> Void = { _, _ in }) {
         self.request = request
         self.onResponse = onResponse
         self.hasher = ccurl_sha256_new()
@@ -234,6 +245,7 @@ final class CurlTransfer: @unchecked Sendable {
             }
             bodyToFile = true
         case 200...299:
+            discarded = resumeFrom
             if resumeFrom > 0 {
                 // The resource changed (If-Range did not match) or the server
                 // ignores ranges: start again from zero.
@@ -261,7 +273,7 @@ final class CurlTransfer: @unchecked Sendable {
                 shared.bytesTotal = total ?? 0
                 shared.bytesDone = resumeFrom
             }
-            onResponse(found)
+            onResponse(found, discarded)
         }
         return nil
     }

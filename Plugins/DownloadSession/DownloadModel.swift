@@ -44,12 +44,8 @@ struct DownloadRecord: Sendable, Codable, Hashable {
 
     var storeKey: String { "download/\(id)" }
 
-    /// The If-Range value for a resume: a strong ETag, else the
-    /// Last-Modified date; nil when the part cannot safely be resumed.
-    var ifRange: String? {
-        if let etag = validators?.etag, !etag.hasPrefix("W/") { return etag }
-        return validators?.lastModified
-    }
+    /// The If-Range value for a resume (``ResponseValidators/ifRange``).
+    var ifRange: String? { validators?.ifRange }
 }
 
 /// A download as written in the config (`downloads = [{url, dest?, sha256?, size?}]`).

@@ -355,13 +355,16 @@ actor DownloadManager {
             guard (try? await update(record)) != nil else { return }
             let part = path + ".part"
             let partExists = access(part, F_OK) == 0
+            let askedIfRange = partExists ? record.ifRange : nil
             log.info("download \(id) try \(record.attempts): GET \(record.url)\(partExists && record.ifRange != nil ? " from byte \(partSize(record))" : "")")
             let transfer = CurlTransfer(TransferRequest(
-                url: record.url, partPath: part, ifRange: partExists ? record.ifRange : nil,
+                url: record.url, partPath: part, ifRange: askedIfRange,
                 expectedTotal: partExists && record.ifRange != nil ? record.validators?.totalLength : nil,
                 connectTimeout: settings.connectTimeout, stallTimeout: settings.stallTimeout, writeChunk: settings.writeChunk,
                 caFile: settings.caFile),
-                onResponse: { validators in Task { await self.noteValidators(id, validators) } })
+                onResponse: { validators, discarded in
+                    Task { await self.noteResponse(id, validators, discarded: discarded, asked: askedIfRange) }
+                })
             let monitor = Task { await self.monitor(id, transfer, lease) }
             let outcome = await Self.onThread({ transfer.perform() }, onCancel: { transfer.cancel() })
             monitor.cancel()
@@ -520,7 +523,14 @@ actor DownloadManager {
         }
     }
 
-    private func noteValidators(_ id: UInt64, _ validators: ResponseValidators) async {
+    private func noteResponse(_ id: UInt64, _ validators: ResponseValidators, discarded: Int64, asked ifRange: String?) async {
+        if discarded > 0 {
+            // Once per attempt that threw its part away: the server
+            // answered the resume with the whole file.
+            let why = ifRange != nil && ifRange == validators.ifRange
+                ? "the server ignores Range" : "If-Range did not match: the file changed on the server"
+            log.notice("download \(id): \(why) (200 to a resume at byte \(discarded)); discarded the partial file and restarted from zero, fetching \(discarded) bytes again")
+        }
         guard var record = records[id], record.state == .active, record.validators != validators else { return }
         record.validators = validators
         records[id] = record

@@ -54,6 +54,13 @@ enum MQTTPacket {
         return packet(0x10, variable + (v5 ? [0] : []) + payload)
     }
 
+    /// DISCONNECT, the clean end of a session: the broker then discards
+    /// the will. MQTT 5 names reason code 0 (normal disconnection) and no
+    /// properties.
+    static func disconnect(version: MQTTSettings.Version) -> [UInt8] {
+        version == .v5 ? packet(0xE0, [0x00, 0x00]) : packet(0xE0, [])
+    }
+
     /// SUBSCRIBE to `topics` at QoS 0 (messages need no acknowledgement).
     static func subscribe(_ topics: [String], packetID: UInt16, version: MQTTSettings.Version) -> [UInt8] {
         var body: [UInt8] = [UInt8(packetID >> 8), UInt8(packetID & 0xFF)]

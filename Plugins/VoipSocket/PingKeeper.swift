@@ -189,6 +189,8 @@ final class PingKeeper: Sendable {
             connection.update { f in
                 f.pings += 1
                 if expectsPong { f.lastRttMicroseconds = (finished - started).microseconds }
+                // A keep-alive round went through: the connection recovered.
+                if !f.lastError.isEmpty { f.lastError = "" }
             }
         case .failure:
             if overran {

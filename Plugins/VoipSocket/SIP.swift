@@ -47,12 +47,20 @@ struct SIPRegistration: Sendable {
         self.transport = transport
     }
 
-    /// The next REGISTER, sent from `local` ("1.2.3.4:5" or "[::1]:5").
-    mutating func request(local: String, password: String?) -> [UInt8] {
+    /// Our Contact URI (the flow's local address), set by `request`.
+    private(set) var contactURI = ""
+
+    /// Our `+sip.instance` (RFC 5626), when the registration is outbound.
+    var instance: String? { settings.outbound && !settings.instanceID.isEmpty ? "<urn:uuid:\(settings.instanceID)>" : nil }
+
+    /// The next REGISTER, sent from `local` ("1.2.3.4:5" or "[::1]:5"),
+    /// asking for `expires` (nil: `sip.expires`; zero: remove our binding).
+    mutating func request(local: String, password: String?, expires: Duration? = nil) -> [UInt8] {
         cseq += 1
         let aor = settings.aor ?? ""
         let user = SIPSettings.parts(of: aor)?.user ?? ""
-        var contact = "<sip:\(user.isEmpty ? "" : user + "@")\(local);transport=\(transport)>"
+        contactURI = "sip:\(user.isEmpty ? "" : user + "@")\(local);transport=\(transport)"
+        var contact = "<\(contactURI)>"
         if settings.outbound { contact += ";+sip.instance=\"<urn:uuid:\(settings.instanceID)>\";reg-id=1" }
         var lines = [
             "REGISTER \(settings.registrar) SIP/2.0",
@@ -63,7 +71,7 @@ struct SIPRegistration: Sendable {
             "Call-ID: \(callID)",
             "CSeq: \(cseq) REGISTER",
             "Contact: \(contact)",
-            "Expires: \(settings.expires.components.seconds)",
+            "Expires: \((expires ?? settings.expires).components.seconds)",
             "User-Agent: vigil voip-socket",
         ]
         if settings.outbound { lines.append("Supported: outbound, path") }
@@ -76,6 +84,10 @@ struct SIPRegistration: Sendable {
         lines.append("Content-Length: 0")
         return Array((lines.joined(separator: "\r\n") + "\r\n\r\n").utf8)
     }
+
+    /// Skips a CSeq: a renewal cut off by a stop may have sent the next
+    /// one, and the registrar takes only a higher one for this Call-ID.
+    mutating func skipCSeq() { cseq += 1 }
 
     /// Whether `response` answers this registration's current request.
     func answers(_ response: SIPMessage) -> Bool {
@@ -96,30 +108,124 @@ struct SIPRegistration: Sendable {
         return true
     }
 
-    /// The expiry the registrar granted our contact (its `expires`
-    /// parameter, else the Expires header), and the Flow-Timer if any.
-    func granted(by response: SIPMessage) -> (expires: Duration, flowTimer: Duration?) {
+    /// The expiry the registrar granted our binding, and the Flow-Timer
+    /// if any. A 200 to REGISTER lists every binding of the AOR (other
+    /// devices', stale ones): only ours counts, found by `+sip.instance`
+    /// and `reg-id` (RFC 5626 §6), else by our Contact URI, in every
+    /// Contact header and every entry of each. Its `expires` parameter,
+    /// else the Expires header; a reply that lists bindings but none of
+    /// ours is an error.
+    func granted(by response: SIPMessage) throws(LinkError) -> (expires: Duration, flowTimer: Duration?) {
+        let bindings = response.all("contact").flatMap { SIPContact.entries(of: $0) }
+        let flow = response.header("flow-timer").flatMap { Int64($0) }.flatMap { $0 > 0 ? Duration.seconds($0) : nil }
         var seconds: Int64?
-        let instance = settings.instanceID.lowercased()
-        for contact in response.all("contact").flatMap({ $0.split(separator: ",") }) {
-            let lower = contact.lowercased()
-            guard !settings.outbound || instance.isEmpty || lower.contains(instance) || response.all("contact").count == 1 else { continue }
-            if let range = lower.firstRange(of: ";expires=") {
-                seconds = Int64(lower[range.upperBound...].prefix { $0.isNumber })
-                if seconds != nil { break }
-            }
+        if let ours = bindings.first(where: isOurs) {
+            seconds = ours.parameter("expires").flatMap { Int64($0) }
+        } else if !bindings.isEmpty {
+            let instance = instance.map { ", +sip.instance \($0)" } ?? ""
+            throw LinkError("the registrar's \(response.statusCode) lists \(bindings.count) binding\(bindings.count == 1 ? "" : "s") for \(settings.aor ?? ""), none of them ours (contact <\(contactURI)>\(instance))")
         }
         if seconds == nil, let header = response.header("expires") { seconds = Int64(header) }
-        let flow = response.header("flow-timer").flatMap { Int64($0) }.flatMap { $0 > 0 ? Duration.seconds($0) : nil }
         return (.seconds(max(1, seconds ?? settings.expires.components.seconds)), flow)
+    }
+
+    /// Whether `binding` is this registration's: the same instance and
+    /// reg-id when both carry an instance, else the same Contact URI.
+    func isOurs(_ binding: SIPContact) -> Bool {
+        if let instance, let theirs = binding.parameter("+sip.instance") {
+            return theirs.lowercased() == instance.lowercased() && (binding.parameter("reg-id") ?? "1") == "1"
+        }
+        return binding.uri.lowercased() == contactURI.lowercased()
+    }
+}
+
+/// One binding of a Contact header: `<uri>;name=value;...` (or a bare URI
+/// with its parameters), parameter values unquoted.
+struct SIPContact: Sendable {
+    var uri: String
+    var parameters: [(name: String, value: String)]
+
+    func parameter(_ name: String) -> String? { parameters.first { $0.name == name }?.value }
+
+    /// The comma-separated entries of one Contact header value (commas in
+    /// quoted display names, quoted parameters and `<...>` URIs do not
+    /// separate); "*" and empty entries are left out.
+    static func entries(of header: String) -> [SIPContact] {
+        SIPText.split(header, at: ",").compactMap { SIPContact(entry: $0.trimmingSpaces) }
+    }
+
+    init?(entry: String) {
+        var rest = Substring(entry)
+        if let open = SIPText.firstOutsideQuotes(rest, "<") {
+            guard let close = rest[open...].firstIndex(of: ">") else { return nil }
+            uri = String(rest[rest.index(after: open)..<close])
+            rest = rest[rest.index(after: close)...]
+        } else {
+            let end = rest.firstIndex(of: ";") ?? rest.endIndex
+            uri = rest[..<end].trimmingSpaces
+            rest = rest[end...]
+        }
+        guard !uri.isEmpty, uri != "*" else { return nil }
+        parameters = SIPText.split(rest, at: ";").compactMap { part -> (String, String)? in
+            let field = SIPText.field(part)
+            return field.name.isEmpty ? nil : field
+        }
+    }
+}
+
+/// Splitting of SIP header values that respects quoted strings and
+/// `<...>` URIs (whose commas and semicolons are not separators).
+enum SIPText {
+    static func split(_ text: some StringProtocol, at separator: Character) -> [Substring] {
+        let text = Substring(text)
+        var parts: [Substring] = []
+        var start = text.startIndex, quoted = false, angle = false, escaped = false
+        for i in text.indices {
+            let c = text[i]
+            if escaped { escaped = false; continue }
+            switch c {
+            case "\\" where quoted: escaped = true
+            case "\"" where !angle: quoted.toggle()
+            case "<" where !quoted: angle = true
+            case ">" where !quoted: angle = false
+            case separator where !quoted && !angle:
+                parts.append(text[start..<i])
+                start = text.index(after: i)
+            default: break
+            }
+        }
+        parts.append(text[start...])
+        return parts
+    }
+
+    /// The first `character` outside a quoted string.
+    static func firstOutsideQuotes(_ text: Substring, _ character: Character) -> Substring.Index? {
+        var quoted = false
+        for i in text.indices {
+            if text[i] == "\"" { quoted.toggle() } else if text[i] == character, !quoted { return i }
+        }
+        return nil
+    }
+
+    /// `name=value` (or a bare `name`): the name lower-cased, the value
+    /// trimmed and unquoted.
+    static func field(_ part: Substring) -> (name: String, value: String) {
+        guard let eq = part.firstIndex(of: "=") else { return (part.trimmingSpaces.lowercased(), "") }
+        var value = Substring(part[part.index(after: eq)...].trimmingSpaces)
+        if value.count >= 2, value.first == "\"", value.last == "\"" { value = value.dropFirst().dropLast() }
+        return (part[..<eq].trimmingSpaces.lowercased(), String(value))
     }
 }
 
 /// When to refresh a registration the registrar granted for `expires`: at
-/// half of it for short ones, else a minute before it ends.
+/// half of it for short ones, else a minute before it ends; never sooner
+/// than ``renewalFloor`` after the last one.
 func renewalDelay(for expires: Duration) -> Duration {
-    max(expires / 2, expires - .seconds(60))
+    max(renewalFloor, max(expires / 2, expires - .seconds(60)))
 }
+
+/// The shortest time between two REGISTERs of one registration.
+let renewalFloor: Duration = .seconds(1)
 
 /// A Digest challenge (RFC 2617 / RFC 8760, MD5 only).
 struct DigestChallenge: Sendable {
@@ -133,24 +239,9 @@ struct DigestChallenge: Sendable {
     init?(_ header: String) {
         guard header.lowercased().hasPrefix("digest ") else { return nil }
         var fields: [String: String] = [:]
-        var rest = Substring(header.dropFirst(7))
-        while !rest.isEmpty {
-            rest = rest.drop { $0 == " " || $0 == "," }
-            guard let eq = rest.firstIndex(of: "=") else { break }
-            let key = rest[..<eq].trimmingSpaces.lowercased()
-            rest = rest[rest.index(after: eq)...]
-            var value: Substring
-            if rest.first == "\"" {
-                rest = rest.dropFirst()
-                let end = rest.firstIndex(of: "\"") ?? rest.endIndex
-                value = rest[..<end]
-                rest = end < rest.endIndex ? rest[rest.index(after: end)...] : ""
-            } else {
-                let end = rest.firstIndex(of: ",") ?? rest.endIndex
-                value = rest[..<end]
-                rest = rest[end...]
-            }
-            fields[key] = value.trimmingSpaces
+        for part in SIPText.split(header.dropFirst(7), at: ",") {
+            let field = SIPText.field(part)
+            if !field.name.isEmpty { fields[field.name] = field.value }
         }
         if let algorithm = fields["algorithm"], algorithm.uppercased() != "MD5" { return nil }
         guard let realm = fields["realm"], let nonce = fields["nonce"] else { return nil }

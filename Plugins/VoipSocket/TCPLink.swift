@@ -678,6 +678,9 @@ final class TCPLink: Sendable {
         }
     }
 
+    /// The connection ended (the peer closed it, an error, or `close`).
+    var hasEnded: Bool { state.withLock { $0.endReason != nil } }
+
     /// Closes the socket and fails every waiter. Safe to call more than once.
     func close(reason: String = "closed by the strategy") {
         var resumes = Resumes()

@@ -167,10 +167,17 @@ final class VoipConnection: Sendable {
             }
             // Hooks and events run once per connection, in a child task
             // for the reason given at `start`.
-            let pingsBefore = await inChildTask { await self.announceConnected(link) }
+            // An MQTT session or a SIP registration proved itself in the
+            // opening exchange; a raw connection does at its first pong.
+            let opened = settings.wire == .mqtt || plan.registers
+            let pingsBefore = await inChildTask { await self.announceConnected(link, sessionOpened: opened) }
             let reason = await session(on: link, plan: plan, connectedAt: context.clock.now)
+            if Task.isCancelled || reason == Self.cancelled {
+                await sayGoodbye(on: link, plan: plan)
+                link.close()
+                return
+            }
             link.close()
-            if Task.isCancelled || reason == Self.cancelled { return }
             guard await announceDisconnected(link, reason: reason, pingsBefore: pingsBefore, attempt: &attempt) else { return }
         }
     }
@@ -198,7 +205,7 @@ final class VoipConnection: Sendable {
             let permanent = (error as? LinkError)?.permanent == true
             context.log.warning("cannot connect to \(settings.endpoint): \(message)\(permanent ? " (not transient: retrying at the longest backoff)" : "")")
             await context.events.record("connect-failed", ["remote": settings.endpoint.description, "error": message])
-            guard await backOff(attempt: permanent ? Self.longestBackoff : attempt, after: message) else { return .stop }
+            guard await backOff(attempt: attempt, longest: permanent, after: message) else { return .stop }
             attempt += 1
             return .retry
         }
@@ -207,12 +214,15 @@ final class VoipConnection: Sendable {
     /// Status, log, event and `on_connect` for a fresh link; returns the
     /// ping count before the session.
     @inline(never)
-    private func announceConnected(_ link: TCPLink) async -> UInt64 {
+    private func announceConnected(_ link: TCPLink, sessionOpened: Bool) async -> UInt64 {
         let (local, remote) = link.addresses
         update { f in
             f.state = "up"
             f.local = local
             f.remote = remote
+            // Recovered: the error of the outage is over (the strategy's
+            // LastError follows).
+            if sessionOpened { f.lastError = "" }
         }
         context.log.info("connected \(local) -> \(remote)")
         await context.events.record("connected", ["local": local, "remote": remote])
@@ -251,10 +261,12 @@ final class VoipConnection: Sendable {
     /// An attempt number whose backoff is the configured maximum.
     private static let longestBackoff = 64
 
-    /// Waits out the backoff delay for `attempt`; false when cancelled.
+    /// Waits out the backoff delay for `attempt` (counted from 0 in each
+    /// outage; `longest`: the configured maximum whatever the attempt);
+    /// false when cancelled.
     @inline(never)
-    private func backOff(attempt: Int, after error: String) async -> Bool {
-        let delay = settings.reconnect.delay(attempt: attempt)
+    private func backOff(attempt: Int, longest: Bool = false, after error: String) async -> Bool {
+        let delay = settings.reconnect.delay(attempt: longest ? Self.longestBackoff : attempt)
         update { f in
             f.state = "backoff"
             f.local = ""
@@ -368,12 +380,13 @@ final class VoipConnection: Sendable {
     }
 
     /// One REGISTER transaction (answering one digest challenge); returns
-    /// what the registrar granted.
-    private func register(_ registration: inout SIPRegistration, on link: TCPLink) async throws -> (Duration, Duration?) {
+    /// what the registrar granted our binding. `expires` zero removes our
+    /// binding (and returns zero).
+    private func register(_ registration: inout SIPRegistration, on link: TCPLink, expires: Duration? = nil) async throws -> (Duration, Duration?) {
         var password = registration.settings.password
         if let file = registration.settings.passwordFile { password = try readSecret(file).get() }
         let local = link.addresses.local
-        try await link.send(registration.request(local: local, password: password))
+        try await link.send(registration.request(local: local, password: password, expires: expires))
         var challenges = 0
         while true {
             let bytes = try await link.nextControl()
@@ -384,15 +397,16 @@ final class VoipConnection: Sendable {
             case 100..<200:
                 continue
             case 200..<300:
+                if expires == .zero { return (.zero, nil) }
                 update { $0.registrations += 1 }
-                return registration.granted(by: response)
+                return try registration.granted(by: response)
             case 401, 407:
                 // One challenge, and one more for a stale nonce; a third means the credentials are wrong.
                 guard challenges < 2, registration.take(challengeOf: response, hasPassword: password != nil) else {
                     throw Self.refusal(response, hasPassword: password != nil)
                 }
                 challenges += 1
-                try await link.send(registration.request(local: local, password: password))
+                try await link.send(registration.request(local: local, password: password, expires: expires))
             default:
                 throw Self.refusal(response, hasPassword: password != nil)
             }
@@ -418,7 +432,7 @@ final class VoipConnection: Sendable {
     /// Renews the registration before it expires, on this flow, for as long
     /// as the session lasts; returns why it stopped.
     private func renewRegistration(_ plan: SessionPlan, on link: TCPLink) async -> String {
-        guard var registration = plan.registration else { return await link.awaitEnd() }
+        guard var registration = plan.registration.withLock({ $0 }) else { return await link.awaitEnd() }
         var expires = plan.registeredFor
         while true {
             let at = context.clock.now + renewalDelay(for: expires)
@@ -437,6 +451,8 @@ final class VoipConnection: Sendable {
                 guard let granted else { return "registration renewal got no answer within connect_timeout (\(settings.connectTimeout.vigilDescription))" }
                 (current, expires) = granted
                 registration = current
+                // Its CSeq is where the unregistration at stop goes on from.
+                plan.registration.withLock { $0 = current }
                 context.log.info("renewed the registration for \(expires.vigilDescription)")
             } catch is CancellationError {
                 return Self.cancelled
@@ -444,6 +460,48 @@ final class VoipConnection: Sendable {
                 return "registration renewal failed: \(error)"
             }
         }
+    }
+
+    /// The longest a goodbye (SIP unregistration, MQTT DISCONNECT) may
+    /// hold up a clean stop.
+    static let goodbyeTimeout: Duration = .seconds(1)
+
+    /// On a clean stop (shutdown, or a reload that removes the strategy):
+    /// removes our SIP binding (`Expires: 0`, ours only) or sends MQTT
+    /// DISCONNECT (so the broker publishes no will), within
+    /// ``goodbyeTimeout``. In a task of its own: the strategy's task is
+    /// cancelled, and the goodbye must still go out. A crash sends nothing,
+    /// which is what a will is for.
+    @inline(never)
+    private func sayGoodbye(on link: TCPLink, plan: SessionPlan) async {
+        guard !link.hasEnded, settings.wire != .raw else { return }
+        let timeout = min(Self.goodbyeTimeout, settings.connectTimeout)
+        let clock = context.clock
+        let said: String = await Task {
+            do {
+                let done = try await withDeadline(clock.now + timeout, clock: clock) { () -> String in
+                    switch self.settings.wire {
+                    case .raw:
+                        return ""
+                    case .mqtt:
+                        try await link.send(MQTTPacket.disconnect(version: self.settings.mqtt?.version ?? .v311))
+                        // The broker closes the connection when it has read
+                        // DISCONNECT; closing first could reset it unread.
+                        _ = await link.awaitEnd()
+                        return "sent DISCONNECT to the broker"
+                    case .sip:
+                        guard var registration = plan.registration.withLock({ $0 }) else { return "" }
+                        registration.skipCSeq()
+                        _ = try await self.register(&registration, on: link, expires: .zero)
+                        return "removed our registration of \(registration.settings.aor ?? "") (Expires: 0)"
+                    }
+                }
+                return done ?? "no goodbye to \(self.settings.endpoint) within \(timeout.vigilDescription)"
+            } catch {
+                return "the goodbye to \(self.settings.endpoint) failed: \(error)"
+            }
+        }.value
+        if !said.isEmpty { context.log.info("stopping: \(said)") }
     }
 
     /// Keeps `link` alive until it dies; returns why it ended.
@@ -455,13 +513,13 @@ final class VoipConnection: Sendable {
         let keeper = PingKeeper(connection: self, link: link, interval: plan.interval, since: connectedAt)
         keeper.start()
         let ended: String
-        if settings.onData != nil || plan.registration != nil {
+        if settings.onData != nil || plan.registers {
             ended = await withTaskGroup(of: String.self) { group in
                 // The data loop ends when the link ended and every byte went
                 // to the hook; it stands in for awaitEnd so the last data
                 // before a close still reaches on_data.
                 group.addTask { await self.deliverData(from: link) }
-                if plan.registration != nil { group.addTask { await self.renewRegistration(plan, on: link) } }
+                if plan.registers { group.addTask { await self.renewRegistration(plan, on: link) } }
                 let first = await group.next() ?? Self.cancelled
                 group.cancelAll()
                 return first
@@ -515,13 +573,17 @@ final class VoipConnection: Sendable {
 final class SessionPlan: Sendable {
     /// The keep-alive interval (SIP: the registrar's Flow-Timer if it sent one).
     let interval: Duration
-    /// SIP: the registration to renew on this flow.
-    let registration: SIPRegistration?
+    /// SIP: the registration to renew on this flow, as last sent (the
+    /// renewals' CSeq goes on into the unregistration at stop).
+    let registration: Mutex<SIPRegistration?>
     let registeredFor: Duration
+    /// SIP: a registration is kept on this flow.
+    let registers: Bool
 
     init(interval: Duration, registration: SIPRegistration? = nil, registeredFor: Duration = .zero) {
         self.interval = interval
-        self.registration = registration
+        self.registration = Mutex(registration)
+        self.registers = registration != nil
         self.registeredFor = registeredFor
     }
 }

@@ -227,6 +227,9 @@ struct VigilBusClient {
         for index in rows.indices where rows[index].state == "waiting" {
             rows[index].waitingFor = (try? await property(rows[index].path, Self.strategyInterface, "WaitingFor")?.decode(String.self)) ?? ""
         }
+        for index in rows.indices where !rows[index].lastError.isEmpty {
+            rows[index].lastErrorAt = try? await property(rows[index].path, Self.strategyInterface, "LastErrorAt")?.decode(UInt64.self)
+        }
         return rows
     }
 
@@ -278,12 +281,20 @@ struct Listed<Row: APIRow, Figure: ListedFigure>: Codable, Equatable {
 
     func encode(to encoder: any Encoder) throws {
         try row.encode(to: encoder)
+        if Figure.flattened {
+            try figure?.encode(to: encoder)
+            return
+        }
         var container = encoder.container(keyedBy: FigureKey.self)
         try container.encodeIfPresent(figure, forKey: FigureKey())
     }
 
     init(from decoder: any Decoder) throws {
         row = try Row(from: decoder)
+        if Figure.flattened {
+            figure = try Figure.Value(from: decoder)
+            return
+        }
         figure = try decoder.container(keyedBy: FigureKey.self).decodeIfPresent(Figure.Value.self, forKey: FigureKey())
     }
 
@@ -296,10 +307,16 @@ struct Listed<Row: APIRow, Figure: ListedFigure>: Codable, Equatable {
     }
 }
 
-/// The extra figure of a ``Listed`` row: its JSON name and type.
+/// The extra figure of a ``Listed`` row: its JSON name and type; a
+/// `flattened` one puts its own keys beside the row's.
 protocol ListedFigure {
     associatedtype Value: Codable & Equatable
     static var name: String { get }
+    static var flattened: Bool { get }
+}
+
+extension ListedFigure {
+    static var flattened: Bool { false }
 }
 
 /// A lease's `Status` property, values as text.
@@ -308,14 +325,20 @@ enum LeaseStatusFigure: ListedFigure {
     static let name = "status"
 }
 
-/// A waiting strategy's `WaitingFor` property: the `when` conditions that are false.
-enum WaitingForFigure: ListedFigure {
-    typealias Value = String
-    static let name = "waitingFor"
+/// What vigilctl reads of a strategy besides its row: while it waits,
+/// `WaitingFor` (the `when` conditions that are false); while it has a
+/// LastError, `LastErrorAt` (microseconds since the epoch).
+enum StrategyFigure: ListedFigure {
+    struct Value: Codable, Equatable {
+        var waitingFor: String?
+        var lastErrorAt: UInt64?
+    }
+    static let name = ""
+    static let flattened = true
 }
 
 typealias ListedLease = Listed<LeaseRow, LeaseStatusFigure>
-typealias ListedStrategy = Listed<StrategyRow, WaitingForFigure>
+typealias ListedStrategy = Listed<StrategyRow, StrategyFigure>
 
 extension Listed where Figure == LeaseStatusFigure {
     /// The lease's `Status`; nil when empty.
@@ -325,11 +348,24 @@ extension Listed where Figure == LeaseStatusFigure {
     }
 }
 
-extension Listed where Figure == WaitingForFigure {
+extension Listed where Row == StrategyRow, Figure == StrategyFigure {
     /// While waiting: the `when` conditions that are false.
     var waitingFor: String? {
-        get { figure }
-        set { figure = newValue }
+        get { figure?.waitingFor }
+        set { figure = StrategyFigure.Value(waitingFor: newValue, lastErrorAt: figure?.lastErrorAt) }
+    }
+
+    /// While it has a LastError: when it was set.
+    var lastErrorAt: UInt64? {
+        get { figure?.lastErrorAt }
+        set { figure = StrategyFigure.Value(waitingFor: figure?.waitingFor, lastErrorAt: newValue) }
+    }
+
+    /// LAST ERROR for people: the error and how long ago it was set.
+    var lastErrorCell: String {
+        guard !row.lastError.isEmpty else { return TableFormat.cell("") }
+        guard let at = lastErrorAt, at > 0 else { return row.lastError }
+        return "\(row.lastError) (\(TableFormat.relative(micros: at, now: TableFormat.nowMicros())))"
     }
 }
 

@@ -10,7 +10,7 @@ struct StrategiesCommand: AsyncParsableCommand {
             States: running; backoff (its run failed and it waits to be restarted); finished \
             (its run returned, so it is not restarted); stopped (the host stopped it); waiting \
             (its when conditions do not hold; WAITING FOR names the false ones). \
-            Restarts counts restarts after failures; the last error is the most recent failure.
+            Restarts counts restarts after failures; the last error is the newest error of the strategy or one of its leases, and how long ago it was set, until the strategy recovers.
 
             Exit status: 0 when vigild answered, 1 when no vigild is running on the bus.
             """
@@ -39,12 +39,12 @@ struct StrategiesCommand: AsyncParsableCommand {
         guard strategies.contains(where: { !($0.waitingFor ?? "").isEmpty }) else {
             return TableFormat.table(
                 [C("NAME"), C("KIND"), C("STATE"), C("RESTARTS", .right), C("LAST ERROR")],
-                strategies.map { [$0.name, $0.kind, $0.state, String($0.restarts), TableFormat.cell($0.lastError)] })
+                strategies.map { [$0.name, $0.kind, $0.state, String($0.restarts), $0.lastErrorCell] })
         }
         return TableFormat.table(
             [C("NAME"), C("KIND"), C("STATE"), C("RESTARTS", .right), C("LAST ERROR"), C("WAITING FOR")],
             strategies.map {
-                [$0.name, $0.kind, $0.state, String($0.restarts), TableFormat.cell($0.lastError), TableFormat.cell($0.waitingFor ?? "")]
+                [$0.name, $0.kind, $0.state, String($0.restarts), $0.lastErrorCell, TableFormat.cell($0.waitingFor ?? "")]
             })
     }
 }

@@ -55,17 +55,10 @@ enum TableFormat {
         }.joined(separator: "\n") + "\n"
     }
 
-    /// A duration for people: "850ms", "12s", "4m12s", "3h04m", "2d05h".
+    /// A duration for people: "850ms", "12s", "4m12s", "3h04m", "2d05h"
+    /// (the one format of logs, vigilctl and the docs).
     static func duration(micros: UInt64) -> String {
-        let seconds = micros / 1_000_000
-        if seconds == 0 {
-            let millis = micros / 1_000
-            return millis == 0 ? "0s" : "\(millis)ms"
-        }
-        if seconds < 60 { return "\(seconds)s" }
-        if seconds < 3_600 { return "\(seconds / 60)m\(twoDigits(seconds % 60))s" }
-        if seconds < 86_400 { return "\(seconds / 3_600)h\(twoDigits(seconds / 60 % 60))m" }
-        return "\(seconds / 86_400)d\(twoDigits(seconds / 3_600 % 24))h"
+        SurvivalReportFormat.duration(Int64(clamping: micros))
     }
 
     /// A signed offset from now: "in 4m12s" or "4m12s ago".
@@ -104,6 +97,4 @@ enum TableFormat {
     static func cell(_ text: String) -> String {
         text.isEmpty ? "-" : text
     }
-
-    private static func twoDigits(_ n: UInt64) -> String { n < 10 ? "0\(n)" : "\(n)" }
 }

@@ -3,6 +3,7 @@ import Glibc
 import Testing
 import VigilDBus
 import VigilHost
+import VigilTestSupport
 
 /// The D-Bus trust boundary seen from outside: vigild on a bus with the
 /// shipped system policy, a hostile peer running as uid 65534 with a

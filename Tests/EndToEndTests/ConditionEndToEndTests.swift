@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import VigilDBus
 import VigilHost
+import VigilTestSupport
 
 /// A strategy gated by `when` in a real vigild: its D-Bus object and
 /// `vigilctl strategies` say it is waiting and for what; it runs when the

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import VigilTestSupport
 
 /// The bad-config fixtures through the real binaries and the real
 /// periodic-wake plugin: each gives its specific error, a non-zero exit, and

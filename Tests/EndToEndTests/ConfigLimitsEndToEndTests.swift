@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Testing
+import VigilTestSupport
 
 /// Configs past the documented limits, through the built vigild and
 /// vigilctl: a clear error at start, on reload of a running host and in

@@ -1,9 +1,9 @@
 import Foundation
-import VigilTestSupport
 import Testing
 import VigilDBus
 import VigilHost
 import VigilKit
+import VigilTestSupport
 
 /// A private dbus-daemon for one test (Tests/TestSupport).
 typealias PrivateBusDaemon = TestDBusDaemon

@@ -3,6 +3,7 @@ import Testing
 import VigilDBus
 import VigilHost
 import VigilKit
+import VigilTestSupport
 
 /// vigild's org.vigil.Vigil1 API through the standard command-line clients
 /// (systemd's busctl, libdbus's dbus-send and dbus-monitor, GLib's gdbus),

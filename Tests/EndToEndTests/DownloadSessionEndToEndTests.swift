@@ -164,7 +164,63 @@ extension EndToEnd {
             let requests = h.nginx.requests()
             let resumeAttempt = try #require(requests.last { $0.contains("range=\"bytes=") }, "\(requests)")
             #expect(resumeAttempt.hasPrefix("200 \(size) "), "If-Range did not match: the whole new file is sent: \(requests)")
+            #expect(second.output.contains { $0.contains("download 1: If-Range did not match: the file changed on the server (200 to a resume at byte ") && $0.contains("restarted from zero") }, "\(second.output)")
             #expect(!resumeAttempt.contains("if-range=\"\""))
+            second.signal(SIGTERM)
+            #expect(await second.waitForExit() == 0)
+        }
+
+        /// python's http.server ignores Range: after a kill mid-download the
+        /// resume (Range and If-Range: its Last-Modified) gets the whole file
+        /// with a 200. The part is discarded and the download restarted from
+        /// zero, and the log says so once, at notice, with what it costs.
+        @Test func aServerThatIgnoresRangeRestartsFromZeroAndSaysSo() async throws {
+            let h = try Harness()
+            defer { h.stop() }
+            let size = 24 << 20
+            let file = try h.nginx.makeFile("norange.bin", size: size, seed: 3)
+            let served = (file as NSString).deletingLastPathComponent
+            let digest = try Self.sha256(file)
+            // SimpleHTTPRequestHandler as shipped, its body slowed to about
+            // 8 MB/s so that a kill lands mid-download.
+            let server = try Daemon(arguments: [], executable: ["/usr/bin/python3", "-c", """
+                import functools, http.server, sys, time
+                class H(http.server.SimpleHTTPRequestHandler):
+                    def log_message(self, fmt, *a):
+                        sys.stderr.write("%s range=%s\\n" % (fmt % a, self.headers.get("Range")))
+                        sys.stderr.flush()
+                    def copyfile(self, source, destination):
+                        while True:
+                            chunk = source.read(64 << 10)
+                            if not chunk:
+                                break
+                            destination.write(chunk)
+                            time.sleep(0.008)
+                s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(H, directory=sys.argv[1]))
+                sys.stderr.write("port %d\\n" % s.server_address[1])
+                sys.stderr.flush()
+                s.serve_forever()
+                """, served])
+            defer { server.signal(SIGTERM) }
+            let portLine = try await server.waitForLine(containing: "port ")
+            try h.config("downloads = [{ url = \"http://127.0.0.1:\(portLine.split(separator: " ")[1])/norange.bin\", sha256 = \"\(digest)\" }]")
+            let part = h.downloads + "/norange.bin.part"
+            let first = try h.start()
+            try await h.waitForSize(part, atLeast: 4 << 20)
+            first.signal(SIGKILL)
+            _ = await first.waitForExit()
+            let kept = h.size(part)
+            #expect(kept >= 4 << 20 && kept < size)
+
+            let second = try h.start()
+            let line = try await second.waitForLine(containing: "restarted from zero")
+            #expect(line.hasPrefix("notice "), "\(line)")
+            #expect(line.contains("download 1: the server ignores Range (200 to a resume at byte \(kept)); discarded the partial file and restarted from zero, fetching \(kept) bytes again"), "\(line)")
+            try await second.waitForLine(containing: "download 1 completed", timeout: .seconds(60))
+            #expect(try Self.sha256(h.downloads + "/norange.bin") == digest)
+            #expect(second.output.filter { $0.contains("restarted from zero") }.count == 1, "\(second.output)")
+            #expect(durationsOverTwoUnits(in: first.output + second.output).isEmpty, "\(second.output)")
+            #expect(server.output.contains { $0.contains("GET /norange.bin") && $0.contains("range=bytes=\(kept)-") }, "\(server.output)")
             second.signal(SIGTERM)
             #expect(await second.waitForExit() == 0)
         }

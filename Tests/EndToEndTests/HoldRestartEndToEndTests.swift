@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Testing
+import VigilTestSupport
 
 /// `vigilctl hold -- sleep 20` while vigild is restarted under it, once
 /// with SIGTERM and once with kill -9: hold begins a new lease on each new

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import VigilHost
+import VigilTestSupport
 
 /// vigild's log: priority prefixes only when stderr is the journal, and a
 /// stderr that is full or whose reader went away never stops the host.

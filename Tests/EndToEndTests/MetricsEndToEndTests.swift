@@ -1,6 +1,9 @@
 import Foundation
 import Testing
+import VigilDBus
 import VigilHost
+import VigilKit
+import VigilTestSupport
 
 /// The metrics as a fleet sees them: vigild's `/metrics` scraped by a real
 /// Prometheus server (Debian `prometheus`) and queried through its HTTP API;
@@ -134,6 +137,97 @@ extension EndToEnd {
             #expect(test.stdout.contains("SUCCESS"))
         }
 
+        /// A strategy's LastError is one truth: its lease's TLS error (the
+        /// broker's certificate is from another CA) shows, with when it was
+        /// set, in `vigilctl strategies`, on D-Bus and in the metrics; once
+        /// the broker presents a certificate that verifies and the lease
+        /// reconnects, all three clear.
+        @Test func lastErrorAgreesOnTheBusInVigilctlAndInTheMetrics() async throws {
+            let dir = try makeTemporaryDirectory("vigil-last-error")
+            defer { try? FileManager.default.removeItem(atPath: dir) }
+            let trusted = try TestCertificates(), other = try TestCertificates()
+            defer { trusted.remove(); other.remove() }
+            let tlsPort = try TestNginx.freePort()
+            var broker = try TestMosquitto.start(in: dir, certificates: other, tlsPort: tlsPort)
+            defer { broker.server.stop() }
+            let vigilPort = try freeLoopbackPort()
+            try await BusHost.with(strategies: """
+                [metrics]
+                listen = "127.0.0.1:\(vigilPort)"
+
+                [[strategy]]
+                name = "mq"
+                kind = "voip-socket"
+                connect = "127.0.0.1:\(tlsPort)"
+                protocol = "mqtt"
+                keepalive_interval = "30s"
+                tls = true
+                ca_file = "\(trusted.caCertificate)"
+                reconnect = { initial = "200ms", max = "500ms" }
+                [strategy.mqtt]
+                client_id = "vigil-last-error"
+                """) { host in
+                let path = VigilAPI.strategyPath("mq")
+                func busLastError() throws -> (String, UInt64) {
+                    let error = try host.busctl(["get-property", BusHost.name, path, VigilAPI.strategyInterface, "LastError"]).stdout
+                    let at = try host.busctl(["get-property", BusHost.name, path, VigilAPI.strategyInterface, "LastErrorAt"]).stdout
+                    let text = error.trimmingCharacters(in: .whitespacesAndNewlines)
+                    // `s "..."`: busctl quotes the string.
+                    return (String(text.dropFirst(3).dropLast()), UInt64(at.trimmingCharacters(in: .whitespacesAndNewlines).dropFirst(2)) ?? 0)
+                }
+                /// The first StrategyStateChanged of "mq" (past or future)
+                /// after its first `skip` ones whose last_error satisfies
+                /// `condition`; its place among them, and the bus's
+                /// LastError and LastErrorAt then.
+                func waitForBus(after skip: Int = 0, _ condition: @escaping @Sendable (String) -> Bool) async throws -> (Int, String, UInt64) {
+                    let seen = Counter()
+                    do {
+                        _ = try await host.signals.first { m in
+                            guard m.member == "StrategyStateChanged", m.body.first == .objectPath(path), m.body.count == 3 else { return false }
+                            guard seen.next() > skip, case .string(let e) = m.body[2] else { return false }
+                            return condition(e)
+                        }
+                    } catch {
+                        throw DaemonError("\(error)\nvigild said:\n\(host.daemon.output.suffix(30).joined(separator: "\n"))")
+                    }
+                    let (error, at) = try busLastError()
+                    // The counter stands at the matching signal's place.
+                    return (seen.next() - 1, error, at)
+                }
+                func agree(error: String, at: UInt64) throws {
+                    let json = try host.vigilctl("strategies", ["--json"]).stdout
+                    let rows = try #require(try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [[String: Any]])
+                    let row = try #require(rows.first { $0["name"] as? String == "mq" }, "\(json)")
+                    #expect(row["lastError"] as? String == error, "\(json)")
+                    #expect((row["lastErrorAt"] as? NSNumber)?.uint64Value == (at == 0 ? nil : at), "\(json)")
+                    let table = try host.vigilctl("strategies").stdout
+                    #expect(table.contains(error.isEmpty ? "running         0  -" : "\(error) ("), "\(table)")
+                    let (_, body) = try MetricsScrape.get(MetricsListenAddress(host: "127.0.0.1", port: vigilPort))
+                    let metrics = String(decoding: body, as: UTF8.self)
+                    #expect(metrics.contains("vigil_strategy_error{strategy=\"mq\"} \(error.isEmpty ? 0 : 1)"), "\(metrics)")
+                    let stamp = metrics.split(separator: "\n").first { $0.hasPrefix("vigil_strategy_last_error_timestamp_seconds{strategy=\"mq\"} ") }
+                    if at == 0 {
+                        #expect(stamp == nil, "\(metrics)")
+                    } else {
+                        let seconds = stamp.flatMap { Double($0.split(separator: " ").last ?? "") } ?? 0
+                        #expect(abs(seconds - Double(at) / 1e6) < 0.001, "\(String(describing: stamp)) vs \(at)")
+                    }
+                }
+                // Broken: the lease's TLS error is the strategy's.
+                let (brokenPlace, broken, brokenAt) = try await waitForBus { !$0.isEmpty }
+                #expect(broken.hasPrefix("lease ") && broken.contains("certificate"), "\(broken)")
+                #expect(brokenAt > 0)
+                try agree(error: broken, at: brokenAt)
+                // Repaired: a broker whose certificate verifies, on the same port.
+                broker.server.stop()
+                broker = try TestMosquitto.start(in: dir, certificates: trusted, tlsPort: tlsPort)
+                #expect(await broker.server.waitForLog("Sending CONNACK to vigil-last-error"), "\(broker.server.log)")
+                let (_, repaired, repairedAt) = try await waitForBus(after: brokenPlace) { $0.isEmpty }
+                #expect(repaired.isEmpty && repairedAt == 0, "\(repaired) \(repairedAt)")
+                try agree(error: "", at: 0)
+            }
+        }
+
         @Test func rulesAndDashboardUseOnlyMetricsVigildExports() async throws {
             let dir = try TempDir("vigil-metric-names")
             let vigilPort = try freeLoopbackPort()
@@ -171,6 +265,7 @@ extension EndToEnd {
             "vigil_download_retries_total", "vigil_download_completed_total", "vigil_download_hash_failures_total",
             "vigil_download_failures_total", "vigil_audio_underruns_total", "vigil_audio_streams_playing",
             "vigil_audio_lost_total", "vigil_strategy_failures_total", "vigil_client_leases",
+            "vigil_strategy_error", "vigil_strategy_last_error_timestamp_seconds",
         ]
 
         /// A histogram's family name for its `_bucket`, `_sum` and `_count` series.

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import VigilKit
+import VigilTestSupport
 
 /// Third-party plugins built out of tree against the VigilKit product.
 extension EndToEnd {

@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import Testing
 import VigilKit
+import VigilTestSupport
 
 /// The org.vigil.Vigil1 API through the built vigild: the introspection
 /// document in docs/ is what vigild prints, and Reload over the bus applies

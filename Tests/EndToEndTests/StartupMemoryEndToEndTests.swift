@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import VigilTestSupport
 
 /// `[host] release_startup_pages`: once it serves the bus, vigild drops the
 /// code pages only start-up touched, its RSS falls, and it keeps working.

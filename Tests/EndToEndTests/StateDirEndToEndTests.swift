@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Testing
+import VigilTestSupport
 
 /// vigild with a state_dir it cannot use: one line naming the path, the
 /// cause and what to do (not NSCocoaErrorDomain codes or "disk I/O error").

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import VigilHost
+import VigilTestSupport
 
 /// All end-to-end suites run one after another: they start real processes
 /// and measure real time, and the plugin suite builds packages on both cores.
@@ -39,37 +40,6 @@ final class TempDir: Sendable {
     }
 
     deinit { try? FileManager.default.removeItem(atPath: path) }
-}
-
-struct CommandResult {
-    var status: Int32
-    var stdout: String
-    var stderr: String
-}
-
-/// Runs a program to completion and captures its output.
-func runCommand(_ program: String, _ arguments: [String], environment: [String: String]? = nil, cwd: String? = nil) throws -> CommandResult {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: program)
-    p.arguments = arguments
-    if let environment { p.environment = environment }
-    if let cwd { p.currentDirectoryURL = URL(fileURLWithPath: cwd) }
-    let out = Pipe(), err = Pipe()
-    p.standardOutput = out
-    p.standardError = err
-    try p.run()
-    // Read both pipes to EOF before waiting, so a chatty child never blocks.
-    let group = DispatchGroup()
-    nonisolated(unsafe) var errData = Data()
-    group.enter()
-    DispatchQueue.global().async {
-        errData = err.fileHandleForReading.readDataToEndOfFile()
-        group.leave()
-    }
-    let outData = out.fileHandleForReading.readDataToEndOfFile()
-    group.wait()
-    p.waitUntilExit()
-    return CommandResult(status: p.terminationStatus, stdout: String(decoding: outData, as: UTF8.self), stderr: String(decoding: errData, as: UTF8.self))
 }
 
 /// A vigild child process whose stderr lines can be awaited as events.
@@ -179,8 +149,10 @@ final class Daemon: @unchecked Sendable {
     func signal(_ sig: Int32) { kill(process.processIdentifier, sig) }
 
     /// Waits for the process to exit and returns its status.
+    /// Waits for the exit; its status. Every E2E test's log is checked
+    /// here: durations read in at most two units (3m47s, 814ms).
     func waitForExit() async -> Int32 {
-        await withCheckedContinuation { c in
+        let status = await withCheckedContinuation { c in
             let done: Int32? = lock.withLock {
                 if let exitStatus { return exitStatus }
                 exitWaiters.append(c)
@@ -188,6 +160,8 @@ final class Daemon: @unchecked Sendable {
             }
             if let done { c.resume(returning: done) }
         }
+        #expect(durationsOverTwoUnits(in: output).isEmpty, "\(durationsOverTwoUnits(in: output))")
+        return status
     }
 
     deinit {

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import VigilHost
+import VigilTestSupport
 
 /// The host with real time and a 1 s heartbeat: what `vigilctl survival`
 /// reports after a clean stop, a `kill -9` and a `kill -STOP`.

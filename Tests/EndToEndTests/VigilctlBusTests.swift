@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import VigilHost
+import VigilTestSupport
 
 /// vigilctl status / leases / strategies / reload against a real vigild on
 /// a private bus, and the message when no vigild answers.

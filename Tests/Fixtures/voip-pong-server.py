@@ -3,13 +3,19 @@
 so a test can freeze it with SIGSTOP, kill it and start it again.
 
 Usage: voip-pong-server.py [--host ADDRESS] [--port PORT] [--rcvbuf BYTES]
-                           [--tls CERT KEY]
+                           [--tls CERT KEY] [--contact LINE]...
 Listens on ADDRESS (default 127.0.0.1) and PORT (default: a free one), prints
 the port on stdout, and answers every CRLFCRLF ping with a CRLF pong
 (RFC 5626), over TLS with --tls. --rcvbuf shrinks the receive buffer of
 accepted sockets, so a frozen server closes its TCP window fast. One thread
 per connection: a TLS handshake never holds up the other connections.
+
+With --contact, it is also a registrar that lists bindings as the test
+scripts them: each REGISTER gets a 200 OK with its Via, From, To, Call-ID
+and CSeq, and one Contact header per --contact LINE, in which "{ours}" is the
+request's Contact and "{instance}" its +sip.instance.
 """
+import re
 import socket
 import ssl
 import sys
@@ -25,6 +31,7 @@ def option(name, default=None, count=1):
 
 
 rcvbuf = int(option("--rcvbuf", "0"))
+contacts = [sys.argv[i + 1] for i, arg in enumerate(sys.argv[:-1]) if arg == "--contact"]
 tls = option("--tls", count=2)
 context = None
 if tls:
@@ -41,6 +48,19 @@ listener.listen(16)
 print(listener.getsockname()[1], flush=True)
 
 
+def registered(head):
+    """The 200 OK to a REGISTER whose head (without the blank line) is `head`."""
+    headers = {}
+    for line in head.decode(errors="replace").split("\r\n")[1:]:
+        name, _, value = line.partition(":")
+        headers.setdefault(name.strip().lower(), value.strip())
+    ours = headers.get("contact", "")
+    instance = re.search(r'\+sip\.instance="([^"]*)"', ours)
+    answer = ["SIP/2.0 200 OK"] + ["%s: %s" % (n, headers.get(n.lower(), "")) for n in ("Via", "From", "To", "Call-ID", "CSeq")]
+    answer += ["Contact: " + c.replace("{ours}", ours).replace("{instance}", instance.group(1) if instance else "") for c in contacts]
+    return "\r\n".join(answer + ["Content-Length: 0", "", ""]).encode()
+
+
 def serve(conn):
     try:
         if context:
@@ -52,9 +72,10 @@ def serve(conn):
                 break
             buffer += data
             while b"\r\n\r\n" in buffer:
-                _, _, buffer = buffer.partition(b"\r\n\r\n")
-                conn.sendall(b"\r\n")
-            buffer = buffer[-3:]
+                head, _, buffer = buffer.partition(b"\r\n\r\n")
+                conn.sendall(registered(head) if contacts and head.startswith(b"REGISTER ") else b"\r\n")
+            if not contacts:
+                buffer = buffer[-3:]
     except (OSError, ssl.SSLError):
         pass
     finally:

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import VigilHost
 import VigilKit
+import VigilTestSupport
 
 enum BackgroundTaskPlugin {
     static func kind() throws -> any StrategyKind {

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import VigilHost
 import VigilKit
+import VigilTestSupport
 
 /// Holds one lease for as long as it runs.
 struct LeaseHoldingStrategy: KeepAliveStrategy {
@@ -72,23 +73,31 @@ final class StatusWaiter: @unchecked Sendable {
     /// after `timeout` of real time (a bound for a broken run, not a measure).
     @discardableResult
     func next(_ state: StrategyRunState, timeout: Duration = .seconds(30)) async throws -> StrategyStatus {
+        // A gated strategy starts as waiting before its first verdict names
+        // what it waits for.
+        try await next(state.rawValue, timeout: timeout) { s in s.state == state && (state != .waiting || !s.waitingFor.isEmpty) }
+    }
+
+    /// The next status of the strategy that satisfies `condition` (`what`
+    /// says what it is, for the error), skipping others; throws after
+    /// `timeout` of real time.
+    @discardableResult
+    func next(_ what: String, timeout: Duration = .seconds(30), where condition: @escaping @Sendable (StrategyStatus) -> Bool) async throws -> StrategyStatus {
         let box = self
         let name = self.name
         return try await withThrowingTaskGroup(of: StrategyStatus?.self) { group in
             group.addTask {
                 while let s = await box.step() {
-                    // A gated strategy starts as waiting before its first
-                    // verdict names what it waits for.
-                    if s.name == name && s.state == state && (state != .waiting || !s.waitingFor.isEmpty) { return s }
+                    if s.name == name && condition(s) { return s }
                 }
                 return nil
             }
             group.addTask {
                 try await Task.sleep(for: timeout)
-                throw DescribedError("timed out after \(timeout) waiting for \(name) to be \(state.rawValue)")
+                throw DescribedError("timed out after \(timeout) waiting for \(name) to be \(what)")
             }
             guard let found = try await group.next(), let status = found else {
-                throw DescribedError("status stream of \(name) ended before \(state.rawValue)")
+                throw DescribedError("status stream of \(name) ended before \(what)")
             }
             group.cancelAll()
             return status

@@ -82,7 +82,7 @@ private func paths(_ value: DBusValue?) -> [String] {
             """, file])
         #expect(parsed.status == 0, "\(parsed.stderr)")
         #expect(parsed.stdout.contains("org.vigil.Vigil1.Host 5 6 14\n"))
-        #expect(parsed.stdout.contains("org.vigil.Vigil1.Strategy 0 0 7\n"))
+        #expect(parsed.stdout.contains("org.vigil.Vigil1.Strategy 0 0 8\n"))
         #expect(parsed.stdout.contains("org.vigil.Vigil1.Lease 0 0 10\n"))
         #expect(parsed.stdout.contains("org.vigil.Vigil1.ClientLease 2 2 4\n"))
         #expect(parsed.stdout.contains("org.freedesktop.DBus.ObjectManager 1 2 0\n"))
@@ -231,8 +231,9 @@ private enum Build {
             #expect(paths(host["Leases"]) == [lease(1), lease(2), lease(3)])
 
             let s = try await f.getAll(strategy("lease-script"), HostBusNames.strategyInterface)
-            #expect(s.count == 7)
+            #expect(s.count == 8)
             #expect(s["WaitingFor"] == .string(""))
+            #expect(s["LastError"] == .string("") && s["LastErrorAt"] == .uint64(0))
             #expect(s["Name"] == .string("lease-script"))
             #expect(s["Kind"] == .string("test-script"))
             #expect(s["State"] == .string("running"))
@@ -450,10 +451,14 @@ private enum Build {
             await f.advance(1)
             var seen = await signals.wait(for: 2)
             #expect(signals.descriptions() == [
-                "PropertiesChanged \(strategy("flaky")) State,Restarts,LastError",
+                "PropertiesChanged \(strategy("flaky")) State,Restarts,LastError,LastErrorAt",
                 "StrategyStateChanged \(strategy("flaky")) \"backoff\" \"boom\"",
             ])
-            #expect(seen.first?.changedProperties == ["State": .string("backoff"), "Restarts": .uint32(1), "LastError": .string("boom")])
+            // LastErrorAt: when it was set, on the fixture's wall clock.
+            #expect(seen.first?.changedProperties == [
+                "State": .string("backoff"), "Restarts": .uint32(1), "LastError": .string("boom"),
+                "LastErrorAt": .uint64(UInt64(f.clock.wallMicroseconds)),
+            ])
             await f.waitForSleeper(within: 1)
             await f.advance(1)  // the first backoff is at most 1 s
             seen = await signals.wait(for: 4)

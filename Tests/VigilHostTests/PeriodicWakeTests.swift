@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import VigilHost
 import VigilKit
+import VigilTestSupport
 
 /// The real periodic-wake plugin, loaded from the build directory like the
 /// host loads it, driven by the test clock.
@@ -17,10 +18,6 @@ enum PeriodicWakePlugin {
     }
 }
 
-struct DescribedError: Error, CustomStringConvertible {
-    var description: String
-    init(_ d: String) { description = d }
-}
 
 /// A scheduler wrapper that checks every firing against its request's window.
 final class WindowChecker: WakeScheduling, @unchecked Sendable {

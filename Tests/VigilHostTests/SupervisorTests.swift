@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import VigilHost
 import VigilKit
+import VigilTestSupport
 
 /// Records the order in which things happen across tasks.
 final class OrderLog: @unchecked Sendable {
@@ -49,6 +50,33 @@ struct WaitingStrategy: KeepAliveStrategy {
         ), backoff: backoff)
     }
 
+    /// A lease's error (its status's LastError) is its strategy's, with
+    /// when it was set, until it clears or the lease ends.
+    @Test func aLeasesErrorIsItsStrategysUntilItClears() async throws {
+        let clock = ManualClock()
+        let registry = LeaseRegistry(clock: clock)
+        let supervisor = makeSupervisor(clock, registry, backoff: Backoff(initial: .seconds(10), maximum: .seconds(300), jitter: false))
+        await registry.observe(supervisor.errors)
+        let follow = Task { await supervisor.followErrors() }
+        defer { follow.cancel() }
+        let changes = StatusWaiter(await supervisor.changes(), name: "held")
+        await supervisor.start([SupervisedStrategy(name: "held", kind: "test", strategy: LeaseHoldingStrategy())])
+        await clock.settle()
+        let lease = try #require(await registry.active.first { $0.strategy == "held" })
+        await registry.setStatus(lease.id, ["LastError": .string("the peer closed the connection")])
+        let broken = try await changes.next("broken") { $0.lastError != nil }
+        #expect(broken.lastError == "lease \(lease.id.rawValue): the peer closed the connection")
+        #expect(broken.lastErrorWallMicros == clock.wallMicroseconds)
+        await registry.setStatus(lease.id, ["LastError": .string("")])
+        let repaired = try await changes.next("repaired") { $0.lastError == nil }
+        #expect(repaired.lastErrorWallMicros == nil)
+        await registry.setStatus(lease.id, ["LastError": .string("connect to 127.0.0.1:1 failed: Connection refused")])
+        _ = try await changes.next("broken again") { $0.lastError != nil }
+        await registry.release(lease.id)
+        _ = try await changes.next("its lease ended") { $0.lastError == nil }
+        await supervisor.stopAll()
+    }
+
     @Test func failingStrategyIsRestartedWithBackoffAndItsLeasesReleased() async throws {
         let clock = ManualClock()
         let registry = LeaseRegistry(clock: clock)
@@ -68,11 +96,19 @@ struct WaitingStrategy: KeepAliveStrategy {
         #expect(await attempts.value == 3)
         await clock.advance(by: .seconds(39))
         #expect(await attempts.value == 3)
+        let failed = try #require(await supervisor.statuses.first)
+        #expect(failed.lastError == "boom 3")
+        #expect(failed.lastErrorWallMicros != nil)
+        let changes = StatusWaiter(await supervisor.changes(), name: "flaky")
+        // As the host does: fold the strategies' errors as they change.
+        let follow = Task { await supervisor.followErrors() }
+        defer { follow.cancel() }
         await clock.advance(by: .seconds(1))
         #expect(await attempts.value == 4)
-        let status = try #require(await supervisor.statuses.first)
+        // The run that took its lease again recovered: LastError is cleared.
+        let status = try await changes.next("recovered") { $0.lastError == nil }
         #expect(status.restarts == 3)
-        #expect(status.lastError == "boom 3")
+        #expect(status.lastError == nil && status.lastErrorWallMicros == nil)
         #expect(status.state == .running)
         #expect(await registry.active.count == 1)
         await supervisor.stopAll()

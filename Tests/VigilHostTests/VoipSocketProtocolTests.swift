@@ -313,6 +313,83 @@ import VigilTestSupport
         #expect(registrar.server.lines(containing: "over \(tls ? "tls" : "tcp") cseq").count >= 4, "\(registrar.server.log)")
     }
 
+    /// Another device registered for the same AOR before us: kamailio lists
+    /// its binding first, in one comma-separated Contact header with ours.
+    /// With a longer binding first, our own granted time is used; with a
+    /// stale one first, we do not re-register before half our own time
+    /// (the old code took the first binding's expiry: 1m50s, or a
+    /// re-registration loop as the stale one ran out). On a clean stop our
+    /// binding, and only ours, is gone from the registrar within 2 s.
+    @Test(arguments: [300, 3]) func sipUsesOnlyItsOwnBindingAndRemovesItAtStop(otherExpires: Int) async throws {
+        let dir = try makeTemporaryDirectory("voip-sip-bindings")
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let registrar = try TestKamailio.start(in: dir)
+        defer { registrar.server.stop() }
+        let other = "<sip:alice@192.0.2.9:5060;transport=tcp>"
+        let answer = try TestKamailio.registerAnotherDevice(port: registrar.port, contact: other, expires: otherExpires)
+        #expect(answer.hasPrefix("SIP/2.0 200"), "\(answer)")
+        let h = try VoipHarness()
+        try await h.start([
+            "connect": .string("127.0.0.1:\(registrar.port)"), "protocol": .string("sip"),
+            "keepalive_interval": .string("30s"), "handler_timeout": .string("500ms"),
+            "sip": .table(["aor": .string("sip:alice@example.org"), "expires": .string("8s")]),
+        ])
+        let registered = await h.waitForStatus(timeout: .seconds(20)) { $0["Registrations"]?.uintValue ?? 0 >= 1 && $0["State"]?.stringValue == "up" }
+        #expect(registered["Registrations"]?.uintValue == 1, "\(registered)")
+        let line = h.logs.entries.first { $0.contains("registered sip:alice@example.org for") } ?? ""
+        #expect(line.contains("for 8s"), "\(h.logs.entries)\n\(registrar.server.log)")
+        let local = registered["Local"]?.stringValue ?? ""
+        #expect(try TestKamailio.bindings(of: registrar.server).contains { $0.contains(local) }, "\(local)")
+        // Our refresh is due at half of 8 s: none before 3.5 s (the stale
+        // binding's 3 s drove re-registrations every second or faster).
+        let started = ContinuousClock.now
+        let renewed = await h.waitForStatus(timeout: .seconds(10)) { $0["Registrations"]?.uintValue ?? 0 >= 2 }
+        #expect(renewed["Registrations"]?.uintValue == 2 && ContinuousClock.now - started >= .milliseconds(3_500),
+                "\(renewed) after \(ContinuousClock.now - started)\n\(h.logs.entries)")
+        #expect(renewed["Reconnects"]?.uintValue == 0 && renewed["LastError"]?.stringValue == "", "\(renewed)")
+        let stopped = ContinuousClock.now
+        await h.supervisor.stopAll()
+        var bindings = try TestKamailio.bindings(of: registrar.server)
+        while bindings.contains(where: { $0.contains(local) }), ContinuousClock.now - stopped < .seconds(2) {
+            try await Task.sleep(for: .milliseconds(50))
+            bindings = try TestKamailio.bindings(of: registrar.server)
+        }
+        #expect(!bindings.contains { $0.contains(local) }, "\(bindings)\n\(h.logs.entries)")
+        // The other device's binding stays (while it has not expired).
+        if otherExpires > 100 { #expect(bindings.contains { $0.contains("192.0.2.9") }, "\(bindings)") }
+        #expect(h.logs.entries.contains { $0.contains("stopping: removed our registration of sip:alice@example.org (Expires: 0)") }, "\(h.logs.entries)")
+        #expect(durationsOverTwoUnits(in: h.logs.entries).isEmpty, "\(h.logs.entries)")
+    }
+
+    /// Our binding among others as registrars list them: in a later Contact
+    /// header after a display name with a comma and a URI with one; by
+    /// +sip.instance and reg-id when the registrar rewrote our URI, in the
+    /// middle of one comma-separated header; and absent, which is an error
+    /// that says so.
+    @Test func sipFindsItsOwnBindingHoweverTheRegistrarListsIt() async throws {
+        let other = "\"Desk, phone\" <sip:alice@192.0.2.9:5060;transport=tcp;x=a,b>;expires=110"
+        for (contacts, expected) in [
+            ([other, "{ours};expires=30"], "registered sip:alice@example.org for 30s"),
+            (["<sip:alice@192.0.2.9:5060>;expires=110, <sip:alice@198.51.100.1:4444;transport=tcp>;+sip.instance=\"{instance}\";reg-id=1;expires=40, <sip:alice@192.0.2.10>;expires=5"],
+             "registered sip:alice@example.org for 40s"),
+            ([other], "lists 1 binding for sip:alice@example.org, none of them ours (contact <sip:alice@127.0.0.1:"),
+        ] {
+            let dir = try makeTemporaryDirectory("voip-sip-stub")
+            defer { try? FileManager.default.removeItem(atPath: dir) }
+            let registrar = try TestPongServer.start(in: dir, contacts: contacts)
+            defer { registrar.server.stop() }
+            let h = try VoipHarness()
+            try await h.start([
+                "connect": .string("127.0.0.1:\(registrar.port)"), "protocol": .string("sip"),
+                "sip": .table(["aor": .string("sip:alice@example.org"), "expires": .string("60s")]),
+            ])
+            let status = await h.waitForStatus { $0["Registrations"]?.uintValue ?? 0 >= 1 || !($0["LastError"]?.stringValue.isEmpty ?? true) }
+            await h.supervisor.stopAll()
+            let said = h.logs.entries + [status["LastError"]?.stringValue ?? ""]
+            #expect(said.contains { $0.contains(expected) }, "\(contacts): \(said)\n\(registrar.server.log)")
+        }
+    }
+
     /// Sends a MESSAGE for sip:alice@example.org to kamailio over a TCP
     /// connection of its own (python3's socket module: another client);
     /// returns its Call-ID.
@@ -445,6 +522,12 @@ import VigilTestSupport
             await h.supervisor.stopAll()
             #expect(status["LastError"]?.stringValue.hasSuffix(expected) == true, "\(name): \(status)")
             #expect(h.recorded("connect-failed").count == 1, "\(name): retried at once")
+            // The first reconnect of the outage is attempt 1, whatever
+            // backoff a refusal that will not pass waits; its delay reads
+            // in at most two units.
+            let reconnecting = h.logs.entries.filter { $0.contains("reconnecting to 127.0.0.1:") }
+            #expect(reconnecting.count == 1 && reconnecting[0].contains(" (attempt 1)"), "\(name): \(reconnecting)")
+            #expect(durationsOverTwoUnits(in: h.logs.entries).isEmpty, "\(h.logs.entries)")
         }
     }
 

@@ -4,6 +4,7 @@ import Synchronization
 import Testing
 import VigilHost
 import VigilKit
+import VigilTestSupport
 
 /// voip-socket against real TCP servers on 127.0.0.1. Intervals are short
 /// (hundreds of milliseconds) where real sockets and real timers are the
@@ -269,7 +270,7 @@ import VigilKit
         await h.supervisor.stopAll()
         let accepts = server.all(.accepted).map(\.at)
         let gaps = zip(accepts.dropFirst(), accepts).map { ($0 - $1).seconds * 1000 }
-        // The delays the strategy chose, from its log: "in 23ms411us (attempt 2)".
+        // The delays the strategy chose, from its log: "in 23ms (attempt 2)".
         let chosen: [Double] = h.logs.entries.compactMap { line in
             guard let r = line.range(of: " in "), let end = line.range(of: " (attempt ") else { return nil }
             guard case .success(let d) = DurationSyntax.parse(String(line[r.upperBound..<end.lowerBound])) else { return nil }
@@ -567,20 +568,6 @@ struct GatedLease: BatchableLeaseHandle {
     func renew(budget: Duration?) async throws { try await inner.renew(budget: budget) }
     func release() async { await inner.release() }
     var state: LeaseState { get async { await inner.state } }
-}
-
-/// Runs `path` to its end; its stdout and stderr together, and its exit status.
-func runProcessWithStatus(_ path: String, _ arguments: [String]) throws -> (output: String, status: Int32) {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: path)
-    process.arguments = arguments
-    let pipe = Pipe()
-    process.standardOutput = pipe
-    process.standardError = pipe
-    try process.run()
-    let data = pipe.fileHandleForReading.readDataToEndOfFile()
-    process.waitUntilExit()
-    return (String(decoding: data, as: UTF8.self), process.terminationStatus)
 }
 
 /// A frozen SIGSTOP-ed peer in the raw protocol, and every other fault for

@@ -87,8 +87,8 @@ struct WakeAttributionTests {
         #expect(run.wakes == [byAlarm, other])
         #expect(run.wakes?.first?.latenessMicros == 500_000)
         let text = SurvivalReportFormat.text([run], width: 80, nowWall: clocks.wall, timeZone: DisplayTimeZone.utc().zone)
-        #expect(text.contains("after 5m 0s suspended: Vigil alarm of tick periodic-wake, 0.5s late"))
-        #expect(text.contains("after 2m 0s suspended: woken by something else (wakeup sources: rtc0)"))
+        #expect(text.contains("after 5m suspended: Vigil alarm of tick periodic-wake, 500ms late"))
+        #expect(text.contains("after 2m suspended: woken by something else (wakeup sources: rtc0)"))
         let json = SurvivalReportFormat.json([run])
         #expect(json.contains("\"cause\" : \"vigil-alarm\""))
     }

@@ -415,6 +415,7 @@ public actor HostBusAPI {
             if old.state != status.state { changed.append("State") }
             if old.restarts != status.restarts { changed.append("Restarts") }
             if old.lastError != status.lastError { changed.append("LastError") }
+            if old.lastErrorWallMicros != status.lastErrorWallMicros { changed.append("LastErrorAt") }
             if old.waitingFor != status.waitingFor { changed.append("WaitingFor") }
             guard !changed.isEmpty else { return }
             entry.status = status

@@ -104,6 +104,7 @@ enum HostBusInterfaces {
                 "State": read { .string($0.status.state.rawValue) },
                 "Restarts": read { .uint32(UInt32(clamping: $0.status.restarts)) },
                 "LastError": read { .string($0.status.lastError ?? "") },
+                "LastErrorAt": read { .uint64(UInt64(clamping: $0.status.lastErrorWallMicros ?? 0)) },
                 "WaitingFor": read { .string($0.status.waitingFor) },
                 "Config": read { HostBusValues.configTable($0.config) },
             ]

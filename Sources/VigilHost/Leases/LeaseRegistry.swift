@@ -655,14 +655,19 @@ extension LeaseEvent {
 public struct StrategyLeases: LeaseProvider {
     public let registry: LeaseRegistry
     public let strategy: String
+    /// Called after each lease is acquired, before the strategy has it
+    /// (the supervisor learns that a failed strategy recovered).
+    public let acquired: @Sendable () -> Void
 
-    public init(registry: LeaseRegistry, strategy: String) {
+    public init(registry: LeaseRegistry, strategy: String, acquired: @escaping @Sendable () -> Void = {}) {
         self.registry = registry
         self.strategy = strategy
+        self.acquired = acquired
     }
 
     public func acquire(_ request: LeaseRequest) async throws -> any LeaseHandle {
         let id = try await registry.acquire(strategy: strategy, request)
+        acquired()
         return RegistryLease(id: id, registry: registry)
     }
 }

@@ -246,6 +246,14 @@ public final class HostMetrics: LeaseObserver {
             r.counter("vigil_strategy_restarts_total", labels: [("strategy", name)],
                       help: "Times the supervisor restarted the strategy after it failed.")
                 .increment(by: Int64(st.restarts))
+            r.gauge("vigil_strategy_error", labels: [("strategy", name)],
+                    help: "1 while the strategy's LastError is set (its run's failure or one of its leases' errors), 0 once it recovered.")
+                .set(st.lastError == nil ? 0.0 : 1.0)
+            if let wall = st.lastErrorWallMicros {
+                r.gauge("vigil_strategy_last_error_timestamp_seconds", labels: [("strategy", name)],
+                        help: "Unix time the strategy's LastError was set (only while it is set).")
+                    .set(Double(wall) / 1e6)
+            }
         }
 
         // Per strategy, then labels: the label work is per strategy, not per lease.

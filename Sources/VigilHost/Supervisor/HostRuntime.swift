@@ -164,6 +164,7 @@ public actor HostRuntime {
         let host = HostRuntime(config: config, env: env, store: store, began: began, runId: runId, startedWallMicros: startReadings.wallMicros)
         await host.startMetrics(listener: listener)
         await host.startBackground()
+        await host.followStrategyErrors()
         await host.startResumeWatch(startBoottimeMicros: startReadings.boottimeMicros)
         await host.clientLeases.start()
         await host.inhibits.start()
@@ -172,6 +173,14 @@ public actor HostRuntime {
         })
         log.notice("run \(runId) started with \(config.strategies.count) strateg\(config.strategies.count == 1 ? "y" : "ies"); wake clock \(env.scheduler.clockInfo.clock) (\(env.scheduler.clockInfo.reason)); power backend \(env.power.name) (\(env.power.reason))")
         return host
+    }
+
+    /// Strategies' LastError includes their leases' (before any strategy
+    /// starts, so no lease error goes unseen).
+    private func followStrategyErrors() async {
+        let supervisor = self.supervisor
+        await registry.observe(supervisor.errors)
+        background.append(Task { await supervisor.followErrors() })
     }
 
     private func startMetrics(listener: MetricsListener?) async {

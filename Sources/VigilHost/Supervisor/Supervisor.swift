@@ -35,17 +35,23 @@ public struct StrategyStatus: Sendable, Hashable {
     public var kind: String
     public var state: StrategyRunState
     public var restarts: Int
+    /// The newest error of the strategy or of one of its leases ("lease 7:
+    /// ..."), until it recovers; nil when it is fine.
     public var lastError: String?
+    /// When `lastError` was set (wall clock, microseconds since the epoch).
+    public var lastErrorWallMicros: Int64?
     public var startedAt: VigilInstant?
     /// While `waiting`: the false conditions, as written in the config.
     public var waitingFor: String
 
-    public init(name: String, kind: String, state: StrategyRunState, restarts: Int, lastError: String? = nil, startedAt: VigilInstant? = nil, waitingFor: String = "") {
+    public init(name: String, kind: String, state: StrategyRunState, restarts: Int, lastError: String? = nil, lastErrorWallMicros: Int64? = nil,
+                startedAt: VigilInstant? = nil, waitingFor: String = "") {
         self.name = name
         self.kind = kind
         self.state = state
         self.restarts = restarts
         self.lastError = lastError
+        self.lastErrorWallMicros = lastErrorWallMicros
         self.startedAt = startedAt
         self.waitingFor = waitingFor
     }
@@ -99,11 +105,15 @@ public actor Supervisor {
     private var status: [String: StrategyStatus] = [:]
     private var subscribers: [UInt64: AsyncStream<StrategyStatus>.Continuation] = [:]
     private var nextSubscriber: UInt64 = 0
+    /// Each strategy's own last failure and its leases' errors, folded
+    /// into its LastError.
+    public nonisolated let errors: StrategyErrors
 
     public init(services: StrategyServices, backoff: Backoff = Backoff(initial: .seconds(1), maximum: .seconds(300)), stopTimeout: Duration = .seconds(10)) {
         self.services = services
         self.backoff = backoff
         self.stopTimeout = stopTimeout
+        errors = StrategyErrors(clock: services.clock)
     }
 
     /// Current status of every strategy, in start order.
@@ -155,6 +165,7 @@ public actor Supervisor {
             log.error("did not stop within \(timeout.vigilDescription) of cancellation; releasing its leases anyway")
         }
         await services.registry.releaseAll(strategy: name, detail: "strategy stopped")
+        errors.forgetFailure(of: name)
         if var s = status[name] {
             s.state = .stopped
             update(s)
@@ -166,7 +177,7 @@ public actor Supervisor {
         let log = StrategyLogger(source: s.name, sink: services.logSink, metadata: ["strategy": .string(s.name)])
         let context = StrategyContext(
             name: s.name, kind: s.kind, log: log,
-            leases: StrategyLeases(registry: services.registry, strategy: s.name),
+            leases: StrategyLeases(registry: services.registry, strategy: s.name) { [errors] in errors.leaseTaken(by: s.name) },
             scheduler: StrategyWakeScheduling(base: services.scheduler, owner: WakeOwner(strategy: s.name, kind: s.kind)),
             hooks: services.hooks(s.name, log),
             clock: services.clock, events: services.events(s.name),
@@ -249,9 +260,23 @@ public actor Supervisor {
     private func recordFailure(_ name: String, _ error: String) {
         guard var s = status[name] else { return }
         s.restarts += 1
-        s.lastError = error
+        (s.lastError, s.lastErrorWallMicros) = errors.recordFailure(of: name, error)
         s.state = .backoff
         update(s)
+    }
+
+    /// Folds each strategy's errors into its LastError as they change,
+    /// until cancelled. The host observes the registry with ``errors`` and
+    /// runs this; without it, LastError is the strategies' own failures.
+    public func followErrors() async {
+        for await name in errors.changes {
+            guard var s = status[name] else { continue }
+            let newest = errors.newest(of: name)
+            guard newest?.error != s.lastError || newest?.wallMicros != s.lastErrorWallMicros else { continue }
+            s.lastError = newest?.error
+            s.lastErrorWallMicros = newest?.wallMicros
+            update(s)
+        }
     }
 
     private func update(_ s: StrategyStatus) {

@@ -1,4 +1,5 @@
 import Foundation
+import VigilKit
 
 /// Renders survival summaries for a terminal (`text`) or for tools (`json`).
 public enum SurvivalReportFormat {
@@ -81,7 +82,7 @@ public enum SurvivalReportFormat {
     static let maxWakeLines = 5
 
     /// What woke the system, for people: "Vigil alarm of tick periodic-wake,
-    /// 0.4s late" or "something else (pm_wakeup_irq 8)".
+    /// 400ms late" or "something else (pm_wakeup_irq 8)".
     public static func wakeCause(_ wake: SystemWake) -> String {
         switch wake.cause {
         case .vigilAlarm:
@@ -132,18 +133,9 @@ public enum SurvivalReportFormat {
         return "\(Double(micros) / 1_000_000)s"
     }
 
-    /// A duration in its two largest units: "3d 4h", "2h 5m", "4m 10s", "42s", "2.5s".
+    /// A duration for people, as logs and vigilctl write it: "3d04h",
+    /// "2h05m", "4m10s", "42s", "2.5s" (``DurationSyntax/human(_:)``).
     public static func duration(_ micros: Int64) -> String {
-        let seconds = micros / 1_000_000
-        switch seconds {
-        case 86_400...: return "\(seconds / 86_400)d \(seconds % 86_400 / 3_600)h"
-        case 3_600...: return "\(seconds / 3_600)h \(seconds % 3_600 / 60)m"
-        case 60...: return "\(seconds / 60)m \(seconds % 60)s"
-        case 10...: return "\(seconds)s"
-        case 0 where micros == 0: return "0s"
-        default:
-            let tenths = micros / 100_000
-            return "\(tenths / 10).\(tenths % 10)s"
-        }
+        DurationSyntax.human(.microseconds(micros))
     }
 }

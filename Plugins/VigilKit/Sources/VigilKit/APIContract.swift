@@ -189,6 +189,7 @@ public enum VigilAPI {
             APIProperty("State", "s", emitsChange: .true),
             APIProperty("Restarts", "u", emitsChange: .true),
             APIProperty("LastError", "s", emitsChange: .true),
+            APIProperty("LastErrorAt", "t", emitsChange: .true),
             APIProperty("WaitingFor", "s", emitsChange: .true),
             APIProperty("Config", "a{sv}", emitsChange: .const),
         ]

@@ -17,7 +17,7 @@ public struct VigilInstant: Comparable, Hashable, Sendable, CustomStringConverti
     public static func - (a: Self, d: Duration) -> Self { Self(nanoseconds: a.nanoseconds - d.nanoseconds) }
     public static func - (a: Self, b: Self) -> Duration { .nanoseconds(a.nanoseconds - b.nanoseconds) }
 
-    public var description: String { "t+\(Duration.nanoseconds(nanoseconds).vigilDescription)" }
+    public var description: String { "t+\(DurationSyntax.format(.nanoseconds(nanoseconds)))" }
 }
 
 /// The host's clock. The real one reads `CLOCK_BOOTTIME`; tests inject a
@@ -50,6 +50,9 @@ extension Duration {
 
     public var seconds: Double { Double(nanoseconds) / 1e9 }
 
-    /// "1h30m", "90s", "250ms": the notation the config accepts.
-    public var vigilDescription: String { DurationSyntax.format(self) }
+    /// "1h30m", "3m47s", "1.5s", "250ms": a duration for people, at most
+    /// two units (``DurationSyntax/human(_:)``), in the notation the
+    /// config accepts. Logs, errors and `vigilctl` use it; exact values go
+    /// to `--json` and the metrics.
+    public var vigilDescription: String { DurationSyntax.human(self) }
 }

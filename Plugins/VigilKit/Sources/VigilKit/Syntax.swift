@@ -49,6 +49,50 @@ public enum DurationSyntax {
         }
         return out
     }
+
+    /// A duration for people, as every log line, `vigilctl` and the docs
+    /// write it: at most two units, rounded, e.g. "3m47s", "1h02m",
+    /// "2d05h", "42s", "1.5s", "814ms", "66us". `parse` reads it back
+    /// (approximately: exact values are in `--json` and the metrics).
+    public static func human(_ d: Duration) -> String {
+        let ns = d.nanoseconds
+        if ns < 0 { return "-" + human(.nanoseconds(ns == .min ? .max : -ns)) }
+        // The unit the value is rounded to: the smaller of the two shown.
+        func grain(_ n: Int64) -> Int64 {
+            switch n {
+            case 86_400_000_000_000...: 3_600_000_000_000
+            case 3_600_000_000_000...: 60_000_000_000
+            case 60_000_000_000...: 1_000_000_000
+            case 10_000_000_000...: 1_000_000_000
+            case 1_000_000_000...: 100_000_000
+            case 1_000_000...: 1_000_000
+            case 1_000...: 1_000
+            default: 1
+            }
+        }
+        let g = grain(ns)
+        let (sum, overflow) = ns.addingReportingOverflow(g / 2)
+        // Rounding up may reach the next range (59.6s: 1m); the rounded
+        // value is a whole number of that range's grain too.
+        let n = overflow ? ns / g * g : sum / g * g
+        func two(_ value: Int64) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        func pair(_ big: Int64, _ bigName: String, _ small: Int64, _ smallName: String) -> String {
+            n % big == 0 ? "\(n / big)\(bigName)" : "\(n / big)\(bigName)\(two(n % big / small))\(smallName)"
+        }
+        switch n {
+        case 0: return "0s"
+        case 86_400_000_000_000...: return pair(86_400_000_000_000, "d", 3_600_000_000_000, "h")
+        case 3_600_000_000_000...: return pair(3_600_000_000_000, "h", 60_000_000_000, "m")
+        case 60_000_000_000...: return pair(60_000_000_000, "m", 1_000_000_000, "s")
+        case 10_000_000_000...: return "\(n / 1_000_000_000)s"
+        case 1_000_000_000...:
+            let tenths = n / 100_000_000
+            return tenths % 10 == 0 ? "\(tenths / 10)s" : "\(tenths / 10).\(tenths % 10)s"
+        case 1_000_000...: return "\(n / 1_000_000)ms"
+        case 1_000...: return "\(n / 1_000)us"
+        default: return "\(n)ns"
+        }
+    }
 }
 
 /// Byte sizes: an integer with an optional unit, `B`, `k`/`KB` (1000),

@@ -10,6 +10,25 @@ import VigilKit
     #expect(DurationSyntax.format(.seconds(5400)) == "1h30m")
 }
 
+/// The issue's examples: at most two units, rounded, and read back by `parse`.
+@Test func formatsDurationsForPeople() throws {
+    let ns: (Int64) -> Duration = { .nanoseconds($0) }
+    #expect(DurationSyntax.human(ns(227_257_001_272)) == "3m47s")
+    #expect(DurationSyntax.human(ns(814_066_507)) == "814ms")
+    #expect(DurationSyntax.human(.seconds(3_720)) == "1h02m")
+    #expect(DurationSyntax.human(.seconds(3_600)) == "1h")
+    #expect(DurationSyntax.human(.seconds(2 * 86_400 + 5 * 3_600 + 59)) == "2d05h")
+    #expect(DurationSyntax.human(.milliseconds(59_600)) == "1m")
+    #expect(DurationSyntax.human(.milliseconds(1_540)) == "1.5s")
+    #expect(DurationSyntax.human(.seconds(20)) == "20s")
+    #expect(DurationSyntax.human(.microseconds(66)) == "66us")
+    #expect(DurationSyntax.human(.zero) == "0s")
+    #expect(Duration.seconds(110).vigilDescription == "1m50s")
+    for text in ["3m47s", "814ms", "1h02m", "1.5s", "66us"] {
+        #expect(DurationSyntax.human(try DurationSyntax.parse(text).get()) == text)
+    }
+}
+
 @Test func rejectsBadDurations() {
     for bad in ["-5s", "", "5", "5x", "h", "1h30", "abc"] {
         if case .success(let d) = DurationSyntax.parse(bad) { Issue.record("\"\(bad)\" parsed as \(d)") }

@@ -1,25 +1,23 @@
 import Foundation
 import Glibc
-import VigilKit
-import VigilTestSupport
 
 /// A real server process (mosquitto, kamailio) the voip-socket tests start
 /// in a temporary directory on loopback, and stop by its pid.
-final class TestServerProcess: @unchecked Sendable {
+public final class TestServerProcess: @unchecked Sendable {
     // Invariant: `pid` is only changed by start/stop, which the test calls
     // from one task; the log file is read, never written, by the test.
-    let directory: String
-    let program: String
-    let arguments: [String]
-    let logFile: String
-    let ports: [Int]
+    public let directory: String
+    public let program: String
+    public let arguments: [String]
+    public let logFile: String
+    public let ports: [Int]
     /// Where the server listens: 127.0.0.1, or its side of `network`.
-    let host: String
-    let network: TestNetwork?
+    public let host: String
+    public let network: TestNetwork?
     private var pid: pid_t = 0
 
     /// Starts `program`; inside `network`'s namespace when given.
-    init(program: String, arguments: [String], directory: String, ports: [Int], network: TestNetwork? = nil) throws {
+    public init(program: String, arguments: [String], directory: String, ports: [Int], network: TestNetwork? = nil) throws {
         self.program = program
         self.arguments = arguments
         self.directory = directory
@@ -30,7 +28,7 @@ final class TestServerProcess: @unchecked Sendable {
         try start()
     }
 
-    func start() throws {
+    public func start() throws {
         // `ip netns exec` enters the namespace and execs the program: the pid stays the server's.
         let (path, argv) = network.map { ("/usr/sbin/ip", ["netns", "exec", $0.namespace, program] + arguments) } ?? (program, arguments)
         pid = try spawnQuietly(path, argv, environment: ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": directory],
@@ -49,7 +47,7 @@ final class TestServerProcess: @unchecked Sendable {
         throw DescribedError("\(program) did not listen on \(ports) within 20 s: \(log)")
     }
 
-    func stop() {
+    public func stop() {
         guard pid > 0 else { return }
         kill(pid, SIGTERM)
         var status: Int32 = 0
@@ -64,7 +62,7 @@ final class TestServerProcess: @unchecked Sendable {
 
     /// Freezes (SIGSTOP) or thaws (SIGCONT) the server and its children
     /// (kamailio's workers), each by its pid.
-    func freeze(_ frozen: Bool) {
+    public func freeze(_ frozen: Bool) {
         guard pid > 0 else { return }
         var pids = [pid]
         if let entries = try? FileManager.default.contentsOfDirectory(atPath: "/proc") {
@@ -79,13 +77,13 @@ final class TestServerProcess: @unchecked Sendable {
         for p in pids { kill(p, frozen ? SIGSTOP : SIGCONT) }
     }
 
-    var log: String { (try? String(contentsOfFile: logFile, encoding: .utf8)) ?? "" }
+    public var log: String { (try? String(contentsOfFile: logFile, encoding: .utf8)) ?? "" }
 
-    func lines(containing text: String) -> [String] { log.split(separator: "\n").map(String.init).filter { $0.contains(text) } }
+    public func lines(containing text: String) -> [String] { log.split(separator: "\n").map(String.init).filter { $0.contains(text) } }
 
     /// Waits (bounded) until the log has `count` lines containing `text`.
     /// The server is another process: its log file is the event to watch.
-    func waitForLog(_ text: String, count: Int = 1, timeout: Duration = .seconds(15)) async -> Bool {
+    public func waitForLog(_ text: String, count: Int = 1, timeout: Duration = .seconds(15)) async -> Bool {
         let end = ContinuousClock.now + timeout
         while ContinuousClock.now < end {
             if lines(containing: text).count >= count { return true }
@@ -102,13 +100,13 @@ final class TestServerProcess: @unchecked Sendable {
 /// taking its link down makes that peer unreachable (its kernel neither
 /// acknowledges nor resets) without touching loopback, which other tests
 /// share. Removed (with both veth ends) by `remove()`.
-final class TestNetwork: Sendable {
-    let namespace: String
-    let serverAddress: String
+public final class TestNetwork: Sendable {
+    public let namespace: String
+    public let serverAddress: String
     private let hostLink: String
     private let serverLink: String
 
-    init() throws {
+    public init() throws {
         let tag = String(UInt32.random(in: 0...UInt32.max), radix: 16)
         namespace = "vigil-test-\(tag)"
         hostLink = "vgh\(tag)"
@@ -132,11 +130,11 @@ final class TestNetwork: Sendable {
     }
 
     /// Takes the server's link down (packets to it are dropped) or up again.
-    func setReachable(_ reachable: Bool) throws {
+    public func setReachable(_ reachable: Bool) throws {
         try inside(["ip", "link", "set", serverLink, reachable ? "up" : "down"])
     }
 
-    func remove() {
+    public func remove() {
         _ = try? runProcessWithStatus("/usr/sbin/ip", ["netns", "del", namespace])
     }
 
@@ -146,15 +144,22 @@ final class TestNetwork: Sendable {
 }
 
 /// Runs a third-party tool to its end; throws with its output when it fails.
-func runTool(_ path: String, _ arguments: [String]) throws {
+public func runTool(_ path: String, _ arguments: [String]) throws {
+    _ = try runToolOutput(path, arguments)
+}
+
+/// Runs a third-party tool to its end and returns what it printed; throws
+/// with its output when it fails.
+public func runToolOutput(_ path: String, _ arguments: [String]) throws -> String {
     let result = try runProcessWithStatus(path, arguments)
     guard result.status == 0 else {
         throw DescribedError("\(path) \(arguments.joined(separator: " ")) failed: \(result.output)")
     }
+    return result.output
 }
 
 /// A temporary directory (the caller removes it).
-func makeTemporaryDirectory(_ prefix: String) throws -> String {
+public func makeTemporaryDirectory(_ prefix: String) throws -> String {
     let path = FileManager.default.temporaryDirectory.appendingPathComponent("\(prefix)-\(UUID().uuidString)").path
     try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
     return path
@@ -162,11 +167,11 @@ func makeTemporaryDirectory(_ prefix: String) throws -> String {
 
 /// mosquitto on 127.0.0.1, or inside `network` (plain, and TLS with
 /// `certificates`), logging every packet, optionally with one user and password.
-enum TestMosquitto {
+public enum TestMosquitto {
     /// With `user`, clients that give a user name must give its password;
     /// clients without one are let in only with `anonymous`.
     /// `options`: more lines of mosquitto.conf, such as `max_keepalive 10`.
-    static func start(in directory: String, user: (String, String)? = nil, anonymous: Bool = false, certificates: TestCertificates? = nil,
+    public static func start(in directory: String, user: (String, String)? = nil, anonymous: Bool = false, certificates: TestCertificates? = nil,
                       port: Int? = nil, tlsPort: Int? = nil, network: TestNetwork? = nil,
                       options: [String] = []) throws -> (server: TestServerProcess, port: Int, tlsPort: Int?) {
         let port = try port ?? TestNginx.freePort()
@@ -210,7 +215,7 @@ enum TestMosquitto {
 
     /// Publishes `message` to `topic` with mosquitto_pub (a third-party
     /// client); `options` such as MQTT 5 and its properties go before.
-    static func publish(port: Int, topic: String, message: String, user: (String, String)? = nil, options: [String] = [],
+    public static func publish(port: Int, topic: String, message: String, user: (String, String)? = nil, options: [String] = [],
                         clientID: String = "test-publisher") throws {
         try runTool("/usr/bin/mosquitto_pub", options + ["-h", "127.0.0.1", "-p", String(port), "-t", topic, "-m", message, "-i", clientID]
             + (user.map { ["-u", $0.0, "-P", $0.1] } ?? []))
@@ -221,8 +226,9 @@ enum TestMosquitto {
 /// `certificates`): REGISTER is saved in memory (usrloc), with a digest
 /// challenge when `password` is set; `flowTimer` adds a Flow-Timer header
 /// to the 200; MESSAGE requests are relayed to the registered contact.
-enum TestKamailio {
-    static func start(in directory: String, password: String? = nil, flowTimer: Int? = nil,
+/// Its bindings are read with `kamcmd ul.dump` over the ctl socket.
+public enum TestKamailio {
+    public static func start(in directory: String, password: String? = nil, flowTimer: Int? = nil,
                       certificates: TestCertificates? = nil, network: TestNetwork? = nil) throws -> (server: TestServerProcess, port: Int, tlsPort: Int?) {
         let port = try TestNginx.freePort()
         let tlsPort = try certificates.map { _ in try TestNginx.freePort() }
@@ -276,7 +282,9 @@ enum TestKamailio {
             loadmodule "usrloc.so"
             loadmodule "registrar.so"
             loadmodule "auth.so"
+            loadmodule "ctl.so"
             \(tlsModule)
+            modparam("ctl", "binrpc", "unix:\(directory)/kamailio.ctl")
             modparam("registrar", "min_expires", 1)
             modparam("registrar", "default_expires", 60)
 
@@ -310,21 +318,74 @@ enum TestKamailio {
     }
 }
 
+extension TestKamailio {
+    /// The Contact addresses kamailio holds now for every AOR (`kamcmd ul.dump`).
+    public static func bindings(of server: TestServerProcess) throws -> [String] {
+        let out = try runToolOutput("/usr/sbin/kamcmd", ["-s", "unix:\(server.directory)/kamailio.ctl", "ul.dump"])
+        return out.split(separator: "\n").compactMap { line in
+            let text = line.trimmingCharacters(in: .whitespaces)
+            return text.hasPrefix("Address: ") ? String(text.dropFirst(9)) : nil
+        }
+    }
+
+    /// Registers `contact` for sip:alice@example.org for `expires` seconds
+    /// from a client of its own (python3's socket module: another device),
+    /// without credentials; returns the registrar's answer.
+    @discardableResult
+    public static func registerAnotherDevice(port: Int, contact: String, expires: Int) throws -> String {
+        let callID = "other-\(UInt32.random(in: 0...UInt32.max))"
+        let script = """
+            import socket, sys
+            s = socket.create_connection(("127.0.0.1", \(port)))
+            local = "%s:%d" % s.getsockname()
+            request = ("REGISTER sip:example.org SIP/2.0\\r\\nVia: SIP/2.0/TCP " + local + ";branch=z9hG4bK" + sys.argv[1] + "\\r\\n"
+                "Max-Forwards: 70\\r\\nFrom: <sip:alice@example.org>;tag=o1\\r\\nTo: <sip:alice@example.org>\\r\\n"
+                "Call-ID: " + sys.argv[1] + "\\r\\nCSeq: 1 REGISTER\\r\\nContact: " + sys.argv[2] + "\\r\\n"
+                "Expires: " + sys.argv[3] + "\\r\\nContent-Length: 0\\r\\n\\r\\n")
+            s.sendall(request.encode())
+            answer = b""
+            while b"\\r\\n\\r\\n" not in answer:
+                chunk = s.recv(4096)
+                if not chunk: break
+                answer += chunk
+            sys.stdout.write(answer.decode())
+            s.close()
+            """
+        return try runToolOutput("/usr/bin/python3", ["-c", script, callID, contact, String(expires)])
+    }
+}
+
 /// Tests/Fixtures/voip-pong-server.py as a ``TestServerProcess``: the raw
 /// protocol's peer (CRLFCRLF ping, CRLF pong), over TLS with `certificates`;
 /// `rcvbuf` shrinks its sockets' receive buffers (a frozen server's window
-/// then fills at once).
-enum TestPongServer {
-    static func start(in directory: String, certificates: TestCertificates? = nil, network: TestNetwork? = nil,
-                      rcvbuf: Int? = nil) throws -> (server: TestServerProcess, port: Int) {
+/// then fills at once); `contacts` makes it a registrar whose 200 to
+/// REGISTER carries these Contact header lines ("{ours}": the request's
+/// Contact, "{instance}": its +sip.instance).
+public enum TestPongServer {
+    public static func start(in directory: String, certificates: TestCertificates? = nil, network: TestNetwork? = nil,
+                      rcvbuf: Int? = nil, contacts: [String] = []) throws -> (server: TestServerProcess, port: Int) {
         let port = try TestNginx.freePort()
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("Fixtures/voip-pong-server.py").path
         let tls = certificates.map { ["--tls", $0.serverCertificate, $0.serverKey] } ?? []
         let buffer = rcvbuf.map { ["--rcvbuf", String($0)] } ?? []
+        let registrar = contacts.flatMap { ["--contact", $0] }
         let server = try TestServerProcess(
-            program: "/usr/bin/python3", arguments: [script, "--host", network?.serverAddress ?? "127.0.0.1", "--port", String(port)] + tls + buffer,
+            program: "/usr/bin/python3", arguments: [script, "--host", network?.serverAddress ?? "127.0.0.1", "--port", String(port)] + tls + buffer + registrar,
             directory: directory, ports: [port], network: network)
         return (server, port)
     }
+}
+
+/// A test's failure with its own words.
+public struct DescribedError: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ d: String) { description = d }
+}
+
+/// Runs a program to its end; returns what it printed (stdout, then
+/// stderr) and its exit status.
+public func runProcessWithStatus(_ path: String, _ arguments: [String]) throws -> (output: String, status: Int32) {
+    let result = try runCommand(path, arguments)
+    return (result.stdout + result.stderr, result.status)
 }
