@@ -1,4 +1,5 @@
 import CExecutor
+import CTimer
 import Foundation
 
 /// Sleeps until a `CLOCK_BOOTTIME` (or, `awake`, a `CLOCK_MONOTONIC`)
@@ -27,7 +28,12 @@ enum DeadlineTimer {
         }
     }
 
+    /// A deadline already past returns at once (after a cancellation check).
     static func sleep(until deadline: Int64, awake: Bool = false) async throws {
+        guard deadline > vigil_clock_ns(awake ? vigil_CLOCK_MONOTONIC : vigil_CLOCK_BOOTTIME) else {
+            try Task.checkCancellation()
+            return
+        }
         let timeline: Int32 = awake ? 1 : 0
         let sleeper = Sleeper()
         try await withTaskCancellationHandler {

@@ -36,11 +36,7 @@ public struct SystemClock: VigilClock {
     public var wallMicroseconds: Int64 { vigil_clock_ns(vigil_CLOCK_REALTIME) / 1_000 }
 
     public func sleep(until deadline: VigilInstant) async throws {
-        if deadline > now {
-            try await DeadlineTimer.sleep(until: deadline.nanoseconds)
-        } else {
-            try Task.checkCancellation()
-        }
+        try await DeadlineTimer.sleep(until: deadline.nanoseconds)
     }
 }
 
@@ -58,10 +54,6 @@ public struct AwakeClock: VigilClock {
     public var wallMicroseconds: Int64 { vigil_clock_ns(vigil_CLOCK_REALTIME) / 1_000 }
 
     public func sleep(until deadline: VigilInstant) async throws {
-        if deadline > now {
-            try await DeadlineTimer.sleep(until: deadline.nanoseconds, awake: true)
-        } else {
-            try Task.checkCancellation()
-        }
+        try await DeadlineTimer.sleep(until: deadline.nanoseconds, awake: true)
     }
 }

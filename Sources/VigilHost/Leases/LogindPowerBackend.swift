@@ -69,7 +69,8 @@ public struct LogindPowerBackend: PowerBackend {
         let reply: DBusMessage
         let arguments: [DBusValue] = [.string(hold.what.joined(separator: ":")), .string(who), .string(why), .string(hold.mode)]
         let clock = SystemClock()
-        let giveUp = clock.now + Self.busyRetryBound
+        let started = clock.now
+        let giveUp = started + Self.busyRetryBound
         var pause: Duration = .milliseconds(20)
         var tries = 0
         while true {
@@ -84,7 +85,7 @@ public struct LogindPowerBackend: PowerBackend {
                 try await clock.sleep(for: pause)
                 pause = min(pause * 2, Self.busyRetryPause)
             } catch {
-                let after = tries > 1 ? " (after \(tries) tries over \((clock.now - (giveUp - Self.busyRetryBound)).vigilDescription))" : ""
+                let after = tries > 1 ? " (after \(tries) tries over \((clock.now - started).vigilDescription))" : ""
                 throw PowerBackendError("logind refused Inhibit(\(hold.what.joined(separator: ":")), \(hold.mode))\(after): \(error)")
             }
         }
