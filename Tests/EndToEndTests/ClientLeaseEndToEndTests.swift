@@ -3,6 +3,7 @@ import Glibc
 import Testing
 import VigilDBus
 import VigilHost
+import VigilTestSupport
 
 /// Client leases against a real vigild on a private bus, in real time (short
 /// budgets): a python3-dbus client (its own marshalling and fd handling),
