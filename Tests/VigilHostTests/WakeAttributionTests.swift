@@ -102,9 +102,9 @@ struct WakeAttributionTests {
         let now = clock.now
         let waking = WakeRequest(earliest: now + .seconds(10), latest: now + .seconds(20), wakeSystem: true, label: "tick")
         let ordinary = WakeRequest(earliest: now + .seconds(5), latest: now + .seconds(6), label: "heartbeat")
-        // As a strategy's context asks: the owner goes with the request.
+        // As a strategy's run asks (the supervisor sets the owner around it).
         let owner = WakeOwner(strategy: "tick", kind: "periodic-wake")
-        async let wakingFiring = StrategyWakeScheduling(base: scheduler, owner: owner).wake(waking)
+        async let wakingFiring = WakeOwner.$current.withValue(owner) { try await scheduler.wake(waking) }
         async let ordinaryFiring = scheduler.wake(ordinary)
         await WakeTesting.quiesce(scheduler, clock, timers: [timer, alarmTimer], pending: 2)
         #expect(await scheduler.systemWakeAlarms(since: now) == [SystemWakeAlarm(label: "tick", owner: owner, deadline: waking.latest, firedAt: nil)])

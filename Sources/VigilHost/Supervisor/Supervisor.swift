@@ -178,8 +178,7 @@ public actor Supervisor {
         let context = StrategyContext(
             name: s.name, kind: s.kind, log: log,
             leases: StrategyLeases(registry: services.registry, strategy: s.name) { [errors] in errors.leaseTaken(by: s.name) },
-            scheduler: StrategyWakeScheduling(base: services.scheduler, owner: WakeOwner(strategy: s.name, kind: s.kind)),
-            hooks: services.hooks(s.name, log),
+            scheduler: services.scheduler, hooks: services.hooks(s.name, log),
             clock: services.clock, events: services.events(s.name),
             store: services.store(s.name), bus: services.bus(s.name)
         )
@@ -220,7 +219,10 @@ public actor Supervisor {
             let started = services.clock.now
             setState(s.name, .running)
             do {
-                try await s.strategy.run(in: context)
+                // The wakes it asks for name it (a system wake's attribution).
+                try await WakeOwner.$current.withValue(WakeOwner(strategy: s.name, kind: s.kind)) {
+                    try await s.strategy.run(in: context)
+                }
                 await services.runEnded(s.name)
                 await services.registry.releaseAll(strategy: s.name, detail: "strategy finished")
                 log.info("finished")

@@ -152,14 +152,11 @@ public actor WakeScheduler: WakeScheduling {
 
     /// Suspends until the request fires, or throws `CancellationError` when
     /// the waiting task is cancelled (the request is then withdrawn).
+    /// The request's owner is ``WakeOwner/current`` of the calling task: the
+    /// strategy whose run asked, whom a system wake by its alarm names.
     public func wake(_ request: WakeRequest) async throws -> WakeFiring {
-        try await wake(request, owner: nil)
-    }
-
-    /// ``wake(_:)`` on behalf of `owner`, whom the wake attribution names
-    /// when this request's alarm wakes the system.
-    public func wake(_ request: WakeRequest, owner: WakeOwner?) async throws -> WakeFiring {
         try Task.checkCancellation()
+        let owner = WakeOwner.current
         let now = clock.now
         if request.latest <= now {
             statistics.requestsFired += 1
@@ -299,24 +296,14 @@ public struct WakeOwner: Sendable, Hashable {
     public var strategy: String
     public var kind: String
 
+    /// The strategy whose run the current task belongs to (the supervisor
+    /// sets it around each run; child tasks inherit it, detached ones do
+    /// not). A task-local rather than a per-strategy view of the scheduler:
+    /// plugins tell schedulers apart by identity to batch their wakes.
+    @TaskLocal public static var current: WakeOwner?
+
     public init(strategy: String, kind: String) {
         self.strategy = strategy
         self.kind = kind
-    }
-}
-
-/// A strategy's view of the host's scheduler: its requests carry it as
-/// their owner, so a wake by one of its alarms names it.
-struct StrategyWakeScheduling: WakeScheduling {
-    let base: any WakeScheduling
-    let owner: WakeOwner
-
-    var clockInfo: WakeClockInfo { base.clockInfo }
-
-    func wake(_ request: WakeRequest) async throws -> WakeFiring {
-        if let scheduler = base as? WakeScheduler {
-            return try await scheduler.wake(request, owner: owner)
-        }
-        return try await base.wake(request)
     }
 }
