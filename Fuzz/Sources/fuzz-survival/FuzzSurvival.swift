@@ -30,17 +30,18 @@ final class Base: @unchecked Sendable {
         path = dir + "/survival.sqlite"
     }
 
-    /// Three runs: killed, suspended for an hour and woken by an alarm, stopped.
+    /// Three runs: killed, suspended for an hour and woken by an alarm (killed too), stopped.
     static func writeStore(_ path: String) throws {
         let done = DispatchSemaphore(value: 0)
         let failure = Failure()
         Task {
             do {
-                let store = try SurvivalStore(path: path, walCheckpointBytes: nil)
                 var wall: Int64 = 1_700_000_000_000_000, mono: Int64 = 1_000_000, boot: Int64 = 1_000_000
                 func readings() -> ClockReadings { ClockReadings(wallMicros: wall, monotonicMicros: mono, boottimeMicros: boot) }
                 func tick(_ awake: Int64, asleep: Int64 = 0) { wall += awake + asleep; mono += awake; boot += awake + asleep }
                 for run in 0..<3 {
+                    // One store per run, as one per vigild process: the next finds a run without an end.
+                    let store = try SurvivalStore(path: path, walCheckpointBytes: nil)
                     _ = try await store.beginRun(RunStart(runId: "run-\(run)", pid: 100 + Int32(run), bootID: "boot-a", version: "fuzz",
                                                           configPath: "/etc/vigil/vigil.toml", interval: .seconds(60), readings: readings()))
                     for beat in 0..<6 {
@@ -66,7 +67,7 @@ final class Base: @unchecked Sendable {
 /// `@unchecked Sendable`: set by the task before it signals, read after the wait.
 final class Failure: @unchecked Sendable { var error: (any Error)? }
 
-nonisolated(unsafe) let base = Base()
+let base = Base()
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzSurvival(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
