@@ -158,7 +158,7 @@ let package = Package(
         ),
         .testTarget(
             name: "VigilDBusTests",
-            dependencies: ["VigilDBus", "VigilTestSupport"],
+            dependencies: ["VigilDBus", "VigilTestSupport", .product(name: "VigilKit", package: "VigilKit")],
             swiftSettings: strict
         ),
     ],

@@ -1,8 +1,8 @@
 import CExecutor
 import CTestExecutor
 import Glibc
-import Synchronization
 import Testing
+import VigilKit
 
 /// vigild's global executor and timer threads (Sources/CExecutor), driven
 /// from many tasks at once: Scripts/sanitize runs these under
@@ -60,7 +60,7 @@ import Testing
 
 /// Counts callbacks; called on the timer thread.
 final class FiredBox: Sendable {
-    let calls = Mutex(0)
+    let calls = Lock(0)
     func record() { calls.withLock { $0 += 1 } }
     var count: Int { calls.withLock { $0 } }
 }
