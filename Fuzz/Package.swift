@@ -37,8 +37,10 @@ let package = Package(
                                .product(name: "vigil-voip-socket", package: vigil),
                                .product(name: "vigil-download-session", package: vigil)]),
         fuzzer("fuzz-dbus-message", [host]),
-        fuzzer("fuzz-mqtt", [.product(name: "vigil-voip-socket", package: vigil)]),
-        fuzzer("fuzz-sip", [.product(name: "vigil-voip-socket", package: vigil)]),
+        // Feeds a byte stream to voip-socket's framers in reads (fuzz-mqtt, fuzz-sip).
+        .target(name: "VoipFeed", dependencies: [.product(name: "vigil-voip-socket", package: vigil)], path: "Sources/VoipFeed"),
+        fuzzer("fuzz-mqtt", [.product(name: "vigil-voip-socket", package: vigil), "VoipFeed"]),
+        fuzzer("fuzz-sip", [.product(name: "vigil-voip-socket", package: vigil), "VoipFeed"]),
         fuzzer("fuzz-http", [.product(name: "vigil-download-session", package: vigil)]),
         fuzzer("fuzz-survival", [host]),
     ],

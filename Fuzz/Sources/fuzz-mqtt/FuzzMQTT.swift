@@ -4,27 +4,14 @@
 // Input: byte 0 picks the version (bit 0) and the read size (bits 1...);
 // the rest is the stream.
 @testable import VoipSocket
+import VoipFeed
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzMQTT(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     guard let data, size > 0 else { return 0 }
     let version: MQTTSettings.Version = data[0] & 1 == 0 ? .v311 : .v5
-    let read = max(1, Int(data[0] >> 1))
     let stream = UnsafeRawBufferPointer(start: data + 1, count: size - 1)
-    var framer = FramingOptions(wire: .mqtt, mqttVersion: version).makeFramer()
-    var awaitingPong = true
-    var frames: [Frame] = []
-    var offset = 0
-    do {
-        while offset < stream.count {
-            let end = min(stream.count, offset + read)
-            try framer.feed(UnsafeRawBufferPointer(rebasing: stream[offset..<end]), awaitingPong: &awaitingPong, into: &frames)
-            offset = end
-        }
-    } catch {
-        _ = error.description
-    }
-    for case let .control(packet) in frames {
+    for packet in controlFrames(wire: "mqtt", mqttVersion5: version == .v5, stream: stream, readSize: Int(data[0] >> 1)) {
         _ = MQTTPacket.connack(packet, version: version)
         _ = MQTTPacket.subackRefusal(packet, topics: ["a/b", "c"], packetID: 1, version: version)
         _ = MQTTPacket.describe(packet)

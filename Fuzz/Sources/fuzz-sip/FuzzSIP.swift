@@ -4,29 +4,17 @@
 // reads a reply to its REGISTER. Thin on purpose: it calls only what the
 // strategy calls. Input: byte 0 is the read size; the rest is the stream.
 @testable import VoipSocket
+import VoipFeed
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzSIP(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     guard let data, size > 0 else { return 0 }
-    let read = max(1, Int(data[0]))
     let stream = UnsafeRawBufferPointer(start: data + 1, count: size - 1)
-    var framer = FramingOptions(wire: .sip).makeFramer()
-    var awaitingPong = true
-    var frames: [Frame] = []
-    var offset = 0
-    do {
-        while offset < stream.count {
-            let end = min(stream.count, offset + read)
-            try framer.feed(UnsafeRawBufferPointer(rebasing: stream[offset..<end]), awaitingPong: &awaitingPong, into: &frames)
-            offset = end
-        }
-    } catch {
-        _ = error.description
-    }
+    let responses = controlFrames(wire: "sip", stream: stream, readSize: Int(data[0]))
     let settings = SIPSettings(aor: "sip:alice@example.org", registrar: "sip:example.org", password: "secret", instanceID: "00000000-0000-0000-0000-000000000001")
     var registration = SIPRegistration(settings: settings, transport: "tcp")
     _ = registration.request(local: "127.0.0.1:5060", password: "secret")
-    for case let .control(bytes) in frames {
+    for bytes in responses {
         // As VoipSocket.register reads a reply.
         let head = SIPFramer.headerEnd(bytes, from: 0).map { String(decoding: bytes[..<$0], as: UTF8.self) } ?? ""
         let response = SIPMessage(head: head)
