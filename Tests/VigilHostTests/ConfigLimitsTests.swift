@@ -108,6 +108,16 @@ struct ConfigLimitsTests {
         #expect(problem.message.contains("control character \(code) is not allowed in TOML"), "\(problem)")
     }
 
+    /// Fuzz/Corpus/fuzz-config/regression-header-first-character: toml++
+    /// asserts that a table header's first key starts with a bare-key
+    /// character or a quote.
+    @Test(arguments: ["[!]\n", "[.]\n", "[ =]\n", "[[\u{E9}]]\n", "[\u{FFFD}strategy]\nname = \"a\"\n"])
+    func tableHeadersMustStartWithAKey(text: String) throws {
+        let problem = try Self.onlyProblem(text)
+        #expect(problem.location?.line == 1, "\(problem)")
+        #expect(problem.message.contains("a table header must start with a key"), "\(problem)")
+    }
+
     @Test(arguments: [
         ("a\\nnotice vigild: run 1 ended: stopped", "a newline (U+000A) at character 2"),
         ("bell\\u001b[31m", "an escape character (U+001B) at character 5"),

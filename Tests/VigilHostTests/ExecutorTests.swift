@@ -14,10 +14,8 @@ import VigilKit
         await withTaskGroup(of: Void.self) { group in
             for _ in 0..<50 { group.addTask { await Task.yield() } }
         }
-        try await Task.sleep(for: .milliseconds(2))
         let after = vigil_executor_statistics()
         #expect(after.jobs_run > before.jobs_run)
-        #expect(after.delayed_jobs > before.delayed_jobs)
     }
 
     @Test func timersScheduledAndCancelledFromManyTasksRunExactlyOnce() async throws {

@@ -137,6 +137,19 @@ struct TOMLPrecheck {
         let isArray = starts(with: "[[")
         advance()
         if isArray { advance() }
+        skipSpaces()
+        // toml++ asserts that a header's first key starts with a bare-key
+        // character or a quote (`[!]`, `[.]`, `[é]` abort a debug build
+        // and are undefined behaviour in a release one; found by
+        // Fuzz/fuzz-config): say so first. TOML's bare keys are ASCII.
+        if let c = current, !isASCIIKeyByte(c), c != UInt8(ascii: "\""), c != UInt8(ascii: "'"), c != UInt8(ascii: "]") {
+            let end = bytes[position...].firstIndex { $0 == UInt8(ascii: "]") || $0 == UInt8(ascii: "\n") } ?? bytes.endIndex
+            let found = String(decoding: bytes[position..<min(end, position + 16)], as: UTF8.self)
+            problem = ConfigProblem(
+                location: ConfigLocation(file: file, line: here.line, column: here.column), keyPath: "",
+                message: "a table header must start with a key, bare (ASCII letters, digits, _ and -) or quoted; found \"\(found)\"")
+            return
+        }
         let parts = scanKey()
         headerDepth = parts + (isArray ? 1 : 0)
         _ = tooDeep(headerDepth, what: "table header", at: start)
@@ -176,9 +189,13 @@ struct TOMLPrecheck {
 
     /// Bare-key bytes, and any non-ASCII byte (TOML 1.1 allows Unicode keys).
     private func isKeyByte(_ c: UInt8) -> Bool {
+        isASCIIKeyByte(c) || c >= 0x80
+    }
+
+    /// TOML 1.0's bare-key bytes.
+    private func isASCIIKeyByte(_ c: UInt8) -> Bool {
         (c >= UInt8(ascii: "a") && c <= UInt8(ascii: "z")) || (c >= UInt8(ascii: "A") && c <= UInt8(ascii: "Z"))
             || (c >= UInt8(ascii: "0") && c <= UInt8(ascii: "9")) || c == UInt8(ascii: "_") || c == UInt8(ascii: "-")
-            || c >= 0x80
     }
 
     // MARK: values
