@@ -192,12 +192,11 @@ name = "nightly"
 kind = "periodic-wake"
 every = "15s"
 persistent = true
-run_at_start = true
 catch_up = "once"
-run = ["/bin/sh", "-c", "echo \"$VIGIL_SEQUENCE $(cut -d' ' -f1 /proc/uptime)\" >> /var/lib/vigil/guest-nightly"]
+run = ["/bin/sh", "-c", "echo \"$VIGIL_SEQUENCE $VIGIL_CATCH_UP_INDEX $(cut -d' ' -f1 /proc/uptime)\" >> /var/lib/vigil/guest-nightly"]
 EOF
     run reload-nightly systemctl reload vigild.service
-    wait_until 30 test -s /var/lib/vigil/guest-nightly || say "check nightly-first-run fail no run after the reload"
+    wait_until 40 test -s /var/lib/vigil/guest-nightly || say "check nightly-first-run fail no run within 40 s of the reload"
     run strategies-json vigilctl strategies --json
     # How each resume went, for the figures and for diagnosis.
     run resume-journal journalctl -b -o short-monotonic --no-pager -g 'PM: suspend (entry|exit)|system resumed|Operation|run #|sleep'
