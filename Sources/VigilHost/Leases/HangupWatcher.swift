@@ -79,11 +79,7 @@ final class HangupWatcher: @unchecked Sendable {
     /// close the local copy.
     func makeWatchedPipe() throws -> (token: UInt64, writeEnd: Int32) {
         var fds: [Int32] = [-1, -1]
-        guard vigil_pipe_cloexec(&fds) == 0 else {
-            let code = errno
-            if DescriptorLimit.isExhaustion(code) { throw DescriptorsExhausted(doing: "cannot create a lease pipe", code: code) }
-            throw PowerBackendError("cannot create a lease pipe: \(String(cString: strerror(code)))")
-        }
+        guard vigil_pipe_cloexec(&fds) == 0 else { throw Self.failure("cannot create a lease pipe", errno) }
         // The reply that hands the write end out needs one descriptor more
         // (libdbus dups it): make sure there is one, so running out is
         // reported here, with the limit named, rather than as a reply that
@@ -93,8 +89,7 @@ final class HangupWatcher: @unchecked Sendable {
             let code = errno
             close(fds[0])
             close(fds[1])
-            if DescriptorLimit.isExhaustion(code) { throw DescriptorsExhausted(doing: "cannot pass a lease pipe", code: code) }
-            throw PowerBackendError("cannot pass a lease pipe: \(String(cString: strerror(code)))")
+            throw Self.failure("cannot pass a lease pipe", code)
         }
         close(spare)
         _ = fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK)
@@ -119,6 +114,13 @@ final class HangupWatcher: @unchecked Sendable {
             thread.start()
         }
         return (token, fds[1])
+    }
+
+    /// The error for a descriptor call that failed with `code`: one that
+    /// names the open-file limit when descriptors ran out.
+    private static func failure(_ doing: String, _ code: Int32) -> any Error {
+        if DescriptorLimit.isExhaustion(code) { return DescriptorsExhausted(doing: doing, code: code) }
+        return PowerBackendError("\(doing): \(String(cString: strerror(code)))")
     }
 
     /// Stops a watch without its hang-up being reported (the lease ended
