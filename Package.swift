@@ -19,6 +19,9 @@ let package = Package(
         .library(name: "vigil-download-session", type: .dynamic, targets: ["DownloadSession"]),
         .library(name: "vigil-voip-socket", type: .dynamic, targets: ["VoipSocket"]),
         .library(name: "vigil-silent-audio", type: .dynamic, targets: ["SilentAudio"]),
+        // The host's modules for the fuzzers (Fuzz/, a package of its own so a
+        // plain build never builds them); not an API for anyone else.
+        .library(name: "VigilHostModules", targets: ["VigilHost", "VigilDBus"]),
     ],
     dependencies: [
         .package(path: "Plugins/VigilKit"),
@@ -134,16 +137,18 @@ let package = Package(
             path: "Plugins/SilentAudio",
             swiftSettings: strict
         ),
+        // VIGIL_TEST_EXECUTOR=1 runs the test bundle on vigild's executor.
+        .target(name: "CTestExecutor", dependencies: ["CExecutor"], path: "Tests/CTestExecutor"),
         // Shared test helpers (a private dbus-daemon), used by the test targets.
         .target(
             name: "VigilTestSupport",
-            dependencies: ["VigilDBus"],
+            dependencies: ["VigilDBus", "CTestExecutor"],
             path: "Tests/TestSupport",
             swiftSettings: strict
         ),
         .testTarget(
             name: "VigilHostTests",
-            dependencies: ["VigilHost", "VigilDBus", "VigilTestSupport", .product(name: "VigilKit", package: "VigilKit")],
+            dependencies: ["VigilHost", "VigilDBus", "VigilTestSupport", "CExecutor", "CTestExecutor", .product(name: "VigilKit", package: "VigilKit")],
             swiftSettings: strict
         ),
         .testTarget(
@@ -153,7 +158,7 @@ let package = Package(
         ),
         .testTarget(
             name: "VigilDBusTests",
-            dependencies: ["VigilDBus", "VigilTestSupport"],
+            dependencies: ["VigilDBus", "VigilTestSupport", .product(name: "VigilKit", package: "VigilKit")],
             swiftSettings: strict
         ),
     ],

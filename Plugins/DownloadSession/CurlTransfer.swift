@@ -92,8 +92,7 @@ final class CurlTransfer: @unchecked Sendable {
     private var fd: Int32 = -1
     private var resumeFrom: Int64 = 0
     private var written: Int64 = 0
-    private var status = 0
-    private var headers: [String: String] = [:]
+    private var head = ResponseHead()
     private var bodyDecided = false
     /// Bytes of the part a 200 to a resume threw away.
     private var discarded: Int64 = 0
@@ -197,10 +196,10 @@ final class CurlTransfer: @unchecked Sendable {
         var finalStatus = 0
         ccurl_getinfo_long(handle, ccurl_info_response_code, &finalStatus)
         if finalStatus == 416 {
-            return .rangeNotSatisfiable(completeLength: Self.completeLength(headers["content-range"]))
+            return .rangeNotSatisfiable(completeLength: ResponseHead.completeLength(head["content-range"]))
         }
         guard (200...299).contains(finalStatus), bodyToFile || finalStatus == 204 || written == 0 else {
-            return .httpStatus(finalStatus, retryAfter: headers["retry-after"])
+            return .httpStatus(finalStatus, retryAfter: head["retry-after"])
         }
         if !bodyDecided, let failure = decideBody() { return failure }
         var digest = [UInt8](repeating: 0, count: 32)
@@ -212,36 +211,17 @@ final class CurlTransfer: @unchecked Sendable {
     // MARK: callbacks (transfer thread)
 
     private func header(_ bytes: UnsafeRawBufferPointer) {
-        let line = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        if line.hasPrefix("HTTP/") {
-            // A new response (after a redirect or a 100 Continue): start over.
-            headers = [:]
-            let parts = line.split(separator: " ", maxSplits: 2)
-            status = parts.count > 1 ? Int(parts[1]) ?? 0 : 0
-            return
-        }
-        guard let colon = line.firstIndex(of: ":") else { return }
-        let name = line[..<colon].lowercased()
-        let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
-        headers[name] = value
+        head.take(line: bytes)
     }
 
     /// Decides where the body goes from the final response's status and
     /// headers. Returns a failure to abort the transfer.
     private func decideBody() -> TransferOutcome? {
         bodyDecided = true
-        switch status {
+        switch head.status {
         case 206:
-            let range = headers["content-range"] ?? ""
-            guard let start = Self.rangeStart(range), start == resumeFrom else {
-                return .badContentRange("asked for bytes \(resumeFrom)- and the server sent Content-Range \"\(range)\"")
-            }
-            let complete = Self.completeLength(range)
-            if let complete, let end = Self.rangeEnd(range), end + 1 != complete {
-                return .badContentRange("asked for bytes \(resumeFrom)- (to the end) and the server sent Content-Range \"\(range)\", which ends before the total")
-            }
-            if let expected = request.expectedTotal, let complete, complete != expected {
-                return .badContentRange("the server's Content-Range \"\(range)\" gives a total of \(complete) bytes, but the response the part began with said \(expected)")
+            if let problem = head.partialContentProblem(resumeFrom: resumeFrom, expectedTotal: request.expectedTotal) {
+                return .badContentRange(problem)
             }
             bodyToFile = true
         case 200...299:
@@ -265,8 +245,7 @@ final class CurlTransfer: @unchecked Sendable {
             guard lseek(fd, off_t(resumeFrom), SEEK_SET) >= 0 else {
                 return .writeFailed("cannot seek in \(request.partPath): \(String(cString: strerror(errno)))")
             }
-            let total = headers["content-range"].flatMap(Self.completeLength)
-                ?? headers["content-length"].flatMap { Int64($0) }.map { $0 + resumeFrom }
+            let total = head.totalLength(resumeFrom: resumeFrom)
             let found = validators(total: total)
             lock.withLock {
                 shared.validators = found
@@ -321,30 +300,8 @@ final class CurlTransfer: @unchecked Sendable {
     }
 
     private func validators(total: Int64? = nil) -> ResponseValidators {
-        ResponseValidators(etag: headers["etag"], lastModified: headers["last-modified"],
+        ResponseValidators(etag: head["etag"], lastModified: head["last-modified"],
                            totalLength: total ?? lock.withLock { shared.bytesTotal > 0 ? shared.bytesTotal : nil })
-    }
-
-    /// `bytes 100-199/1000` → 100.
-    static func rangeStart(_ header: String) -> Int64? {
-        guard header.lowercased().hasPrefix("bytes ") else { return nil }
-        let spec = header.dropFirst(6)
-        guard let dash = spec.firstIndex(of: "-") else { return nil }
-        return Int64(spec[..<dash].trimmingCharacters(in: .whitespaces))
-    }
-
-    /// `bytes 100-199/1000` → 199; nil for `bytes */1000` or garbage.
-    static func rangeEnd(_ header: String) -> Int64? {
-        guard header.lowercased().hasPrefix("bytes "), let dash = header.firstIndex(of: "-") else { return nil }
-        let rest = header[header.index(after: dash)...]
-        let end = rest.firstIndex(of: "/").map { rest[..<$0] } ?? rest
-        return Int64(end.trimmingCharacters(in: .whitespaces))
-    }
-
-    /// `bytes 100-199/1000` or `bytes */1000` → 1000; nil for `*` or garbage.
-    static func completeLength(_ header: String?) -> Int64? {
-        guard let header, let slash = header.lastIndex(of: "/") else { return nil }
-        return Int64(header[header.index(after: slash)...].trimmingCharacters(in: .whitespaces))
     }
 }
 

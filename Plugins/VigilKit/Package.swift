@@ -20,7 +20,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.0"),
     ],
     targets: [
-        .target(name: "VigilKit", dependencies: [.product(name: "Logging", package: "swift-log")], path: "Sources/VigilKit"),
+        .target(name: "VigilKit", dependencies: [.product(name: "Logging", package: "swift-log"), "CVigilKitSanitizer"], path: "Sources/VigilKit"),
+        // ThreadSanitizer's annotations for Lock (Sources/VigilKit/Lock.swift).
+        .target(name: "CVigilKitSanitizer", path: "Sources/CVigilKitSanitizer"),
         .testTarget(name: "VigilKitTests", dependencies: ["VigilKit"], path: "Tests/VigilKitTests"),
     ],
     swiftLanguageModes: [.v6]

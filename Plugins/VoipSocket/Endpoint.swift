@@ -1,6 +1,6 @@
 import CVoipSocket
 import Glibc
-import Synchronization
+import VigilKit
 
 /// The `connect` target: a host name or address literal and a port.
 struct Endpoint: Sendable, Hashable, CustomStringConvertible {
@@ -110,7 +110,7 @@ enum AddressResolver {
             var continuation: CheckedContinuation<[SocketAddress], any Error>?
             var early: Result<[SocketAddress], any Error>?
         }
-        private let state = Mutex(State())
+        private let state = Lock(State())
 
         func finish(_ result: Result<[SocketAddress], any Error>) {
             let c = state.withLock { s -> CheckedContinuation<[SocketAddress], any Error>? in

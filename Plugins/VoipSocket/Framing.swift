@@ -241,39 +241,57 @@ struct MQTTFramer: Sendable {
 /// ping is out is the pong; a response is control; a request is data.
 struct SIPFramer: Sendable {
     private var buffer: [UInt8] = []
+    /// The header block of the message at `buffer`'s start once it has come
+    /// (where it ends, its Content-Length, the message), kept while the body
+    /// arrives so it is parsed once, not once per read.
+    private var head: (end: Int, length: Int, message: SIPMessage)?
+    /// Where the search for that header block's end resumes: a server that
+    /// sends it a byte at a time costs linear time, not quadratic (found by
+    /// Fuzz/fuzz-sip: 8 KiB fed bytewise took seconds).
+    private var searchFrom = 0
 
     mutating func feed(_ bytes: UnsafeRawBufferPointer, awaitingPong: inout Bool, into out: inout [Frame]) throws(FramingError) {
         buffer.append(contentsOf: bytes)
         var start = 0
-        defer { buffer.removeFirst(start) }
+        defer {
+            buffer.removeFirst(start)
+            searchFrom = max(0, searchFrom - start)
+            if let pending = head { head = (pending.end - start, pending.length, pending.message) }
+        }
         while start < buffer.count {
-            // Between messages: CRLFs are keep-alive traffic (RFC 5626 §4.4.1).
-            if buffer[start] == 0x0D || buffer[start] == 0x0A {
-                guard buffer.count - start >= 2 else { return }
-                if buffer[start] == 0x0D && buffer[start + 1] == 0x0A {
-                    start += 2
-                    if awaitingPong { awaitingPong = false; out.append(.pong) }
-                } else {
-                    start += 1  // a stray LF or CR: ignored, as RFC 3261 §7.5 allows
+            if head == nil {
+                // Between messages: CRLFs are keep-alive traffic (RFC 5626 §4.4.1).
+                if buffer[start] == 0x0D || buffer[start] == 0x0A {
+                    guard buffer.count - start >= 2 else { return }
+                    if buffer[start] == 0x0D && buffer[start + 1] == 0x0A {
+                        start += 2
+                        if awaitingPong { awaitingPong = false; out.append(.pong) }
+                    } else {
+                        start += 1  // a stray LF or CR: ignored, as RFC 3261 §7.5 allows
+                    }
+                    continue
                 }
-                continue
-            }
-            guard let headerEnd = Self.headerEnd(buffer, from: start) else {
-                if buffer.count - start > FrameLimits.sipHeader {
-                    throw FramingError(description: "the server sent a SIP header block longer than \(FrameLimits.sipHeader) bytes")
+                guard let headerEnd = Self.headerEnd(buffer, from: max(start, searchFrom)) else {
+                    searchFrom = max(start, buffer.count - 3)
+                    if buffer.count - start > FrameLimits.sipHeader {
+                        throw FramingError(description: "the server sent a SIP header block longer than \(FrameLimits.sipHeader) bytes")
+                    }
+                    return
                 }
-                return
+                let message = SIPMessage(head: String(decoding: buffer[start..<headerEnd], as: UTF8.self))
+                let length = try message.contentLength()
+                guard length <= FrameLimits.message else {
+                    throw FramingError(description: "the server sent a SIP body of \(length) bytes, more than the \(FrameLimits.message)-byte limit")
+                }
+                head = (headerEnd, length, message)
             }
-            let head = String(decoding: buffer[start..<headerEnd], as: UTF8.self)
-            let message = SIPMessage(head: head)
-            let length = try message.contentLength()
-            guard length <= FrameLimits.message else {
-                throw FramingError(description: "the server sent a SIP body of \(length) bytes, more than the \(FrameLimits.message)-byte limit")
-            }
+            guard let (headerEnd, length, message) = head else { return }
             let end = headerEnd + 4 + length
             guard buffer.count >= end else { return }
+            head = nil
             let whole = Array(buffer[start..<end])
             start = end
+            searchFrom = end
             if message.isResponse {
                 out.append(.control(whole))
             } else {

@@ -1,4 +1,3 @@
-import Synchronization
 import VigilKit
 
 /// The deadlines of every running ping handler, one min-heap per clock,
@@ -38,7 +37,7 @@ final class HandlerDeadlines: Sendable {
         var lastSleeper: UInt64 = 0
     }
 
-    private let state = Mutex(State())
+    private let state = Lock(State())
 
     /// Fails `link`'s handler `generation` (``TCPLink/expireHandler(generation:)``)
     /// once `deadline` passes on `clock`, unless a newer handler runs by then.

@@ -1,4 +1,3 @@
-import Synchronization
 import VigilKit
 
 /// The next keep-alive rounds of every connection, one heap per wake
@@ -59,7 +58,7 @@ final class KeepAliveSchedule: Sendable {
         var lastWaker: UInt64 = 0
     }
 
-    private let state = Mutex(State())
+    private let state = Lock(State())
 
     /// Runs `keeper.due(generation:)` once the host's scheduler fires a wake
     /// inside [earliest, latest]; replaces the keeper's earlier entry.

@@ -49,7 +49,7 @@ final class PingKeeper: Sendable {
     /// a client that sent nothing for 1.5 × keep-alive, whatever the broker
     /// itself sent); raw and SIP count what comes back.
     private let countsClientTraffic: Bool
-    private let state: Mutex<State>
+    private let state: Lock<State>
     private let offsets: (earliest: Int64, target: Int64)
     /// The generation of this keeper's live entry on ``KeepAliveSchedule``
     /// (0: none). Changed only under the schedule's lock; atomic so that the
@@ -69,7 +69,7 @@ final class PingKeeper: Sendable {
         self.handlerTimeout = settings.handlerTimeout
         self.skipPingOnTraffic = settings.skipPingOnTraffic
         self.countsClientTraffic = settings.wire == .mqtt
-        self.state = Mutex(State(phase: .stopped, base: connectedAt))
+        self.state = Lock(State(phase: .stopped, base: connectedAt))
         self.offsets = Self.windowOffsets(interval: interval, jitter: settings.jitter)
     }
 

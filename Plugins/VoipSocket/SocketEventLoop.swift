@@ -1,6 +1,7 @@
 import CVoipSocket
 import Glibc
 import Synchronization
+import VigilKit
 
 /// One thread in `epoll_wait` for every socket of the plugin.
 ///
@@ -48,9 +49,9 @@ final class SocketEventLoop: Sendable {
     private let wakeFD: Int32
     /// Why the loop could not start (no epoll fd, no thread), if it failed.
     let startFailure: String?
-    private let table = Mutex(Table())
+    private let table = Lock(Table())
     /// Rounds handed over and not yet taken by the thread.
-    private let queued = Mutex<[KeepAliveSchedule.Due]>([])
+    private let queued = Lock<[KeepAliveSchedule.Due]>([])
     /// Whether `queued` holds rounds: the thread looks between two events
     /// without taking the lock (the eventfd only wakes it from its sleep).
     fileprivate let hasQueued = Atomic<Bool>(false)

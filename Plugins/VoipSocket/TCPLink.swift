@@ -1,7 +1,6 @@
 import CVoipSocket
 import CVoipTLS
 import Glibc
-import Synchronization
 import VigilKit
 
 /// Why a link stopped or an operation on it failed, in words for people.
@@ -131,14 +130,14 @@ final class TCPLink: Sendable {
     let clockIdentity: ObjectIdentifier
     let options: LinkOptions
     private let loop: SocketEventLoop
-    private let state: Mutex<State>
+    private let state: Lock<State>
 
     private init(fd: Int32, tls: TLSSession?, clock: any VigilClock, options: LinkOptions, loop: SocketEventLoop) {
         self.clock = clock
         self.clockIdentity = instanceIdentity(of: clock)
         self.options = options
         self.loop = loop
-        self.state = Mutex(State(fd: fd, tls: tls, framer: options.framing.makeFramer()))
+        self.state = Lock(State(fd: fd, tls: tls, framer: options.framing.makeFramer()))
     }
 
     /// Opens a socket to `address` with `options` and waits until it is

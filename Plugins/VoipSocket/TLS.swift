@@ -1,6 +1,6 @@
 import CVoipTLS
 import Glibc
-import Synchronization
+import VigilKit
 
 /// `tls = true`: one OpenSSL client context per strategy, shared by its
 /// connections, and the name their certificates must carry.
@@ -56,7 +56,7 @@ final class TLSContext: @unchecked Sendable {
 
 /// One connection's `SSL`, used only under its ``TCPLink``'s lock.
 struct TLSSession: @unchecked Sendable {
-    // Invariant: only touched inside the owning link's Mutex (event thread
+    // Invariant: only touched inside the owning link's Lock (event thread
     // or a sender), never by two threads at once; freed once by `free`.
     let pointer: UnsafeMutableRawPointer
     /// Keeps the context alive as long as the session.
@@ -78,4 +78,4 @@ private struct WeakContext {
 }
 
 /// Contexts in use, by their files (see ``TLSContext/shared``).
-private let contextCache = Mutex<[String: WeakContext]>([:])
+private let contextCache = Lock<[String: WeakContext]>([:])

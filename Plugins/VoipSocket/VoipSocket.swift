@@ -1,4 +1,3 @@
-import Synchronization
 import VigilKit
 
 /// A configured `voip-socket` instance: one logical connection, kept open for
@@ -100,7 +99,7 @@ final class VoipConnection: Sendable {
     /// Where the status goes in a batch with other connections' (the host's
     /// registry), if the lease handle allows it.
     let statusSink: (any LeaseStatusSink)?
-    private let figures: Mutex<ConnectionFigures>
+    private let figures: Lock<ConnectionFigures>
 
     /// Acquires the connection's lease and makes the connection.
     ///
@@ -122,7 +121,7 @@ final class VoipConnection: Sendable {
         self.context = context
         self.lease = lease
         self.statusSink = (lease as? any BatchableLeaseHandle)?.statusSink
-        self.figures = Mutex(ConnectionFigures(
+        self.figures = Lock(ConnectionFigures(
             remote: settings.settings.endpoint.description,
             wire: settings.settings.wire.rawValue + (settings.settings.tls != nil ? "+tls" : "")))
     }
@@ -575,14 +574,14 @@ final class SessionPlan: Sendable {
     let interval: Duration
     /// SIP: the registration to renew on this flow, as last sent (the
     /// renewals' CSeq goes on into the unregistration at stop).
-    let registration: Mutex<SIPRegistration?>
+    let registration: Lock<SIPRegistration?>
     let registeredFor: Duration
     /// SIP: a registration is kept on this flow.
     let registers: Bool
 
     init(interval: Duration, registration: SIPRegistration? = nil, registeredFor: Duration = .zero) {
         self.interval = interval
-        self.registration = Mutex(registration)
+        self.registration = Lock(registration)
         self.registers = registration != nil
         self.registeredFor = registeredFor
     }
@@ -652,7 +651,7 @@ final class StatusPublisher: Sendable {
         var running = false
     }
 
-    private let state = Mutex(State())
+    private let state = Lock(State())
 
     /// Publishes `connection`'s status soon (it is not queued yet).
     func enqueue(_ connection: VoipConnection) {

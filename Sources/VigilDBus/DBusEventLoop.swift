@@ -1,7 +1,7 @@
 import CDBus
 import CFDWatch
 import Glibc
-import Synchronization
+import VigilKit
 
 /// The thread a connection's libdbus work runs on: it waits in
 /// `epoll_wait(2)` on the connection's socket (libdbus's watches) and an
@@ -34,7 +34,7 @@ final class DBusEventLoop: @unchecked Sendable {
         var stopping = false
         var ended = false
     }
-    private let shared = Mutex(Shared())
+    private let shared = Lock(Shared())
     private let epoll: Int32
     private let wakeFD: Int32
 

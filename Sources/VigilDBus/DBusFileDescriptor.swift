@@ -1,5 +1,5 @@
 import Glibc
-import Synchronization
+import VigilKit
 
 /// An owned unix file descriptor carried in a D-Bus message (type `h`).
 ///
@@ -8,11 +8,11 @@ import Synchronization
 /// `take()` transferred ownership out first. When sending, libdbus `dup()`s
 /// the descriptor, so the sender keeps (and eventually closes) its own copy.
 public final class DBusFileDescriptor: Sendable, CustomStringConvertible {
-    private let storage: Mutex<Int32>
+    private let storage: Lock<Int32>
 
     /// Takes ownership of `fd` (it will be closed by this object).
     public init(owning fd: Int32) {
-        storage = Mutex(fd)
+        storage = Lock(fd)
     }
 
     /// Duplicates `fd` (with close-on-exec) and owns the copy; the caller

@@ -1,8 +1,8 @@
 import Foundation
 import Glibc
-import Synchronization
 import Testing
 @testable import VigilDBus
+import VigilKit
 
 /// The Swift client side against the Swift object server.
 @Suite("DBusConnection client")
@@ -185,7 +185,7 @@ struct ClientTests {
             var iterator = signals.makeAsyncIterator()
             let quick = Self.quickInterface
             let quickPath = "/org/vigil/Test/Queued"
-            let failures = Mutex<[String]>([])
+            let failures = Lock<[String]>([])
             service.server.applyQueued([
                 .export(path: quickPath, interfaces: [quick]),
                 .emit(path: quickPath, interface: "org.vigil.Quick1", signal: "Done", arguments: [.string("queued")]),

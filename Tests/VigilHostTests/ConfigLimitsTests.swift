@@ -93,6 +93,31 @@ struct ConfigLimitsTests {
         #expect(problem.message.contains("NUL character"), "\(problem)")
     }
 
+    /// Fuzz/Corpus/fuzz-config/regression-control-character-in-header made
+    /// toml++ abort on an assertion in parse_key (debug builds); a raw NUL
+    /// cut the document short.
+    @Test(arguments: [
+        ("[\u{13}host]\nstate_dir = \"/tmp\"\n", 2, "U+0013"),
+        ("[host]\nstate_dir = \"/tmp\"\u{0}\n[[strategy]]\n", 19, "U+0000"),
+        ("# comment \u{1B}[31m\n", 11, "U+001B"),
+        ("a = 1\r\nb = \"x\ry\"\n", 7, "U+000D"),
+    ])
+    func rawControlCharactersAreRefused(text: String, column: Int, code: String) throws {
+        let problem = try Self.onlyProblem(text)
+        #expect(problem.location?.column == column, "\(problem)")
+        #expect(problem.message.contains("control character \(code) is not allowed in TOML"), "\(problem)")
+    }
+
+    /// Fuzz/Corpus/fuzz-config/regression-header-first-character: toml++
+    /// asserts that a table header's first key starts with a bare-key
+    /// character or a quote.
+    @Test(arguments: ["[!]\n", "[.]\n", "[ =]\n", "[[\u{E9}]]\n", "[\u{FFFD}strategy]\nname = \"a\"\n"])
+    func tableHeadersMustStartWithAKey(text: String) throws {
+        let problem = try Self.onlyProblem(text)
+        #expect(problem.location?.line == 1, "\(problem)")
+        #expect(problem.message.contains("a table header must start with a key"), "\(problem)")
+    }
+
     @Test(arguments: [
         ("a\\nnotice vigild: run 1 ended: stopped", "a newline (U+000A) at character 2"),
         ("bell\\u001b[31m", "an escape character (U+001B) at character 5"),

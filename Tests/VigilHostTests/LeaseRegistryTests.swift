@@ -1,4 +1,3 @@
-import Synchronization
 import Testing
 import VigilHost
 import VigilKit
@@ -413,7 +412,7 @@ func observe(_ registry: LeaseRegistry) async -> (EventLog, Task<Void, Never>) {
 
 /// Writes down what a ``LeaseObserver`` is shown.
 final class RecordingObserver: LeaseObserver {
-    private let entries = Mutex<[String]>([])
+    private let entries = Lock<[String]>([])
     var log: [String] { entries.withLock { $0 } }
     func observe(_ event: LeaseEvent) { entries.withLock { $0.append("\(event.kind.rawValue) \(event.lease.id)") } }
     func observeStatus(of lease: LeaseID, strategy: String, _ status: [String: StatusValue]) {

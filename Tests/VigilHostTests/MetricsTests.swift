@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Testing
 @testable import VigilHost
 import VigilKit
@@ -230,7 +229,7 @@ extension MetricsListener.Route {
 
 /// A thread-safe count.
 final class ScrapeCount: Sendable {
-    private let count = Mutex(0)
+    private let count = Lock(0)
     func increment() { count.withLock { $0 += 1 } }
     var value: Int { count.withLock { $0 } }
 }

@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import VigilTestSupport
 import Glibc
 import Testing
@@ -300,7 +299,7 @@ final class PriorityRecordingScheduler: WakeScheduling {
     }
 
     private let inner: WakeScheduler
-    private let seen = Mutex<[Request]>([])
+    private let seen = Lock<[Request]>([])
 
     init(_ inner: WakeScheduler) { self.inner = inner }
 

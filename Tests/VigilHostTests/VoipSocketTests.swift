@@ -1,6 +1,5 @@
 import Foundation
 import Glibc
-import Synchronization
 import Testing
 import VigilHost
 import VigilKit
@@ -531,7 +530,7 @@ final class GatedStatusSink: LeaseStatusSink {
     }
 
     let registry: LeaseRegistry
-    private let state = Mutex(State())
+    private let state = Lock(State())
 
     init(registry: LeaseRegistry) { self.registry = registry }
 

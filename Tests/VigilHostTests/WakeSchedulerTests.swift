@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Testing
 import VigilHost
 import VigilKit
@@ -53,8 +52,8 @@ enum WakeTesting {
 
 /// A counter shared between test tasks.
 final class WakeTestCounter: Sendable {
-    private let count: Mutex<Int>
-    init(_ initial: Int) { count = Mutex(initial) }
+    private let count: Lock<Int>
+    init(_ initial: Int) { count = Lock(initial) }
     var value: Int { count.withLock { $0 } }
     func decrement() { count.withLock { $0 -= 1 } }
 }

@@ -1,4 +1,3 @@
-import Synchronization
 import VigilKit
 import VigilDBus
 
@@ -24,7 +23,7 @@ final class CallerCredentials: Sendable {
     static let capacity = 4096
 
     let connection: DBusConnection
-    private let known = Mutex<[String: Entry]>([:])
+    private let known = Lock<[String: Entry]>([:])
 
     init(connection: DBusConnection) {
         self.connection = connection

@@ -1,4 +1,3 @@
-import Synchronization
 import VigilDBus
 import VigilKit
 
@@ -89,7 +88,7 @@ extension DBusInterface {
     }
 
     /// Names of the contract's interfaces that passed ``validate()``.
-    private static let validatedContract = Mutex<Set<String>>([])
+    private static let validatedContract = Lock<Set<String>>([])
 
     /// ``init(checking:methods:properties:)`` for vigild's own interfaces,
     /// whose bindings are fixed in the source: a mismatch stops vigild at

@@ -1,4 +1,3 @@
-import Synchronization
 import VigilDBus
 import VigilKit
 
@@ -82,11 +81,11 @@ public actor HostBusAPI {
         var server: DBusObjectServer?
     }
 
-    private nonisolated let published = Mutex(Published())
+    private nonisolated let published = Lock(Published())
     /// The Lease and ClientLease interfaces, one value each that every
     /// lease object shares (``HostBusInterfaces/lease(_:)``); made at the
     /// first lease's export.
-    private nonisolated let leaseInterfaceValues = Mutex<(lease: DBusInterface, clientLease: DBusInterface)?>(nil)
+    private nonisolated let leaseInterfaceValues = Lock<(lease: DBusInterface, clientLease: DBusInterface)?>(nil)
 
     private nonisolated var leaseInterfaces: (lease: DBusInterface, clientLease: DBusInterface) {
         leaseInterfaceValues.withLock { values in

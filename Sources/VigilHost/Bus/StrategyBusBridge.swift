@@ -1,4 +1,3 @@
-import Synchronization
 import VigilDBus
 import VigilKit
 
@@ -31,7 +30,7 @@ public actor StrategyBusBridge {
     /// without a hop onto this actor. Kept beside `children` entry by entry
     /// (where a child is added, updated or removed), so an update costs one
     /// entry, not a copy of every child's values.
-    private nonisolated let shownValues = Mutex<[String: [String: BusValue]]>([:])
+    private nonisolated let shownValues = Lock<[String: [String: BusValue]]>([:])
 
     struct Child {
         var strategy: String

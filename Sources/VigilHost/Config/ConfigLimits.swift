@@ -25,7 +25,11 @@ public enum ConfigLimits {
 /// finds what TOMLKit would crash on or silently get wrong:
 /// - nesting past ``ConfigLimits/maxDepth``;
 /// - a `\u0000` escape: TOMLKit hands strings over as C strings, so a NUL
-///   would silently cut the string (a strategy name, an argv element) short.
+///   would silently cut the string (a strategy name, an argv element) short;
+/// - a raw control character (TOML allows only tab, LF and CR before LF): a
+///   NUL byte would cut the whole document short the same way, and others
+///   reach assertions of toml++ (`parse_key`: a debug build aborts, a
+///   release build assumes they cannot happen). Found by Fuzz/fuzz-config.
 ///
 /// It reads bytes in one pass and recurses only into inline tables and
 /// arrays, at most `maxDepth` levels (it stops at the first level past the
@@ -45,9 +49,33 @@ struct TOMLPrecheck {
     /// The first place in `text` that nests deeper than `limit` or holds a
     /// NUL escape, or nil.
     static func firstProblem(in text: String, file: String, limit: Int = ConfigLimits.maxDepth) -> ConfigProblem? {
-        var check = TOMLPrecheck(bytes: Array(text.utf8), file: file, limit: limit)
+        let bytes = Array(text.utf8)
+        if let problem = controlCharacter(in: bytes, file: file) { return problem }
+        var check = TOMLPrecheck(bytes: bytes, file: file, limit: limit)
         check.scanDocument()
         return check.problem
+    }
+
+    /// The first control character TOML does not allow (all but tab, LF,
+    /// and CR before LF), anywhere: strings and comments included.
+    private static func controlCharacter(in bytes: [UInt8], file: String) -> ConfigProblem? {
+        var line = 1, lineStart = 0
+        for (i, c) in bytes.enumerated() {
+            if c == UInt8(ascii: "\n") {
+                line += 1
+                lineStart = i + 1
+                continue
+            }
+            let allowed = c == UInt8(ascii: "\t") || (c == UInt8(ascii: "\r") && i + 1 < bytes.count && bytes[i + 1] == UInt8(ascii: "\n"))
+            guard c < 0x20 || c == 0x7F, !allowed else { continue }
+            let hex = String(c, radix: 16, uppercase: true)
+            let code = String(repeating: "0", count: 4 - hex.count) + hex
+            return ConfigProblem(
+                location: ConfigLocation(file: file, line: line, column: i - lineStart + 1), keyPath: "",
+                message: "control character U+\(code) is not allowed in TOML (only tab and line ends are; "
+                    + "in a string, write it as the escape \"\\u\(code)\")")
+        }
+        return nil
     }
 
     private init(bytes: [UInt8], file: String, limit: Int) {
@@ -109,6 +137,19 @@ struct TOMLPrecheck {
         let isArray = starts(with: "[[")
         advance()
         if isArray { advance() }
+        skipSpaces()
+        // toml++ asserts that a header's first key starts with a bare-key
+        // character or a quote (`[!]`, `[.]`, `[é]` abort a debug build
+        // and are undefined behaviour in a release one; found by
+        // Fuzz/fuzz-config): say so first. TOML's bare keys are ASCII.
+        if let c = current, !isASCIIKeyByte(c), c != UInt8(ascii: "\""), c != UInt8(ascii: "'"), c != UInt8(ascii: "]") {
+            let end = bytes[position...].firstIndex { $0 == UInt8(ascii: "]") || $0 == UInt8(ascii: "\n") } ?? bytes.endIndex
+            let found = String(decoding: bytes[position..<min(end, position + 16)], as: UTF8.self)
+            problem = ConfigProblem(
+                location: ConfigLocation(file: file, line: here.line, column: here.column), keyPath: "",
+                message: "a table header must start with a key, bare (ASCII letters, digits, _ and -) or quoted; found \"\(found)\"")
+            return
+        }
         let parts = scanKey()
         headerDepth = parts + (isArray ? 1 : 0)
         _ = tooDeep(headerDepth, what: "table header", at: start)
@@ -148,9 +189,13 @@ struct TOMLPrecheck {
 
     /// Bare-key bytes, and any non-ASCII byte (TOML 1.1 allows Unicode keys).
     private func isKeyByte(_ c: UInt8) -> Bool {
+        isASCIIKeyByte(c) || c >= 0x80
+    }
+
+    /// TOML 1.0's bare-key bytes.
+    private func isASCIIKeyByte(_ c: UInt8) -> Bool {
         (c >= UInt8(ascii: "a") && c <= UInt8(ascii: "z")) || (c >= UInt8(ascii: "A") && c <= UInt8(ascii: "Z"))
             || (c >= UInt8(ascii: "0") && c <= UInt8(ascii: "9")) || c == UInt8(ascii: "_") || c == UInt8(ascii: "-")
-            || c >= 0x80
     }
 
     // MARK: values

@@ -1,6 +1,5 @@
 import Foundation
 import Prometheus
-import Synchronization
 import VigilKit
 
 /// The host's Prometheus metrics (docs/metrics.md).
@@ -69,7 +68,7 @@ public final class HostMetrics: LeaseObserver {
         var name: String
     }
 
-    private let counted = Mutex(Counted())
+    private let counted = Lock(Counted())
     /// Histograms live across scrapes; everything else is rebuilt per scrape.
     private let histograms = PrometheusCollectorRegistry()
     private let lateness: ValueHistogram

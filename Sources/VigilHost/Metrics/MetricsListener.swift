@@ -1,6 +1,6 @@
 import CTimer
 import Foundation
-import Synchronization
+import VigilKit
 
 /// The HTTP `/metrics` endpoint: a minimal, exposition-only HTTP/1.1 server.
 ///
@@ -16,9 +16,9 @@ import Synchronization
 public final class MetricsListener: @unchecked Sendable {
     // Invariant: `fd` is set in init and closed only by the accept thread
     // after `stop` shut it down (or by deinit when never started);
-    // `state` is a Mutex.
+    // `state` is a Lock.
     private let fd: Int32
-    private let state = Mutex((started: false, stopping: false))
+    private let state = Lock((started: false, stopping: false))
     public let address: MetricsListenAddress
     /// The port bound (the configured one, or the kernel's choice for 0).
     public let port: UInt16
@@ -197,7 +197,7 @@ public final class MetricsListener: @unchecked Sendable {
 
 /// Hands the exposition from the task that computed it to the listener thread.
 private final class ResultSlot: Sendable {
-    let value = Mutex<[UInt8]>([])
+    let value = Lock<[UInt8]>([])
 }
 
 /// The listener could not be set up.

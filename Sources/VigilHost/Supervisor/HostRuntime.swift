@@ -1,4 +1,3 @@
-import Synchronization
 import Foundation
 import VigilKit
 
@@ -441,7 +440,7 @@ public actor HostRuntime {
 /// registry shows each event to it as it publishes it (statuses are not
 /// logged); `arrivals` says, at most once per batch, that some wait.
 private final class UnrecordedLeaseEvents: LeaseObserver {
-    private let events = Mutex<[SurvivalStore.Event]>([])
+    private let events = Lock<[SurvivalStore.Event]>([])
     private let readings: @Sendable () -> ClockReadings
     private let arrived: AsyncStream<Void>.Continuation
     /// Yields when events arrived since the writer last took them.

@@ -27,7 +27,7 @@ public final class StrategyErrors: LeaseObserver {
         var failures: [String: (error: String, wallMicros: Int64)] = [:]
     }
 
-    private let state = Mutex(State())
+    private let state = Lock(State())
     /// Lease errors held now. Lease errors change only on the registry
     /// (one caller at a time), so a status without an error, while none is
     /// held, returns without taking the lock: the common case of a ping.

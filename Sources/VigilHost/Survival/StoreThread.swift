@@ -1,6 +1,6 @@
 import Dispatch
 import Foundation
-import Synchronization
+import VigilKit
 
 /// The survival store's executor: one thread of its own that runs the
 /// store's jobs in order.
@@ -25,7 +25,7 @@ final class StoreThread: SerialExecutor, Sendable {
 
     /// Shared by the executor and its thread (the thread does not keep the executor).
     private final class Shared: Sendable {
-        let state = Mutex(State())
+        let state = Lock(State())
         let available = DispatchSemaphore(value: 0)
     }
 

@@ -1,0 +1,29 @@
+// download-session's reading of an HTTP response (Plugins/DownloadSession/
+// ResponseHead.swift): the status line and header fields as libcurl hands
+// them over one line at a time, Content-Range and Content-Length against a
+// resume, and Retry-After. Input: lines separated by LF; a line "@N" sets
+// the resume offset to N.
+@testable import DownloadSession
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzHTTP(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    guard let data else { return 0 }
+    let input = UnsafeBufferPointer(start: data, count: size)
+    var head = ResponseHead()
+    var resumeFrom: Int64 = 0
+    for line in input.split(separator: 0x0A, omittingEmptySubsequences: false) {
+        if line.first == UInt8(ascii: "@"), let offset = Int64(String(decoding: line.dropFirst(), as: UTF8.self)) {
+            resumeFrom = offset
+            continue
+        }
+        (Array(line) + [0x0D, 0x0A]).withUnsafeBytes { head.take(line: $0) }
+    }
+    _ = head.status
+    _ = head.partialContentProblem(resumeFrom: resumeFrom, expectedTotal: resumeFrom > 0 ? resumeFrom * 2 : nil)
+    _ = head.totalLength(resumeFrom: resumeFrom)
+    _ = ResponseHead.completeLength(head["content-range"])
+    if let retryAfter = head["retry-after"] {
+        _ = RetryAfter.parse(retryAfter, nowWallMicros: 1_700_000_000_000_000)
+    }
+    return 0
+}
