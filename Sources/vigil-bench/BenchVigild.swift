@@ -15,13 +15,13 @@ func vigildProcess(_ bin: URL, dir: URL, name: String, config: String, logLevel:
     return process
 }
 
-/// The release vigild next to this binary, serving `org.vigil.Vigil1` on the
-/// bus at `address` as its own process (as a real host runs: the clients
-/// the benchmark runs in this process do not share its threads), with
-/// `[host]` settings `hostSettings` added (power backend none). Returns
-/// once the name is owned; the caller terminates it.
-func startBenchVigild(busAddress address: String, dir: URL, hostSettings: String = "") async throws -> Process {
-    let bin = URL(fileURLWithPath: PluginLoader.executableDirectory() ?? ".")
+/// The release vigild next to this binary (or the one in `bin`), serving
+/// `org.vigil.Vigil1` on the bus at `address` as its own process (as a real
+/// host runs: the clients the benchmark runs in this process do not share
+/// its threads), with `[host]` settings `hostSettings` added (power backend
+/// none). Returns once the name is owned; the caller terminates it.
+func startBenchVigild(busAddress address: String, dir: URL, hostSettings: String = "", bin: URL? = nil) async throws -> Process {
+    let bin = bin ?? URL(fileURLWithPath: PluginLoader.executableDirectory() ?? ".")
     guard FileManager.default.isExecutableFile(atPath: bin.appendingPathComponent("vigild").path) else {
         throw DBusError.failed("no vigild next to vigil-bench in \(bin.path); build it with the same configuration, e.g. swift build -c release --product vigild")
     }

@@ -18,6 +18,7 @@ let benchmarks: [String: (_ arguments: [String]) async throws -> Void] = [
     "store-wal": storeWALBench,
     "config-check": configCheckBench,
     "metrics": metricsBench,
+    "release-compare": releaseCompareBench,
 ]
 
 let arguments = Array(CommandLine.arguments.dropFirst())
