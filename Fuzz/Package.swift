@@ -37,6 +37,10 @@ let package = Package(
                                .product(name: "vigil-voip-socket", package: vigil),
                                .product(name: "vigil-download-session", package: vigil)]),
         fuzzer("fuzz-dbus-message", [host]),
+        // The object server's routing, with vigild's API behind it on a private bus.
+        fuzzer("fuzz-object-server", [host, kit,
+                                      .product(name: "vigil-background-task", package: vigil),
+                                      .product(name: "vigil-periodic-wake", package: vigil)]),
         // Feeds a byte stream to voip-socket's framers in reads (fuzz-mqtt, fuzz-sip).
         .target(name: "VoipFeed", dependencies: [.product(name: "vigil-voip-socket", package: vigil)], path: "Sources/VoipFeed"),
         fuzzer("fuzz-mqtt", [.product(name: "vigil-voip-socket", package: vigil), "VoipFeed"]),
