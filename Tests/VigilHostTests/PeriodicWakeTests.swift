@@ -50,18 +50,55 @@ final class WindowChecker: WakeScheduling, @unchecked Sendable {
 /// Records hook runs instead of starting processes (the hook runner has its
 /// own tests), and what the lease registry held at that moment.
 final class RecordingHooks: HookRunning, @unchecked Sendable {
-    // Invariant: `runs` is only touched while holding `lock`.
+    // Invariant: `runs`, `waiters` and `nextWaiter` are only touched while holding `lock`.
     private let lock = NSLock()
     private(set) var runs: [(event: String, variables: [String: String], leases: Int)] = []
+    private var waiters: [Int: (count: Int, continuation: CheckedContinuation<Void, Never>)] = [:]
+    private var nextWaiter = 0
     let registry: LeaseRegistry
     init(registry: LeaseRegistry) { self.registry = registry }
 
     func run(_ command: HookCommand, event: String, variables: [String: String]) async -> HookResult {
         let held = await registry.active.count
-        lock.withLock { runs.append((event, variables, held)) }
+        let ready = lock.withLock {
+            runs.append((event, variables, held))
+            let ready = waiters.filter { $0.value.count <= runs.count }
+            for key in ready.keys { waiters[key] = nil }
+            return ready.values.map(\.continuation)
+        }
+        for waiter in ready { waiter.resume() }
         return HookResult(exit: .exited(0), output: "", duration: .zero)
     }
     var count: Int { lock.withLock { runs.count } }
+
+    /// Waits until at least `n` runs were recorded, or `timeout` of real time
+    /// passed (a run the clock made due is started by the strategy's task,
+    /// which a loaded machine may schedule late); returns the count then.
+    func waitForCount(atLeast n: Int, timeout: Duration = .seconds(10)) async -> Int {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.reached(n) }
+            group.addTask { try? await Task.sleep(for: timeout) }
+            await group.next()
+            group.cancelAll()
+        }
+        return count
+    }
+
+    private func reached(_ n: Int) async {
+        let id = lock.withLock { () -> Int in nextWaiter += 1; return nextWaiter }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let now = lock.withLock { () -> Bool in
+                    if runs.count >= n || Task.isCancelled { return true }
+                    waiters[id] = (n, continuation)
+                    return false
+                }
+                if now { continuation.resume() }
+            }
+        } onCancel: {
+            lock.withLock { waiters.removeValue(forKey: id) }?.continuation.resume()
+        }
+    }
 }
 
 final class RecordingEvents: EventRecording, @unchecked Sendable {
@@ -254,7 +291,7 @@ struct Harness {
             let before = Harness(clock: clock, store: HostStrategyStore(store: try SurvivalStore(path: path), strategy: "pw"))
             await before.supervisor.start([SupervisedStrategy(name: "pw", kind: "periodic-wake", strategy: try PeriodicWakePlugin.make(values))])
             await clock.advance(by: .seconds(3600 + 60))
-            #expect(before.hooks.count == 1)
+            #expect(await before.hooks.waitForCount(atLeast: 1) == 1)
             await before.supervisor.stopAll()
         }
         // Stopped: 3 h after the last run (plus a minute), or 30 min.
@@ -263,8 +300,9 @@ struct Harness {
         let after = Harness(clock: clock, store: HostStrategyStore(store: try SurvivalStore(path: path), strategy: "pw"))
         await after.supervisor.start([SupervisedStrategy(name: "pw", kind: "periodic-wake", strategy: try PeriodicWakePlugin.make(values))])
         await clock.settle()
-        #expect(after.hooks.count == runsAtStart, "\(after.logs.entries)")
+        #expect(await after.hooks.waitForCount(atLeast: runsAtStart) == runsAtStart, "\(after.logs.entries)")
         if persistent, hoursStopped > 0 {
+            try await after.events.waitFor(mode == "skip" ? "wake-skipped" : "wake")
             let first = try #require(after.events.all.first)
             #expect(first.0 == (mode == "skip" ? "wake-skipped" : "wake"))
             #expect(first.1["missed"] == "2")
@@ -277,7 +315,7 @@ struct Harness {
         await clock.advance(by: .seconds(next - 5))
         #expect(after.hooks.count == runsAtStart)
         await clock.advance(by: .seconds(70))
-        #expect(after.hooks.count == runsAtStart + 1)
+        #expect(await after.hooks.waitForCount(atLeast: runsAtStart + 1) == runsAtStart + 1)
         #expect(after.checker.violations.isEmpty, "\(after.checker.violations)")
         await after.supervisor.stopAll()
     }

@@ -122,7 +122,8 @@ import VigilTestSupport
             "connect": .string(server.address), "keepalive_interval": .string("300ms"), "handler_timeout": .string("250ms"),
             "expect": .string("\r\n"), "reconnect": .table(["initial": .string("50ms"), "max": .string("50ms")]),
         ])
-        #expect(await server.count(.accepted, atLeast: 4))
+        // Bounded generously: only the cut-offs below are timed.
+        #expect(await server.count(.accepted, atLeast: 4, timeout: .seconds(30)))
         let status = await h.waitForStatus { $0["Overruns"]?.uintValue ?? 0 >= 3 }
         await h.supervisor.stopAll()
         // Three overruns, measured at the server from the ping to the close.
@@ -263,7 +264,7 @@ import VigilTestSupport
             "connect": .string(server.address), "keepalive_interval": .string("10s"),
             "reconnect": .table(["initial": .string("40ms"), "max": .string("160ms"), "jitter": .boolean(true)]),
         ])
-        #expect(await server.count(.accepted, atLeast: 9))
+        #expect(await server.count(.accepted, atLeast: 9, timeout: .seconds(30)))
         // Statuses reach the registry soon after the change, not at once.
         let status = await h.waitForStatus { ($0["Reconnects"]?.uintValue ?? 0) >= 8 }
         await h.supervisor.stopAll()
@@ -283,9 +284,9 @@ import VigilTestSupport
         for (n, (gap, delay)) in zip(gaps, chosen).prefix(8).enumerated() {
             // The time between connections holds the delay (never less); on top
             // of it, noticing the close and connecting again, which a loaded
-            // 2-core machine can stretch: the upper bound only catches a lost
-            // reconnect.
-            #expect(gap >= delay - 1 && gap <= delay + 3_000, "gap \(n): \(gap) ms for a delay of \(delay) ms")
+            // 2-core machine can stretch (5.3 s seen with three builds beside
+            // the suite): the upper bound only catches a lost reconnect.
+            #expect(gap >= delay - 1 && gap <= delay + 10_000, "gap \(n): \(gap) ms for a delay of \(delay) ms")
         }
         // Full jitter: not every delay sits at its ceiling.
         #expect(chosen.prefix(8).enumerated().contains { $1 < 0.8 * min(160, 40 * Double(1 << $0)) }, "\(chosen)")
@@ -348,7 +349,12 @@ import VigilTestSupport
         let local = status["Local"]?.stringValue ?? ""
         let ss = try runProcess("/usr/bin/ss", ["-tno", "state", "established", "src", local])
         await h.supervisor.stopAll()
-        #expect(ss.contains("timer:(keepalive,4"), "\(ss)")  // 42 s idle, counting down
+        // 42 s idle, counting down from when the link went quiet (the
+        // kernel's default would show about 120min).
+        let left = ss.range(of: #"timer:\(keepalive,(\d+)sec"#, options: .regularExpression).flatMap { match in
+            Int(ss[match].drop { !$0.isNumber }.prefix { $0.isNumber })
+        }
+        #expect(left.map { (1...42).contains($0) } == true, "\(ss)")
     }
 
     /// Bad address, unresolvable name, refused connection: clear errors,
