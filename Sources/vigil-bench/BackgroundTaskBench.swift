@@ -211,15 +211,7 @@ private func beginLatencyUnderReads(client: DBusConnection, address: String, ech
     // Let every reader get going.
     try await Task.sleep(for: .milliseconds(300))
     let loadStart = ContinuousClock.now
-    var latencies: [Double] = []
-    for _ in 0..<count {
-        let t0 = ContinuousClock.now
-        let reply = try await client.call(BenchAPI.beginBackgroundTask(name: "bench", reason: "latency under reads", budgetMicros: 60_000_000))
-        latencies.append(micros(ContinuousClock.now - t0))
-        guard case .objectPath(let path) = reply.body.first else { throw DBusError.failed("no lease path") }
-        try await client.call(BenchAPI.endLease(at: path))
-        if case .unixFD(let fd) = reply.body.last { fd.close() }
-    }
+    let begins = try await beginLatencies(client, count: count, reason: "latency under reads")
     let reference = try await measureCalls(client, echoGet, calls: count, inFlight: 1)
     let loadSeconds = micros(ContinuousClock.now - loadStart) / 1e6
     stop.set()
@@ -227,11 +219,9 @@ private func beginLatencyUnderReads(client: DBusConnection, address: String, ech
     for reader in readers { await reader.close() }
     for fd in heldFDs { fd.close() }
     await holder.close()
-    let sorted = latencies.sorted()
-    func percentile(_ p: Double) -> Double { sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))] }
     print("BeginBackgroundTask latency while \(readerCount) clients read (Properties.Get and ListLeases, 200 leases), \(count) calls:")
     print(String(format: "  vigild:   p50 %8.2f ms   p99 %8.2f ms   (targets: p50 <= 10 ms, p99 <= 50 ms)",
-                 percentile(0.5) / 1000, percentile(0.99) / 1000))
+                 begins.p50Micros / 1000, begins.p99Micros / 1000))
     print(String(format: "  echo (C) Properties.Get under the same load: p50 %8.2f ms   p99 %8.2f ms   (D-Bus reference)",
                  reference.p50Micros / 1000, reference.p99Micros / 1000))
     print(String(format: "  the readers were answered %.0f reads/s meanwhile", Double(reads) / max(loadSeconds, 1e-6)))

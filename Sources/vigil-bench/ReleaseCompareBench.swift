@@ -85,13 +85,13 @@ func releaseCompareBench(_ args: [String]) async throws {
 }
 
 /// Sequential Begin then End, `count` times: Begin's latency and the round trips per second.
-private func beginLatencies(_ client: DBusConnection, count: Int) async throws -> CallFigures {
+func beginLatencies(_ client: DBusConnection, count: Int, reason: String = "release-compare") async throws -> CallFigures {
     var latencies: [Double] = []
     latencies.reserveCapacity(count)
     let start = ContinuousClock.now
     for _ in 0..<count {
         let t0 = ContinuousClock.now
-        let reply = try await client.call(BenchAPI.beginBackgroundTask(name: "bench", reason: "release-compare", budgetMicros: 60_000_000))
+        let reply = try await client.call(BenchAPI.beginBackgroundTask(name: "bench", reason: reason, budgetMicros: 60_000_000))
         latencies.append(micros(ContinuousClock.now - t0))
         guard case .objectPath(let path) = reply.body.first else { throw DBusError.failed("BeginBackgroundTask replied without a lease path") }
         try await client.call(BenchAPI.endLease(at: path))
