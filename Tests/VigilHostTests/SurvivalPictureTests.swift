@@ -1,0 +1,199 @@
+import Foundation
+import FoundationXML
+import Testing
+import VigilTestSupport
+@testable import VigilHost
+
+/// `vigilctl survival --html/--svg`: the picture drawn from a real store,
+/// parsed as XML, and rendered by headless Chromium.
+@Suite("Survival picture")
+struct SurvivalPictureTests {
+    /// A strategy name with every XML special character.
+    static let awkwardName = #"mail <&> "quoted" 'x'"#
+
+    /// Three runs in one store, as a real host would write them:
+    /// - run-killed: a lease of `focus`, a 25-minute frozen gap, then no end
+    ///   (the next start in the same boot closes it as killed);
+    /// - run-woken: three suspends, woken by tick's alarm, by the power
+    ///   button, and by something else while mail's alarm missed its wake;
+    ///   tick and mail hold leases; a clean stop;
+    /// - run-running: still running.
+    static func makeStore(_ dir: SurvivalTempDir) async throws -> (picture: SurvivalPicture, lastWall: Int64) {
+        var clocks = FakeClocks()
+        let focus = HeartbeatLease(id: 1, strategy: "focus", holds: "logind", state: "active")
+        do {
+            let store = try SurvivalStore(path: dir.store)
+            _ = try await store.beginRun(runStart("run-killed", boot: "boot-1", at: clocks.readings))
+            for beat in 1...300 {
+                // Frozen for 25 minutes after 3 hours.
+                try await store.heartbeat(clocks.awake(beat == 180 ? 1_500 : 60), leases: (60...240).contains(beat) ? [focus] : [])
+            }
+        }
+        let store = try SurvivalStore(path: dir.store)
+        _ = try await store.beginRun(runStart("run-woken", boot: "boot-1", at: clocks.awake(120)))
+        let tick = HeartbeatLease(id: 2, strategy: "tick", holds: "wakelock", state: "active")
+        let mail = HeartbeatLease(id: 3, strategy: awkwardName, holds: "logind", state: "active")
+        func suspend(_ seconds: Double, then wake: (ClockReadings) -> SystemWake) async throws {
+            clocks.awake(20)
+            clocks.suspend(seconds)
+            let resumed = clocks.readings
+            try await store.recordEvent(SystemWake.eventName, strategy: nil, fields: wake(resumed).fields, readings: resumed)
+        }
+        for beat in 1...600 {
+            switch beat {
+            case 60:
+                try await suspend(7_200) {
+                    SystemWake(wall: $0.wallMicros, startOffsetMicros: 0, suspendedMicros: 7_200_000_000, cause: .vigilAlarm,
+                               alarm: "tick periodic-wake", alarmStrategy: "tick", alarmKind: "periodic-wake", latenessMicros: 400_000)
+                }
+            case 240:
+                try await suspend(3_600) {
+                    SystemWake(wall: $0.wallMicros, startOffsetMicros: 0, suspendedMicros: 3_600_000_000, cause: .other, kernelSource: "LNXPWRBN:00")
+                }
+            case 420:
+                try await suspend(5_400) {
+                    SystemWake(wall: $0.wallMicros, startOffsetMicros: 0, suspendedMicros: 5_400_000_000, cause: .other,
+                               missedAlarm: "\(awkwardName) periodic-wake", missedByMicros: 1_800_000_000)
+                }
+            default: break
+            }
+            var leases: [HeartbeatLease] = []
+            if beat % 60 < 10 && beat < 600 { leases.append(tick) }
+            if (300...360).contains(beat) { leases.append(mail) }
+            try await store.heartbeat(clocks.awake(beat == 60 || beat == 240 || beat == 420 ? 40 : 60), leases: leases)
+        }
+        try await store.endRun(reason: .stopped, readings: clocks.awake(10))
+        do {
+            let running = try SurvivalStore(path: dir.store)
+            _ = try await running.beginRun(runStart("run-running", boot: "boot-2", at: clocks.awake(600)))
+            for _ in 1...90 { try await running.heartbeat(clocks.awake(60), leases: [focus]) }
+        }
+        return (try SurvivalPicture.load(path: dir.store, runs: nil, sinceWallMicros: nil), clocks.wall)
+    }
+
+    static let utc = TimeZone(identifier: "UTC")!
+
+    @Test func theSVGShowsLanesMarksAndTheirTitles() async throws {
+        let dir = try SurvivalTempDir()
+        let (picture, lastWall) = try await Self.makeStore(dir)
+        #expect(picture.runs.map(\.summary.runId) == ["run-running", "run-woken", "run-killed"])
+        #expect(picture.runs.map(\.summary.endReason) == [.running, .stopped, .killed])
+        let svg = SurvivalPictureFormat.svg(picture, timeZone: Self.utc, nowWall: lastWall + 1_000_000)
+        let document = try XMLDocument(xmlString: svg, options: [])
+        let root = try #require(document.rootElement())
+        #expect(root.name == "svg")
+        #expect(root.namespaces?.first?.stringValue == "http://www.w3.org/2000/svg")
+        let elements = Self.all(root)
+        func titled(_ name: String, _ cls: String? = nil) -> [(XMLElement, String)] {
+            elements.compactMap { element in
+                guard element.name == name, cls == nil || Self.attribute(element, "class") == cls,
+                      let title = element.elements(forName: "title").first?.stringValue else { return nil }
+                return (element, title)
+            }
+        }
+
+        // One lane per run, oldest at the top.
+        let lanes = titled("g").filter { $0.1.hasPrefix("run ") }
+        #expect(lanes.map { String($0.1.prefix(while: { $0 != "," })) } == ["run run-killed", "run run-woken", "run run-running"])
+        let laneY = lanes.compactMap { $0.0.elements(forName: "rect").first.flatMap { Self.attribute($0, "y") }.flatMap(Double.init) }
+        #expect(laneY == laneY.sorted() && Set(laneY).count == 3)
+
+        // The frozen gap and the three suspends, each with its times.
+        let stalls = titled("rect", "st").map(\.1)
+        #expect(stalls.count == 1 && stalls[0].hasPrefix("frozen or stalled") && stalls[0].hasSuffix("(25m)"), "\(stalls)")
+        let suspends = titled("rect", "su").map(\.1)
+        #expect(suspends.count == 3, "\(suspends)")
+        #expect(suspends.contains { $0.hasSuffix("(2h)") } && suspends.contains { $0.hasSuffix("(1h)") } && suspends.contains { $0.hasSuffix("(1h30m)") })
+
+        // Each wake a mark, coloured (classed) by cause, naming what woke it.
+        let alarms = titled("circle", "wa").map(\.1)
+        #expect(alarms.count == 1)
+        #expect(alarms.first?.contains("Vigil alarm of tick periodic-wake, 400ms late; strategy tick (periodic-wake)") == true, "\(alarms)")
+        let others = titled("path", "wo").map(\.1)
+        #expect(others.count == 1 && others[0].contains("LNXPWRBN:00"), "\(others)")
+        let missed = titled("path", "wm").map(\.1)
+        #expect(missed.count == 1 && missed[0].contains("Vigil alarm of \(Self.awkwardName) periodic-wake was due 30m earlier"), "\(missed)")
+
+        // How each run ended.
+        let ends = titled("g").map(\.1).filter { title in ["killed ", "stopped ", "running "].contains { title.hasPrefix($0) } }
+        #expect(ends.count == 3, "\(ends)")
+        #expect(ends.contains { $0.hasPrefix("killed ") && $0.contains("run run-woken started in the same boot") })
+        #expect(elements.contains { Self.attribute($0, "class") == "cross-killed" })
+
+        // The strategies' held time, a lane each under their run; the
+        // awkward name comes back intact from the XML.
+        let held = titled("rect", "held").map(\.1)
+        #expect(held.filter { $0.hasPrefix("focus (logind) held leases") }.count == 2, "\(held)")
+        #expect(held.contains { $0.hasPrefix("focus (logind) held leases") && $0.hasSuffix("(3h24m; heartbeats 60–240)") }, "\(held)")
+        #expect(held.filter { $0.hasPrefix("tick (wakelock)") }.count == 10)
+        #expect(held.contains { $0.hasPrefix("\(Self.awkwardName) (logind) held leases") && $0.contains("heartbeats 300–360") })
+        let labels = elements.filter { $0.name == "text" }.compactMap(\.stringValue)
+        #expect(labels.contains(Self.awkwardName))
+        #expect(labels.contains("killed") && labels.contains("stopped") && labels.contains("running"))
+        #expect(!svg.contains("<script") && !svg.contains("href"))
+    }
+
+    @Test func theHTMLPageRendersInChromium() async throws {
+        let dir = try SurvivalTempDir()
+        let (picture, lastWall) = try await Self.makeStore(dir)
+        let html = SurvivalPictureFormat.html(picture, timeZone: Self.utc, nowWall: lastWall + 1_000_000)
+        #expect(!html.contains("<script"))
+        #expect(html.components(separatedBy: "://").count == 2, "the only URL is the SVG namespace")
+        #expect(html.contains("<tr class=\"total\"><td>total: 3 runs</td>"))
+        #expect(html.contains("<td>run-killed</td>") && html.contains("4h30m (3×)"))
+
+        let artifacts = Self.artifactDirectory()
+        let page = artifacts + "/survival.html"
+        try html.write(toFile: page, atomically: true, encoding: .utf8)
+        let png = artifacts + "/survival.png"
+        try? FileManager.default.removeItem(atPath: png)
+        let chromium = "/usr/bin/chromium"
+        try #require(FileManager.default.isExecutableFile(atPath: chromium),
+                     "headless Chromium is missing: install Debian's chromium package (Scripts/packages lists it; Scripts/test installs it)")
+        let shot = try runCommand(chromium, [
+            "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--user-data-dir=\(dir.path)/chromium",
+            "--screenshot=\(png)", "--window-size=1280,720", "file://\(page)",
+        ], environment: ["PATH": "/usr/bin:/bin", "HOME": dir.path])
+        try #require(FileManager.default.fileExists(atPath: png), "chromium wrote no screenshot (status \(shot.status)): \(shot.stderr.suffix(2_000))")
+        print("survival picture: page \(page), screenshot \(png)")
+
+        // Not blank: many colours, and the picture's own colours in it
+        // (awake, suspended, stalled, held, the Vigil alarm mark).
+        let colours = ["a3d69b", "5b84c4", "d9413b", "9467bd", "14306b"]
+        let decoded = try runCommand("/usr/bin/python3", [Self.fixture("png-colours.py"), png] + colours)
+        #expect(decoded.status == 0, "\(decoded.stderr)")
+        struct Colours: Decodable { var width: Int; var height: Int; var distinct: Int; var pixels: [String: Int] }
+        let result = try JSONDecoder().decode(Colours.self, from: Data(decoded.stdout.utf8))
+        #expect(result.width == 1280 && result.height == 720)
+        #expect(result.distinct > 50, "a blank page has one colour: \(result)")
+        for colour in colours {
+            #expect((result.pixels[colour] ?? 0) > 20, "colour #\(colour) missing from the screenshot: \(result.pixels)")
+        }
+    }
+
+    // MARK: helpers
+
+    static func all(_ element: XMLElement) -> [XMLElement] {
+        [element] + (element.children ?? []).compactMap { $0 as? XMLElement }.flatMap(all)
+    }
+
+    /// An attribute's value (FoundationXML's `attribute(forName:)` finds
+    /// nothing in a document with a default namespace).
+    static func attribute(_ element: XMLElement, _ name: String) -> String? {
+        element.attributes?.first { $0.name == name }?.stringValue
+    }
+
+    static func fixture(_ name: String) -> String {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("Fixtures/\(name)").path
+    }
+
+    /// `.build/test-artifacts/survival-picture` in the package: kept after
+    /// the test, so a person (or docs/images/survival.png) can use it.
+    static func artifactDirectory() -> String {
+        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent(".build/test-artifacts/survival-picture").path
+        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        return path
+    }
+}
