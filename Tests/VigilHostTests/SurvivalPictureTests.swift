@@ -1,6 +1,7 @@
 import Foundation
 import FoundationXML
 import Testing
+import VigilDBus
 import VigilTestSupport
 @testable import VigilHost
 
@@ -169,6 +170,102 @@ struct SurvivalPictureTests {
         for colour in colours {
             #expect((result.pixels[colour] ?? 0) > 20, "colour #\(colour) missing from the screenshot: \(result.pixels)")
         }
+    }
+
+    /// A run of `days` days with nights of suspends: from 23:00, `perNight`
+    /// cycles of 15 minutes asleep then 1 minute awake, each ended by tick's
+    /// alarm, while tick holds a lease for the awake minute.
+    static func nightlyRun(id: String, startWall: Int64, days: Int, perNight: Int) -> SurvivalPicture.Run {
+        let minute: Int64 = 60_000_000
+        var timeline: [TimelineSegment] = []
+        var wakes: [SystemWake] = []
+        var spans: [HeldSpan] = []
+        var cursor: Int64 = 0
+        for day in 0..<days {
+            var at = Int64(day) * 1_440 * minute + 23 * 60 * minute
+            timeline.append(TimelineSegment(kind: .awake, startOffsetMicros: cursor, durationMicros: at - cursor, startWall: startWall + cursor))
+            for _ in 0..<perNight {
+                timeline.append(TimelineSegment(kind: .suspended, startOffsetMicros: at, durationMicros: 15 * minute, startWall: startWall + at))
+                at += 15 * minute
+                wakes.append(SystemWake(wall: startWall + at, startOffsetMicros: at, suspendedMicros: 15 * minute, cause: .vigilAlarm,
+                                        alarm: "tick periodic-wake", alarmStrategy: "tick", alarmKind: "periodic-wake", latenessMicros: 200_000))
+                spans.append(HeldSpan(startOffsetMicros: at, durationMicros: minute, firstSeq: spans.count * 2, lastSeq: spans.count * 2 + 1))
+                timeline.append(TimelineSegment(kind: .awake, startOffsetMicros: at, durationMicros: minute, startWall: startWall + at))
+                at += minute
+            }
+            cursor = at
+        }
+        let alive = cursor + 60 * minute
+        timeline.append(TimelineSegment(kind: .awake, startOffsetMicros: cursor, durationMicros: alive - cursor, startWall: startWall + cursor))
+        let suspended = Int64(wakes.count) * 15 * minute
+        let summary = RunSummary(
+            runId: id, pid: 1, bootId: "boot", version: "test", configPath: "/etc/vigil/vigil.toml", intervalMicros: minute,
+            startWall: startWall, endWall: startWall + alive, lastHeartbeatWall: startWall + alive, endReason: .stopped, endNote: nil,
+            aliveMicros: alive, awakeMicros: alive - suspended, suspendedMicros: suspended, suspends: wakes.count,
+            heartbeats: Int(alive / minute), stalls: 0, stalledMicros: 0, longestStallMicros: 0, events: wakes.count,
+            timeline: timeline, wakes: wakes)
+        return SurvivalPicture.Run(summary: summary, strategies: [StrategyHeld(strategy: "tick", holds: ["wakelock"], spans: spans)])
+    }
+
+    /// 2025-01-01 00:00 UTC.
+    static let newYear: Int64 = 1_735_689_600_000_000
+
+    @Test func aWeekOfMinuteHeartbeatsIsDrawnAsItHappened() throws {
+        let picture = SurvivalPicture(runs: [Self.nightlyRun(id: "week", startWall: Self.newYear, days: 7, perNight: 30)])
+        #expect(SurvivalPictureLayout(picture, timeZone: Self.utc).resolution == .exact)
+        let svg = SurvivalPictureFormat.svg(picture, timeZone: Self.utc, nowWall: Self.newYear)
+        let root = try #require(try XMLDocument(xmlString: svg, options: []).rootElement())
+        let elements = Self.all(root)
+        #expect(elements.filter { Self.attribute($0, "class") == "su" && $0.name == "rect" }.count == 7 * 30 + 1, "every suspend, and the legend's swatch")
+        #expect(elements.filter { Self.attribute($0, "class") == "wa" }.count == 7 * 30 + 1)
+        #expect(elements.filter { Self.attribute($0, "class") == "held" }.count == 7 * 30 + 1)
+    }
+
+    /// A year in 12 runs, 30 suspends and wakes a night (10,950): one
+    /// column a day, each day's wakes one mark, the file well under 2 MB.
+    @Test func aYearIsDrawnOneColumnADay() throws {
+        let month: Int64 = 30 * 86_400_000_000
+        let runs = (0..<12).map { Self.nightlyRun(id: "month-\($0)", startWall: Self.newYear + Int64($0) * (month + 60_000_000), days: 30, perNight: 30) }
+        let picture = SurvivalPicture(runs: runs.reversed())
+        let layout = SurvivalPictureLayout(picture, timeZone: Self.utc)
+        #expect(layout.resolution == .columns(86_400_000_000))
+        #expect(layout.startWall == Self.newYear, "columns start at local midnight")
+        let html = SurvivalPictureFormat.html(picture, timeZone: Self.utc, nowWall: Self.newYear)
+        #expect(html.utf8.count < 2 * 1_048_576, "\(html.utf8.count) bytes")
+        let svg = SurvivalPictureFormat.svg(picture, timeZone: Self.utc, nowWall: Self.newYear)
+        let root = try #require(try XMLDocument(xmlString: svg, options: []).rootElement())
+        let titles = Self.all(root).filter { $0.name == "title" }.compactMap(\.stringValue)
+        // 12 × 30 nights, each a column with a suspended share, a wake mark and a held column.
+        #expect(titles.filter { $0.contains(": awake ") && $0.hasSuffix("suspended 7h30m") }.count >= 12 * 29, "every whole day has 30 × 15 minutes asleep")
+        #expect(titles.filter { $0.hasSuffix("30 wakes by Vigil alarms (tick 30)") }.count >= 12 * 29)
+        #expect(titles.contains { $0.hasPrefix("tick (wakelock) held leases 30m of 2025-01-02 (") })
+    }
+
+    @Test func sinceStartsTheAxisAndCutsEarlierRuns() throws {
+        let run = Self.nightlyRun(id: "long", startWall: Self.newYear, days: 40, perNight: 4)
+        let since = Self.newYear + 36 * 86_400_000_000
+        let picture = SurvivalPicture(runs: [run], sinceWallMicros: since)
+        let layout = SurvivalPictureLayout(picture, timeZone: Self.utc)
+        #expect(layout.resolution == .exact, "four days shown, though the run is 40 days long")
+        #expect(layout.startWall <= since && layout.startWall > since - 3_600_000_000)
+        let svg = SurvivalPictureFormat.svg(picture, timeZone: Self.utc, nowWall: Self.newYear)
+        #expect(svg.contains(#"<g clip-path="url(#plot)">"#))
+        #expect(try SurvivalSince.wallMicros("7d", nowWall: since, timeZone: Self.utc) == since - 7 * 86_400_000_000)
+        #expect(try SurvivalSince.wallMicros("2025-02-06", nowWall: 0, timeZone: Self.utc) == since)
+        #expect(try SurvivalSince.wallMicros("2025-02-06 01:30", nowWall: 0, timeZone: Self.utc) == since + 5_400_000_000)
+        #expect(throws: SurvivalSince.Invalid.self) { try SurvivalSince.wallMicros("last tuesday", nowWall: 0, timeZone: Self.utc) }
+        #expect(throws: SurvivalSince.Invalid.self) { try SurvivalSince.wallMicros("7x", nowWall: 0, timeZone: Self.utc) }
+    }
+
+    @Test func outsideStringsCannotBreakTheDocument() throws {
+        #expect(XMLText.escaped("a<b>&\"c'\u{1}\u{FFFE}\t") == "a&lt;b&gt;&amp;&quot;c&apos;\u{FFFD}\u{FFFD}\t")
+        var run = Self.nightlyRun(id: "</svg><script>alert(1)</script>\u{7}", startWall: Self.newYear, days: 1, perNight: 1)
+        run.strategies[0].strategy = "]]><!-- \u{0}"
+        run.summary.endNote = "<b>"
+        let svg = SurvivalPictureFormat.svg(SurvivalPicture(runs: [run]), timeZone: Self.utc, nowWall: Self.newYear)
+        #expect(!svg.contains("<script>") && !svg.contains("<!--"))
+        let root = try #require(try XMLDocument(xmlString: svg, options: []).rootElement())
+        #expect(Self.all(root).filter { $0.name == "text" }.compactMap(\.stringValue).contains("]]><!-- \u{FFFD}"))
     }
 
     // MARK: helpers
