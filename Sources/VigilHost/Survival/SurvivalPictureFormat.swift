@@ -231,7 +231,8 @@ public enum SurvivalPictureFormat {
             svg.open("g", title: "\(columnLabel(index)): " + parts.joined(separator: ", "))
             var y = laneTop
             for kind in shown {
-                let height = max(1, laneHeight * Double(column[kind] ?? 0) / Double(covered))
+                // A short stall in a day still shows: at least 2 pixels.
+                let height = max(kind == .suspended ? 1 : 2, laneHeight * Double(column[kind] ?? 0) / Double(covered))
                 svg.rect(x: x, y: y, width: width, height: height, cls: kindClass(kind))
                 y += height
             }
