@@ -44,7 +44,11 @@ public enum SurvivalPictureFormat {
             <body>
 
             """
-        let span = runs.isEmpty ? "No runs" : "Runs from \(dates(runs.map(\.summary.startWall).min() ?? 0)) to \(dates(runs.map { $0.summary.startWall + $0.summary.aliveMicros }.max() ?? 0))"
+        let first = max(runs.map(\.summary.startWall).min() ?? 0, picture.sinceWallMicros ?? .min)
+        let last = dates(runs.map { $0.summary.startWall + $0.summary.aliveMicros }.max() ?? 0)
+        let span = runs.isEmpty ? "No runs"
+            : picture.sinceWallMicros == nil ? "Runs from \(dates(first)) to \(last)"
+            : "Shown from \(dates(first)) to \(last) (the table counts whole runs)"
         out += "<p>\(XMLText.escaped(span)) (\(XMLText.escaped(timeZone.identifier))).\(note.map { " Note: " + XMLText.escaped($0) + "." } ?? "")</p>\n"
         out += drawing(picture, timeZone: timeZone, nowWall: nowWall) + "\n"
         out += totalsTable(runs.map(\.summary), dates: dates)
