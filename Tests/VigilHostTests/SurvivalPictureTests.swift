@@ -18,19 +18,21 @@ struct SurvivalPictureTests {
     /// - run-woken: three suspends, woken by tick's alarm, by the power
     ///   button, and by something else while mail's alarm missed its wake;
     ///   tick and mail hold leases; a clean stop;
-    /// - run-running: still running.
-    static func makeStore(_ dir: SurvivalTempDir) async throws -> (picture: SurvivalPicture, lastWall: Int64) {
+    /// - run-running: still running; its filesystem (a 1 MiB tmpfs) fills
+    ///   up for five heartbeats, which leaves a store-unwritable gap.
+    static func makeStore(_ dir: String) async throws -> (picture: SurvivalPicture, lastWall: Int64) {
+        let path = dir + "/survival.sqlite"
         var clocks = FakeClocks()
         let focus = HeartbeatLease(id: 1, strategy: "focus", holds: "logind", state: "active")
         do {
-            let store = try SurvivalStore(path: dir.store)
+            let store = try SurvivalStore(path: path)
             _ = try await store.beginRun(runStart("run-killed", boot: "boot-1", at: clocks.readings))
             for beat in 1...300 {
                 // Frozen for 25 minutes after 3 hours.
                 try await store.heartbeat(clocks.awake(beat == 180 ? 1_500 : 60), leases: (60...240).contains(beat) ? [focus] : [])
             }
         }
-        let store = try SurvivalStore(path: dir.store)
+        let store = try SurvivalStore(path: path)
         _ = try await store.beginRun(runStart("run-woken", boot: "boot-1", at: clocks.awake(120)))
         let tick = HeartbeatLease(id: 2, strategy: "tick", holds: "wakelock", state: "active")
         let mail = HeartbeatLease(id: 3, strategy: awkwardName, holds: "logind", state: "active")
@@ -65,17 +67,29 @@ struct SurvivalPictureTests {
         }
         try await store.endRun(reason: .stopped, readings: clocks.awake(10))
         do {
-            let running = try SurvivalStore(path: dir.store)
+            let running = try SurvivalStore(path: path)
             _ = try await running.beginRun(runStart("run-running", boot: "boot-2", at: clocks.awake(600)))
-            for _ in 1...90 { try await running.heartbeat(clocks.awake(60), leases: [focus]) }
+            let filler = dir + "/filler"
+            for beat in 1...90 {
+                if beat == 30 { _ = try fillFilesystem(filler) }
+                if beat == 35 { #expect(truncate(filler, 0) == 0) }
+                do {
+                    try await running.heartbeat(clocks.awake(60), leases: [focus])
+                } catch {
+                    #expect((30..<35).contains(beat), "heartbeat \(beat): \(error)")
+                }
+            }
         }
-        return (try SurvivalPicture.load(path: dir.store, runs: nil, sinceWallMicros: nil), clocks.wall)
+        return (try SurvivalPicture.load(path: path, runs: nil, sinceWallMicros: nil), clocks.wall)
     }
 
     static let utc = TimeZone(identifier: "UTC")!
 
     @Test func theSVGShowsLanesMarksAndTheirTitles() async throws {
-        let dir = try SurvivalTempDir()
+        try await SurvivalStoreFullDiskTests.withTmpfs { try await Self.checkSVG($0) }
+    }
+
+    static func checkSVG(_ dir: String) async throws {
         let (picture, lastWall) = try await Self.makeStore(dir)
         #expect(picture.runs.map(\.summary.runId) == ["run-running", "run-woken", "run-killed"])
         #expect(picture.runs.map(\.summary.endReason) == [.running, .stopped, .killed])
@@ -102,6 +116,12 @@ struct SurvivalPictureTests {
         // The frozen gap and the three suspends, each with its times.
         let stalls = titled("rect", "st").map(\.1)
         #expect(stalls.count == 1 && stalls[0].hasPrefix("frozen or stalled") && stalls[0].hasSuffix("(25m)"), "\(stalls)")
+        let unwritable = titled("rect", "un").map(\.1)
+        // How many heartbeats the full tmpfs refuses depends on free pages SQLite already holds; at least one.
+        let lost = try #require(picture.runs.first).summary
+        #expect(lost.unwritableGaps == 1 && lost.unwritableMicros >= 120_000_000)
+        #expect(unwritable.count == 1 && unwritable[0].hasPrefix("store unwritable")
+                && unwritable[0].hasSuffix("(\(SurvivalReportFormat.duration(lost.unwritableMicros)))"), "\(unwritable)")
         let suspends = titled("rect", "su").map(\.1)
         #expect(suspends.count == 3, "\(suspends)")
         #expect(suspends.contains { $0.hasSuffix("(2h)") } && suspends.contains { $0.hasSuffix("(1h)") } && suspends.contains { $0.hasSuffix("(1h30m)") })
@@ -136,7 +156,9 @@ struct SurvivalPictureTests {
 
     @Test func theHTMLPageRendersInChromium() async throws {
         let dir = try SurvivalTempDir()
-        let (picture, lastWall) = try await Self.makeStore(dir)
+        var made: (picture: SurvivalPicture, lastWall: Int64)?
+        try await SurvivalStoreFullDiskTests.withTmpfs { made = try await Self.makeStore($0) }
+        let (picture, lastWall) = try #require(made)
         let html = SurvivalPictureFormat.html(picture, timeZone: Self.utc, nowWall: lastWall + 1_000_000)
         #expect(!html.contains("<script"))
         #expect(html.components(separatedBy: "://").count == 2, "the only URL is the SVG namespace")
@@ -159,8 +181,8 @@ struct SurvivalPictureTests {
         print("survival picture: page \(page), screenshot \(png)")
 
         // Not blank: many colours, and the picture's own colours in it
-        // (awake, suspended, stalled, held, the Vigil alarm mark).
-        let colours = ["a3d69b", "5b84c4", "d9413b", "9467bd", "14306b"]
+        // (awake, suspended, stalled, unwritable, held, the Vigil alarm mark).
+        let colours = ["a3d69b", "5b84c4", "d9413b", "f0a030", "9467bd", "14306b"]
         let decoded = try runCommand("/usr/bin/python3", [Self.fixture("png-colours.py"), png] + colours)
         #expect(decoded.status == 0, "\(decoded.stderr)")
         struct Colours: Decodable { var width: Int; var height: Int; var distinct: Int; var pixels: [String: Int] }
