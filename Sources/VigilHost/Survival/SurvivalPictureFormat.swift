@@ -204,7 +204,8 @@ public enum SurvivalPictureFormat {
         var lanes: [(label: String, title: String, held: [StrategyHeld])] = shown.map { ($0.strategy, "\($0.strategy) (\($0.holds.joined(separator: ", ")))", [$0]) }
         let rest = run.strategies.dropFirst(maxStrategyLanes)
         if !rest.isEmpty {
-            lanes.append(("\(rest.count) more strategies", rest.map(\.strategy).joined(separator: ", "), Array(rest)))
+            let names = rest.prefix(20).map(\.strategy).joined(separator: ", ") + (rest.count > 20 ? ", ..." : "")
+            lanes.append(("\(rest.count) more strategies", names, Array(rest)))
         }
         for lane in lanes {
             labels.text(x: 22, y: y + strategyHeight - 1, truncated(lane.label, 28), cls: "small")
@@ -450,8 +451,8 @@ struct SVGText {
         element("circle", #"cx="\#(SurvivalPictureFormat.n(cx))" cy="\#(SurvivalPictureFormat.n(cy))" r="\#(SurvivalPictureFormat.n(r))" class="\#(cls)""#, title: title)
     }
 
-    mutating func path(_ d: String, cls: String?, extra: String = "", title: String? = nil) {
-        element("path", #"d="\#(d)""# + (cls.map { #" class="\#($0)""# } ?? "") + (extra.isEmpty ? "" : " " + extra), title: title)
+    mutating func path(_ d: String, cls: String, title: String? = nil) {
+        element("path", #"d="\#(d)" class="\#(cls)""#, title: title)
     }
 
     mutating func line(x1: Double, y1: Double, x2: Double, y2: Double, cls: String) {
