@@ -22,6 +22,14 @@ struct SurvivalCommand: ParsableCommand {
             between heartbeats, and frozen/stalled when the system was awake but \
             the next heartbeat came later than interval + max(interval/2, 2 s). \
             See docs/survival.md.
+
+            --html FILE writes the same runs as one self-contained HTML page (an \
+            inline SVG picture and the totals table; no scripts, readable offline): \
+            one lane per run on a shared time axis, each wake as a mark coloured by \
+            its cause, how each run ended, and a lane per strategy showing when it \
+            held leases. --svg FILE writes the picture alone. Up to eight days it \
+            is drawn as it happened; longer spans in columns (a year: one a day). \
+            FILE - writes to standard output.
             """
     )
 
@@ -42,16 +50,43 @@ struct SurvivalCommand: ParsableCommand {
     @Option(help: ArgumentHelp("Line width for the timeline (default: the terminal's, else 80).", valueName: "columns"))
     var width: Int?
 
+    @Option(help: ArgumentHelp(
+        "Only runs alive since then: a duration back from now (7d, 36h) or a local date (2026-11-21, \"2026-11-21 09:00\"); the picture's axis starts there.",
+        valueName: "when"))
+    var since: String?
+
+    @Option(help: ArgumentHelp("Write the runs as a self-contained HTML page (picture and totals) to this file ('-': standard output).", valueName: "file"))
+    var html: String?
+
+    @Option(help: ArgumentHelp("Write the picture alone as an SVG file ('-': standard output).", valueName: "file"))
+    var svg: String?
+
     func validate() throws {
         guard runs >= 0 else { throw ValidationError("--runs must be 0 or more, got \(runs)") }
         if let width, width < 40 { throw ValidationError("--width must be at least 40, got \(width)") }
+        if let since {
+            do {
+                _ = try SurvivalSince.wallMicros(since, nowWall: 0, timeZone: TimeZone(secondsFromGMT: 0) ?? .current)
+            } catch {
+                throw ValidationError("--since: \(error)")
+            }
+        }
+        if html == "-" && svg == "-" { throw ValidationError("--html and --svg cannot both write to standard output") }
     }
 
     func run() throws {
         let path = store ?? HostPaths.survivalStore(stateDir: stateDir)
-        let summaries: [RunSummary]
+        let display = DisplayTimeZone.resolve()
+        let nowWall = Int64(Date().timeIntervalSince1970 * 1_000_000)
+        let picture: SurvivalPicture
         do {
-            summaries = try SurvivalReport.load(path: path, runs: runs == 0 ? nil : runs, sinceWallMicros: nil)
+            let sinceWall = try since.map { try SurvivalSince.wallMicros($0, nowWall: nowWall, timeZone: display.zone) }
+            let limit = runs == 0 ? nil : runs
+            picture = html != nil || svg != nil
+                ? try SurvivalPicture.load(path: path, runs: limit, sinceWallMicros: sinceWall)
+                : SurvivalPicture(runs: try SurvivalReport.load(path: path, runs: limit, sinceWallMicros: sinceWall).map {
+                    SurvivalPicture.Run(summary: $0, strategies: [])
+                })
         } catch let error as SurvivalStoreError where error.code == .missing {
             FileHandle.standardError.write(Data("""
                 vigilctl survival: no survival store at \(path).
@@ -66,11 +101,34 @@ struct SurvivalCommand: ParsableCommand {
         for warning in SurvivalReport.warnings(path: path) {
             FileHandle.standardError.write(Data("vigilctl survival: warning: \(warning)\n".utf8))
         }
+        let summaries = picture.runs.map(\.summary)
+        if let html {
+            try write(SurvivalPictureFormat.html(picture, timeZone: display.zone, nowWall: nowWall, note: display.note), to: html, what: "page")
+        }
+        if let svg {
+            try write(SurvivalPictureFormat.svg(picture, timeZone: display.zone, nowWall: nowWall), to: svg, what: "picture")
+        }
+        if html != nil || svg != nil, !json { return }
         if json {
             print(SurvivalReportFormat.json(summaries), terminator: "")
         } else {
             print(SurvivalReportFormat.text(summaries, width: width ?? Self.terminalWidth()), terminator: "")
         }
+    }
+
+    /// Writes `text` to `file` ('-': standard output) and says so on stderr.
+    private func write(_ text: String, to file: String, what: String) throws {
+        if file == "-" {
+            print(text, terminator: "")
+            return
+        }
+        do {
+            try Data(text.utf8).write(to: URL(fileURLWithPath: file), options: .atomic)
+        } catch {
+            FileHandle.standardError.write(Data("vigilctl survival: cannot write \(file): \(error.localizedDescription)\n".utf8))
+            throw ExitCode(1)
+        }
+        FileHandle.standardError.write(Data("vigilctl survival: wrote the \(what) to \(file) (\(text.utf8.count / 1024) KiB)\n".utf8))
     }
 
     /// Columns of the terminal on stdout, else $COLUMNS, else 80.

@@ -88,6 +88,19 @@ extension EndToEnd {
             #expect(runs[0].endReason == .stopped)
             let text = try runCommand(Build.vigilctl, ["survival", "--store", dir.file("state/survival.sqlite")])
             #expect(text.stdout.lowercased().contains("stall") || text.stdout.lowercased().contains("frozen"))
+
+            // The same run drawn: the frozen gap as a red segment with its
+            // length, how it ended, and the page with its totals.
+            let svg = try runCommand(Build.vigilctl, ["survival", "--store", dir.file("state/survival.sqlite"), "--since", "1h", "--svg", "-"])
+            #expect(svg.status == 0, "\(svg.stderr)")
+            #expect(svg.stdout.hasPrefix("<?xml") && svg.stdout.contains(#"class="st"><title>frozen or stalled "#), "\(svg.stdout.prefix(3_000))")
+            #expect(svg.stdout.contains("<title>stopped "))
+            let page = dir.file("survival.html")
+            let html = try runCommand(Build.vigilctl, ["survival", "--store", dir.file("state/survival.sqlite"), "--html", page])
+            #expect(html.status == 0 && html.stdout.isEmpty && html.stderr.contains("wrote the page to \(page)"), "\(html)")
+            #expect(try String(contentsOfFile: page, encoding: .utf8).contains("<td>total: 1 run</td>"))
+            let badSince = try runCommand(Build.vigilctl, ["survival", "--store", dir.file("state/survival.sqlite"), "--since", "yesterday"])
+            #expect(badSince.status != 0 && badSince.stderr.contains("--since"), "\(badSince.stderr)")
         }
 
         @Test func secondHostOnTheSameStateDirIsRefused() async throws {

@@ -87,12 +87,21 @@ public struct SurvivalReport {
     /// limited to runs still alive at or after `sinceWallMicros` when given.
     /// Throws `.missing` when there is no store at `path`.
     public static func load(path: String, runs: Int?, sinceWallMicros: Int64?) throws -> [RunSummary] {
+        try read(path: path, runs: runs, sinceWallMicros: sinceWallMicros) { db, records in
+            try summaries(records, db)
+        } ?? []
+    }
+
+    /// Reads the newest `runs` run rows (all when nil), newest first, alive
+    /// at or after `sinceWallMicros`, and hands them to `body` in the same
+    /// read transaction; nil for an empty store.
+    static func read<T>(path: String, runs: Int?, sinceWallMicros: Int64?, _ body: (Database, [RunRecord]) throws -> T) throws -> T? {
         if let runs, runs < 0 {
             throw SurvivalStoreError(.invalidArgument, path: path, "number of runs must be 0 or more, got \(runs)")
         }
         let reader = try openReader(path: path)
         defer { try? reader?.close() }
-        guard let reader else { return [] }
+        guard let reader else { return nil }
         do {
             return try reader.read { db in
                 let records = try RunRecord.fetchAll(db, sql: """
@@ -100,7 +109,7 @@ public struct SurvivalReport {
                     WHERE ?1 IS NULL OR COALESCE(endWall, lastWall) >= ?1
                     ORDER BY id DESC LIMIT ?2
                     """, arguments: [sinceWallMicros, runs ?? -1])
-                return try summaries(records, db)
+                return try body(db, records)
             }
         } catch {
             throw SurvivalStoreError.wrap(error, path: path, doing: "reading the report")

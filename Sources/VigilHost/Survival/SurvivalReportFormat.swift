@@ -43,8 +43,7 @@ public enum SurvivalReportFormat {
             switch run.endReason {
             case .running:
                 let silent = nowWall - run.lastHeartbeatWall
-                let rule = GapRule(intervalMicros: run.intervalMicros)
-                ending = silent > rule.stallThresholdMicros
+                ending = isSilent(run, nowWall: nowWall)
                     ? "now  running? no heartbeat since \(wall(run.lastHeartbeatWall)) (\(duration(silent)) ago)"
                     : "now  running (last heartbeat \(wall(run.lastHeartbeatWall)))"
             default:
@@ -76,6 +75,12 @@ public enum SurvivalReportFormat {
             }
         }
         return out
+    }
+
+    /// A running run whose last heartbeat is older than the stall
+    /// threshold: it most likely died.
+    static func isSilent(_ run: RunSummary, nowWall: Int64) -> Bool {
+        nowWall - run.lastHeartbeatWall > GapRule(intervalMicros: run.intervalMicros).stallThresholdMicros
     }
 
     /// Wake lines shown per run (the newest); `--json` has all.
