@@ -1,4 +1,5 @@
 import GRDB
+import VigilKit
 
 // One record type per table of the survival store (see SurvivalSchema).
 // Times are microseconds: wall since the Unix epoch, mono and boot since
@@ -117,6 +118,43 @@ struct LeaseSpanRecord: Codable, FetchableRecord, PersistableRecord, Sendable, H
     var strategy: String
     var holds: String
     var state: String
+}
+
+/// A row of `strategyCost`: what one strategy cost in one run, as of the
+/// run's last heartbeat (the figures are the run's counters, replaced at
+/// each heartbeat). Integers are signed in SQLite: the figures are clamped.
+struct StrategyCostRecord: Codable, FetchableRecord, PersistableRecord, Sendable, Hashable {
+    static let databaseTableName = "strategyCost"
+
+    var runId: Int64
+    var strategy: String
+    var wakeups: Int64
+    var systemWakes: Int64
+    var sleepHeldMicros: Int64
+    var idleHeldMicros: Int64
+    var childCPUMicros: Int64
+    var bytesSent: Int64
+    var bytesReceived: Int64
+
+    init(runId: Int64, strategy: String, cost: StrategyCostRow) {
+        self.runId = runId
+        self.strategy = strategy
+        wakeups = Int64(clamping: cost.wakeups)
+        systemWakes = Int64(clamping: cost.systemWakes)
+        sleepHeldMicros = Int64(clamping: cost.sleepHeldUsec)
+        idleHeldMicros = Int64(clamping: cost.idleHeldUsec)
+        childCPUMicros = Int64(clamping: cost.childCPUUsec)
+        bytesSent = Int64(clamping: cost.bytesSent)
+        bytesReceived = Int64(clamping: cost.bytesReceived)
+    }
+
+    var cost: StrategyCostRow {
+        StrategyCostRow(
+            wakeups: UInt64(clamping: wakeups), systemWakes: UInt64(clamping: systemWakes),
+            sleepHeldUsec: UInt64(clamping: sleepHeldMicros), idleHeldUsec: UInt64(clamping: idleHeldMicros),
+            childCPUUsec: UInt64(clamping: childCPUMicros), bytesSent: UInt64(clamping: bytesSent),
+            bytesReceived: UInt64(clamping: bytesReceived))
+    }
 }
 
 /// A row of `event`: something the host recorded, after heartbeat `seq`.

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import VigilKit
 
 /// How a run ended. `running` means no end has been recorded yet.
 public enum RunEndReason: String, Codable, Sendable, CaseIterable {
@@ -75,10 +76,14 @@ public struct HeartbeatLease: Sendable, Hashable, Codable {
 public struct HeartbeatSample: Sendable, Hashable {
     public var readings: ClockReadings
     public var leases: [HeartbeatLease]
+    /// Each strategy's cost so far in this run (``StrategyCosts``); the
+    /// run's `strategyCost` rows take these figures (empty: unchanged).
+    public var costs: [String: StrategyCostRow]
 
-    public init(readings: ClockReadings, leases: [HeartbeatLease] = []) {
+    public init(readings: ClockReadings, leases: [HeartbeatLease] = [], costs: [String: StrategyCostRow] = [:]) {
         self.readings = readings
         self.leases = leases
+        self.costs = costs
     }
 }
 
@@ -244,8 +249,8 @@ public actor SurvivalStore {
     }
 
     /// Writes one heartbeat of the active run with the leases active now.
-    public func heartbeat(_ readings: ClockReadings, leases: [HeartbeatLease]) throws {
-        try appendHeartbeats([HeartbeatSample(readings: readings, leases: leases)])
+    public func heartbeat(_ readings: ClockReadings, leases: [HeartbeatLease], costs: [String: StrategyCostRow] = [:]) throws {
+        try appendHeartbeats([HeartbeatSample(readings: readings, leases: leases, costs: costs)])
     }
 
     /// Writes several heartbeats in one transaction, exactly as that many
@@ -376,7 +381,7 @@ public actor SurvivalStore {
     }
 
     /// Ends the active run: writes a final heartbeat (no leases) and the end.
-    public func endRun(reason: RunEndReason, readings: ClockReadings) throws {
+    public func endRun(reason: RunEndReason, readings: ClockReadings, costs: [String: StrategyCostRow] = [:]) throws {
         guard var run = active else {
             throw SurvivalStoreError(.noActiveRun, path: path, "endRun(\(reason.rawValue)) with no run begun")
         }
@@ -387,7 +392,7 @@ public actor SurvivalStore {
         let wasUnwritable = (unwritable?.failedHeartbeats ?? 0) > 0
         do {
             try database.write { db in
-                try Self.writeHeartbeat(HeartbeatSample(readings: readings), run: &run, unwritable: wasUnwritable, db)
+                try Self.writeHeartbeat(HeartbeatSample(readings: readings, costs: costs), run: &run, unwritable: wasUnwritable, db)
                 try db.cachedStatement(sql: "UPDATE run SET endReason = ?, endWall = ? WHERE id = ?")
                     .execute(arguments: [reason.rawValue, readings.wallMicros, run.key])
             }
@@ -466,6 +471,9 @@ public actor SurvivalStore {
             }
         }
         run.openSpans = open
+        for (strategy, cost) in sample.costs {
+            try StrategyCostRecord(runId: run.key, strategy: bounded(strategy), cost: cost).insert(db, onConflict: .replace)
+        }
         run.lastSeq = seq
         run.last = readings
     }
