@@ -163,12 +163,16 @@ public final class HostMetrics: LeaseObserver {
         /// expirations that fired any strategy's request, each once.
         public var costs: [String: StrategyCostRow]
         public var machineWakeups: UInt64
+        /// The wake scheduler's own count of its timer expirations (nil
+        /// when it is not a ``WakeScheduler``).
+        public var timerExpirations: Int?
 
         public init(
             version: String, upSeconds: Double, powerBackend: String, wakeClock: String, canWakeSystem: Bool,
             strategies: [StrategyStatus], leases: LeaseTotals, survival: SurvivalTotals?,
-            costs: [String: StrategyCostRow] = [:], machineWakeups: UInt64 = 0
+            costs: [String: StrategyCostRow] = [:], machineWakeups: UInt64 = 0, timerExpirations: Int? = nil
         ) {
+            self.timerExpirations = timerExpirations
             self.costs = costs
             self.machineWakeups = machineWakeups
             self.version = version
@@ -201,7 +205,8 @@ public final class HostMetrics: LeaseObserver {
             leases: await host.registry.reduceActive(into: LeaseTotals()) { $0.add($1) },
             survival: survival,
             costs: host.costs.all(),
-            machineWakeups: host.costs.machineWakeups
+            machineWakeups: host.costs.machineWakeups,
+            timerExpirations: await (host.scheduler as? WakeScheduler)?.statistics.timerExpirations
         )
     }
 
@@ -336,6 +341,11 @@ public final class HostMetrics: LeaseObserver {
         r.counter("vigil_wakeups_total",
                   help: "Wake scheduler timer expirations that fired a strategy's request, each counted once however many strategies shared it.")
             .increment(by: Int64(clamping: s.machineWakeups))
+        if let expirations = s.timerExpirations {
+            r.counter("vigil_wake_timer_expirations_total",
+                      help: "Every timer expiration of the wake scheduler (its own statistics): strategies' wakes, heartbeats, and stale expirations of a timer re-armed meanwhile.")
+                .increment(by: Int64(expirations))
+        }
         for (strategy, cost) in costs.sorted(by: { $0.key < $1.key }) {
             let labels = [("strategy", strategy)]
             r.counter("vigil_strategy_wakeups_total", labels: labels,
