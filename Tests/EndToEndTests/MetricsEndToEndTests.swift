@@ -201,7 +201,8 @@ extension EndToEnd {
                     #expect(row["lastError"] as? String == error, "\(json)")
                     #expect((row["lastErrorAt"] as? NSNumber)?.uint64Value == (at == 0 ? nil : at), "\(json)")
                     let table = try host.vigilctl("strategies").stdout
-                    #expect(table.contains(error.isEmpty ? "running         0  -" : "\(error) ("), "\(table)")
+                    let mq = table.split(separator: "\n").first { $0.hasPrefix("mq ") }.map(String.init) ?? ""
+                    #expect(error.isEmpty ? mq.contains("running         0  ") && mq.hasSuffix("  -") : mq.contains("\(error) ("), "\(table)")
                     let (_, body) = try MetricsScrape.get(MetricsListenAddress(host: "127.0.0.1", port: vigilPort))
                     let metrics = String(decoding: body, as: UTF8.self)
                     #expect(metrics.contains("vigil_strategy_error{strategy=\"mq\"} \(error.isEmpty ? 0 : 1)"), "\(metrics)")
