@@ -280,7 +280,9 @@ public actor WakeScheduler: WakeScheduling {
         }
         latenessObserver?(firing.lateness)
         if expirationObserver != nil {
-            for entry in due { if let owner = entry.owner { owners.insert(owner.strategy) } }
+            for entry in due {
+                if let strategy = entry.request.forStrategy ?? entry.owner?.strategy { owners.insert(strategy) }
+            }
         }
         for entry in due { entry.continuation.resume(returning: firing) }
     }
