@@ -10,31 +10,25 @@ struct CostCommand: ParsableCommand {
         commandName: "cost",
         abstract: "Show what each strategy cost over a period: what kept this machine awake.",
         discussion: """
-            Reads the survival log (SQLite, opened read-only), where each run keeps what each \\
-            strategy cost in it as of its last heartbeat, and sums the runs alive in the period. \\
+            Reads the survival log (SQLite, opened read-only), where each run keeps what each \
+            strategy cost in it as of its last heartbeat, and sums the runs alive in the period. \
             Most time holding sleep off first.
 
-            SLEEP HELD and IDLE HELD: the time the strategy's leases held sleep and idle off (block \\
-            holds; with power backend none, the time they asked to). WAKEUPS: the wake scheduler's \\
-            timer expirations that fired its requests (one shared by two strategies counts for \\
-            each). SYS WAKES: system resumes by its wake_system alarms. CPU: user plus system time \\
-            of its commands and hooks. SENT and RECEIVED: bytes of its connections (voip-socket) and \\
-            downloads (download-session). RUNS: runs in which it cost anything. `client` is the \\
+            SLEEP HELD and IDLE HELD: the time the strategy's leases held sleep and idle off (block \
+            holds; with power backend none, the time they asked to). WAKEUPS: the wake scheduler's \
+            timer expirations that fired its requests (one shared by two strategies counts for \
+            each). SYS WAKES: system resumes by its wake_system alarms. CPU: user plus system time \
+            of its commands and hooks. SENT and RECEIVED: bytes of its connections (voip-socket) and \
+            downloads (download-session). RUNS: runs in which it cost anything. `client` is the \
             leases of D-Bus clients (vigilctl hold, BeginBackgroundTask), `inhibit` apps' inhibit requests.
 
-            --since takes a time ("2026-11-20", "2026-11-20 09:00", local time) or how long ago \\
-            ("24h", "7d"). Runs recorded by a vigild that kept no costs are counted and left out. \\
+            --since takes a time ("2026-11-20", "2026-11-20 09:00", local time) or how long ago \
+            ("24h", "7d"). Runs recorded by a vigild that kept no costs are counted and left out. \
             See docs/vigilctl.md and docs/metrics.md.
             """
     )
 
-    @Option(name: .customLong("state-dir"), help: ArgumentHelp(
-        "vigild's state directory; the store is survival.sqlite inside it.",
-        valueName: "dir"))
-    var stateDir: String = HostPaths.defaultStateDir()
-
-    @Option(help: ArgumentHelp("The survival store file (overrides --state-dir).", valueName: "file"))
-    var store: String?
+    @OptionGroup var storeOptions: StoreOptions
 
     @Option(help: ArgumentHelp("Only runs alive at or after this time, or this long ago (24h, 7d); default: every run.", valueName: "when"))
     var since: String?
@@ -47,22 +41,8 @@ struct CostCommand: ParsableCommand {
     }
 
     func run() throws {
-        let path = store ?? HostPaths.survivalStore(stateDir: stateDir)
         let sinceMicros = try since.map { try Self.sinceWallMicros($0, nowMicros: Int64(clamping: TableFormat.nowMicros())) }
-        let report: CostReport
-        do {
-            report = try CostReport.load(path: path, sinceWallMicros: sinceMicros)
-        } catch let error as SurvivalStoreError where error.code == .missing {
-            FileHandle.standardError.write(Data("""
-                vigilctl cost: no survival store at \(path).
-                vigild creates it on its first run; pass --store FILE or --state-dir DIR if it keeps its state elsewhere.
-
-                """.utf8))
-            throw ExitCode(1)
-        } catch {
-            FileHandle.standardError.write(Data("vigilctl cost: \(error)\n".utf8))
-            throw ExitCode(1)
-        }
+        let report = try storeOptions.read(for: "cost") { path in try CostReport.load(path: path, sinceWallMicros: sinceMicros) }
         if json {
             print(try jsonText(report))
         } else {

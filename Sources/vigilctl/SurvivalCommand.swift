@@ -25,13 +25,7 @@ struct SurvivalCommand: ParsableCommand {
             """
     )
 
-    @Option(name: .customLong("state-dir"), help: ArgumentHelp(
-        "vigild's state directory; the store is survival.sqlite inside it.",
-        valueName: "dir"))
-    var stateDir: String = HostPaths.defaultStateDir()
-
-    @Option(help: ArgumentHelp("The survival store file (overrides --state-dir).", valueName: "file"))
-    var store: String?
+    @OptionGroup var storeOptions: StoreOptions
 
     @Flag(help: "Print the runs as a JSON array instead of text.")
     var json = false
@@ -48,20 +42,9 @@ struct SurvivalCommand: ParsableCommand {
     }
 
     func run() throws {
-        let path = store ?? HostPaths.survivalStore(stateDir: stateDir)
-        let summaries: [RunSummary]
-        do {
-            summaries = try SurvivalReport.load(path: path, runs: runs == 0 ? nil : runs, sinceWallMicros: nil)
-        } catch let error as SurvivalStoreError where error.code == .missing {
-            FileHandle.standardError.write(Data("""
-                vigilctl survival: no survival store at \(path).
-                vigild creates it on its first run; pass --store FILE or --state-dir DIR if it keeps its state elsewhere.
-
-                """.utf8))
-            throw ExitCode(1)
-        } catch {
-            FileHandle.standardError.write(Data("vigilctl survival: \(error)\n".utf8))
-            throw ExitCode(1)
+        let path = storeOptions.path
+        let summaries = try storeOptions.read(for: "survival") { path in
+            try SurvivalReport.load(path: path, runs: runs == 0 ? nil : runs, sinceWallMicros: nil)
         }
         for warning in SurvivalReport.warnings(path: path) {
             FileHandle.standardError.write(Data("vigilctl survival: warning: \(warning)\n".utf8))
