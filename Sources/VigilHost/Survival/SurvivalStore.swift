@@ -158,6 +158,9 @@ public actor SurvivalStore {
         var last: ClockReadings
         /// Lease spans that include heartbeat `lastSeq`, by lease id.
         var openSpans: [UInt64: OpenSpan]
+        /// The `strategyCost` rows as last written: a heartbeat rewrites
+        /// only the strategies whose figures moved.
+        var writtenCosts: [String: StrategyCostRow] = [:]
     }
 
     private struct OpenSpan {
@@ -471,8 +474,9 @@ public actor SurvivalStore {
             }
         }
         run.openSpans = open
-        for (strategy, cost) in sample.costs {
+        for (strategy, cost) in sample.costs where run.writtenCosts[strategy] != cost {
             try StrategyCostRecord(runId: run.key, strategy: bounded(strategy), cost: cost).insert(db, onConflict: .replace)
+            run.writtenCosts[strategy] = cost
         }
         run.lastSeq = seq
         run.last = readings
