@@ -50,6 +50,9 @@ extension EndToEnd {
                         let lease = try await host.leaseAcquired(strategy: "burn", after: run)
                         _ = try await host.signals.first(timeout: .seconds(30)) { $0.member == "LeaseReleased" && $0.body.first == .objectPath(lease) }
                     }
+                    // A D-Bus client's lease (BeginBackgroundTask) around a second of sleep.
+                    let hold = try host.vigilctl("hold", ["--why", "cost test", "--", "/bin/sleep", "1"])
+                    #expect(hold.status == 0, "\(hold.stderr)")
                     // The burn stops (its condition no longer holds): nothing moves from here on.
                     try FileManager.default.removeItem(atPath: go)
                     let burnPath = VigilAPI.strategyPath("burn")
@@ -126,6 +129,15 @@ extension EndToEnd {
                 let held = (Int64(spans.last?[1] ?? "") ?? 0) - (Int64(spans.first?[1] ?? "") ?? 0)
                 #expect(held >= 3_000_000 && abs(Int64(task.sleepHeldUsec) - held) < 5_000, "SleepHeldUsec \(task.sleepHeldUsec), log \(held)")
                 #expect(task.idleHeldUsec == 0 && task.wakeups == 0)
+                // The client's lease: no strategy object, the same figure in the metrics.
+                let clientEvents = try runCommand("/usr/bin/sqlite3", [
+                    "-readonly", host.stateDir + "/survival.sqlite",
+                    "SELECT boot FROM event WHERE strategy = 'client' AND name IN ('lease-acquired', 'lease-released') ORDER BY id",
+                ]).stdout.split(separator: "\n").compactMap { Int64($0) }
+                #expect(clientEvents.count == 2, "\(clientEvents)")
+                let clientHeld = (clientEvents.last ?? 0) - (clientEvents.first ?? 0)
+                let clientMetric = try metric("vigil_strategy_sleep_held_seconds_total{strategy=\"client\"}")
+                #expect(clientHeld >= 1_000_000 && abs(clientMetric - Double(clientHeld) / 1e6) < 0.005, "metric \(clientMetric) s, log \(clientHeld) µs")
 
                 // Against the scheduler's own statistics: only the burn
                 // waits on timers here (the first heartbeat is a minute away).
@@ -140,10 +152,13 @@ extension EndToEnd {
                 #expect(report.status == 0, "\(report.stderr)")
                 let stored = try JSONDecoder().decode(CostReport.self, from: Data(report.stdout.utf8))
                 #expect(stored.runs == 1 && stored.runsWithoutCost == 0)
-                // Sorted by time holding sleep off (the task's 3 s against
-                // the burn's two runs, each ~0.3 s of CPU).
-                let expected = task.sleepHeldUsec >= burn.sleepHeldUsec ? ["task", "burn"] : ["burn", "task"]
-                #expect(stored.strategies.map(\.strategy) == expected, "\(report.stdout)")
+                // Sorted by time holding sleep off: the task's 3 s, the client's 1 s, the burn's two runs.
+                #expect(Set(stored.strategies.map(\.strategy)) == ["task", "burn", "client"], "\(report.stdout)")
+                let storedHeld = stored.strategies.map(\.cost.sleepHeldUsec)
+                #expect(storedHeld == storedHeld.sorted(by: >), "\(report.stdout)")
+                #expect(stored.strategies.first?.strategy == "task", "\(report.stdout)")
+                let client = stored.strategies.first { $0.strategy == "client" }?.cost.sleepHeldUsec ?? 0
+                #expect(abs(Double(client) / 1e6 - clientMetric) < 1e-6, "stored \(client), metric \(clientMetric)")
                 #expect(stored.strategies.first { $0.strategy == "burn" }?.cost == burn)
                 #expect(stored.strategies.first { $0.strategy == "task" }?.cost == task)
                 let table = try runCommand(Build.vigilctl, ["cost", "--state-dir", host.stateDir, "--since", "1h"])
