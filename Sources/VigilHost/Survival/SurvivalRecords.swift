@@ -128,32 +128,31 @@ struct StrategyCostRecord: Codable, FetchableRecord, PersistableRecord, Sendable
 
     var runId: Int64
     var strategy: String
-    var wakeups: Int64
-    var systemWakes: Int64
-    var sleepHeldMicros: Int64
-    var idleHeldMicros: Int64
-    var childCPUMicros: Int64
-    var bytesSent: Int64
-    var bytesReceived: Int64
+    var wakeups: Int64 = 0
+    var systemWakes: Int64 = 0
+    var sleepHeldMicros: Int64 = 0
+    var idleHeldMicros: Int64 = 0
+    var childCPUMicros: Int64 = 0
+    var bytesSent: Int64 = 0
+    var bytesReceived: Int64 = 0
+
+    /// Each column and the row's field it keeps, once for both directions.
+    private static let columns: [(column: any WritableKeyPath<Self, Int64> & Sendable, field: any WritableKeyPath<StrategyCostRow, UInt64> & Sendable)] = [
+        (\.wakeups, \.wakeups), (\.systemWakes, \.systemWakes), (\.sleepHeldMicros, \.sleepHeldUsec),
+        (\.idleHeldMicros, \.idleHeldUsec), (\.childCPUMicros, \.childCPUUsec), (\.bytesSent, \.bytesSent),
+        (\.bytesReceived, \.bytesReceived),
+    ]
 
     init(runId: Int64, strategy: String, cost: StrategyCostRow) {
         self.runId = runId
         self.strategy = strategy
-        wakeups = Int64(clamping: cost.wakeups)
-        systemWakes = Int64(clamping: cost.systemWakes)
-        sleepHeldMicros = Int64(clamping: cost.sleepHeldUsec)
-        idleHeldMicros = Int64(clamping: cost.idleHeldUsec)
-        childCPUMicros = Int64(clamping: cost.childCPUUsec)
-        bytesSent = Int64(clamping: cost.bytesSent)
-        bytesReceived = Int64(clamping: cost.bytesReceived)
+        for (column, field) in Self.columns { self[keyPath: column] = Int64(clamping: cost[keyPath: field]) }
     }
 
     var cost: StrategyCostRow {
-        StrategyCostRow(
-            wakeups: UInt64(clamping: wakeups), systemWakes: UInt64(clamping: systemWakes),
-            sleepHeldUsec: UInt64(clamping: sleepHeldMicros), idleHeldUsec: UInt64(clamping: idleHeldMicros),
-            childCPUUsec: UInt64(clamping: childCPUMicros), bytesSent: UInt64(clamping: bytesSent),
-            bytesReceived: UInt64(clamping: bytesReceived))
+        var row = StrategyCostRow()
+        for (column, field) in Self.columns { row[keyPath: field] = UInt64(clamping: self[keyPath: column]) }
+        return row
     }
 }
 
