@@ -17,7 +17,6 @@ import VigilKit
 /// (the leases of D-Bus clients and of apps' inhibit requests).
 public final class StrategyCosts: LeaseObserver, Sendable {
     private struct Active {
-        var strategy: String
         var since: VigilInstant
         var sleep: Bool
         var idle: Bool
@@ -25,7 +24,9 @@ public final class StrategyCosts: LeaseObserver, Sendable {
 
     private struct State {
         var totals: [String: StrategyCostRow] = [:]
-        var active: [LeaseID: Active] = [:]
+        /// The leases holding sleep or idle off now, by strategy, so that
+        /// reading one strategy's cost goes through its leases only.
+        var active: [String: [LeaseID: Active]] = [:]
         /// Timer expirations that fired any strategy's request, each once.
         var machineWakeups: UInt64 = 0
     }
@@ -91,12 +92,14 @@ public final class StrategyCosts: LeaseObserver, Sendable {
             guard let hold = event.lease.hold, hold.mode == "block" else { return }
             let sleep = hold.what.contains("sleep"), idle = hold.what.contains("idle")
             guard sleep || idle else { return }
-            let active = Active(strategy: event.lease.strategy, since: event.lease.acquiredAt, sleep: sleep, idle: idle)
-            state.withLock { $0.active[event.lease.id] = active }
+            let active = Active(since: event.lease.acquiredAt, sleep: sleep, idle: idle)
+            state.withLock { $0.active[event.lease.strategy, default: [:]][event.lease.id] = active }
         case .released, .expired:
+            let strategy = event.lease.strategy
             state.withLock { s in
-                guard let active = s.active.removeValue(forKey: event.lease.id) else { return }
-                Self.add(active, until: event.at, to: &s.totals)
+                guard let active = s.active[strategy]?.removeValue(forKey: event.lease.id) else { return }
+                if s.active[strategy]?.isEmpty == true { s.active[strategy] = nil }
+                Self.add(active, of: strategy, until: event.at, to: &s.totals)
             }
         case .renewed, .expiring, .failed, .status:
             return
@@ -105,10 +108,10 @@ public final class StrategyCosts: LeaseObserver, Sendable {
 
     public func observeStatus(of lease: LeaseID, strategy: String, _ status: [String: StatusValue]) {}
 
-    private static func add(_ active: Active, until end: VigilInstant, to totals: inout [String: StrategyCostRow]) {
+    private static func add(_ active: Active, of strategy: String, until end: VigilInstant, to totals: inout [String: StrategyCostRow]) {
         let micros = UInt64(clamping: max(0, (end - active.since).microseconds))
-        if active.sleep { totals[active.strategy, default: StrategyCostRow()].sleepHeldUsec &+= micros }
-        if active.idle { totals[active.strategy, default: StrategyCostRow()].idleHeldUsec &+= micros }
+        if active.sleep { totals[strategy, default: StrategyCostRow()].sleepHeldUsec &+= micros }
+        if active.idle { totals[strategy, default: StrategyCostRow()].idleHeldUsec &+= micros }
     }
 
     // MARK: reading
@@ -118,7 +121,7 @@ public final class StrategyCosts: LeaseObserver, Sendable {
         let now = clock.now
         return state.withLock { s in
             var totals = [strategy: s.totals[strategy] ?? StrategyCostRow()]
-            for active in s.active.values where active.strategy == strategy { Self.add(active, until: now, to: &totals) }
+            for active in (s.active[strategy] ?? [:]).values { Self.add(active, of: strategy, until: now, to: &totals) }
             return totals[strategy] ?? StrategyCostRow()
         }
     }
@@ -128,7 +131,9 @@ public final class StrategyCosts: LeaseObserver, Sendable {
         let now = clock.now
         return state.withLock { s in
             var totals = s.totals
-            for active in s.active.values { Self.add(active, until: now, to: &totals) }
+            for (strategy, leases) in s.active {
+                for active in leases.values { Self.add(active, of: strategy, until: now, to: &totals) }
+            }
             return totals
         }
     }
