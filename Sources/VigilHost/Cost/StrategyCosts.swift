@@ -66,8 +66,11 @@ public final class StrategyCosts: LeaseObserver, Sendable {
     public func networkBytes(sent: UInt64, received: UInt64, of strategy: String) {
         guard sent > 0 || received > 0 else { return }
         state.withLock { s in
-            s.totals[strategy, default: StrategyCostRow()].bytesSent &+= sent
-            s.totals[strategy, default: StrategyCostRow()].bytesReceived &+= received
+            // One lookup: this runs for every read and write of a socket.
+            Self.update(&s.totals, strategy) { row in
+                row.bytesSent &+= sent
+                row.bytesReceived &+= received
+            }
         }
     }
 
@@ -107,6 +110,10 @@ public final class StrategyCosts: LeaseObserver, Sendable {
     }
 
     public func observeStatus(of lease: LeaseID, strategy: String, _ status: [String: StatusValue]) {}
+
+    private static func update(_ totals: inout [String: StrategyCostRow], _ strategy: String, _ change: (inout StrategyCostRow) -> Void) {
+        change(&totals[strategy, default: StrategyCostRow()])
+    }
 
     private static func add(_ active: Active, of strategy: String, until end: VigilInstant, to totals: inout [String: StrategyCostRow]) {
         let micros = UInt64(clamping: max(0, (end - active.since).microseconds))
