@@ -93,12 +93,17 @@ struct WakeAttributionTests {
         #expect(json.contains("\"cause\" : \"vigil-alarm\""))
     }
 
-    @Test func theSchedulerRemembersSystemWakingAlarms() async throws {
-        let clock = ManualClock()
+    /// A scheduler whose alarm clock can wake the system (a test RTC), and its two timers.
+    static func alarmScheduler(_ clock: ManualClock) -> (WakeScheduler, ClockDrivenWakeTimer, ClockDrivenWakeTimer) {
         let timer = ClockDrivenWakeTimer(clock: clock, clockName: "CLOCK_BOOTTIME")
         let alarmTimer = ClockDrivenWakeTimer(clock: clock, clockName: "CLOCK_BOOTTIME_ALARM")
         let canWake = WakeClockInfo(clock: "CLOCK_BOOTTIME_ALARM", canWakeSystem: true, reason: "test RTC")
-        let scheduler = WakeScheduler(clock: clock, timer: timer, alarmTimer: alarmTimer, clockInfo: canWake)
+        return (WakeScheduler(clock: clock, timer: timer, alarmTimer: alarmTimer, clockInfo: canWake), timer, alarmTimer)
+    }
+
+    @Test func theSchedulerRemembersSystemWakingAlarms() async throws {
+        let clock = ManualClock()
+        let (scheduler, timer, alarmTimer) = Self.alarmScheduler(clock)
         let now = clock.now
         let waking = WakeRequest(earliest: now + .seconds(10), latest: now + .seconds(20), wakeSystem: true, label: "tick")
         let ordinary = WakeRequest(earliest: now + .seconds(5), latest: now + .seconds(6), label: "heartbeat")
@@ -131,10 +136,7 @@ struct WakeAttributionTests {
     /// wake (its `SystemWakes`), besides the wakeup its expiration was.
     @Test func aResumeByAStrategysAlarmIsItsSystemWake() async throws {
         let clock = ManualClock()
-        let timer = ClockDrivenWakeTimer(clock: clock, clockName: "CLOCK_BOOTTIME")
-        let alarmTimer = ClockDrivenWakeTimer(clock: clock, clockName: "CLOCK_BOOTTIME_ALARM")
-        let canWake = WakeClockInfo(clock: "CLOCK_BOOTTIME_ALARM", canWakeSystem: true, reason: "test RTC")
-        let scheduler = WakeScheduler(clock: clock, timer: timer, alarmTimer: alarmTimer, clockInfo: canWake)
+        let (scheduler, timer, alarmTimer) = Self.alarmScheduler(clock)
         let costs = StrategyCosts(clock: clock)
         await scheduler.observeExpirations { costs.timerExpired(firing: $0) }
         let waking = WakeRequest(earliest: clock.now + .seconds(290), latest: clock.now + .seconds(300), wakeSystem: true, label: "tick")
