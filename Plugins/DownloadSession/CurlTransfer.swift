@@ -108,7 +108,13 @@ final class CurlTransfer: @unchecked Sendable {
     /// from zero).
     private let onResponse: @Sendable (_ validators: ResponseValidators, _ discarded: Int64) -> Void
 
-    init(_ request: TransferRequest, onResponse: @escaping @Sendable (ResponseValidators, Int64) -> Void = { _, _ in }) {
+    /// Where the bytes of the exchange are counted (the strategy's
+    /// BytesReceived as they arrive, BytesSent when the attempt ends).
+    private let cost: any CostRecording
+
+    init(_ request: TransferRequest, cost: any CostRecording = UncountedCost(),
+         onResponse: @escaping @Sendable (ResponseValidators, Int64) -> Void = { _, _ in }) {
+        self.cost = cost
         self.request = request
         self.onResponse = onResponse
         self.hasher = ccurl_sha256_new()
@@ -184,7 +190,12 @@ final class CurlTransfer: @unchecked Sendable {
                 return Unmanaged<CurlTransfer>.fromOpaque(user).takeUnretainedValue().isCancelled ? 1 : 0
             }
             ccurl_setopt_pointer(handle, ccurl_opt_xferinfodata, me)
-            return curl_easy_perform(handle)
+            let code = curl_easy_perform(handle)
+            // What went out: every request libcurl sent (a redirect's too).
+            var sent = 0
+            ccurl_getinfo_long(handle, ccurl_info_request_size, &sent)
+            cost.networkBytes(sent: UInt64(max(0, sent)), received: 0)
+            return code
         }
         if isCancelled { return .cancelled }
         if let failure { return failure }
@@ -211,6 +222,7 @@ final class CurlTransfer: @unchecked Sendable {
     // MARK: callbacks (transfer thread)
 
     private func header(_ bytes: UnsafeRawBufferPointer) {
+        cost.networkBytes(sent: 0, received: UInt64(bytes.count))
         head.take(line: bytes)
     }
 
@@ -258,6 +270,7 @@ final class CurlTransfer: @unchecked Sendable {
     }
 
     private func body(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        cost.networkBytes(sent: 0, received: UInt64(bytes.count))
         if !bodyDecided, let failure = decideBody() {
             self.failure = failure
             return false

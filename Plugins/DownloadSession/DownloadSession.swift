@@ -362,6 +362,7 @@ actor DownloadManager {
                 expectedTotal: partExists && record.ifRange != nil ? record.validators?.totalLength : nil,
                 connectTimeout: settings.connectTimeout, stallTimeout: settings.stallTimeout, writeChunk: settings.writeChunk,
                 caFile: settings.caFile),
+                cost: context.cost,
                 onResponse: { validators, discarded in
                     Task { await self.noteResponse(id, validators, discarded: discarded, asked: askedIfRange) }
                 })

@@ -105,9 +105,14 @@ final class KeepAliveSchedule: Sendable {
         }
         lastWaker += 1
         let number = lastWaker
+        // The wake is the most urgent round's, so its strategy's wakeup
+        // (the task below is detached: the host cannot tell by itself).
+        // Rounds of other instances that come due in the same firing ride
+        // along, as requests coalesce.
         let request = WakeRequest(
             earliest: top.earliest, latest: top.latest, align: key.align,
-            label: "voip-socket keep-alive (\(group.live) connection\(group.live == 1 ? "" : "s"))")
+            label: "voip-socket keep-alive (\(group.live) connection\(group.live == 1 ? "" : "s"))",
+            forStrategy: top.keeper.strategy)
         let scheduler = group.scheduler
         // High priority, like the host's timer task that resumes it: pings
         // do not wait for a thread of the default priority (see

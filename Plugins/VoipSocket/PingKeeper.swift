@@ -38,6 +38,8 @@ final class PingKeeper: Sendable {
     /// Where this keeper's rounds wait on ``KeepAliveSchedule`` (with the
     /// alignment).
     let scheduleKey: KeepAliveSchedule.Key
+    /// The strategy instance, whose wakeup a wake for this keeper's round is.
+    let strategy: String
     private let clock: any VigilClock
     // What each ping reads, taken out of the settings once per session (a
     // ping must not copy the whole settings struct, or retain what it holds).
@@ -62,6 +64,7 @@ final class PingKeeper: Sendable {
         self.link = link
         self.interval = interval
         self.scheduler = connection.context.scheduler
+        self.strategy = connection.context.name
         self.clock = connection.context.clock
         self.scheduleKey = KeepAliveSchedule.Key(connection.context.scheduler, align: settings.align)
         self.ping = settings.ping

@@ -132,7 +132,12 @@ final class TCPLink: Sendable {
     private let loop: SocketEventLoop
     private let state: Lock<State>
 
-    private init(fd: Int32, tls: TLSSession?, clock: any VigilClock, options: LinkOptions, loop: SocketEventLoop) {
+    /// Where the bytes the link moves are counted (its strategy's
+    /// BytesSent and BytesReceived): as they pass, with no timer.
+    private let cost: any CostRecording
+
+    private init(fd: Int32, tls: TLSSession?, clock: any VigilClock, options: LinkOptions, loop: SocketEventLoop, cost: any CostRecording) {
+        self.cost = cost
         self.clock = clock
         self.clockIdentity = instanceIdentity(of: clock)
         self.options = options
@@ -144,7 +149,8 @@ final class TCPLink: Sendable {
     /// connected. Cancelling the caller (a connect timeout) closes the socket.
     /// With `tls`, the TLS handshake is part of connecting.
     static func connect(
-        to address: SocketAddress, options: LinkOptions, tls: TLSSettings? = nil, clock: any VigilClock, loop: SocketEventLoop = .shared
+        to address: SocketAddress, options: LinkOptions, tls: TLSSettings? = nil, clock: any VigilClock, loop: SocketEventLoop = .shared,
+        cost: any CostRecording = UncountedCost()
     ) async throws -> TCPLink {
         let fd = vigil_tcp_socket(address.family)
         guard fd >= 0 else { throw LinkError("cannot create a socket for \(address): \(String(cString: strerror(errno)))") }
@@ -173,7 +179,7 @@ final class TCPLink: Sendable {
             case .failure(let error): Glibc.close(fd); throw error
             }
         }
-        let link = TCPLink(fd: fd, tls: session, clock: clock, options: options, loop: loop)
+        let link = TCPLink(fd: fd, tls: session, clock: clock, options: options, loop: loop, cost: cost)
         do {
             let token = try loop.register(link, fd: fd)
             link.state.withLock { $0.token = token }
@@ -330,6 +336,7 @@ final class TCPLink: Sendable {
         let now = clock.now
         s.lastReceived = now
         s.bytesReceived &+= UInt64(bytes.count)
+        cost.networkBytes(sent: 0, received: UInt64(bytes.count))
         if s.awaitingPong, s.framer.takeWholePong(bytes) {
             s.awaitingPong = false
             pongArrived(&s, at: now, resumes: &resumes)
@@ -497,7 +504,11 @@ final class TCPLink: Sendable {
                 }
                 return (n, error, s.outEdges)
             }
-            if count > 0 { offset += count; continue }
+            if count > 0 {
+                cost.networkBytes(sent: UInt64(count), received: 0)
+                offset += count
+                continue
+            }
             if error == EAGAIN || error == EWOULDBLOCK { return .wouldBlock(sent: offset, edges: edges) }
             throw LinkError("send failed: \(String(cString: strerror(error)))")
         }

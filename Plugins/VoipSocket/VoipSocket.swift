@@ -294,6 +294,7 @@ final class VoipConnection: Sendable {
     private func connect() async throws -> (TCPLink, SessionPlan) {
         let settings = self.settings
         let clock = context.clock
+        let cost = context.cost
         let deadline = clock.now + settings.connectTimeout
         let opened = try await withDeadline(deadline, clock: clock) { () -> (TCPLink, SessionPlan) in
             let addresses = try await AddressResolver.resolve(settings.endpoint)
@@ -301,7 +302,7 @@ final class VoipConnection: Sendable {
             var link: TCPLink?
             for address in addresses {
                 do {
-                    link = try await TCPLink.connect(to: address, options: settings.linkOptions, tls: settings.tls, clock: clock)
+                    link = try await TCPLink.connect(to: address, options: settings.linkOptions, tls: settings.tls, clock: clock, cost: cost)
                     break
                 } catch let error as LinkError {
                     // A certificate that does not verify fails the same on every address.

@@ -52,3 +52,4 @@ const CURLoption ccurl_opt_failonerror = CURLOPT_FAILONERROR;
 const CURLINFO ccurl_info_response_code = CURLINFO_RESPONSE_CODE;
 const CURLINFO ccurl_info_effective_url = CURLINFO_EFFECTIVE_URL;
 const CURLINFO ccurl_info_size_download_t = CURLINFO_SIZE_DOWNLOAD_T;
+const CURLINFO ccurl_info_request_size = CURLINFO_REQUEST_SIZE;

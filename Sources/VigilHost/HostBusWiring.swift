@@ -12,7 +12,7 @@ extension HostRuntime {
         HostBusServices(
             version: version, runId: runId, configPath: configPath, startedAt: startedAt, startedWallMicros: startedWallMicros,
             clock: clock, logSink: logSink, registry: registry, supervisor: supervisor, scheduler: scheduler, store: store,
-            clientLeases: clientLeases, inhibits: inhibits, strategyBus: strategyBus,
+            clientLeases: clientLeases, inhibits: inhibits, strategyBus: strategyBus, costs: costs,
             configuredStrategy: { [weak self] name in
                 guard let configured = await self?.configuredStrategy(named: name) else { return nil }
                 return HostBusServices.StrategyConfig(kind: configured.kind, values: configured.values)

@@ -38,8 +38,19 @@ func sampleThreads(pid: Int32) -> [Int: ThreadSample] {
 /// the same host with three of the five gated by `when` conditions that do
 /// not change (ac_power on a power-supply tree, file_exists, network online
 /// within an all-day time window): the conditions must cost no wakeups.
+/// `--previous DIR`: also the same host run by the vigild (and plugins) in
+/// DIR, a build from before a change, measured in the same window: the
+/// cost counters (docs/metrics.md) were measured so against the commit
+/// before them.
 func idleCostBench(_ args: [String]) async throws {
-    let seconds = args.first.flatMap(Double.init) ?? 120
+    var rest = args
+    var previousBin: URL?
+    if let flag = rest.firstIndex(of: "--previous") {
+        guard flag + 1 < rest.count else { throw BenchUsageError("--previous needs the directory of an earlier vigild build") }
+        previousBin = URL(fileURLWithPath: rest[flag + 1])
+        rest.removeSubrange(flag...(flag + 1))
+    }
+    let seconds = rest.first.flatMap(Double.init) ?? 120
     let interval = 60.0
     let bin = URL(fileURLWithPath: PluginLoader.executableDirectory() ?? ".")
     let dir = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-idle-\(getpid())")
@@ -69,6 +80,11 @@ func idleCostBench(_ args: [String]) async throws {
         "when = { network = \"online\", time = [\"00:00-24:00\"] }",
     ])
     let gated = try vigildProcess(bin, dir: dir, name: "vigil-gated", config: gatedConfig, logLevel: "warning")
+    // The same host, run by the earlier build.
+    let previous = try previousBin.map { previousBin in
+        try vigildProcess(previousBin, dir: dir, name: "vigil-previous",
+                          config: config.replacingOccurrences(of: "\(dir.path)/state", with: "\(dir.path)/state-previous"), logLevel: "warning")
+    }
     // Reference 1: the same Swift runtime doing nothing but sleeping one
     // heartbeat interval at a time (this binary in `idle-reference` mode).
     let swiftReference = Process()
@@ -80,21 +96,24 @@ func idleCostBench(_ args: [String]) async throws {
     reference.arguments = ["-c", "while sleep \(Int(interval)); do :; done"]
     try host.run()
     try gated.run()
+    try previous?.run()
     try swiftReference.run()
     try reference.run()
     defer {
-        for p in [host, gated, swiftReference, reference] { p.terminate(); p.waitUntilExit() }
+        for p in [host, gated, swiftReference, reference] + (previous.map { [$0] } ?? []) { p.terminate(); p.waitUntilExit() }
     }
     // Let start-up finish (plugin loading, store migration) before measuring.
     try await Task.sleep(for: .seconds(3))
     let hostBefore = sampleThreads(pid: host.processIdentifier)
     let gatedBefore = sampleThreads(pid: gated.processIdentifier)
+    let previousBefore = previous.map { sampleThreads(pid: $0.processIdentifier) }
     let swiftBefore = sampleThreads(pid: swiftReference.processIdentifier)
     let refBefore = sampleThreads(pid: reference.processIdentifier)
     print("measuring idle host (5 x periodic-wake every 10m, heartbeat every \(Int(interval))s) for \(Int(seconds)) s ...")
     try await Task.sleep(for: .seconds(seconds))
     let hostAfter = sampleThreads(pid: host.processIdentifier)
     let gatedAfter = sampleThreads(pid: gated.processIdentifier)
+    let previousAfter = previous.map { sampleThreads(pid: $0.processIdentifier) }
     let swiftAfter = sampleThreads(pid: swiftReference.processIdentifier)
     let refAfter = sampleThreads(pid: reference.processIdentifier)
     let ticksPerSecond = Double(sysconf(Int32(_SC_CLK_TCK)))
@@ -116,12 +135,18 @@ func idleCostBench(_ args: [String]) async throws {
     }
     let (hv, hcpu) = report("vigild (pid \(host.processIdentifier))", hostBefore, hostAfter)
     let (gv, gcpu) = report("vigild, 3 of the 5 strategies gated by unchanging when conditions (pid \(gated.processIdentifier))", gatedBefore, gatedAfter)
+    let previousFigures = previous.flatMap { p in
+        previousBefore.flatMap { before in previousAfter.map { report("vigild of the earlier build in \(previousBin?.path ?? "?") (pid \(p.processIdentifier))", before, $0) } }
+    }
     let (sv, scpu) = report("reference 1: Swift process sleeping \(Int(interval)) s at a time (same runtime; pid \(swiftReference.processIdentifier))", swiftBefore, swiftAfter)
     let (rv, rcpu) = report("reference 2: sh loop waking every \(Int(interval)) s (pid \(reference.processIdentifier))", refBefore, refAfter)
     let expectedWakes = Int((seconds / interval).rounded(.down))
     print("\nscheduled wakes in the window: \(expectedWakes) heartbeat(s), 0 strategy runs (10-minute periods)")
     print(String(format: "vigild:      %4d voluntary switches (%.1f per scheduled wake), %.2f CPU s", hv, Double(hv) / Double(max(expectedWakes, 1)), hcpu))
     print(String(format: "vigild gated: %3d voluntary switches (%.1f per scheduled wake), %.2f CPU s; the 3 condition threads (vigil-power, vigil-files, vigil-network) are listed above", gv, Double(gv) / Double(max(expectedWakes, 1)), gcpu))
+    if let (pv, pcpu) = previousFigures {
+        print(String(format: "vigild, earlier build: %d voluntary switches, %.2f CPU s (this build: %+d)", pv, pcpu, hv - pv))
+    }
     print(String(format: "reference 1: %4d voluntary switches, %.2f CPU s", sv, scpu))
     print(String(format: "reference 2: %4d voluntary switches, %.2f CPU s", rv, rcpu))
     print("""

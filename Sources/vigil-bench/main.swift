@@ -33,3 +33,9 @@ do {
     FileHandle.standardError.write(Data("vigil-bench \(name): \(error)\n".utf8))
     exit(1)
 }
+
+/// Arguments a benchmark cannot use: said in one line, without a crash report.
+struct BenchUsageError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}

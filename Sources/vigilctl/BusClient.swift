@@ -230,6 +230,12 @@ struct VigilBusClient {
         for index in rows.indices where !rows[index].lastError.isEmpty {
             rows[index].lastErrorAt = try? await property(rows[index].path, Self.strategyInterface, "LastErrorAt")?.decode(UInt64.self)
         }
+        // What each costs: its cost properties, in one GetAll (nil for a
+        // strategy gone meanwhile).
+        for index in rows.indices {
+            guard let all = try? await properties(path: rows[index].path, interface: Self.strategyInterface) else { continue }
+            rows[index].cost = try? StrategyCostRow(properties: all.compactMapValues { HostBusValues.bus($0.value) })
+        }
         return rows
     }
 
@@ -332,6 +338,8 @@ enum StrategyFigure: ListedFigure {
     struct Value: Codable, Equatable {
         var waitingFor: String?
         var lastErrorAt: UInt64?
+        /// Its cost properties (counters since vigild started).
+        var cost: StrategyCostRow?
     }
     static let name = ""
     static let flattened = true
@@ -352,13 +360,19 @@ extension Listed where Row == StrategyRow, Figure == StrategyFigure {
     /// While waiting: the `when` conditions that are false.
     var waitingFor: String? {
         get { figure?.waitingFor }
-        set { figure = StrategyFigure.Value(waitingFor: newValue, lastErrorAt: figure?.lastErrorAt) }
+        set { figure = StrategyFigure.Value(waitingFor: newValue, lastErrorAt: figure?.lastErrorAt, cost: figure?.cost) }
     }
 
     /// While it has a LastError: when it was set.
     var lastErrorAt: UInt64? {
         get { figure?.lastErrorAt }
-        set { figure = StrategyFigure.Value(waitingFor: figure?.waitingFor, lastErrorAt: newValue) }
+        set { figure = StrategyFigure.Value(waitingFor: figure?.waitingFor, lastErrorAt: newValue, cost: figure?.cost) }
+    }
+
+    /// What it has cost since vigild started.
+    var cost: StrategyCostRow? {
+        get { figure?.cost }
+        set { figure = StrategyFigure.Value(waitingFor: figure?.waitingFor, lastErrorAt: figure?.lastErrorAt, cost: newValue) }
     }
 
     /// LAST ERROR for people: the error and how long ago it was set.

@@ -33,13 +33,7 @@ struct SurvivalCommand: ParsableCommand {
             """
     )
 
-    @Option(name: .customLong("state-dir"), help: ArgumentHelp(
-        "vigild's state directory; the store is survival.sqlite inside it.",
-        valueName: "dir"))
-    var stateDir: String = HostPaths.defaultStateDir()
-
-    @Option(help: ArgumentHelp("The survival store file (overrides --state-dir).", valueName: "file"))
-    var store: String?
+    @OptionGroup var storeOptions: StoreOptions
 
     @Flag(help: "Print the runs as a JSON array instead of text.")
     var json = false
@@ -75,28 +69,17 @@ struct SurvivalCommand: ParsableCommand {
     }
 
     func run() throws {
-        let path = store ?? HostPaths.survivalStore(stateDir: stateDir)
+        let path = storeOptions.path
         let display = DisplayTimeZone.resolve()
         let nowWall = Int64(Date().timeIntervalSince1970 * 1_000_000)
-        let picture: SurvivalPicture
-        do {
+        let picture = try storeOptions.read(for: "survival") { path -> SurvivalPicture in
             let sinceWall = try since.map { try SurvivalSince.wallMicros($0, nowWall: nowWall, timeZone: display.zone) }
             let limit = runs == 0 ? nil : runs
-            picture = html != nil || svg != nil
+            return html != nil || svg != nil
                 ? try SurvivalPicture.load(path: path, runs: limit, sinceWallMicros: sinceWall)
                 : SurvivalPicture(runs: try SurvivalReport.load(path: path, runs: limit, sinceWallMicros: sinceWall).map {
                     SurvivalPicture.Run(summary: $0, strategies: [])
                 })
-        } catch let error as SurvivalStoreError where error.code == .missing {
-            FileHandle.standardError.write(Data("""
-                vigilctl survival: no survival store at \(path).
-                vigild creates it on its first run; pass --store FILE or --state-dir DIR if it keeps its state elsewhere.
-
-                """.utf8))
-            throw ExitCode(1)
-        } catch {
-            FileHandle.standardError.write(Data("vigilctl survival: \(error)\n".utf8))
-            throw ExitCode(1)
         }
         for warning in SurvivalReport.warnings(path: path) {
             FileHandle.standardError.write(Data("vigilctl survival: warning: \(warning)\n".utf8))

@@ -16,7 +16,7 @@ struct Vigilctl: AsyncParsableCommand {
         subcommands: [
             StatusCommand.self, LeasesCommand.self, StrategiesCommand.self, ReloadCommand.self,
             HoldCommand.self, CheckConfigCommand.self, SurvivalCommand.self, DownloadsCommand.self,
-            MetricsCommand.self, InhibitorsCommand.self,
+            MetricsCommand.self, InhibitorsCommand.self, CostCommand.self,
         ]
     )
 }

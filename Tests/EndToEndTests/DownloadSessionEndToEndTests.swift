@@ -96,6 +96,15 @@ extension EndToEnd {
             #expect(try h.property(1, "State") == "s \"completed\"")
             #expect(try h.property(1, "Sha256") == "s \"\(digest)\"")
             #expect(try h.property(1, "BytesDone") == "t \(256 << 20)")
+            // What the strategy moved on the network: the body and the
+            // response's headers in, one GET out.
+            func cost(_ name: String) throws -> UInt64 {
+                let text = try h.busctl(["get-property", "org.vigil.Vigil1", "/org/vigil/Vigil1/Strategy/dl", "org.vigil.Vigil1.Strategy", name]).stdout
+                return UInt64(text.trimmingCharacters(in: .whitespacesAndNewlines).dropFirst(2)) ?? 0
+            }
+            let received = try cost("BytesReceived"), sent = try cost("BytesSent")
+            #expect(received > 256 << 20 && received < (256 << 20) + 4096, "BytesReceived \(received)")
+            #expect(sent > 30 && sent < 4096, "BytesSent \(sent)")
             let listing = try runCommand(Build.vigilctl, ["downloads", "--bus", h.bus.address])
             #expect(listing.status == 0, "\(listing.stderr)")
             #expect(listing.stdout.contains("[####################] 100%"), "\(listing.stdout)")

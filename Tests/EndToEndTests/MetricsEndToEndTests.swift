@@ -45,6 +45,11 @@ extension EndToEnd {
             FileManager.default.createFile(atPath: stop, contents: nil)
             #expect(try await prometheus.waitFor(#"vigil_leases{strategy="job",kind="periodic-wake"}"#) { $0 == 0 })
             #expect(try await prometheus.waitFor(#"vigil_lease_events_total{strategy="job",event="released"}"#) { $0 >= 1 })
+            // What the job cost: its lease held sleep off while it ran, its
+            // command burnt some CPU; the cost rules record the share of time.
+            #expect(try await prometheus.waitFor(#"vigil_strategy_sleep_held_seconds_total{strategy="job"}"#) { $0 > 0 })
+            #expect(try await prometheus.waitFor(#"vigil_strategy_child_cpu_seconds_total{strategy="job"}"#) { $0 > 0 })
+            #expect(try await prometheus.waitFor(#"instance_strategy:vigil_strategy_sleep_held_seconds_total:rate5m{strategy="job"}"#) { $0 > 0 })
 
             // 2. kill -9 and a restart: one more killed run.
             #expect(try await prometheus.waitFor(#"vigil_runs_total{end="killed"}"#) { $0 == 0 })
@@ -201,7 +206,8 @@ extension EndToEnd {
                     #expect(row["lastError"] as? String == error, "\(json)")
                     #expect((row["lastErrorAt"] as? NSNumber)?.uint64Value == (at == 0 ? nil : at), "\(json)")
                     let table = try host.vigilctl("strategies").stdout
-                    #expect(table.contains(error.isEmpty ? "running         0  -" : "\(error) ("), "\(table)")
+                    let mq = table.split(separator: "\n").first { $0.hasPrefix("mq ") }.map(String.init) ?? ""
+                    #expect(error.isEmpty ? mq.contains("running         0  ") && mq.hasSuffix("  -") : mq.contains("\(error) ("), "\(table)")
                     let (_, body) = try MetricsScrape.get(MetricsListenAddress(host: "127.0.0.1", port: vigilPort))
                     let metrics = String(decoding: body, as: UTF8.self)
                     #expect(metrics.contains("vigil_strategy_error{strategy=\"mq\"} \(error.isEmpty ? 0 : 1)"), "\(metrics)")
@@ -300,10 +306,16 @@ final class TestPrometheus: Sendable {
     }
 
     static func start(dir: TempDir, target: String) async throws -> TestPrometheus {
+        // The project's rules, evaluated every second: the recording rules
+        // the dashboard's cost panels read must work on what vigild exports.
+        let rules = Build.packageRoot.appendingPathComponent("Configs/prometheus/vigil-alerts.yml").path
         let config = try dir.write("prometheus.yml", """
             global:
               scrape_interval: 1s
               scrape_timeout: 900ms
+              evaluation_interval: 1s
+            rule_files:
+              - "\(rules)"
             scrape_configs:
               - job_name: vigil
                 static_configs:

@@ -75,9 +75,18 @@ extension EndToEnd {
                     #expect(r["restarts"] as? Int == 0)
                     #expect(r["lastError"] as? String == "")
                 }
+                for r in rows {
+                    // The cost properties; what the numbers are is CostEndToEndTests'.
+                    let cost = try #require(r["cost"] as? [String: Any], "\(strategies.stdout)")
+                    #expect(Set(cost.keys) == ["wakeups", "systemWakes", "sleepHeldUsec", "idleHeldUsec", "childCPUUsec", "bytesSent", "bytesReceived"])
+                }
                 let strategyTable = try host.vigilctl("strategies")
-                #expect(strategyTable.stdout.hasPrefix("NAME       KIND           STATE    RESTARTS  LAST ERROR\n"), "\(strategyTable.stdout)")
-                #expect(strategyTable.stdout.contains("mail-sync  periodic-wake  running         0  -\n"), "\(strategyTable.stdout)")
+                let heading = strategyTable.stdout.split(separator: "\n").first.map(String.init) ?? ""
+                #expect(heading.components(separatedBy: "  ").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+                        == ["NAME", "KIND", "STATE", "RESTARTS", "SLEEP HELD", "IDLE HELD", "WAKEUPS", "SYS WAKES", "CPU", "SENT", "RECEIVED", "LAST ERROR"],
+                        "\(strategyTable.stdout)")
+                let mail = strategyTable.stdout.split(separator: "\n").first { $0.hasPrefix("mail-sync ") }.map(String.init) ?? ""
+                #expect(mail.hasPrefix("mail-sync  periodic-wake  running         0  ") && mail.hasSuffix("0B  -"), "\(strategyTable.stdout)")
             }
         }
 

@@ -51,6 +51,21 @@ import VigilKit
         for property in VigilAPI.download.properties {
             #expect(docs.contains("| `\(property.name)` | `\(property.signature)` |"), "docs/dbus-api.md lacks Download.\(property.name)")
         }
+        for property in VigilAPI.strategy.properties {
+            #expect(docs.contains("| `\(property.name)` | `\(property.signature)` |"), "docs/dbus-api.md lacks Strategy.\(property.name)")
+        }
+    }
+
+    /// The Strategy object's cost properties are the fields of one row,
+    /// declared once: read when asked (no change signal), and decoded by
+    /// vigilctl with the row vigild encodes with.
+    @Test func theCostPropertiesAreTheCostRow() throws {
+        let declared = VigilAPI.strategy.properties.filter { $0.emitsChange == .false }
+        #expect(declared.map(\.name) == StrategyCostRow.fields.map(\.name))
+        #expect(declared.allSatisfy { $0.signature == "t" })
+        let row = StrategyCostRow(wakeups: 1, systemWakes: 2, sleepHeldUsec: 3, idleHeldUsec: 4, childCPUUsec: 5, bytesSent: 6, bytesReceived: 7)
+        #expect(try StrategyCostRow(properties: row.properties) == row)
+        #expect(row + row == StrategyCostRow(wakeups: 2, systemWakes: 4, sleepHeldUsec: 6, idleHeldUsec: 8, childCPUUsec: 10, bytesSent: 12, bytesReceived: 14))
     }
 
     /// gdbus-codegen (GLib's binding generator) turns the generated XML into

@@ -231,7 +231,10 @@ private enum Build {
             #expect(paths(host["Leases"]) == [lease(1), lease(2), lease(3)])
 
             let s = try await f.getAll(strategy("lease-script"), HostBusNames.strategyInterface)
-            #expect(s.count == 8)
+            #expect(s.count == 8 + StrategyCostRow.fields.count)
+            // The cost properties are the host's counters, read when asked.
+            let cost = try StrategyCostRow(properties: s.compactMapValues { HostBusValues.bus($0) })
+            #expect(cost == f.runtime.costs.cost(of: "lease-script"))
             #expect(s["WaitingFor"] == .string(""))
             #expect(s["LastError"] == .string("") && s["LastErrorAt"] == .uint64(0))
             #expect(s["Name"] == .string("lease-script"))

@@ -202,15 +202,21 @@ struct VoipHarness {
     let events = WaitableEvents()
     let logs = MemoryLogSink()
     let supervisor: Supervisor
+    /// What the instances cost (their bytes, as the host counts them).
+    let costs: StrategyCosts
 
     init(clock: any VigilClock = SystemClock(), scheduler: (any WakeScheduling)? = nil, hooks: (any HookRunning)? = nil) throws {
         self.clock = clock
         registry = LeaseRegistry(clock: clock)
         let events = self.events
         let hooks = hooks
-        supervisor = Supervisor(services: StrategyServices(
+        let costs = StrategyCosts(clock: clock)
+        self.costs = costs
+        var services = StrategyServices(
             registry: registry, scheduler: try scheduler ?? WakeScheduler.system(clock: clock), clock: clock, logSink: logs,
-            hooks: { name, log in hooks ?? HookRunner(strategy: name, log: log) }, events: { _ in events }))
+            hooks: { name, log in hooks ?? HookRunner(strategy: name, log: log) }, events: { _ in events })
+        services.cost = { costs.recorder(for: $0) }
+        supervisor = Supervisor(services: services)
     }
 
     func start(_ values: [String: ConfigValue], name: String = "voip") async throws {

@@ -88,6 +88,10 @@ import VigilTestSupport
         #expect(status["Local"]?.stringValue.hasPrefix("127.0.0.1:") == true)
         #expect(status["LastRttUsec"].map { $0.intValue >= 0 && $0.intValue < 100_000 } == true, "\(status)")
         #expect(status["Overruns"]?.uintValue == 0 && status["Reconnects"]?.uintValue == 0)
+        // The bytes on the network are the strategy's: four a ping, two a pong.
+        let cost = h.costs.cost(of: "voip")
+        #expect(cost.bytesSent >= 4 * UInt64(pings.count) && cost.bytesSent % 4 == 0, "\(cost), \(pings.count) pings")
+        #expect(cost.bytesReceived >= 2 * (status["Pings"]?.uintValue ?? 0), "\(cost), \(status)")
     }
 
     /// The keep-alive rounds wait for their wake in a high-priority task:

@@ -93,12 +93,17 @@ struct WakeAttributionTests {
         #expect(json.contains("\"cause\" : \"vigil-alarm\""))
     }
 
-    @Test func theSchedulerRemembersSystemWakingAlarms() async throws {
-        let clock = ManualClock()
+    /// A scheduler whose alarm clock can wake the system (a test RTC), and its two timers.
+    static func alarmScheduler(_ clock: ManualClock) -> (WakeScheduler, ClockDrivenWakeTimer, ClockDrivenWakeTimer) {
         let timer = ClockDrivenWakeTimer(clock: clock, clockName: "CLOCK_BOOTTIME")
         let alarmTimer = ClockDrivenWakeTimer(clock: clock, clockName: "CLOCK_BOOTTIME_ALARM")
         let canWake = WakeClockInfo(clock: "CLOCK_BOOTTIME_ALARM", canWakeSystem: true, reason: "test RTC")
-        let scheduler = WakeScheduler(clock: clock, timer: timer, alarmTimer: alarmTimer, clockInfo: canWake)
+        return (WakeScheduler(clock: clock, timer: timer, alarmTimer: alarmTimer, clockInfo: canWake), timer, alarmTimer)
+    }
+
+    @Test func theSchedulerRemembersSystemWakingAlarms() async throws {
+        let clock = ManualClock()
+        let (scheduler, timer, alarmTimer) = Self.alarmScheduler(clock)
         let now = clock.now
         let waking = WakeRequest(earliest: now + .seconds(10), latest: now + .seconds(20), wakeSystem: true, label: "tick")
         let ordinary = WakeRequest(earliest: now + .seconds(5), latest: now + .seconds(6), label: "heartbeat")
@@ -125,6 +130,34 @@ struct WakeAttributionTests {
         #expect(await noRTC.systemWakeAlarms(since: now).isEmpty)
         await WakeTesting.advance(clock, to: lone.latest, timers: [ordinaryTimer, rtcLess])
         _ = try await loneFiring
+    }
+
+    /// A resume put down to a strategy's alarm is that strategy's system
+    /// wake (its `SystemWakes`), besides the wakeup its expiration was.
+    @Test func aResumeByAStrategysAlarmIsItsSystemWake() async throws {
+        let clock = ManualClock()
+        let (scheduler, timer, alarmTimer) = Self.alarmScheduler(clock)
+        let costs = StrategyCosts(clock: clock)
+        await scheduler.observeExpirations { costs.timerExpired(firing: $0) }
+        let waking = WakeRequest(earliest: clock.now + .seconds(290), latest: clock.now + .seconds(300), wakeSystem: true, label: "tick")
+        async let firing = WakeOwner.$current.withValue(WakeOwner(strategy: "tick", kind: "periodic-wake")) { try await scheduler.wake(waking) }
+        await WakeTesting.quiesce(scheduler, clock, timers: [timer, alarmTimer], pending: 1)
+        await WakeTesting.advance(clock, to: waking.latest, timers: [timer, alarmTimer])
+        _ = try await firing
+
+        let dir = try SurvivalTempDir()
+        let store = try SurvivalStore(path: dir.store)
+        let resumedAt = waking.latest.nanoseconds / 1_000 + 500_000
+        let readings = ClockReadings(wallMicros: 1_750_000_000_000_000, monotonicMicros: resumedAt - 300_000_000, boottimeMicros: resumedAt)
+        _ = try await store.beginRun(runStart(at: ClockReadings(wallMicros: 1_749_999_000_000_000, monotonicMicros: 0, boottimeMicros: 0)))
+        let recorder = ResumeRecorder(store: store, scheduler: scheduler, runStartBoottimeMicros: 0,
+                                      log: StrategyLogger(source: "test", sink: MemoryLogSink()), costs: costs, sysfsRoot: dir.path)
+        await recorder.resumed(readings, suspendedMicros: 299_000_000)
+        #expect(costs.cost(of: "tick") == StrategyCostRow(wakeups: 1, systemWakes: 1))
+        // Something else woke it: nobody's.
+        await recorder.resumed(ClockReadings(wallMicros: 1_750_001_000_000_000, monotonicMicros: resumedAt, boottimeMicros: resumedAt + 900_000_000),
+                               suspendedMicros: 600_000_000)
+        #expect(costs.cost(of: "tick").systemWakes == 1)
     }
 }
 

@@ -26,7 +26,7 @@ extern const CURLoption ccurl_opt_url, ccurl_opt_writefunction, ccurl_opt_writed
     ccurl_opt_errorbuffer, ccurl_opt_nosignal, ccurl_opt_buffersize, ccurl_opt_useragent,
     ccurl_opt_protocols_str, ccurl_opt_redir_protocols_str, ccurl_opt_failonerror;
 extern const CURLINFO ccurl_info_response_code, ccurl_info_effective_url,
-    ccurl_info_size_download_t;
+    ccurl_info_size_download_t, ccurl_info_request_size;
 
 // SHA-256 through OpenSSL's EVP interface (libcurl here is built on OpenSSL).
 typedef struct ccurl_sha256 ccurl_sha256;

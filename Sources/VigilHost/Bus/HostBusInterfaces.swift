@@ -96,9 +96,24 @@ enum HostBusInterfaces {
                 return value(entry)
             }
         }
+        // The cost counters, read when asked (no change signal): one
+        // getter per field of the contract's row.
+        func cost(_ field: String) -> APIPropertyGetter {
+            .immediate { [weak api] in
+                guard let api else { throw gone() }
+                guard api.strategy(named: name) != nil else {
+                    throw DBusError.unknownObject("strategy \"\(name)\" is no longer configured")
+                }
+                guard let value = api.services.costs.cost(of: name).properties[field] else {
+                    throw DBusError.failed("\(field) is not a field of StrategyCostRow")
+                }
+                return HostBusValues.bus(value)
+            }
+        }
+        let costs = Dictionary(uniqueKeysWithValues: StrategyCostRow.fields.map { ($0.name, cost($0.name)) })
         return DBusInterface(
             api: VigilAPI.strategy,
-            properties: [
+            properties: costs.merging([
                 "Name": read { .string($0.status.name) },
                 "Kind": read { .string($0.status.kind) },
                 "State": read { .string($0.status.state.rawValue) },
@@ -107,7 +122,7 @@ enum HostBusInterfaces {
                 "LastErrorAt": read { .uint64(UInt64(clamping: $0.status.lastErrorWallMicros ?? 0)) },
                 "WaitingFor": read { .string($0.status.waitingFor) },
                 "Config": read { HostBusValues.configTable($0.config) },
-            ]
+            ]) { _, own in own }
         )
     }
 

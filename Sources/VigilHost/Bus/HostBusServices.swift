@@ -38,6 +38,8 @@ public struct HostBusServices: Sendable {
     public var inhibits: ForeignInhibits
     /// What strategies put on the bus.
     public var strategyBus: StrategyBusBridge
+    /// What each strategy has cost (the Strategy objects' cost properties).
+    public var costs: StrategyCosts
     /// The configured strategy of that name, if any.
     public var configuredStrategy: @Sendable (_ name: String) async -> StrategyConfig?
     /// `Host.Reload`.
@@ -49,7 +51,7 @@ public struct HostBusServices: Sendable {
     public init(version: String, runId: String, configPath: String, startedAt: VigilInstant, startedWallMicros: Int64,
                 clock: any VigilClock, logSink: any LogSink, registry: LeaseRegistry, supervisor: Supervisor,
                 scheduler: any WakeScheduling, store: SurvivalStore, clientLeases: ClientLeases, inhibits: ForeignInhibits,
-                strategyBus: StrategyBusBridge,
+                strategyBus: StrategyBusBridge, costs: StrategyCosts,
                 configuredStrategy: @escaping @Sendable (_ name: String) async -> StrategyConfig?,
                 reload: @escaping @Sendable () async -> ReloadResult, health: @escaping @Sendable () async -> HostHealth,
                 servesInhibits: @escaping @Sendable () async -> Bool) {
@@ -67,6 +69,7 @@ public struct HostBusServices: Sendable {
         self.clientLeases = clientLeases
         self.inhibits = inhibits
         self.strategyBus = strategyBus
+        self.costs = costs
         self.configuredStrategy = configuredStrategy
         self.reload = reload
         self.readHealth = health

@@ -104,6 +104,7 @@ final class HookProcess: @unchecked Sendable {
         let started: ContinuousClock.Instant
 
         var waitStatus: HookExit?
+        var cpuTime: Duration = .zero
         var output: [UInt8] = []
         var outputTotal = 0
         var readBuffer = [UInt8](repeating: 0, count: 64 * 1024)
@@ -201,11 +202,15 @@ final class HookProcess: @unchecked Sendable {
 
         func reap() {
             var status: Int32 = 0
+            var usage = rusage()
             var got: pid_t
-            repeat { got = waitpid(pid, &status, WNOHANG) } while got < 0 && errno == EINTR
+            // wait4, not waitpid: the rusage is the command's CPU (its
+            // strategy's ChildCPUUsec), with the children it waited for.
+            repeat { got = wait4(pid, &status, WNOHANG, &usage) } while got < 0 && errno == EINTR
             if got == 0 { return }  // not exited yet
             if pidfd >= 0 { close(pidfd); pidfd = -1 }
             waitStatus = got < 0 ? .exited(-1) : HookProcess.exit(fromWaitStatus: status)
+            if got > 0 { cpuTime = HookProcess.duration(usage.ru_utime) + HookProcess.duration(usage.ru_stime) }
         }
 
         func drainOutput() {
@@ -259,11 +264,16 @@ final class HookProcess: @unchecked Sendable {
             return HookResult(
                 exit: timedOut ? .timedOut : (waitStatus ?? .exited(-1)),
                 output: text,
-                duration: ContinuousClock.now - started)
+                duration: ContinuousClock.now - started,
+                cpuTime: cpuTime)
         }
     }
 
     // MARK: - Wait status
+
+    static func duration(_ time: timeval) -> Duration {
+        .seconds(Int64(time.tv_sec)) + .microseconds(Int64(time.tv_usec))
+    }
 
     static func exit(fromWaitStatus status: Int32) -> HookExit {
         if vigil_wifexited(status) != 0 { return .exited(vigil_wexitstatus(status)) }

@@ -34,6 +34,8 @@ public final class HookRunner: HookRunning {
     public let killGrace: Duration
     private let home: String
     private let lang: String
+    /// Where each command's CPU time goes (its strategy's ChildCPUUsec).
+    private let costs: StrategyCosts?
 
     private static let sigpipeIgnored: Bool = {
         _ = signal(SIGPIPE, SIG_IGN)
@@ -45,9 +47,11 @@ public final class HookRunner: HookRunning {
         log: StrategyLogger,
         outputCap: Int = 64 * 1024,
         basePath: String = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        killGrace: Duration = .seconds(2)
+        killGrace: Duration = .seconds(2),
+        costs: StrategyCosts? = nil
     ) {
         _ = HookRunner.sigpipeIgnored
+        self.costs = costs
         self.strategy = strategy
         self.log = log
         self.outputCap = outputCap
@@ -107,6 +111,7 @@ public final class HookRunner: HookRunning {
             result = HookResult(exit: .failedToStart(failure.reason), output: "", duration: ContinuousClock.now - started)
         case .success(let process):
             result = await process.result()
+            costs?.childCPU(result.cpuTime, of: strategy)
         }
         record(result, name: name, event: event)
         return result

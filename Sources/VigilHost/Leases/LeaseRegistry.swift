@@ -31,6 +31,9 @@ public struct LeaseSnapshot: Sendable, Hashable {
     public var status: [String: StatusValue] = [:]
     /// For a lease a D-Bus client began (BeginBackgroundTask): who holds it.
     public var client: ClientIdentity?
+    /// What it asked the power backend to hold (nil: tracked only), for
+    /// its strategy's held time (``StrategyCosts``).
+    public var hold: PowerHold? = nil
 }
 
 /// The D-Bus peer that holds a client lease.
@@ -311,7 +314,7 @@ public actor LeaseRegistry: LeaseStatusSink {
             acquiredAt: now, acquiredWallMicros: wall, budget: request.budget,
             deadline: request.budget.map { budgetClock.now + $0 }, deadlineWallMicros: request.budget.map { wall + $0.microseconds },
             renewals: 0, state: .active, power: "tracked only",
-            grace: request.grace, client: client
+            grace: request.grace, client: client, hold: request.power
         )
         var token: (any PowerToken)?
         if let hold = request.power {

@@ -158,11 +158,22 @@ public final class HostMetrics: LeaseObserver {
         public var strategies: [StrategyStatus]
         public var leases: LeaseTotals
         public var survival: SurvivalTotals?
+        /// What each strategy has cost (``StrategyCosts``), and the timer
+        /// expirations that fired any strategy's request, each once.
+        public var costs: [String: StrategyCostRow]
+        public var machineWakeups: UInt64
+        /// The wake scheduler's own count of its timer expirations (nil
+        /// when it is not a ``WakeScheduler``).
+        public var timerExpirations: Int?
 
         public init(
             version: String, upSeconds: Double, powerBackend: String, wakeClock: String, canWakeSystem: Bool,
-            strategies: [StrategyStatus], leases: LeaseTotals, survival: SurvivalTotals?
+            strategies: [StrategyStatus], leases: LeaseTotals, survival: SurvivalTotals?,
+            costs: [String: StrategyCostRow] = [:], machineWakeups: UInt64 = 0, timerExpirations: Int? = nil
         ) {
+            self.timerExpirations = timerExpirations
+            self.costs = costs
+            self.machineWakeups = machineWakeups
             self.version = version
             self.upSeconds = upSeconds
             self.powerBackend = powerBackend
@@ -191,7 +202,10 @@ public final class HostMetrics: LeaseObserver {
             canWakeSystem: host.scheduler.clockInfo.canWakeSystem,
             strategies: await host.supervisor.statuses,
             leases: await host.registry.reduceActive(into: LeaseTotals()) { $0.add($1) },
-            survival: survival
+            survival: survival,
+            costs: host.costs.all(),
+            machineWakeups: host.costs.machineWakeups,
+            timerExpirations: await (host.scheduler as? WakeScheduler)?.statistics.timerExpirations
         )
     }
 
@@ -307,9 +321,53 @@ public final class HostMetrics: LeaseObserver {
             r.counter(metric, labels: [("strategy", pair.strategy)], help: help).increment(by: Int64(count))
         }
 
+        exposeCosts(s, kinds: kinds, into: r)
+
         var buffer = r.emitToBuffer()
         histograms.emit(into: &buffer)
         return buffer
+    }
+
+    /// What each strategy cost (docs/metrics.md#what-each-strategy-costs):
+    /// every configured strategy and `client`, at zero until they cost
+    /// something, and any other that did (apps' inhibits, strategies gone).
+    private func exposeCosts(_ s: Snapshot, kinds: [(name: String, kind: String)], into r: PrometheusCollectorRegistry) {
+        var costs: [String: StrategyCostRow] = Dictionary(kinds.map { ($0.name, StrategyCostRow()) }, uniquingKeysWith: { a, _ in a })
+        for (raw, cost) in s.costs {
+            let strategy = Self.label(raw)
+            costs[strategy] = (costs[strategy] ?? StrategyCostRow()) + cost
+        }
+        r.counter("vigil_wakeups_total",
+                  help: "Wake scheduler timer expirations that fired a strategy's request, each counted once however many strategies shared it.")
+            .increment(by: Int64(clamping: s.machineWakeups))
+        if let expirations = s.timerExpirations {
+            r.counter("vigil_wake_timer_expirations_total",
+                      help: "Every timer expiration of the wake scheduler (its own statistics): strategies' wakes, heartbeats, and stale expirations of a timer re-armed meanwhile.")
+                .increment(by: Int64(expirations))
+        }
+        for (strategy, cost) in costs.sorted(by: { $0.key < $1.key }) {
+            let labels = [("strategy", strategy)]
+            r.counter("vigil_strategy_wakeups_total", labels: labels,
+                      help: "Wake scheduler timer expirations that fired the strategy's requests (a shared expiration counts for each strategy).")
+                .increment(by: Int64(clamping: cost.wakeups))
+            r.counter("vigil_strategy_system_wakes_total", labels: labels,
+                      help: "System resumes attributed to the strategy's wake_system alarms.")
+                .increment(by: Int64(clamping: cost.systemWakes))
+            r.counter("vigil_strategy_sleep_held_seconds_total", labels: labels,
+                      help: "Seconds the strategy's leases held sleep off (block inhibitors of sleep), active leases up to now.")
+                .increment(by: Double(cost.sleepHeldUsec) / 1e6)
+            r.counter("vigil_strategy_idle_held_seconds_total", labels: labels,
+                      help: "Seconds the strategy's leases held idle off (block inhibitors of idle), active leases up to now.")
+                .increment(by: Double(cost.idleHeldUsec) / 1e6)
+            r.counter("vigil_strategy_child_cpu_seconds_total", labels: labels,
+                      help: "User plus system CPU seconds of the strategy's commands and hooks, from their rusage.")
+                .increment(by: Double(cost.childCPUUsec) / 1e6)
+            for (direction, bytes) in [("sent", cost.bytesSent), ("received", cost.bytesReceived)] {
+                r.counter("vigil_strategy_network_bytes_total", labels: labels + [("direction", direction)],
+                          help: "Bytes the strategy's connections and downloads sent and received.")
+                    .increment(by: Int64(clamping: bytes))
+            }
+        }
     }
 
     /// Lease status keys that strategies publish (LeaseHandle.setStatus),

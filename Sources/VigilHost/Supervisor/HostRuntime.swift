@@ -40,6 +40,8 @@ public actor HostRuntime {
     public nonisolated let logSink: any LogSink
     /// The Prometheus metrics (docs/metrics.md).
     public nonisolated let metrics: HostMetrics
+    /// What each strategy has cost since this run started.
+    public nonisolated let costs: StrategyCosts
     /// The `[metrics] listen` endpoint, when configured.
     private var metricsListener: MetricsListener?
     private let readings: @Sendable () -> ClockReadings
@@ -124,11 +126,13 @@ public actor HostRuntime {
         self.inhibits = ForeignInhibits(registry: registry, settings: config.host.inhibits, grace: config.host.clientLeases.grace, logSink: logSink)
         let metrics = HostMetrics()
         self.metrics = metrics
+        let costs = StrategyCosts(clock: env.clock)
+        self.costs = costs
         let strategyBus = StrategyBusBridge(logSink: logSink)
         self.strategyBus = strategyBus
         var services = StrategyServices(
             registry: registry, scheduler: env.scheduler, clock: env.clock, logSink: logSink,
-            hooks: { name, log in HookRunner(strategy: name, log: log) },
+            hooks: { name, log in HookRunner(strategy: name, log: log, costs: costs) },
             events: { name in MetricsCountedEvents(
                 inner: StoreEvents(store: store, strategy: name, readings: env.readings, log: StrategyLogger(source: name, sink: logSink, metadata: ["strategy": .string(name)])),
                 metrics: metrics, strategy: name) }
@@ -136,6 +140,7 @@ public actor HostRuntime {
         services.store = { name in HostStrategyStore(store: store, strategy: name) }
         services.bus = { name in strategyBus.bus(for: name) }
         services.runEnded = { name in await strategyBus.runEnded(name) }
+        services.cost = { name in costs.recorder(for: name) }
         let conditions = ConditionMonitor(
             settings: ConditionMonitor.Settings(powerSupplyDir: config.host.powerSupplyDir, timeZone: env.timeZone, networkNamespace: env.networkNamespace),
             registry: registry, scheduler: env.scheduler, clock: env.clock, logSink: logSink)
@@ -161,6 +166,7 @@ public actor HostRuntime {
             log.warning("previous run \(run.runId) (pid \(run.pid)) had no clean end: \(run.endReason.rawValue); it was alive for \(run.alive.vigilDescription)")
         }
         let host = HostRuntime(config: config, env: env, store: store, began: began, runId: runId, startedWallMicros: startReadings.wallMicros)
+        await host.startCosts()
         await host.startMetrics(listener: listener)
         await host.startBackground()
         await host.followStrategyErrors()
@@ -180,6 +186,16 @@ public actor HostRuntime {
         let supervisor = self.supervisor
         await registry.observe(supervisor.errors)
         background.append(Task { await supervisor.followErrors() })
+    }
+
+    /// The cost counters follow the registry and the scheduler from before
+    /// any strategy starts.
+    private func startCosts() async {
+        let costs = self.costs
+        await registry.observe(costs)
+        if let scheduler = scheduler as? WakeScheduler {
+            await scheduler.observeExpirations { costs.timerExpired(firing: $0) }
+        }
     }
 
     private func startMetrics(listener: MetricsListener?) async {
@@ -242,7 +258,7 @@ public actor HostRuntime {
                 let outage = await store.unwritableState
                 do {
                     let now = readings()
-                    try await store.heartbeat(now, leases: leases)
+                    try await store.heartbeat(now, leases: leases, costs: self.costs.all())
                     // The sequence, not the slot k: slots skip across a suspend.
                     let seq = await store.lastSequence ?? 0
                     log.debug("heartbeat \(seq) written (\(leases.count) active lease\(leases.count == 1 ? "" : "s"))")
@@ -316,7 +332,7 @@ public actor HostRuntime {
     private func startResumeWatch(startBoottimeMicros: Int64) {
         let log = StrategyLogger(source: "vigild", sink: logSink)
         let recorder = ResumeRecorder(
-            store: store, scheduler: scheduler as? WakeScheduler, runStartBoottimeMicros: startBoottimeMicros, log: log)
+            store: store, scheduler: scheduler as? WakeScheduler, runStartBoottimeMicros: startBoottimeMicros, log: log, costs: costs)
         do {
             resumeWatcher = try ResumeWatcher(readings: readings) { [registry] resume, slept in
                 await registry.systemResumed()
@@ -427,7 +443,7 @@ public actor HostRuntime {
         if dropped > 0 {
             try? await store.recordEvent("log-lines-dropped", strategy: nil, fields: ["count": String(dropped)], readings: readings())
         }
-        do { try await store.endRun(reason: reason, readings: readings()) } catch {
+        do { try await store.endRun(reason: reason, readings: readings(), costs: costs.all()) } catch {
             log.error("cannot record the end of run \(runId): \(error)")
         }
         // The last textfile says the run stopped.

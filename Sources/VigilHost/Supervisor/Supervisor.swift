@@ -71,6 +71,8 @@ public struct StrategyServices: Sendable {
     public var store: @Sendable (_ strategy: String) -> any StrategyStore = { _ in MemoryStrategyStore() }
     /// Builds the D-Bus face of a strategy.
     public var bus: @Sendable (_ strategy: String) -> any StrategyBus = { name in DetachedStrategyBus(objectPath: HostBusNames.strategyPath(name)) }
+    /// Where a strategy reports its network bytes (StrategyContext.cost).
+    public var cost: @Sendable (_ strategy: String) -> any CostRecording = { _ in UncountedCost() }
     /// Called each time a run of a strategy ends (to take down what it exported).
     public var runEnded: @Sendable (_ strategy: String) async -> Void = { _ in }
     /// Tells whether strategies' `when` conditions hold (nil: no strategy
@@ -180,7 +182,7 @@ public actor Supervisor {
             leases: StrategyLeases(registry: services.registry, strategy: s.name) { [errors] in errors.leaseTaken(by: s.name) },
             scheduler: services.scheduler, hooks: services.hooks(s.name, log),
             clock: services.clock, events: services.events(s.name),
-            store: services.store(s.name), bus: services.bus(s.name)
+            store: services.store(s.name), bus: services.bus(s.name), cost: services.cost(s.name)
         )
         guard let conditions = s.conditions, let monitor = services.conditions else {
             await runWithRestarts(s, context: context, log: log)

@@ -1,4 +1,5 @@
 import GRDB
+import VigilKit
 
 // One record type per table of the survival store (see SurvivalSchema).
 // Times are microseconds: wall since the Unix epoch, mono and boot since
@@ -117,6 +118,42 @@ struct LeaseSpanRecord: Codable, FetchableRecord, PersistableRecord, Sendable, H
     var strategy: String
     var holds: String
     var state: String
+}
+
+/// A row of `strategyCost`: what one strategy cost in one run, as of the
+/// run's last heartbeat (the figures are the run's counters, replaced at
+/// each heartbeat). Integers are signed in SQLite: the figures are clamped.
+struct StrategyCostRecord: Codable, FetchableRecord, PersistableRecord, Sendable, Hashable {
+    static let databaseTableName = "strategyCost"
+
+    var runId: Int64
+    var strategy: String
+    var wakeups: Int64 = 0
+    var systemWakes: Int64 = 0
+    var sleepHeldMicros: Int64 = 0
+    var idleHeldMicros: Int64 = 0
+    var childCPUMicros: Int64 = 0
+    var bytesSent: Int64 = 0
+    var bytesReceived: Int64 = 0
+
+    /// Each column and the row's field it keeps, once for both directions.
+    private static let columns: [(column: any WritableKeyPath<Self, Int64> & Sendable, field: any WritableKeyPath<StrategyCostRow, UInt64> & Sendable)] = [
+        (\.wakeups, \.wakeups), (\.systemWakes, \.systemWakes), (\.sleepHeldMicros, \.sleepHeldUsec),
+        (\.idleHeldMicros, \.idleHeldUsec), (\.childCPUMicros, \.childCPUUsec), (\.bytesSent, \.bytesSent),
+        (\.bytesReceived, \.bytesReceived),
+    ]
+
+    init(runId: Int64, strategy: String, cost: StrategyCostRow) {
+        self.runId = runId
+        self.strategy = strategy
+        for (column, field) in Self.columns { self[keyPath: column] = Int64(clamping: cost[keyPath: field]) }
+    }
+
+    var cost: StrategyCostRow {
+        var row = StrategyCostRow()
+        for (column, field) in Self.columns { row[keyPath: field] = UInt64(clamping: self[keyPath: column]) }
+        return row
+    }
 }
 
 /// A row of `event`: something the host recorded, after heartbeat `seq`.

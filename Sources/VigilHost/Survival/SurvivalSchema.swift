@@ -16,6 +16,8 @@ import GRDB
 ///   consecutive heartbeats (firstSeq...lastSeq) with an unchanged state, so a
 ///   lease held for a month costs one row, not 43,200 copies.
 /// - `event`: events the host records (lease expired, strategy failed, ...).
+/// - `strategyCost`: (run, strategy) → what the strategy cost in that run,
+///   as of the run's last heartbeat (`v4-strategyCost`).
 enum SurvivalSchema {
     /// `PRAGMA application_id` of a Vigil survival store ("Vigl"): tells our
     /// file apart from any other SQLite database.
@@ -125,6 +127,28 @@ enum SurvivalSchema {
             try db.execute(sql: "INSERT INTO gap_v3 SELECT runId, seq, kind, startWall, startOffsetMicros, durationMicros FROM gap")
             try db.execute(sql: "DROP TABLE gap")
             try db.execute(sql: "ALTER TABLE gap_v3 RENAME TO gap")
+        }
+        // What each strategy cost in each run (StrategyCostRow), the
+        // counters as of the run's last heartbeat. Stores made before have
+        // no costs for their older runs: reports show those runs without.
+        migrator.registerMigration("v4-strategyCost") { db in
+            try db.execute(sql: """
+                CREATE TABLE strategyCost (
+                    runId INTEGER NOT NULL REFERENCES run(id) ON DELETE CASCADE,
+                    strategy TEXT NOT NULL,
+                    wakeups INTEGER NOT NULL CHECK (wakeups >= 0),
+                    systemWakes INTEGER NOT NULL CHECK (systemWakes >= 0),
+                    sleepHeldMicros INTEGER NOT NULL CHECK (sleepHeldMicros >= 0),
+                    idleHeldMicros INTEGER NOT NULL CHECK (idleHeldMicros >= 0),
+                    childCPUMicros INTEGER NOT NULL CHECK (childCPUMicros >= 0),
+                    bytesSent INTEGER NOT NULL CHECK (bytesSent >= 0),
+                    bytesReceived INTEGER NOT NULL CHECK (bytesReceived >= 0),
+                    PRIMARY KEY (runId, strategy)
+                ) WITHOUT ROWID
+                """)
+            // Runs recorded before this migration kept no costs; later ones do.
+            try db.execute(sql: "ALTER TABLE run ADD COLUMN costsRecorded INTEGER NOT NULL DEFAULT 1 CHECK (costsRecorded IN (0, 1))")
+            try db.execute(sql: "UPDATE run SET costsRecorded = 0")
         }
         return migrator
     }

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import VigilKit
 
 /// How a run ended. `running` means no end has been recorded yet.
 public enum RunEndReason: String, Codable, Sendable, CaseIterable {
@@ -75,10 +76,14 @@ public struct HeartbeatLease: Sendable, Hashable, Codable {
 public struct HeartbeatSample: Sendable, Hashable {
     public var readings: ClockReadings
     public var leases: [HeartbeatLease]
+    /// Each strategy's cost so far in this run (``StrategyCosts``); the
+    /// run's `strategyCost` rows take these figures (empty: unchanged).
+    public var costs: [String: StrategyCostRow]
 
-    public init(readings: ClockReadings, leases: [HeartbeatLease] = []) {
+    public init(readings: ClockReadings, leases: [HeartbeatLease] = [], costs: [String: StrategyCostRow] = [:]) {
         self.readings = readings
         self.leases = leases
+        self.costs = costs
     }
 }
 
@@ -153,6 +158,9 @@ public actor SurvivalStore {
         var last: ClockReadings
         /// Lease spans that include heartbeat `lastSeq`, by lease id.
         var openSpans: [UInt64: OpenSpan]
+        /// The `strategyCost` rows as last written: a heartbeat rewrites
+        /// only the strategies whose figures moved.
+        var writtenCosts: [String: StrategyCostRow] = [:]
     }
 
     private struct OpenSpan {
@@ -244,8 +252,8 @@ public actor SurvivalStore {
     }
 
     /// Writes one heartbeat of the active run with the leases active now.
-    public func heartbeat(_ readings: ClockReadings, leases: [HeartbeatLease]) throws {
-        try appendHeartbeats([HeartbeatSample(readings: readings, leases: leases)])
+    public func heartbeat(_ readings: ClockReadings, leases: [HeartbeatLease], costs: [String: StrategyCostRow] = [:]) throws {
+        try appendHeartbeats([HeartbeatSample(readings: readings, leases: leases, costs: costs)])
     }
 
     /// Writes several heartbeats in one transaction, exactly as that many
@@ -376,7 +384,7 @@ public actor SurvivalStore {
     }
 
     /// Ends the active run: writes a final heartbeat (no leases) and the end.
-    public func endRun(reason: RunEndReason, readings: ClockReadings) throws {
+    public func endRun(reason: RunEndReason, readings: ClockReadings, costs: [String: StrategyCostRow] = [:]) throws {
         guard var run = active else {
             throw SurvivalStoreError(.noActiveRun, path: path, "endRun(\(reason.rawValue)) with no run begun")
         }
@@ -387,7 +395,7 @@ public actor SurvivalStore {
         let wasUnwritable = (unwritable?.failedHeartbeats ?? 0) > 0
         do {
             try database.write { db in
-                try Self.writeHeartbeat(HeartbeatSample(readings: readings), run: &run, unwritable: wasUnwritable, db)
+                try Self.writeHeartbeat(HeartbeatSample(readings: readings, costs: costs), run: &run, unwritable: wasUnwritable, db)
                 try db.cachedStatement(sql: "UPDATE run SET endReason = ?, endWall = ? WHERE id = ?")
                     .execute(arguments: [reason.rawValue, readings.wallMicros, run.key])
             }
@@ -466,6 +474,10 @@ public actor SurvivalStore {
             }
         }
         run.openSpans = open
+        for (strategy, cost) in sample.costs where run.writtenCosts[strategy] != cost {
+            try StrategyCostRecord(runId: run.key, strategy: bounded(strategy), cost: cost).insert(db, onConflict: .replace)
+            run.writtenCosts[strategy] = cost
+        }
         run.lastSeq = seq
         run.last = readings
     }

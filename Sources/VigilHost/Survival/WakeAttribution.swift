@@ -200,8 +200,12 @@ actor ResumeRecorder {
     private let runStartBoottimeMicros: Int64
     private let log: StrategyLogger
     private var kernel: KernelWakeSources
+    /// Counts a wake by a strategy's alarm as that strategy's system wake.
+    private let costs: StrategyCosts?
 
-    init(store: SurvivalStore, scheduler: WakeScheduler?, runStartBoottimeMicros: Int64, log: StrategyLogger, sysfsRoot: String = "/sys") {
+    init(store: SurvivalStore, scheduler: WakeScheduler?, runStartBoottimeMicros: Int64, log: StrategyLogger,
+         costs: StrategyCosts? = nil, sysfsRoot: String = "/sys") {
+        self.costs = costs
         self.store = store
         self.scheduler = scheduler
         self.runStartBoottimeMicros = runStartBoottimeMicros
@@ -216,6 +220,7 @@ actor ResumeRecorder {
             resume: readings, runStartBoottimeMicros: runStartBoottimeMicros, suspendedMicros: suspendedMicros,
             alarms: alarms, kernelSource: kernel.describeWake())
         log.notice("system resumed after \(SurvivalReportFormat.duration(suspendedMicros)) suspended: \(SurvivalReportFormat.wakeCause(wake))")
+        if wake.cause == .vigilAlarm, let strategy = wake.alarmStrategy { costs?.systemWake(by: strategy) }
         do {
             try await store.recordEvent(SystemWake.eventName, strategy: nil, fields: wake.fields, readings: readings)
         } catch {

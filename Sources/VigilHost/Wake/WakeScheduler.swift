@@ -92,6 +92,17 @@ public actor WakeScheduler: WakeScheduling {
         latenessObserver = body
     }
 
+    /// Sees, at each timer expiration, the strategies whose requests it
+    /// fired (the cost counters).
+    private var expirationObserver: (@Sendable (Set<String>) -> Void)?
+
+    /// Calls `body` at every timer expiration from now on with the
+    /// strategies (``WakeOwner``) whose requests it fired, each once however
+    /// many of its requests fired; on the scheduler, quick, no call back.
+    public func observeExpirations(_ body: @escaping @Sendable (Set<String>) -> Void) {
+        expirationObserver = body
+    }
+
     /// - Parameters:
     ///   - clock: the host clock; its `now` is the timeline timers are armed on,
     ///     its `wallMicroseconds` places alignment slots.
@@ -219,9 +230,11 @@ public actor WakeScheduler: WakeScheduling {
         } else {
             if let armed = armedOrdinary, armed <= now { armedOrdinary = nil }
         }
+        var owners: Set<String> = []
         while let target = firstPreferred(), target <= now {
-            fireBatch(at: target, now: now, onAlarm: onAlarm)
+            fireBatch(at: target, now: now, onAlarm: onAlarm, owners: &owners)
         }
+        expirationObserver?(owners)
         rearm()
     }
 
@@ -240,7 +253,8 @@ public actor WakeScheduler: WakeScheduling {
     }
 
     /// Fires every pending request with `earliest <= target`.
-    private func fireBatch(at target: VigilInstant, now: VigilInstant, onAlarm: Bool) {
+    /// Adds the strategies whose requests fired to `owners`.
+    private func fireBatch(at target: VigilInstant, now: VigilInstant, onAlarm: Bool, owners: inout Set<String>) {
         // Resumed in order of earliest time (ties: order of request), not in
         // a dictionary's hash order: in a large batch the last resumed runs
         // hundreds of milliseconds after the first, and a periodic requester
@@ -265,6 +279,11 @@ public actor WakeScheduler: WakeScheduling {
             if firedAlarms.count > Self.firedAlarmMemory { firedAlarms.removeFirst(firedAlarms.count - Self.firedAlarmMemory) }
         }
         latenessObserver?(firing.lateness)
+        if expirationObserver != nil {
+            for entry in due {
+                if let strategy = entry.request.forStrategy ?? entry.owner?.strategy { owners.insert(strategy) }
+            }
+        }
         for entry in due { entry.continuation.resume(returning: firing) }
     }
 

@@ -192,7 +192,11 @@ public enum VigilAPI {
             APIProperty("LastErrorAt", "t", emitsChange: .true),
             APIProperty("WaitingFor", "s", emitsChange: .true),
             APIProperty("Config", "a{sv}", emitsChange: .const),
-        ]
+        ] + StrategyCostRow.fields.map {
+            // Counters read when asked: a signal per change would wake the
+            // bus for every wake, lease end and command (docs/dbus-api.md).
+            APIProperty($0.name, $0.signature, emitsChange: .false)
+        }
     )
 
     public static let lease = APIInterface(

@@ -216,6 +216,52 @@ public struct RunRow: APIRow {
     ]
 }
 
+/// What a strategy cost: the cost properties of its
+/// `org.vigil.Vigil1.Strategy` object (counters since vigild started), and
+/// per run in the survival store (`vigilctl cost`). The fields are the
+/// property names; docs/metrics.md#what-each-strategy-costs says how each
+/// is counted.
+public struct StrategyCostRow: APIRow, Hashable {
+    /// Timer expirations of the wake scheduler that fired at least one of
+    /// the strategy's requests. An expiration several strategies share
+    /// counts once for each of them (and once for the machine).
+    public var wakeups: UInt64 = 0
+    /// System resumes attributed to the strategy's `wake_system` alarms.
+    public var systemWakes: UInt64 = 0
+    /// Microseconds its leases held sleep off (leases asking for `sleep`).
+    public var sleepHeldUsec: UInt64 = 0
+    /// Microseconds its leases held idle off (leases asking for `idle`).
+    public var idleHeldUsec: UInt64 = 0
+    /// User plus system CPU time of its commands and hooks, from their rusage.
+    public var childCPUUsec: UInt64 = 0
+    /// Bytes its connections and downloads sent and received.
+    public var bytesSent: UInt64 = 0
+    public var bytesReceived: UInt64 = 0
+
+    public init() {}
+
+    public init(wakeups: UInt64 = 0, systemWakes: UInt64 = 0, sleepHeldUsec: UInt64 = 0, idleHeldUsec: UInt64 = 0,
+                childCPUUsec: UInt64 = 0, bytesSent: UInt64 = 0, bytesReceived: UInt64 = 0) {
+        (self.wakeups, self.systemWakes, self.sleepHeldUsec, self.idleHeldUsec) = (wakeups, systemWakes, sleepHeldUsec, idleHeldUsec)
+        (self.childCPUUsec, self.bytesSent, self.bytesReceived) = (childCPUUsec, bytesSent, bytesReceived)
+    }
+
+    public static let fields: [APIField<StrategyCostRow>] = [
+        APIField("Wakeups", \.wakeups), APIField("SystemWakes", \.systemWakes),
+        APIField("SleepHeldUsec", \.sleepHeldUsec), APIField("IdleHeldUsec", \.idleHeldUsec),
+        APIField("ChildCPUUsec", \.childCPUUsec), APIField("BytesSent", \.bytesSent), APIField("BytesReceived", \.bytesReceived),
+    ]
+
+    /// Field by field sum (a strategy's cost over several runs).
+    public static func + (a: StrategyCostRow, b: StrategyCostRow) -> StrategyCostRow {
+        StrategyCostRow(
+            wakeups: a.wakeups &+ b.wakeups, systemWakes: a.systemWakes &+ b.systemWakes,
+            sleepHeldUsec: a.sleepHeldUsec &+ b.sleepHeldUsec, idleHeldUsec: a.idleHeldUsec &+ b.idleHeldUsec,
+            childCPUUsec: a.childCPUUsec &+ b.childCPUUsec, bytesSent: a.bytesSent &+ b.bytesSent,
+            bytesReceived: a.bytesReceived &+ b.bytesReceived)
+    }
+}
+
 /// The properties of a `org.vigil.Vigil1.Download` object (a download of a
 /// download-session strategy); the fields are the property names.
 public struct DownloadRow: APIRow {

@@ -47,11 +47,15 @@ public struct HookResult: Sendable, Hashable {
     /// Combined stdout and stderr, capped in size (the cap is noted in the text).
     public var output: String
     public var duration: Duration
+    /// User plus system CPU time of the process and the children it waited
+    /// for, from its rusage (`wait4`); zero when it did not start.
+    public var cpuTime: Duration
 
-    public init(exit: HookExit, output: String, duration: Duration) {
+    public init(exit: HookExit, output: String, duration: Duration, cpuTime: Duration = .zero) {
         self.exit = exit
         self.output = output
         self.duration = duration
+        self.cpuTime = cpuTime
     }
 }
 

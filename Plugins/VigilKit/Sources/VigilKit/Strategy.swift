@@ -56,13 +56,18 @@ public struct StrategyContext: Sendable {
     public let store: any StrategyStore
     /// Methods and objects the strategy offers on D-Bus.
     public let bus: any StrategyBus
+    /// What the strategy costs that the host cannot see by itself: the
+    /// bytes its own connections and transfers move. (Wakes, held time and
+    /// the CPU of commands run through ``hooks`` the host counts itself.)
+    public let cost: any CostRecording
 
     public init(
         name: String, kind: String, log: StrategyLogger, leases: any LeaseProvider,
         scheduler: any WakeScheduling, hooks: any HookRunning, clock: any VigilClock,
         events: any EventRecording, store: any StrategyStore = MemoryStrategyStore(),
-        bus: any StrategyBus = DetachedStrategyBus()
+        bus: any StrategyBus = DetachedStrategyBus(), cost: any CostRecording = UncountedCost()
     ) {
+        self.cost = cost
         self.name = name
         self.kind = kind
         self.log = log
@@ -74,6 +79,20 @@ public struct StrategyContext: Sendable {
         self.store = store
         self.bus = bus
     }
+}
+
+/// Where a strategy reports the bytes it moves on the network (its
+/// `BytesSent` and `BytesReceived` on D-Bus, docs/metrics.md). Synchronous
+/// and cheap: call it from a socket's event loop as bytes go, never on a
+/// timer of its own.
+public protocol CostRecording: Sendable {
+    func networkBytes(sent: UInt64, received: UInt64)
+}
+
+/// Counts nothing (tests, and strategies run outside a host).
+public struct UncountedCost: CostRecording {
+    public init() {}
+    public func networkBytes(sent: UInt64, received: UInt64) {}
 }
 
 /// Where strategies record notable events. The host stores them in the

@@ -14,13 +14,21 @@ public struct WakeRequest: Sendable, Hashable {
     public var wakeSystem: Bool
     /// For logs: who asked.
     public var label: String
+    /// The strategy instance this wake is for, when it is asked outside
+    /// that instance's own run (a detached task of a schedule several
+    /// instances share): the host counts the wakeup as that instance's
+    /// (its `Wakeups`). Nil: the instance whose run asks, which the host
+    /// knows by itself.
+    public var forStrategy: String?
 
-    public init(earliest: VigilInstant, latest: VigilInstant, align: Duration? = nil, wakeSystem: Bool = false, label: String) {
+    public init(earliest: VigilInstant, latest: VigilInstant, align: Duration? = nil, wakeSystem: Bool = false, label: String,
+                forStrategy: String? = nil) {
         self.earliest = earliest
         self.latest = max(earliest, latest)
         self.align = align
         self.wakeSystem = wakeSystem
         self.label = label
+        self.forStrategy = forStrategy
     }
 }
 
