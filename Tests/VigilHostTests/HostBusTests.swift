@@ -82,7 +82,7 @@ private func paths(_ value: DBusValue?) -> [String] {
             """, file])
         #expect(parsed.status == 0, "\(parsed.stderr)")
         #expect(parsed.stdout.contains("org.vigil.Vigil1.Host 5 6 14\n"))
-        #expect(parsed.stdout.contains("org.vigil.Vigil1.Strategy 0 0 8\n"))
+        #expect(parsed.stdout.contains("org.vigil.Vigil1.Strategy 0 0 15\n"))
         #expect(parsed.stdout.contains("org.vigil.Vigil1.Lease 0 0 10\n"))
         #expect(parsed.stdout.contains("org.vigil.Vigil1.ClientLease 2 2 4\n"))
         #expect(parsed.stdout.contains("org.freedesktop.DBus.ObjectManager 1 2 0\n"))
