@@ -20,8 +20,10 @@ public func fuzzSIP(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         let response = SIPMessage(head: head)
         _ = registration.answers(response)
         _ = (response.statusCode, response.reason, response.header("min-expires"))
-        let granted = registration.granted(by: response)
-        _ = renewalDelay(for: granted.expires)
+        // A reply that lists no binding of ours is refused with an error.
+        if let granted = try? registration.granted(by: response) {
+            _ = renewalDelay(for: granted.expires)
+        }
         if registration.take(challengeOf: response, hasPassword: true) {
             _ = registration.request(local: "127.0.0.1:5060", password: "secret")
         }
