@@ -124,10 +124,22 @@ struct WaitingStrategy: KeepAliveStrategy {
         let supervisor = makeSupervisor(clock, registry, backoff: backoff)
         let attempts = Counter(), log = OrderLog()
         await supervisor.start([SupervisedStrategy(name: "flaky", kind: "test", strategy: FailingStrategy(failures: 6, attempts: attempts, log: log))])
-        await clock.advance(by: .seconds(400))
+        // Each failed attempt's restart waits on the clock: move it to that
+        // deadline once the wait is registered (a slow machine, or TSan, may
+        // register it after a fixed number of yields), so each start's time
+        // is its delay's end exactly.
+        let started = clock.now
+        for attempt in 1...6 {
+            try await eventually("attempt \(attempt) failed and its restart waits on the clock") {
+                log.all.count >= attempt && clock.nextDeadline != nil
+            }
+            if let deadline = clock.nextDeadline { await clock.advance(to: deadline) }
+        }
+        try await eventually("the seventh attempt started") { log.all.count >= 7 }
         let starts = log.all.compactMap { Int64($0) }
-        // 8 + 16 + 32 + 60 + 60 + 60 s at most: all seven attempts fit in 400 s.
+        // 8 + 16 + 32 + 60 + 60 + 60 s at most: all seven attempts within 236 s.
         #expect(starts.count == 7)
+        #expect(clock.now - started <= .seconds(236))
         for (i, (a, b)) in zip(starts, starts.dropFirst()).enumerated() {
             let delay = Duration.nanoseconds(b - a)
             #expect(delay <= backoff.ceiling(attempt: i), "delay \(delay) after failure \(i + 1) exceeds \(backoff.ceiling(attempt: i))")
