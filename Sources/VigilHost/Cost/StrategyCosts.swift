@@ -1,4 +1,3 @@
-import Synchronization
 import VigilKit
 
 /// What each strategy has cost since vigild started: wakeups, system wakes,
