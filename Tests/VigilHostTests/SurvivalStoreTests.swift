@@ -272,6 +272,34 @@ struct SurvivalStoreTests {
         #expect(error?.description.contains("corrupt") == true)
     }
 
+    /// A damaged file can hold NULLs where the schema forbids them (the
+    /// fuzzer found one: a heartbeat whose runId read back NULL). Every reader
+    /// must end in an error, not a trap in GRDB's non-throwing subscript.
+    @Test func nullsWhereTheSchemaForbidsThemAreErrorsNotCrashes() async throws {
+        let dir = try SurvivalTempDir()
+        var clocks = FakeClocks()
+        do {
+            let store = try SurvivalStore(path: dir.store)
+            _ = try await store.beginRun(runStart("nulls", at: clocks.readings))
+            try await store.appendHeartbeats((0..<5).map { _ in HeartbeatSample(readings: clocks.awake(60)) })
+            try await store.endRun(reason: .stopped, readings: clocks.awake(1))
+        }
+        // Rewrite the table's schema without its NOT NULLs, as damage could.
+        try SurvivalStoreInspector.execute(path: dir.store, sql: """
+            PRAGMA writable_schema = ON;
+            UPDATE sqlite_schema SET sql = replace(sql, 'NOT NULL', '') WHERE name = 'heartbeat';
+            PRAGMA writable_schema = OFF;
+            """)
+        try SurvivalStoreInspector.execute(path: dir.store, sql: "UPDATE heartbeat SET wall = NULL, mono = NULL WHERE seq = 2")
+        #expect(try SurvivalStoreInspector.strings(path: dir.store, sql: "SELECT mono FROM heartbeat WHERE seq = 2") == ["NULL"])
+        let error = #expect(throws: SurvivalStoreError.self) { try SurvivalReport.heartbeats(path: dir.store, runId: "nulls") }
+        #expect(error?.description.contains("reading run nulls") == true)
+        #expect(error?.description.contains("NULL") == true)
+        // The recount's window functions and the picture meet the same rows.
+        _ = try? SurvivalReport.recount(path: dir.store)
+        _ = try? SurvivalPicture.load(path: dir.store, runs: nil, sinceWallMicros: nil)
+    }
+
     @Test func storeFromANewerVigilIsNotWritten() throws {
         let dir = try SurvivalTempDir()
         _ = try SurvivalStore(path: dir.store)

@@ -22,16 +22,16 @@ extension SurvivalStore {
         return try database.read { db in
             var totals = SurvivalTotals()
             for row in try Row.fetchAll(db, sql: "SELECT endReason, COUNT(*) FROM run GROUP BY endReason") {
-                if let reason = RunEndReason(rawValue: row[0]) { totals.runs[reason] = row[1] }
+                if let reason = RunEndReason(rawValue: try row.decode(atIndex: 0)) { totals.runs[reason] = try row.decode(atIndex: 1) }
             }
             if let row = try Row.fetchOne(db, sql: """
                 SELECT COALESCE(SUM(suspendCount), 0), COALESCE(SUM(suspendedMicros), 0),
                        COALESCE(SUM(stallCount), 0), COALESCE(SUM(stalledMicros), 0) FROM run
                 """) {
-                totals.suspends = row[0]
-                totals.suspendedMicros = row[1]
-                totals.stalls = row[2]
-                totals.stalledMicros = row[3]
+                totals.suspends = try row.decode(atIndex: 0)
+                totals.suspendedMicros = try row.decode(atIndex: 1)
+                totals.stalls = try row.decode(atIndex: 2)
+                totals.stalledMicros = try row.decode(atIndex: 3)
             }
             if let runId {
                 totals.lastHeartbeatWallMicros = try Int64.fetchOne(db, sql: "SELECT lastWall FROM run WHERE uuid = ?", arguments: [runId])

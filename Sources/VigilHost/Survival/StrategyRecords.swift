@@ -57,8 +57,8 @@ extension SurvivalStore {
             return try database.read { db in
                 var out: [String: [UInt8]] = [:]
                 for row in try Row.fetchAll(db, sql: "SELECT key, value FROM strategyRecord WHERE strategy = ?", arguments: [strategy]) {
-                    let key: String = row["key"]
-                    let value: Data = row["value"]
+                    let key: String = try row.decode(forColumn: "key")
+                    let value: Data = try row.decode(forColumn: "value")
                     out[key] = [UInt8](value)
                 }
                 return out

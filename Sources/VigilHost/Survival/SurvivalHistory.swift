@@ -94,7 +94,7 @@ enum SurvivalStoreInspector {
         defer { try? queue.close() }
         return try queue.read { db in
             try Row.fetchAll(db, sql: sql).map { row in
-                let value: DatabaseValue = row[0]
+                let value: DatabaseValue = try row.decode(atIndex: 0)
                 return value.isNull ? "NULL" : (String.fromDatabaseValue(value) ?? value.description)
             }
         }
@@ -152,11 +152,13 @@ extension SurvivalReport {
                     FROM d JOIN run r ON r.id = d.runId
                     GROUP BY d.runId ORDER BY d.runId DESC
                     """)
-                return rows.map { row in
-                    RunRecount(
-                        runId: row["runId"], heartbeats: row["heartbeats"], aliveMicros: row["aliveMicros"],
-                        awakeMicros: row["awakeMicros"], suspends: row["suspends"], suspendedMicros: row["suspendedMicros"],
-                        stalls: row["stalls"], stalledMicros: row["stalledMicros"], longestStallMicros: row["longestStallMicros"])
+                return try rows.map { row in
+                    try RunRecount(
+                        runId: row.decode(forColumn: "runId"), heartbeats: row.decode(forColumn: "heartbeats"),
+                        aliveMicros: row.decode(forColumn: "aliveMicros"), awakeMicros: row.decode(forColumn: "awakeMicros"),
+                        suspends: row.decode(forColumn: "suspends"), suspendedMicros: row.decode(forColumn: "suspendedMicros"),
+                        stalls: row.decode(forColumn: "stalls"), stalledMicros: row.decode(forColumn: "stalledMicros"),
+                        longestStallMicros: row.decode(forColumn: "longestStallMicros"))
                 }
             }
         } catch {

@@ -75,9 +75,10 @@ public struct SurvivalPicture: Sendable, Hashable {
             """, arguments: [runKey])
         var merged: [String: (holds: Set<String>, ranges: [ClosedRange<Int64>])] = [:]
         while let row = try rows.next() {
-            let strategy: String = row[0]
-            let holds: String = row[1]
-            let range: ClosedRange<Int64> = (row[2] as Int64)...max(row[2] as Int64, row[3] as Int64)
+            let strategy: String = try row.decode(atIndex: 0)
+            let holds: String = try row.decode(atIndex: 1)
+            let first: Int64 = try row.decode(atIndex: 2)
+            let range: ClosedRange<Int64> = first...max(first, try row.decode(atIndex: 3))
             var entry = merged[strategy] ?? (holds: [], ranges: [])
             entry.holds.insert(holds)
             if let last = entry.ranges.last, range.lowerBound <= last.upperBound + 1 {

@@ -63,12 +63,14 @@ struct HeartbeatRecord: FetchableRecord, PersistableRecord, Sendable, Hashable {
         self.boot = readings.boottimeMicros
     }
 
-    init(row: Row) {
-        runId = row["runId"]
-        seq = row["seq"]
-        wall = row["wall"]
-        mono = row["mono"]
-        boot = row["boot"]
+    /// Throws on a damaged row (a NULL or mistyped column) instead of
+    /// trapping, as GRDB's subscript would: the file may not be ours.
+    init(row: Row) throws {
+        runId = try row.decode(forColumn: "runId")
+        seq = try row.decode(forColumn: "seq")
+        wall = try row.decode(forColumn: "wall")
+        mono = try row.decode(forColumn: "mono")
+        boot = try row.decode(forColumn: "boot")
     }
 
     func encode(to container: inout PersistenceContainer) {
