@@ -10,7 +10,6 @@ let package = Package(
     products: [
         .executable(name: "vigild", targets: ["vigild"]),
         .executable(name: "vigilctl", targets: ["vigilctl"]),
-        .executable(name: "vigil-bench", targets: ["vigil-bench"]),
         // Built-in strategies: one dynamic library per kind, named
         // libvigil-<kind>.so so the host finds a kind's plugin by file name
         // without loading anything else.
@@ -22,6 +21,11 @@ let package = Package(
         // The host's modules for the fuzzers (Fuzz/, a package of its own so a
         // plain build never builds them); not an API for anyone else.
         .library(name: "VigilHostModules", targets: ["VigilHost", "VigilDBus"]),
+        // What vigil-bench (Benchmarks/, a package of its own) needs besides
+        // those: the test helpers (private buses, stand-ins, servers) and
+        // voip-socket's C sockets and TLS for its bare reference loop. Not an
+        // API for anyone else either.
+        .library(name: "VigilBenchmarkModules", targets: ["VigilTestSupport", "CVoipSocket", "CVoipTLS"]),
     ],
     dependencies: [
         .package(path: "Plugins/VigilKit"),
@@ -39,8 +43,6 @@ let package = Package(
         .target(name: "CVoipSocket", path: "Sources/CVoipSocket"),
         // netlink, eventfd, setns and the proc connector for `when` conditions.
         .target(name: "CConditions", path: "Sources/CConditions"),
-        // dl_iterate_phdr + madvise: drop start-up-only code pages once idle.
-        .target(name: "CStartupPages", path: "Sources/CStartupPages"),
         // OpenSSL (libssl-dev) for voip-socket's TLS and SIP digest.
         .target(name: "CVoipTLS", path: "Sources/CVoipTLS", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
         .systemLibrary(
@@ -50,8 +52,6 @@ let package = Package(
             providers: [.apt(["libdbus-1-dev"])]
         ),
         .target(name: "CDBusShim", dependencies: ["CDBus"], path: "Sources/CDBusShim"),
-        // vigil-bench's floor for BeginBackgroundTask+End: the API's messages from a minimal C server.
-        .target(name: "CLeaseFloor", dependencies: ["CDBus"], path: "Sources/CLeaseFloor"),
         .target(
             name: "VigilDBus",
             // VigilKit for ClientText: the one way an error quotes a client's text.
@@ -62,11 +62,13 @@ let package = Package(
             name: "VigilHost",
             dependencies: [
                 .product(name: "VigilKit", package: "VigilKit"),
+                // For ManualClock only: shutdown lets a test clock's woken
+                // tasks finish (HostRuntime.settleIfManual).
+                .product(name: "VigilKitTesting", package: "VigilKit"),
                 "CTimer",
                 "CFDWatch",
                 "CExecutor",
                 "CConditions",
-                "CStartupPages",
                 "VigilDBus",
                 .product(name: "TOMLKit", package: "TOMLKit"),
                 .product(name: "GRDB", package: "GRDB.swift"),
@@ -82,11 +84,6 @@ let package = Package(
         .executableTarget(
             name: "vigilctl",
             dependencies: ["VigilHost", .product(name: "ArgumentParser", package: "swift-argument-parser"), .product(name: "VigilKit", package: "VigilKit")],
-            swiftSettings: strict
-        ),
-        .executableTarget(
-            name: "vigil-bench",
-            dependencies: ["VigilHost", "VigilDBus", "VigilTestSupport", "CVoipSocket", "CVoipTLS", "CLeaseFloor", .product(name: "VigilKit", package: "VigilKit")],
             swiftSettings: strict
         ),
         .target(
@@ -142,23 +139,23 @@ let package = Package(
         // Shared test helpers (a private dbus-daemon), used by the test targets.
         .target(
             name: "VigilTestSupport",
-            dependencies: ["VigilDBus", "CTestExecutor"],
+            dependencies: ["VigilDBus", "CTestExecutor", .product(name: "VigilKitTesting", package: "VigilKit")],
             path: "Tests/TestSupport",
             swiftSettings: strict
         ),
         .testTarget(
             name: "VigilHostTests",
-            dependencies: ["VigilHost", "VigilDBus", "VigilTestSupport", "CExecutor", "CTestExecutor", .product(name: "VigilKit", package: "VigilKit")],
+            dependencies: ["VigilHost", "VigilDBus", "VigilTestSupport", "CExecutor", "CTestExecutor", .product(name: "VigilKit", package: "VigilKit"), .product(name: "VigilKitTesting", package: "VigilKit")],
             swiftSettings: strict
         ),
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["VigilHost", "VigilDBus", "VigilTestSupport", .product(name: "VigilKit", package: "VigilKit")],
+            dependencies: ["VigilHost", "VigilDBus", "VigilTestSupport", .product(name: "VigilKit", package: "VigilKit"), .product(name: "VigilKitTesting", package: "VigilKit")],
             swiftSettings: strict
         ),
         .testTarget(
             name: "VigilDBusTests",
-            dependencies: ["VigilDBus", "VigilTestSupport", .product(name: "VigilKit", package: "VigilKit")],
+            dependencies: ["VigilDBus", "VigilTestSupport", .product(name: "VigilKit", package: "VigilKit"), .product(name: "VigilKitTesting", package: "VigilKit")],
             swiftSettings: strict
         ),
     ],

@@ -202,12 +202,6 @@ struct Vigild: AsyncParsableCommand {
             throw ExitCode(1)
         }
         notifier?.ready(status: await statusLine(host, bus: bus))
-        if config.host.releaseStartupPages {
-            // Start-up is complete (config, plugins, first heartbeat, bus):
-            // what it alone touched leaves the RSS.
-            let released = StartupPages.release()
-            log.debug("released start-up pages: RSS \(released.residentBeforeKiB / 1024) MB -> \(released.residentAfterKiB / 1024) MB (\(released.objects) objects, \(released.failures) failed)")
-        }
         let watchdog = notifier?.startWatchdog(scheduler: scheduler, clock: clock, log: log)
         let statusUpdates = notifier.map { startStatusUpdates($0, host: host, bus: bus) }
 

@@ -29,11 +29,11 @@ extension EndToEnd {
             // Clients find the same bus without any environment but the runtime dir.
             #expect(BusLocator.clientBus(selection: .session, stateDir: "/nonexistent", environment: ["XDG_RUNTIME_DIR": runtime]) == .address(address))
 
-            let names = try runCommand("/usr/bin/busctl", ["--address=\(address)", "list", "--no-pager"])
+            let names = try ProcessRunner.run("/usr/bin/busctl", ["--address=\(address)", "list", "--no-pager"])
             #expect(names.status == 0)
             #expect(names.stdout.split(separator: "\n").contains { $0.hasPrefix("org.vigil.Vigil1 ") && $0.contains("vigild") })
             if hostBusAPIExported {
-                let tree = try runCommand("/usr/bin/busctl", ["--address=\(address)", "tree", "org.vigil.Vigil1", "--no-pager"])
+                let tree = try ProcessRunner.run("/usr/bin/busctl", ["--address=\(address)", "tree", "org.vigil.Vigil1", "--no-pager"])
                 #expect(tree.status == 0)
                 #expect(tree.stdout.contains("/org/vigil/Vigil1"), "busctl tree: \(tree.stdout) \(tree.stderr)")
             }
@@ -102,7 +102,7 @@ extension EndToEnd {
             #expect(runs.map(\.endReason) == [.failed])
 
             // The first one still serves.
-            let names = try runCommand("/usr/bin/busctl", ["--address=\(bus.address)", "status", "org.vigil.Vigil1", "--no-pager"])
+            let names = try ProcessRunner.run("/usr/bin/busctl", ["--address=\(bus.address)", "status", "org.vigil.Vigil1", "--no-pager"])
             #expect(names.status == 0)
             #expect(names.stdout.contains("PID=\(first.pid)"), "\(names.stdout)\(names.stderr)")
             first.signal(SIGTERM)
@@ -121,7 +121,7 @@ extension EndToEnd {
         @Test func badBusSettingIsAConfigError() async throws {
             let dir = try TempDir("vigil-bus")
             let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state"), extra: "bus = \"sesion\""))
-            let result = try runCommand(Build.vigild, ["--config", config, "--check"])
+            let result = try ProcessRunner.run(Build.vigild, ["--config", config, "--check"])
             #expect(result.status == 78)
             #expect(result.stderr.contains("host.bus: expected \"session\", \"system\" or a D-Bus address"), "\(result.stderr)")
         }

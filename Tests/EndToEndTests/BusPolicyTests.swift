@@ -66,7 +66,7 @@ func withPolicyHost(limits: String = "", _ body: (SystemLikeBus, Daemon) async t
 
 /// Runs a command as uid/gid 65534 (nobody).
 func asNobody(_ program: String, _ arguments: [String]) throws -> CommandResult {
-    try runCommand("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "--", program] + arguments)
+    try ProcessRunner.run("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "--", program] + arguments)
 }
 
 /// A dbus-daemon with the system bus's default policy, optionally with

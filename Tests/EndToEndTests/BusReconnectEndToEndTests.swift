@@ -17,7 +17,7 @@ extension EndToEnd {
         }
 
         static func leases(_ address: String) throws -> [[String: Any]] {
-            let listed = try runCommand(Build.vigilctl, ["leases", "--bus", address, "--json"])
+            let listed = try ProcessRunner.run(Build.vigilctl, ["leases", "--bus", address, "--json"])
             try #require(listed.status == 0, "vigilctl leases: \(listed.stderr)")
             return try #require(try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]])
         }
@@ -70,9 +70,9 @@ extension EndToEnd {
             bus = try Self.bus(at: socket)
             try await daemon.waitForLine(containing: "serving org.vigil.Vigil1 again as ")
             #expect(await status { !$0.contains("bus connection lost") } != nil)
-            let tree = try runCommand("/usr/bin/busctl", ["--address=\(address)", "tree", "org.vigil.Vigil1"])
+            let tree = try ProcessRunner.run("/usr/bin/busctl", ["--address=\(address)", "tree", "org.vigil.Vigil1"])
             #expect(tree.stdout.contains("/org/vigil/Vigil1/Strategy/focus"), "\(tree.stdout)")
-            let status = try runCommand(Build.vigilctl, ["status", "--bus", address])
+            let status = try ProcessRunner.run(Build.vigilctl, ["status", "--bus", address])
             #expect(status.status == 0 && status.stdout.contains("1 (1 running)"), "\(status.stdout)\(status.stderr)")
             let leases = try Self.leases(address)
             #expect(leases.contains { $0["strategy"] as? String == "focus" }, "\(leases)")
@@ -109,7 +109,7 @@ extension EndToEnd {
             let after = try String(contentsOfFile: file, encoding: .utf8)
             #expect(after != before, "the address file still names the dead bus")
             // vigilctl finds the host through the address file, as before.
-            let status = try runCommand(Build.vigilctl, ["status"], environment: ["DBUS_SESSION_BUS_ADDRESS": "", "XDG_RUNTIME_DIR": runtime, "PATH": "/usr/bin:/bin"])
+            let status = try ProcessRunner.run(Build.vigilctl, ["status"], environment: ["DBUS_SESSION_BUS_ADDRESS": "", "XDG_RUNTIME_DIR": runtime, "PATH": "/usr/bin:/bin"])
             #expect(status.status == 0, "\(status.stdout)\(status.stderr)")
 
             daemon.signal(SIGTERM)

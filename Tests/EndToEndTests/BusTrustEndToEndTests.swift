@@ -319,7 +319,7 @@ extension EndToEnd.BusTrustEndToEndTests {
             let before = try Self.residentKiB(pid)
             // Properties.Set (ssv) with a 16 MiB `ay` in the variant: the
             // signature is right, the body is over the bound.
-            let set = try runCommand("/usr/bin/python3", ["-c", """
+            let set = try ProcessRunner.run("/usr/bin/python3", ["-c", """
                 import sys, dbus
                 bus = dbus.bus.BusConnection(sys.argv[1])
                 value = dbus.ByteArray(b"\\x00" * (16 << 20), variant_level=1)
@@ -349,7 +349,7 @@ extension EndToEnd.BusTrustEndToEndTests {
         try await BusHost.with(strategies: BusHost.withDownloads(in: downloads.path)) { host in
             // The strategy registers its D-Bus methods before it says what it knows.
             try await host.daemon.waitForLine(containing: " known, ")
-            let result = try runCommand("/usr/bin/python3", [Self.oversizedArguments, host.address])
+            let result = try ProcessRunner.run("/usr/bin/python3", [Self.oversizedArguments, host.address])
             try #require(result.status == 0, "\(result.stderr)")
             let calls = result.stdout.split(separator: "\n").filter { $0.hasPrefix("call ") }.map { $0.split(separator: " ").map(String.init) }
             #expect(!result.stdout.contains("escaped False"), "\(result.stdout)")

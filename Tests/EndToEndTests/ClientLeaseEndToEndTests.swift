@@ -195,7 +195,7 @@ extension EndToEnd {
                 print(reply.body)
                 """
             try await BusHost.with(strategies: Self.hostKeys) { host in
-                let result = try runCommand("/usr/bin/python3", ["-c", script, host.address])
+                let result = try ProcessRunner.run("/usr/bin/python3", ["-c", script, host.address])
                 #expect(result.status == 0, "\(result.stderr)")
                 let words = result.stdout.split(separator: "\n").first?.split(separator: " ").map(String.init) ?? []
                 #expect(words.first == "org.freedesktop.DBus.Error.NotSupported", "\(result.stdout)")
@@ -217,12 +217,12 @@ extension EndToEnd {
             let dir = try TempDir("vigil-gdbus-codegen")
             let xml = Build.packageRoot.appendingPathComponent("docs/org.vigil.Vigil1.xml").path
             let source = Build.packageRoot.appendingPathComponent("Tests/Fixtures/gdbus-client/client.c").path
-            let generated = try runCommand("/usr/bin/gdbus-codegen", ["--interface-prefix", "org.vigil.Vigil1.", "--c-namespace", "Vigil",
+            let generated = try ProcessRunner.run("/usr/bin/gdbus-codegen", ["--interface-prefix", "org.vigil.Vigil1.", "--c-namespace", "Vigil",
                                                                        "--generate-c-code", "vigil-generated", xml], cwd: dir.path)
             try #require(generated.status == 0, "\(generated.stderr)")
-            let flags = try runCommand("/usr/bin/pkg-config", ["--cflags", "--libs", "gio-unix-2.0"])
+            let flags = try ProcessRunner.run("/usr/bin/pkg-config", ["--cflags", "--libs", "gio-unix-2.0"])
             try #require(flags.status == 0, "\(flags.stderr)")
-            let built = try runCommand("/usr/bin/gcc", ["-o", "client", "-I", dir.path, source, "vigil-generated.c"]
+            let built = try ProcessRunner.run("/usr/bin/gcc", ["-o", "client", "-I", dir.path, source, "vigil-generated.c"]
                                          + flags.stdout.split(whereSeparator: \.isWhitespace).map(String.init), cwd: dir.path)
             try #require(built.status == 0, "\(built.stderr)")
             try await BusHost.with(strategies: Self.hostKeys) { host in

@@ -38,7 +38,7 @@ extension EndToEnd {
                 #expect(header.contains("WAITING FOR"), "\(table.stdout)")
                 let row = try #require(table.stdout.split(separator: "\n").first { $0.hasPrefix("gated") }.map(String.init))
                 #expect(row.contains("waiting") && row.hasSuffix(expected), "\(row)")
-                let check = try runCommand(Build.vigilctl, ["check-config", host.configPath])
+                let check = try ProcessRunner.run(Build.vigilctl, ["check-config", host.configPath])
                 #expect(check.stdout.contains("\n    runs only while: \(expected)\n"), "\(check.stdout)\(check.stderr)")
                 let json = try host.vigilctl("strategies", ["--json"])
                 #expect(json.stdout.contains("\"waitingFor\" : \"file_exists = \\\"\(flag)\\\"\""), "\(json.stdout)")

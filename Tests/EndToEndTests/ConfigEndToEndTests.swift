@@ -31,7 +31,7 @@ extension EndToEnd {
         func checkConfigReportsTheProblem(_ name: String) throws {
             let path = Self.fixtures.appendingPathComponent("bad/\(name)").path
             let expected = try Self.expectation(path)
-            let result = try runCommand(Build.vigilctl, ["check-config", path])
+            let result = try ProcessRunner.run(Build.vigilctl, ["check-config", path])
             #expect(result.status == 1, "\(name): exit status")
             #expect(result.stderr.contains(expected), "\(name): expected \"\(expected)\" in:\n\(result.stderr)")
             // Every problem line names the file, and a count closes the report.
@@ -44,7 +44,7 @@ extension EndToEnd {
             let path = Self.fixtures.appendingPathComponent("bad/\(name)").path
             let state = try TempDir()
             let stateDir = state.file("state")
-            let result = try runCommand(Build.vigild, ["--config", path, "--state-dir", stateDir])
+            let result = try ProcessRunner.run(Build.vigild, ["--config", path, "--state-dir", stateDir])
             #expect(result.status == 78, "\(name): vigild must exit with EX_CONFIG")
             #expect(result.stderr.contains(try Self.expectation(path)))
             #expect(!FileManager.default.fileExists(atPath: stateDir), "\(name): vigild must start nothing")
@@ -53,7 +53,7 @@ extension EndToEnd {
         @Test func goodConfigsPass() throws {
             let dir = Self.fixtures.appendingPathComponent("good").path
             for name in try FileManager.default.contentsOfDirectory(atPath: dir) where name.hasSuffix(".toml") {
-                let result = try runCommand(Build.vigilctl, ["check-config", "\(dir)/\(name)"])
+                let result = try ProcessRunner.run(Build.vigilctl, ["check-config", "\(dir)/\(name)"])
                 #expect(result.status == 0, "\(name): \(result.stderr)")
             }
         }
@@ -64,7 +64,7 @@ extension EndToEnd {
             files += try FileManager.default.contentsOfDirectory(atPath: configs.appendingPathComponent("examples").path)
                 .filter { $0.hasSuffix(".toml") }.map { "\(configs.path)/examples/\($0)" }
             for file in files {
-                let result = try runCommand(Build.vigilctl, ["check-config", file])
+                let result = try ProcessRunner.run(Build.vigilctl, ["check-config", file])
                 #expect(result.status == 0, "\(file): \(result.stderr)")
                 #expect(result.stdout.contains("OK"))
             }

@@ -20,11 +20,11 @@ extension EndToEnd {
             let dir = try TempDir("vigil-limits")
             for (text, what) in Self.deepInputs {
                 let config = try dir.write("deep.toml", hostConfig(stateDir: dir.file("state")) + "\n" + text)
-                let checked = try runCommand(Build.vigilctl, ["check-config", config])
+                let checked = try ProcessRunner.run(Build.vigilctl, ["check-config", config])
                 #expect(checked.status == 1, "\(what): \(checked.stderr)")
                 #expect(checked.stderr.contains("\(config):6:1: \(what) nests more than 64 levels deep"), "\(checked.stderr)")
 
-                let started = try runCommand(Build.vigild, ["--config", config])
+                let started = try ProcessRunner.run(Build.vigild, ["--config", config])
                 #expect(started.status == 78, "\(what): \(started.stderr)")
                 #expect(started.stderr.contains("\(what) nests more than 64 levels deep"), "\(started.stderr)")
             }
@@ -46,7 +46,7 @@ extension EndToEnd {
             let daemon = try Daemon(arguments: ["--config", config])
             try await daemon.waitForLine(containing: "serving org.vigil.Vigil1")
             func call(_ method: String) throws -> CommandResult {
-                try runCommand("/usr/bin/busctl", ["--address=\(bus.address)", "call", "org.vigil.Vigil1", "/org/vigil/Vigil1", "org.vigil.Vigil1.Host", method])
+                try ProcessRunner.run("/usr/bin/busctl", ["--address=\(bus.address)", "call", "org.vigil.Vigil1", "/org/vigil/Vigil1", "org.vigil.Vigil1.Host", method])
             }
             for (text, what) in Self.deepInputs {
                 try dir.write("vigil.toml", host + "\n" + strategy + "\n" + text)
@@ -56,7 +56,7 @@ extension EndToEnd {
                 #expect(try call("ListStrategies").stdout.contains("\"hourly\" \"periodic-wake\" \"running\""))
             }
             // The vigilctl reload command shows the same problem.
-            let viaCtl = try runCommand(Build.vigilctl, ["reload", "--bus", bus.address])
+            let viaCtl = try ProcessRunner.run(Build.vigilctl, ["reload", "--bus", bus.address])
             #expect(viaCtl.status != 0)
             #expect((viaCtl.stdout + viaCtl.stderr).contains("nests more than 64 levels deep"), "\(viaCtl.stdout) \(viaCtl.stderr)")
 

@@ -120,7 +120,7 @@ extension EndToEnd {
                 #expect(task.childCPUUsec < 50_000, "sleep burns next to nothing: \(task.childCPUUsec)")
 
                 // Against the lease's acquired and released times (boottime, as the survival log records them).
-                let events = try runCommand("/usr/bin/sqlite3", [
+                let events = try ProcessRunner.run("/usr/bin/sqlite3", [
                     "-readonly", host.stateDir + "/survival.sqlite",
                     "SELECT name, boot FROM event WHERE strategy = 'task' AND name IN ('lease-acquired', 'lease-released') ORDER BY id",
                 ])
@@ -130,7 +130,7 @@ extension EndToEnd {
                 #expect(held >= 3_000_000 && abs(Int64(task.sleepHeldUsec) - held) < 5_000, "SleepHeldUsec \(task.sleepHeldUsec), log \(held)")
                 #expect(task.idleHeldUsec == 0 && task.wakeups == 0)
                 // The client's lease: no strategy object, the same figure in the metrics.
-                let clientEvents = try runCommand("/usr/bin/sqlite3", [
+                let clientEvents = try ProcessRunner.run("/usr/bin/sqlite3", [
                     "-readonly", host.stateDir + "/survival.sqlite",
                     "SELECT boot FROM event WHERE strategy = 'client' AND name IN ('lease-acquired', 'lease-released') ORDER BY id",
                 ]).stdout.split(separator: "\n").compactMap { Int64($0) }
@@ -148,7 +148,7 @@ extension EndToEnd {
                 // vigilctl cost --json: the survival log's per-run figures, written at the run's end.
                 host.daemon.signal(SIGTERM)
                 #expect(await host.daemon.waitForExit() == 0)
-                let report = try runCommand(Build.vigilctl, ["cost", "--json", "--state-dir", host.stateDir])
+                let report = try ProcessRunner.run(Build.vigilctl, ["cost", "--json", "--state-dir", host.stateDir])
                 #expect(report.status == 0, "\(report.stderr)")
                 let stored = try JSONDecoder().decode(CostReport.self, from: Data(report.stdout.utf8))
                 #expect(stored.runs == 1 && stored.runsWithoutCost == 0)
@@ -161,7 +161,7 @@ extension EndToEnd {
                 #expect(abs(Double(client) / 1e6 - clientMetric) < 1e-6, "stored \(client), metric \(clientMetric)")
                 #expect(stored.strategies.first { $0.strategy == "burn" }?.cost == burn)
                 #expect(stored.strategies.first { $0.strategy == "task" }?.cost == task)
-                let table = try runCommand(Build.vigilctl, ["cost", "--state-dir", host.stateDir, "--since", "1h"])
+                let table = try ProcessRunner.run(Build.vigilctl, ["cost", "--state-dir", host.stateDir, "--since", "1h"])
                 #expect(table.stdout.contains("STRATEGY") && table.stdout.contains("SLEEP HELD"), "\(table.stdout)")
             }
         }

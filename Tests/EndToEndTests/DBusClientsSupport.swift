@@ -217,12 +217,12 @@ final class BusHost: Sendable {
 
     /// `busctl --address=<bus> ARGS...`.
     func busctl(_ arguments: [String]) throws -> CommandResult {
-        try runCommand("/usr/bin/busctl", ["--address=\(address)"] + arguments)
+        try ProcessRunner.run("/usr/bin/busctl", ["--address=\(address)"] + arguments)
     }
 
     /// vigilctl with `--bus <this bus>` after the subcommand.
     func vigilctl(_ subcommand: String, _ arguments: [String] = []) throws -> CommandResult {
-        try runCommand(Build.vigilctl, [subcommand, "--bus", address] + arguments)
+        try ProcessRunner.run(Build.vigilctl, [subcommand, "--bus", address] + arguments)
     }
 }
 
@@ -244,11 +244,11 @@ final class StreamingTool: @unchecked Sendable {
     private var waiters: [(id: Int, text: String, continuation: CheckedContinuation<Bool, Never>)] = []
     private var nextID = 0
     private var ended = false
-    let process = Process()
+    let process: Process
     private let errorPipe = Pipe()
 
     init(_ program: String, _ arguments: [String]) throws {
-        process.executableURL = URL(fileURLWithPath: program)
+        process = ProcessRunner.process(program)
         process.arguments = arguments
         let out = Pipe()
         process.standardOutput = out
@@ -327,7 +327,7 @@ final class StreamingTool: @unchecked Sendable {
 func runPythonScript(_ script: String, _ arguments: [String]) throws -> CommandResult {
     let dir = try TempDir("vigil-e2e-py")
     let path = try dir.write("client.py", script)
-    return try runCommand("/usr/bin/python3", [path] + arguments)
+    return try ProcessRunner.run("/usr/bin/python3", [path] + arguments)
 }
 
 /// The members the contract (VigilKit's ``VigilAPI``) declares, checked

@@ -97,7 +97,7 @@ extension EndToEnd {
         @Test func dbusSendAndDbusMonitor() async throws {
             try await BusHost.with { host in
                 func send(_ arguments: [String]) throws -> CommandResult {
-                    try runCommand("/usr/bin/dbus-send", ["--bus=\(host.address)", "--print-reply", "--dest=\(BusHost.name)"] + arguments)
+                    try ProcessRunner.run("/usr/bin/dbus-send", ["--bus=\(host.address)", "--print-reply", "--dest=\(BusHost.name)"] + arguments)
                 }
                 let version = try send([BusHost.root, "org.freedesktop.DBus.Properties.Get", "string:\(BusHost.hostInterface)", "string:Version"])
                 #expect(version.status == 0, "\(version.stderr)")
@@ -129,7 +129,7 @@ extension EndToEnd {
         @Test func gdbusCallIntrospectAndMonitor() async throws {
             try await BusHost.with { host in
                 func gdbus(_ command: String, _ arguments: [String]) throws -> CommandResult {
-                    try runCommand("/usr/bin/gdbus", [command, "--address", host.address, "-d", BusHost.name] + arguments)
+                    try ProcessRunner.run("/usr/bin/gdbus", [command, "--address", host.address, "-d", BusHost.name] + arguments)
                 }
                 let root = try gdbus("introspect", ["-o", BusHost.root])
                 #expect(root.status == 0, "\(root.stderr)")

@@ -145,7 +145,7 @@ extension EndToEnd.DownloadSessionEndToEndTests {
 
     /// Runs busctl as uid/gid 65534 (nobody) against the harness's bus.
     static func asNobody(_ h: Harness, _ member: String, _ signature: String, _ arguments: [String]) throws -> CommandResult {
-        try runCommand("/usr/bin/setpriv", [
+        try ProcessRunner.run("/usr/bin/setpriv", [
             "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/busctl", "--address=\(h.bus.address)", "call",
             "org.vigil.Vigil1", strategyPath, sessionInterface, member, signature,
         ] + arguments)
@@ -348,7 +348,7 @@ extension EndToEnd.DownloadSessionEndToEndTests {
         // A destination with ESC, CR, LF and BEL: `vigilctl downloads` prints it escaped.
         let queued = await refusal(base + "missing.bin", "evil\u{1B}[2J\r\n\u{07}x.bin")
         #expect(queued.hasPrefix("queued "), "\(queued)")
-        let listing = try runCommand(Build.vigilctl, ["downloads", "--bus", h.bus.address])
+        let listing = try ProcessRunner.run(Build.vigilctl, ["downloads", "--bus", h.bus.address])
         #expect(listing.status == 0, "\(listing.stderr)")
         #expect(listing.stdout.contains(#"evil\e[2J\r\n\u{7}x.bin"#), "\(listing.stdout)")
         #expect(!listing.stdout.unicodeScalars.contains { $0 == "\u{1B}" || $0 == "\r" || $0 == "\u{07}" }, "\(listing.stdout.debugDescription)")

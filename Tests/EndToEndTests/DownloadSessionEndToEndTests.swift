@@ -50,7 +50,7 @@ extension EndToEnd {
             }
 
             func busctl(_ arguments: [String]) throws -> CommandResult {
-                try runCommand("/usr/bin/busctl", ["--address=\(bus.address)"] + arguments)
+                try ProcessRunner.run("/usr/bin/busctl", ["--address=\(bus.address)"] + arguments)
             }
 
             func enqueue(_ url: String, _ dest: String, _ options: [String] = ["0"]) throws -> CommandResult {
@@ -79,7 +79,7 @@ extension EndToEnd {
         }
 
         static func sha256(_ path: String) throws -> String {
-            String(try runCommand("/usr/bin/sha256sum", [path]).stdout.prefix(64))
+            String(try ProcessRunner.run("/usr/bin/sha256sum", [path]).stdout.prefix(64))
         }
 
         @Test func a256MiBDownloadCompletesAndVerifies() async throws {
@@ -105,7 +105,7 @@ extension EndToEnd {
             let received = try cost("BytesReceived"), sent = try cost("BytesSent")
             #expect(received > 256 << 20 && received < (256 << 20) + 4096, "BytesReceived \(received)")
             #expect(sent > 30 && sent < 4096, "BytesSent \(sent)")
-            let listing = try runCommand(Build.vigilctl, ["downloads", "--bus", h.bus.address])
+            let listing = try ProcessRunner.run(Build.vigilctl, ["downloads", "--bus", h.bus.address])
             #expect(listing.status == 0, "\(listing.stderr)")
             #expect(listing.stdout.contains("[####################] 100%"), "\(listing.stdout)")
             #expect(listing.stdout.contains("256.0 MiB/256.0 MiB") && listing.stdout.contains("completed"), "\(listing.stdout)")
@@ -124,10 +124,10 @@ extension EndToEnd {
             let first = try h.start()
             try await h.waitForSize(part, atLeast: 12 << 20)
             // While it runs: one lease with the live figures, and a progress bar.
-            let leases = try runCommand(Build.vigilctl, ["leases", "--bus", h.bus.address])
+            let leases = try ProcessRunner.run(Build.vigilctl, ["leases", "--bus", h.bus.address])
             #expect(leases.stdout.contains("download maps/resume.bin"), "\(leases.stdout)")
             #expect(leases.stdout.contains("BytesTotal=\(size)"), "\(leases.stdout)")
-            let listing = try runCommand(Build.vigilctl, ["downloads", "--bus", h.bus.address])
+            let listing = try ProcessRunner.run(Build.vigilctl, ["downloads", "--bus", h.bus.address])
             #expect(listing.stdout.contains(" active ") && listing.stdout.contains("/48.0 MiB"), "\(listing.stdout)")
             first.signal(SIGKILL)
             _ = await first.waitForExit()
@@ -263,8 +263,7 @@ extension EndToEnd {
             let log = h.dir.file("python.log")
             // First GET: 503 with Retry-After: 2; then 200 with a body. Logs
             // each request's monotonic time.
-            let server = Process()
-            server.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+            let server = ProcessRunner.process("/usr/bin/python3")
             server.arguments = ["-c", """
                 import http.server, time, sys
                 count = 0
@@ -350,7 +349,7 @@ extension EndToEnd {
             #expect(option.stderr.contains("unknown option \"colour\""), "\(option.stderr)")
             #expect(h.size("/tmp/escaped.bin") == -1)
             // Enqueue is mutating: another uid is refused before anything happens.
-            let denied = try runCommand("/usr/bin/setpriv", [
+            let denied = try ProcessRunner.run("/usr/bin/setpriv", [
                 "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/busctl", "--address=\(h.bus.address)", "call",
                 "org.vigil.Vigil1", "/org/vigil/Vigil1/Strategy/dl", "org.vigil.Vigil1.DownloadSession", "Enqueue", "ssa{sv}", url, "x.bin", "0",
             ])

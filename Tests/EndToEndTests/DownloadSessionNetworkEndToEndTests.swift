@@ -165,7 +165,7 @@ extension EndToEnd {
                     dir = "\(dir.file("downloads"))"
                     ca_file = "\(value)"
                     """)
-                let result = try runCommand(Build.vigilctl, ["check-config", config])
+                let result = try ProcessRunner.run(Build.vigilctl, ["check-config", config])
                 #expect(result.status == 1 && result.stderr.contains(expected) && result.stderr.contains("ca_file"), "\(result.stderr)")
             }
         }

@@ -15,7 +15,7 @@ extension EndToEnd {
             let dir = try TempDir("vigil-hold-restart")
             let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state"), interval: "1s", extra: "bus = \"\(bus.address)\""))
             func listLeases() throws -> String {
-                try runCommand("/usr/bin/busctl", ["--address=\(bus.address)", "call", "org.vigil.Vigil1", "/org/vigil/Vigil1", "org.vigil.Vigil1.Host", "ListLeases"]).stdout
+                try ProcessRunner.run("/usr/bin/busctl", ["--address=\(bus.address)", "call", "org.vigil.Vigil1", "/org/vigil/Vigil1", "org.vigil.Vigil1.Host", "ListLeases"]).stdout
             }
 
             var host = try Daemon(arguments: ["--config", config])
@@ -55,7 +55,7 @@ extension EndToEnd {
             #expect(!(try listLeases().contains("\"restart test\"")), "hold ended its last lease")
 
             // The survival log shows the restarts: one stopped, one killed run.
-            let report = try runCommand(Build.vigilctl, ["survival", "--state-dir", dir.file("state"), "--json"])
+            let report = try ProcessRunner.run(Build.vigilctl, ["survival", "--state-dir", dir.file("state"), "--json"])
             #expect(report.stdout.contains("\"endReason\" : \"killed\""), "\(report.stdout)")
             #expect(report.stdout.contains("\"endReason\" : \"stopped\""), "\(report.stdout)")
             host.signal(SIGTERM)

@@ -35,7 +35,7 @@ extension EndToEnd {
 
             /// `vigilctl leases --json`, only the apps' inhibits.
             func inhibitLeases() throws -> [[String: Any]] {
-                let listed = try runCommand(Build.vigilctl, ["leases", "--bus", bus.address, "--json"])
+                let listed = try ProcessRunner.run(Build.vigilctl, ["leases", "--bus", bus.address, "--json"])
                 try #require(listed.status == 0, "\(listed.stderr)")
                 let all = try #require(try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]])
                 return all.filter { $0["kind"] as? String == "inhibit" }
@@ -53,9 +53,9 @@ extension EndToEnd {
             let host = try await Host()
             // wakepy 1.0.0 from PyPI in a venv of this test's own.
             let venv = host.dir.file("venv")
-            let made = try runCommand("/usr/bin/python3", ["-m", "venv", venv])
+            let made = try ProcessRunner.run("/usr/bin/python3", ["-m", "venv", venv])
             try #require(made.status == 0, "\(made.stderr)")
-            let installed = try runCommand(venv + "/bin/pip", ["install", "--quiet", "--disable-pip-version-check", "wakepy==1.0.0"])
+            let installed = try ProcessRunner.run(venv + "/bin/pip", ["install", "--quiet", "--disable-pip-version-check", "wakepy==1.0.0"])
             try #require(installed.status == 0, "pip install wakepy: \(installed.stderr)")
             let script = """
                 import os, signal, sys
@@ -166,11 +166,11 @@ extension EndToEnd {
             defer { other.signal(SIGKILL) }
             try await other.waitForLine(containing: "inhibited")
 
-            let listed = try runCommand("/usr/bin/busctl", ["--address=\(system.address)", "call", "org.freedesktop.login1", "/org/freedesktop/login1",
+            let listed = try ProcessRunner.run("/usr/bin/busctl", ["--address=\(system.address)", "call", "org.freedesktop.login1", "/org/freedesktop/login1",
                                                            "org.freedesktop.login1.Manager", "ListInhibitors", "--json=short"])
             #expect(listed.stdout.contains("\"sleep\"") && listed.stdout.contains("\"idle\"") && listed.stdout.contains("lid-tool"), "\(listed.stdout)")
 
-            let inhibitors = try runCommand(Build.vigilctl, ["inhibitors", "--bus", host.bus.address, "--logind-bus", system.address, "--json"])
+            let inhibitors = try ProcessRunner.run(Build.vigilctl, ["inhibitors", "--bus", host.bus.address, "--logind-bus", system.address, "--json"])
             try #require(inhibitors.status == 0, "\(inhibitors.stderr)")
             let holders = try #require(try JSONSerialization.jsonObject(with: Data(inhibitors.stdout.utf8)) as? [[String: Any]])
             let vigil = holders.filter { $0["source"] as? String == "vigil" }
@@ -179,7 +179,7 @@ extension EndToEnd {
             #expect(Set(vigil.compactMap { $0["what"] as? String }) == ["sleep", "idle"], "\(holders)")
             // vigild's own logind inhibitors are its leases, listed once.
             #expect(logind.count == 1 && logind.first?["who"] as? String == "lid-tool" && logind.first?["what"] as? String == "handle-lid-switch", "\(holders)")
-            let text = try runCommand(Build.vigilctl, ["inhibitors", "--bus", host.bus.address, "--logind-bus", system.address])
+            let text = try ProcessRunner.run(Build.vigilctl, ["inhibitors", "--bus", host.bus.address, "--logind-bus", system.address])
             #expect(text.stdout.contains("lid-tool") && text.stdout.contains("jeepney-slides") && text.stdout.hasPrefix("SOURCE"), "\(text.stdout)")
             await host.stop()
         }

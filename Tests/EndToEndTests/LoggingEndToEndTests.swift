@@ -24,10 +24,10 @@ extension EndToEnd {
             let daemon = try redirected("2>/dev/full", config: config)
             try await waitForHeartbeats(store, atLeast: 5, daemon: daemon)
             // The lost lines are counted where someone can see them.
-            let status = try runCommand(Build.vigilctl, ["status", "--bus", bus.address, "--json"])
+            let status = try ProcessRunner.run(Build.vigilctl, ["status", "--bus", bus.address, "--json"])
             let json = try #require(try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any], "\(status.stderr)")
             #expect((json["droppedLogLines"] as? Int ?? 0) >= 5, "\(status.stdout)")
-            let text = try runCommand(Build.vigilctl, ["status", "--bus", bus.address])
+            let text = try ProcessRunner.run(Build.vigilctl, ["status", "--bus", bus.address])
             #expect(text.stdout.contains("lines dropped (stderr full or closed)"), "\(text.stdout)")
             daemon.signal(SIGTERM)
             #expect(await daemon.waitForExit() == 0)
@@ -35,7 +35,7 @@ extension EndToEnd {
             #expect(runs.count == 1)
             #expect(runs.first?.endReason == .stopped)
             // The survival log keeps the count of the lines that were lost.
-            let counted = try runCommand("/usr/bin/sqlite3", [store, "SELECT fields FROM event WHERE name = 'log-lines-dropped'"])
+            let counted = try ProcessRunner.run("/usr/bin/sqlite3", [store, "SELECT fields FROM event WHERE name = 'log-lines-dropped'"])
             let count = counted.stdout.split(separator: "\"").dropFirst(3).first.flatMap { Int($0) } ?? 0
             #expect(count >= 5, "\(counted.stdout)\(counted.stderr)")
         }
@@ -125,7 +125,7 @@ extension EndToEnd {
             let plugins = try FileManager.default.contentsOfDirectory(atPath: bin)
                 .filter { $0.hasPrefix("libvigil-") && $0.hasSuffix(".so") }.sorted().map { "\(bin)/\($0)" }
             #expect(plugins.count >= 5, "\(plugins)")
-            let check = try runCommand(Build.packageRoot.appendingPathComponent("Scripts/check-single-logging").path,
+            let check = try ProcessRunner.run(Build.packageRoot.appendingPathComponent("Scripts/check-single-logging").path,
                                        ["\(bin)/libVigilKit.so", Build.vigild, Build.vigilctl] + plugins)
             #expect(check.status == 0, "\(check.stdout)\(check.stderr)")
             #expect(check.stdout.contains("vigild: 0 Logging symbols"), "\(check.stdout)")

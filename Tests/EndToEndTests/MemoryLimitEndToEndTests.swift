@@ -42,7 +42,7 @@ extension EndToEnd {
             defer { daemon.signal(SIGKILL) }
             try await daemon.waitForLine(containing: "the address space is limited to \(mebibytes) MiB (RLIMIT_AS)")
             try await daemon.waitForLine(containing: "serving org.vigil.Vigil1 as ")
-            let listed = try runCommand(Build.vigilctl, ["leases", "--bus", bus.address])
+            let listed = try ProcessRunner.run(Build.vigilctl, ["leases", "--bus", bus.address])
             #expect(listed.status == 0, "\(listed.stderr)")
             daemon.signal(SIGTERM)
             let status = await Self.exitStatus(daemon, within: .seconds(5))

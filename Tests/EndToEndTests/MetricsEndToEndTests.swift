@@ -36,7 +36,7 @@ extension EndToEnd {
             // The exposition itself passes promtool's linter.
             let (status, body) = try MetricsScrape.get(MetricsListenAddress(host: "127.0.0.1", port: vigilPort))
             #expect(status == 200)
-            let lint = try runCommand("/bin/sh", ["-c", "promtool check metrics < \(try dir.write("scrape.prom", String(decoding: body, as: UTF8.self)))"])
+            let lint = try ProcessRunner.run("/bin/sh", ["-c", "promtool check metrics < \(try dir.write("scrape.prom", String(decoding: body, as: UTF8.self)))"])
             #expect(lint.status == 0, "promtool check metrics: \(lint.stdout)\(lint.stderr)")
 
             // 1. A lease acquired, then released, as Prometheus sees it.
@@ -115,13 +115,13 @@ extension EndToEnd {
 
             // vigilctl metrics: from the endpoint the config names, then,
             // once vigild is gone, from the textfile.
-            let live = try runCommand(Build.vigilctl, ["metrics", "--config", config])
+            let live = try ProcessRunner.run(Build.vigilctl, ["metrics", "--config", config])
             #expect(live.status == 0, "\(live.stderr)")
             #expect(live.stdout.contains(#"vigil_runs_total{end="running"} 1"#))
 
             daemon.signal(SIGTERM)
             #expect(await daemon.waitForExit() == 0)
-            let after = try runCommand(Build.vigilctl, ["metrics", "--config", config])
+            let after = try ProcessRunner.run(Build.vigilctl, ["metrics", "--config", config])
             #expect(after.status == 0)
             #expect(after.stderr.contains("printing [metrics] textfile instead"), "\(after.stderr)")
             #expect(after.stdout.contains(#"vigil_runs_total{end="stopped"} 1"#))
@@ -135,9 +135,9 @@ extension EndToEnd {
         @Test func promtoolAcceptsTheRulesAndTheirTests() throws {
             let rules = Build.packageRoot.appendingPathComponent("Configs/prometheus/vigil-alerts.yml").path
             let tests = Build.packageRoot.appendingPathComponent("Configs/prometheus/vigil-alerts.test.yml").path
-            let check = try runCommand("/usr/bin/promtool", ["check", "rules", rules])
+            let check = try ProcessRunner.run("/usr/bin/promtool", ["check", "rules", rules])
             #expect(check.status == 0, "\(check.stdout)\(check.stderr)")
-            let test = try runCommand("/usr/bin/promtool", ["test", "rules", tests], cwd: (tests as NSString).deletingLastPathComponent)
+            let test = try ProcessRunner.run("/usr/bin/promtool", ["test", "rules", tests], cwd: (tests as NSString).deletingLastPathComponent)
             #expect(test.status == 0, "\(test.stdout)\(test.stderr)")
             #expect(test.stdout.contains("SUCCESS"))
         }

@@ -10,11 +10,11 @@ extension EndToEnd {
         static func build(_ relativePath: String) throws -> String {
             let package = Build.packageRoot.appendingPathComponent(relativePath).path
             let scratch = Build.packageRoot.appendingPathComponent(".build-fixtures/\((relativePath as NSString).lastPathComponent)").path
-            let result = try runCommand("/usr/bin/env", ["swift", "build", "--package-path", package, "--scratch-path", scratch])
+            let result = try ProcessRunner.run("/usr/bin/env", ["swift", "build", "--package-path", package, "--scratch-path", scratch])
             guard result.status == 0 else {
                 throw DaemonError("building \(relativePath) failed:\n\(result.stdout)\n\(result.stderr)")
             }
-            let bin = try runCommand("/usr/bin/env", ["swift", "build", "--package-path", package, "--scratch-path", scratch, "--show-bin-path"])
+            let bin = try ProcessRunner.run("/usr/bin/env", ["swift", "build", "--package-path", package, "--scratch-path", scratch, "--show-bin-path"])
             return bin.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         }
 
@@ -33,7 +33,7 @@ extension EndToEnd {
                 every = "200ms"
                 greeting = "bonjour"
                 """))
-            let check = try runCommand(Build.vigilctl, ["check-config", config])
+            let check = try ProcessRunner.run(Build.vigilctl, ["check-config", config])
             #expect(check.status == 0, "\(check.stderr)")
             #expect(check.stdout.contains("libvigil-hello.so"))
 
@@ -44,7 +44,7 @@ extension EndToEnd {
             let text = try String(contentsOfFile: out, encoding: .utf8)
             #expect(text.hasPrefix("bonjour from greeter #1\nbonjour from greeter #2\nbonjour from greeter #3\n"))
             // Its leases went through the host's registry into the survival log.
-            let events = try runCommand("/usr/bin/sqlite3", [dir.file("state/survival.sqlite"), "SELECT count(*) FROM event WHERE strategy = 'greeter' AND name = 'lease-acquired'"])
+            let events = try ProcessRunner.run("/usr/bin/sqlite3", [dir.file("state/survival.sqlite"), "SELECT count(*) FROM event WHERE strategy = 'greeter' AND name = 'lease-acquired'"])
             #expect((Int(events.stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0) >= 3, "\(events.stdout)\(events.stderr)")
         }
 
@@ -58,11 +58,11 @@ extension EndToEnd {
                 name = "future"
                 kind = "mismatch"
                 """))
-            let check = try runCommand(Build.vigilctl, ["check-config", config])
+            let check = try ProcessRunner.run(Build.vigilctl, ["check-config", config])
             #expect(check.status == 1)
             #expect(check.stderr.contains("libvigil-mismatch.so was built against VigilKit SDK version 999, but this host uses version \(VigilSDK.version)"), "\(check.stderr)")
             #expect(check.stderr.hasPrefix("\(config):9:1: strategy[0].kind: cannot load kind \"mismatch\""), "\(check.stderr)")
-            let run = try runCommand(Build.vigild, ["--config", config])
+            let run = try ProcessRunner.run(Build.vigild, ["--config", config])
             #expect(run.status == 78)
             #expect(!FileManager.default.fileExists(atPath: dir.file("state")))
         }
@@ -74,7 +74,7 @@ extension EndToEnd {
                 name = "x"
                 kind = "silent-audi"
                 """)
-            let check = try runCommand(Build.vigilctl, ["check-config", config], environment: ["VIGIL_PLUGIN_PATH": dir.path, "PATH": "/usr/bin:/bin"])
+            let check = try ProcessRunner.run(Build.vigilctl, ["check-config", config], environment: ["VIGIL_PLUGIN_PATH": dir.path, "PATH": "/usr/bin:/bin"])
             #expect(check.status == 1)
             // The built-in plugins next to vigilctl are found; the misspelt kind is not.
             #expect(check.stderr.contains("unknown kind \"silent-audi\" (did you mean \"silent-audio\"?); available kinds: "), "\(check.stderr)")
@@ -93,7 +93,7 @@ extension EndToEnd {
                 name = "x"
                 kind = "impostor"
                 """)
-            let check = try runCommand(Build.vigilctl, ["check-config", config])
+            let check = try ProcessRunner.run(Build.vigilctl, ["check-config", config])
             #expect(check.status == 1)
             #expect(check.stderr.contains("\(dir.path)/libvigil-impostor.so is not a Vigil plugin: it does not export the entry point vigil_plugin_v1"), "\(check.stderr)")
         }

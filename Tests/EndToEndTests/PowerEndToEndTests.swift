@@ -29,7 +29,7 @@ extension EndToEnd {
             #expect(started.contains("power = \"logind\" in [host]"))
 
             func standInCall(_ interface: String, _ member: String, _ args: [String] = []) throws -> CommandResult {
-                try runCommand("/usr/bin/busctl", ["--address=\(bus.address)", "call", "org.freedesktop.login1",
+                try ProcessRunner.run("/usr/bin/busctl", ["--address=\(bus.address)", "call", "org.freedesktop.login1",
                                                    "/org/freedesktop/login1", interface, member] + args)
             }
             let test = "org.vigil.Test.LogindStandIn", manager = "org.freedesktop.login1.Manager"
@@ -64,7 +64,7 @@ extension EndToEnd {
             let daemon = try Daemon(arguments: ["--config", config], environment: ["DBUS_SYSTEM_BUS_ADDRESS": bus.address])
             defer { daemon.signal(SIGKILL) }
             _ = try await daemon.waitForLine(containing: "on_sleep runs before each sleep")
-            let sleep = try runCommand("/usr/bin/busctl", ["--address=\(bus.address)", "call", "org.freedesktop.login1",
+            let sleep = try ProcessRunner.run("/usr/bin/busctl", ["--address=\(bus.address)", "call", "org.freedesktop.login1",
                                                           "/org/freedesktop/login1", "org.vigil.Test.LogindStandIn", "SimulateSleep", "t", "5000000"])
             let fields = sleep.stdout.split(separator: " ").map(String.init)
             #expect(fields.count == 3 && fields[0] == "tb", "\(sleep.stdout)\(sleep.stderr)")
@@ -74,10 +74,10 @@ extension EndToEnd {
             #expect((try? String(contentsOfFile: marker, encoding: .utf8)) == "sleep\n", "on_sleep finished before the system slept")
             // After resume the delay lock is taken again (the only inhibitor
             // here), so the next sleep waits too.
-            let relocked = try runCommand("/usr/bin/busctl", ["--address=\(bus.address)", "call", "org.freedesktop.login1",
+            let relocked = try ProcessRunner.run("/usr/bin/busctl", ["--address=\(bus.address)", "call", "org.freedesktop.login1",
                                                              "/org/freedesktop/login1", "org.vigil.Test.LogindStandIn", "WaitForCount", "ut", "1", "5000000"])
             #expect(relocked.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "b true", "\(relocked.stdout)")
-            let again = try runCommand("/usr/bin/busctl", ["--address=\(bus.address)", "call", "org.freedesktop.login1",
+            let again = try ProcessRunner.run("/usr/bin/busctl", ["--address=\(bus.address)", "call", "org.freedesktop.login1",
                                                           "/org/freedesktop/login1", "org.vigil.Test.LogindStandIn", "SimulateSleep", "t", "5000000"])
             let waitedAgain = UInt64(again.stdout.split(separator: " ").dropFirst().first ?? "") ?? 0
             #expect(waitedAgain >= 300_000, "\(again.stdout)\(again.stderr)")

@@ -10,14 +10,14 @@ import VigilTestSupport
 extension EndToEnd {
     @Suite struct ReloadEndToEndTests {
         @Test func printIntrospectionIsTheDocumentInDocs() throws {
-            let printed = try runCommand(Build.vigild, ["--print-introspection"])
+            let printed = try ProcessRunner.run(Build.vigild, ["--print-introspection"])
             #expect(printed.status == 0, "\(printed.stderr)")
             let docs = try String(contentsOfFile: Build.packageRoot.appendingPathComponent("docs/org.vigil.Vigil1.xml").path, encoding: .utf8)
             #expect(printed.stdout == docs, "docs/org.vigil.Vigil1.xml is stale: regenerate it with `vigild --print-introspection > docs/org.vigil.Vigil1.xml`")
             #expect(printed.stdout.hasPrefix("<!DOCTYPE node PUBLIC \"-//freedesktop//DTD D-BUS Object Introspection 1.0//EN\"\n \"http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd\">\n"))
             let dir = try TempDir("vigil-introspection")
             let file = try dir.write("api.xml", printed.stdout)
-            let parsed = try runCommand("/usr/bin/python3", ["-c", """
+            let parsed = try ProcessRunner.run("/usr/bin/python3", ["-c", """
                 import sys, xml.etree.ElementTree as ET
                 node = ET.parse(sys.argv[1]).getroot()
                 assert node.tag == 'node', node.tag
@@ -43,7 +43,7 @@ extension EndToEnd {
             let daemon = try Daemon(arguments: ["--config", config])
             try await daemon.waitForLine(containing: "serving org.vigil.Vigil1")
             func busctl(_ arguments: [String]) throws -> CommandResult {
-                try runCommand("/usr/bin/busctl", ["--address=\(bus.address)"] + arguments)
+                try ProcessRunner.run("/usr/bin/busctl", ["--address=\(bus.address)"] + arguments)
             }
             func call(_ method: String) throws -> CommandResult {
                 try busctl(["call", "org.vigil.Vigil1", "/org/vigil/Vigil1", "org.vigil.Vigil1.Host", method])

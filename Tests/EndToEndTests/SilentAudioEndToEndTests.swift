@@ -75,7 +75,7 @@ final class UserPulseAudio: Sendable {
     }
 
     func pactl(_ arguments: [String]) throws -> CommandResult {
-        try runCommand("/usr/bin/pactl", arguments, environment: environment)
+        try ProcessRunner.run("/usr/bin/pactl", arguments, environment: environment)
     }
 
     /// SIGKILL and reap; safe to call twice (the pid is then gone).

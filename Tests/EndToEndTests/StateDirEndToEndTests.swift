@@ -17,7 +17,7 @@ extension EndToEnd {
             if let shell {
                 argv = ["/usr/bin/unshare", "-m", "/bin/sh", "-c", shell + " && exec \"$@\"", "vigil-test"] + argv
             }
-            return try runCommand(argv[0], Array(argv.dropFirst()))
+            return try ProcessRunner.run(argv[0], Array(argv.dropFirst()))
         }
 
         @Test func eachStateDirProblemGetsOneLine() throws {

@@ -52,12 +52,12 @@ final class Daemon: @unchecked Sendable {
     private var nextWaiter = 0
     private var exitWaiters: [CheckedContinuation<Int32, Never>] = []
     private var exitStatus: Int32?
-    let process = Process()
+    let process: Process
 
     /// `executable`: a wrapper argv that ends by exec'ing vigild (its
     /// arguments follow); nil runs vigild directly.
     init(arguments: [String], environment: [String: String] = [:], executable: [String]? = nil) throws {
-        process.executableURL = URL(fileURLWithPath: executable?.first ?? Build.vigild)
+        process = ProcessRunner.process(executable?.first ?? Build.vigild)
         process.arguments = (executable.map { Array($0.dropFirst()) } ?? []) + arguments
         var env = ProcessInfo.processInfo.environment
         // The system bus is only what a test passes explicitly.

@@ -32,7 +32,7 @@ extension EndToEnd {
             }
             let span = Double(grid[3] - grid[0]) / 1e6
             #expect(span > 2.7 && span < 3.8, "beats 1 to 4 span \(span) s, expected about 3 s")
-            let text = try runCommand(Build.vigilctl, ["survival", "--store", dir.file("state/survival.sqlite")])
+            let text = try ProcessRunner.run(Build.vigilctl, ["survival", "--store", dir.file("state/survival.sqlite")])
             #expect(text.status == 0)
             #expect(text.stdout.contains("stopped"))
         }
@@ -60,7 +60,7 @@ extension EndToEnd {
             // Alive until its last heartbeat: about two intervals.
             #expect(killed.alive >= .milliseconds(1_700) && killed.alive < .seconds(4))
 
-            let json = try runCommand(Build.vigilctl, ["survival", "--json", "--store", dir.file("state/survival.sqlite")])
+            let json = try ProcessRunner.run(Build.vigilctl, ["survival", "--json", "--store", dir.file("state/survival.sqlite")])
             #expect(json.status == 0)
             #expect(json.stdout.contains("\"killed\""))
         }
@@ -86,20 +86,20 @@ extension EndToEnd {
             #expect(longest > .milliseconds(4_500) && longest < .milliseconds(6_800), "longest stall \(longest)")
             #expect(runs[0].suspended < .milliseconds(100), "no suspend happened")
             #expect(runs[0].endReason == .stopped)
-            let text = try runCommand(Build.vigilctl, ["survival", "--store", dir.file("state/survival.sqlite")])
+            let text = try ProcessRunner.run(Build.vigilctl, ["survival", "--store", dir.file("state/survival.sqlite")])
             #expect(text.stdout.lowercased().contains("stall") || text.stdout.lowercased().contains("frozen"))
 
             // The same run drawn: the frozen gap as a red segment with its
             // length, how it ended, and the page with its totals.
-            let svg = try runCommand(Build.vigilctl, ["survival", "--store", dir.file("state/survival.sqlite"), "--since", "1h", "--svg", "-"])
+            let svg = try ProcessRunner.run(Build.vigilctl, ["survival", "--store", dir.file("state/survival.sqlite"), "--since", "1h", "--svg", "-"])
             #expect(svg.status == 0, "\(svg.stderr)")
             #expect(svg.stdout.hasPrefix("<?xml") && svg.stdout.contains(#"class="st"><title>frozen or stalled "#), "\(svg.stdout.prefix(3_000))")
             #expect(svg.stdout.contains("<title>stopped "))
             let page = dir.file("survival.html")
-            let html = try runCommand(Build.vigilctl, ["survival", "--store", dir.file("state/survival.sqlite"), "--html", page])
+            let html = try ProcessRunner.run(Build.vigilctl, ["survival", "--store", dir.file("state/survival.sqlite"), "--html", page])
             #expect(html.status == 0 && html.stdout.isEmpty && html.stderr.contains("wrote the page to \(page)"), "\(html)")
             #expect(try String(contentsOfFile: page, encoding: .utf8).contains("<td>total: 1 run</td>"))
-            let badSince = try runCommand(Build.vigilctl, ["survival", "--store", dir.file("state/survival.sqlite"), "--since", "yesterday"])
+            let badSince = try ProcessRunner.run(Build.vigilctl, ["survival", "--store", dir.file("state/survival.sqlite"), "--since", "yesterday"])
             #expect(badSince.status != 0 && badSince.stderr.contains("--since"), "\(badSince.stderr)")
         }
 
@@ -122,6 +122,6 @@ extension EndToEnd {
 
 /// Wall times of every heartbeat in the store, in order.
 func heartbeatWallTimes(_ store: String) throws -> [Int64] {
-    let out = try runCommand("/usr/bin/sqlite3", [store, "SELECT wall FROM heartbeat ORDER BY seq"])
+    let out = try ProcessRunner.run("/usr/bin/sqlite3", [store, "SELECT wall FROM heartbeat ORDER BY seq"])
     return out.stdout.split(separator: "\n").compactMap { Int64($0) }
 }

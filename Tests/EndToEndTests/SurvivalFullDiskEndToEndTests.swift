@@ -95,7 +95,7 @@ extension EndToEnd {
             // SQLite resolves the /proc/PID/root link, so read the store
             // from inside vigild's mount namespace.
             let inside = ["-t", "\(daemon.pid)", "-m", Build.vigilctl, "survival", "--store", state + "/survival.sqlite", "--runs", "1"]
-            let report = try runCommand("/usr/bin/nsenter", inside + ["--json"])
+            let report = try ProcessRunner.run("/usr/bin/nsenter", inside + ["--json"])
             #expect(report.status == 0, "\(report.stderr)")
             let runs = try #require(try JSONSerialization.jsonObject(with: Data(report.stdout.utf8)) as? [[String: Any]])
             let run = try #require(runs.first)
@@ -103,7 +103,7 @@ extension EndToEnd {
             let unwritable = (run["unwritableMicros"] as? Int ?? 0)
             #expect(unwritable >= 4_000_000 && unwritable < 15_000_000, "unwritable \(unwritable) µs")
             #expect(run["stalls"] as? Int == 0, "the outage is not a stall: \(report.stdout)")
-            let text = try runCommand("/usr/bin/nsenter", inside + ["--width", "80"])
+            let text = try ProcessRunner.run("/usr/bin/nsenter", inside + ["--width", "80"])
             #expect(text.stdout.contains("store unwritable"), "\(text.stdout)")
             #expect(text.stdout.contains("#"), "\(text.stdout)")
 

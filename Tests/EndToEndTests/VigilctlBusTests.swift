@@ -29,7 +29,7 @@ extension EndToEnd {
                 let now = UInt64(Date().timeIntervalSince1970 * 1_000_000)
                 #expect(started <= now && now - started < 120_000_000, "StartedAt \(started) is not this run's start (now \(now))")
                 // The run id is the one in the survival log.
-                let survival = try runCommand(Build.vigilctl, ["survival", "--json", "--state-dir", host.stateDir])
+                let survival = try ProcessRunner.run(Build.vigilctl, ["survival", "--json", "--state-dir", host.stateDir])
                 #expect(survival.stdout.contains(s["runId"] as? String ?? "?"))
 
                 let text = try host.vigilctl("status")
@@ -172,7 +172,7 @@ extension EndToEnd {
             let bus = try PrivateBusDaemon()
             defer { bus.stop() }
             for command in ["status", "leases", "strategies", "reload"] {
-                let result = try runCommand(Build.vigilctl, [command, "--bus", bus.address])
+                let result = try ProcessRunner.run(Build.vigilctl, [command, "--bus", bus.address])
                 #expect(result.status == 1, "\(command)")
                 #expect(result.stderr == "vigilctl \(command): no vigild is running on the bus at \(bus.address) (org.vigil.Vigil1 has no owner); start it with Scripts/run or vigild --config FILE\n", "\(result.stderr)")
                 #expect(result.stdout.isEmpty)
@@ -182,13 +182,13 @@ extension EndToEnd {
             var environment = ProcessInfo.processInfo.environment
             environment["DBUS_SESSION_BUS_ADDRESS"] = nil
             environment["XDG_RUNTIME_DIR"] = nil
-            let none = try runCommand(Build.vigilctl, ["status", "--state-dir", dir.path], environment: environment)
+            let none = try ProcessRunner.run(Build.vigilctl, ["status", "--state-dir", dir.path], environment: environment)
             #expect(none.status == 1)
             #expect(none.stderr.hasPrefix("vigilctl status: no vigild is running on the session bus"), "\(none.stderr)")
             #expect(none.stderr.contains("\(dir.path)/bus"), "\(none.stderr)")
             #expect(none.stderr.split(separator: "\n").count == 1)
             // A socket nobody listens on.
-            let gone = try runCommand(Build.vigilctl, ["leases", "--bus", "unix:path=\(dir.path)/nothing"])
+            let gone = try ProcessRunner.run(Build.vigilctl, ["leases", "--bus", "unix:path=\(dir.path)/nothing"])
             #expect(gone.status == 1)
             #expect(gone.stderr.hasPrefix("vigilctl leases: no vigild is running on the bus at unix:path=\(dir.path)/nothing: cannot connect"), "\(gone.stderr)")
         }

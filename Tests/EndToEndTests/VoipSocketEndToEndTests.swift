@@ -9,8 +9,7 @@ import VigilTestSupport
 extension EndToEnd {
     @Suite struct VoipSocketEndToEndTests {
         @Test func leaseAndStatusAreOnTheBus() async throws {
-            let server = Process()
-            server.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+            let server = ProcessRunner.process("/usr/bin/python3")
             server.arguments = [Build.packageRoot.appendingPathComponent("Tests/Fixtures/voip-pong-server.py").path]
             let out = Pipe()
             server.standardOutput = out

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import VigilKitTesting
 
 /// Tests/Fixtures/logind-standin.py (a python3-dbus stand-in for
 /// org.freedesktop.login1.Manager) running on a bus, stopped by `stop()`.
@@ -14,8 +15,7 @@ public final class LogindStandInProcess: @unchecked Sendable {
     /// Starts the stand-in on the bus at `address` and returns once it owns
     /// org.freedesktop.login1 (it prints "ready").
     public init(busAddress address: String) throws {
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        process = ProcessRunner.process("/usr/bin/python3")
         process.arguments = [Self.script, address]
         let out = Pipe()
         process.standardOutput = out

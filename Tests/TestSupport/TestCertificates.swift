@@ -1,4 +1,5 @@
 import Foundation
+import VigilKitTesting
 
 /// A throw-away certificate authority and a server certificate it signed
 /// for `IP:127.0.0.1`, made with the `openssl` command-line tool (EC P-256
@@ -33,19 +34,10 @@ public struct TestCertificates: Sendable {
     public func remove() { try? FileManager.default.removeItem(atPath: directory) }
 
     private static func openssl(_ arguments: [String], in directory: String) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-        process.arguments = arguments
-        process.currentDirectoryURL = URL(fileURLWithPath: directory)
-        let errors = Pipe()
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = errors
-        try process.run()
-        let message = errors.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw NSError(domain: "TestCertificates", code: Int(process.terminationStatus), userInfo: [
-                NSLocalizedDescriptionKey: "openssl \(arguments.joined(separator: " ")) failed: \(String(decoding: message, as: UTF8.self))"])
+        let result = try ProcessRunner.run("/usr/bin/openssl", arguments, cwd: directory)
+        guard result.status == 0 else {
+            throw NSError(domain: "TestCertificates", code: Int(result.status), userInfo: [
+                NSLocalizedDescriptionKey: "openssl \(arguments.joined(separator: " ")) failed: \(result.stderr)"])
         }
     }
 }

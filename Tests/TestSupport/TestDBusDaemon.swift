@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import VigilDBus
+import VigilKitTesting
 
 /// A private `dbus-daemon` started for one test and stopped by `stop()`.
 ///
@@ -55,8 +56,7 @@ public final class TestDBusDaemon: @unchecked Sendable {
         \(busConfig(directory))
         </busconfig>
         """.write(toFile: config, atomically: true, encoding: .utf8)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-daemon")
+        let process = ProcessRunner.process("/usr/bin/dbus-daemon")
         process.arguments = ["--config-file=\(config)", "--print-address=1", "--nofork"]
         let out = Pipe()
         process.standardOutput = out

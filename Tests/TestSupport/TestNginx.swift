@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import VigilKitTesting
 
 /// An nginx on 127.0.0.1 with a temporary prefix, serving the files of
 /// `root` (nginx answers Range, If-Range and sends strong ETags for static
@@ -59,8 +60,7 @@ public final class TestNginx: @unchecked Sendable {
             }
             """
         try config.write(toFile: prefix + "/nginx.conf", atomically: true, encoding: .utf8)
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/sbin/nginx")
+        let process = ProcessRunner.process("/usr/sbin/nginx")
         process.arguments = ["-p", prefix, "-c", prefix + "/nginx.conf", "-e", prefix + "/logs/error.log"]
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import VigilKitTesting
 
 /// A real server process (mosquitto, kamailio) the voip-socket tests start
 /// in a temporary directory on loopback, and stop by its pid.
@@ -115,11 +116,11 @@ public final class TestNetwork: Sendable {
         let prefix = "10.\(Int.random(in: 64...127)).\(Int.random(in: 0...255))"
         let base = 4 * Int.random(in: 0...63)
         serverAddress = "\(prefix).\(base + 2)"
-        try runTool("/usr/sbin/ip", ["netns", "add", namespace])
+        try ProcessRunner.checkedOutput("/usr/sbin/ip", ["netns", "add", namespace])
         do {
-            try runTool("/usr/sbin/ip", ["link", "add", hostLink, "type", "veth", "peer", "name", serverLink, "netns", namespace])
-            try runTool("/usr/sbin/ip", ["addr", "add", "\(prefix).\(base + 1)/30", "dev", hostLink])
-            try runTool("/usr/sbin/ip", ["link", "set", hostLink, "up"])
+            try ProcessRunner.checkedOutput("/usr/sbin/ip", ["link", "add", hostLink, "type", "veth", "peer", "name", serverLink, "netns", namespace])
+            try ProcessRunner.checkedOutput("/usr/sbin/ip", ["addr", "add", "\(prefix).\(base + 1)/30", "dev", hostLink])
+            try ProcessRunner.checkedOutput("/usr/sbin/ip", ["link", "set", hostLink, "up"])
             try inside(["ip", "addr", "add", "\(serverAddress)/30", "dev", serverLink])
             try inside(["ip", "link", "set", "lo", "up"])
             try inside(["ip", "link", "set", serverLink, "up"])
@@ -135,27 +136,12 @@ public final class TestNetwork: Sendable {
     }
 
     public func remove() {
-        _ = try? runProcessWithStatus("/usr/sbin/ip", ["netns", "del", namespace])
+        _ = try? ProcessRunner.run("/usr/sbin/ip", ["netns", "del", namespace])
     }
 
     private func inside(_ command: [String]) throws {
-        try runTool("/usr/sbin/ip", ["netns", "exec", namespace] + command)
+        try ProcessRunner.checkedOutput("/usr/sbin/ip", ["netns", "exec", namespace] + command)
     }
-}
-
-/// Runs a third-party tool to its end; throws with its output when it fails.
-public func runTool(_ path: String, _ arguments: [String]) throws {
-    _ = try runToolOutput(path, arguments)
-}
-
-/// Runs a third-party tool to its end and returns what it printed; throws
-/// with its output when it fails.
-public func runToolOutput(_ path: String, _ arguments: [String]) throws -> String {
-    let result = try runProcessWithStatus(path, arguments)
-    guard result.status == 0 else {
-        throw DescribedError("\(path) \(arguments.joined(separator: " ")) failed: \(result.output)")
-    }
-    return result.output
 }
 
 /// A temporary directory (the caller removes it).
@@ -201,7 +187,7 @@ public enum TestMosquitto {
         if let (name, password) = user {
             let file = directory + "/passwords"
             try "".write(toFile: file, atomically: true, encoding: .utf8)
-            try runTool("/usr/bin/mosquitto_passwd", ["-b", file, name, password])
+            try ProcessRunner.checkedOutput("/usr/bin/mosquitto_passwd", ["-b", file, name, password])
             config += "allow_anonymous \(anonymous)\npassword_file \(file)\n"
         } else {
             config += "allow_anonymous true\n"
@@ -217,7 +203,7 @@ public enum TestMosquitto {
     /// client); `options` such as MQTT 5 and its properties go before.
     public static func publish(port: Int, topic: String, message: String, user: (String, String)? = nil, options: [String] = [],
                         clientID: String = "test-publisher") throws {
-        try runTool("/usr/bin/mosquitto_pub", options + ["-h", "127.0.0.1", "-p", String(port), "-t", topic, "-m", message, "-i", clientID]
+        try ProcessRunner.checkedOutput("/usr/bin/mosquitto_pub", options + ["-h", "127.0.0.1", "-p", String(port), "-t", topic, "-m", message, "-i", clientID]
             + (user.map { ["-u", $0.0, "-P", $0.1] } ?? []))
     }
 }
@@ -321,7 +307,7 @@ public enum TestKamailio {
 extension TestKamailio {
     /// The Contact addresses kamailio holds now for every AOR (`kamcmd ul.dump`).
     public static func bindings(of server: TestServerProcess) throws -> [String] {
-        let out = try runToolOutput("/usr/sbin/kamcmd", ["-s", "unix:\(server.directory)/kamailio.ctl", "ul.dump"])
+        let out = try ProcessRunner.checkedOutput("/usr/sbin/kamcmd", ["-s", "unix:\(server.directory)/kamailio.ctl", "ul.dump"])
         return out.split(separator: "\n").compactMap { line in
             let text = line.trimmingCharacters(in: .whitespaces)
             return text.hasPrefix("Address: ") ? String(text.dropFirst(9)) : nil
@@ -351,7 +337,7 @@ extension TestKamailio {
             sys.stdout.write(answer.decode())
             s.close()
             """
-        return try runToolOutput("/usr/bin/python3", ["-c", script, callID, contact, String(expires)])
+        return try ProcessRunner.checkedOutput("/usr/bin/python3", ["-c", script, callID, contact, String(expires)])
     }
 }
 
@@ -385,7 +371,3 @@ public struct DescribedError: Error, CustomStringConvertible {
 
 /// Runs a program to its end; returns what it printed (stdout, then
 /// stderr) and its exit status.
-public func runProcessWithStatus(_ path: String, _ arguments: [String]) throws -> (output: String, status: Int32) {
-    let result = try runCommand(path, arguments)
-    return (result.stdout + result.stderr, result.status)
-}

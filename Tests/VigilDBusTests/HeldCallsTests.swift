@@ -112,10 +112,10 @@ extension Array {
 private final class MonitorProcess: @unchecked Sendable {
     // Invariant: `process` is set in init and only stopped in stop().
     let lines = WaitableLog<String>()
-    private let process = Process()
+    private let process: Process
 
     init(address: String) throws {
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/dbus-monitor")
+        process = ProcessRunner.process("/usr/bin/dbus-monitor")
         process.arguments = ["--address", address, "--profile"]
         let out = Pipe()
         process.standardOutput = out

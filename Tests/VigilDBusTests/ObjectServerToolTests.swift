@@ -1,13 +1,14 @@
 import Foundation
 import Testing
 @testable import VigilDBus
+import VigilKitTesting
 
 /// The test object seen from outside, through real tools.
 @Suite("DBusObjectServer from busctl, gdbus, dbus-send")
 struct ObjectServerToolTests {
     @Test func busctlIntrospectShowsEveryMember() async throws {
         try await TestService.with { service in
-            let out = try await runToolAsync("/usr/bin/busctl", ["--address=\(service.bus.address)", "introspect", TestService.name, TestService.path])
+            let out = try await ProcessRunner.runDetached("/usr/bin/busctl", ["--address=\(service.bus.address)", "introspect", TestService.name, TestService.path])
             #expect(out.status == 0, "\(out.stderr)")
             let interface = TestService.testInterface(state: service.state)
             for member in interface.methods.map(\.name) + interface.properties.map(\.name) + interface.signals.map(\.name) {
@@ -16,10 +17,10 @@ struct ObjectServerToolTests {
             for standard in ["org.freedesktop.DBus.Properties", "org.freedesktop.DBus.Introspectable", "org.freedesktop.DBus.Peer"] {
                 #expect(out.stdout.contains(standard))
             }
-            let tree = try await runToolAsync("/usr/bin/busctl", ["--address=\(service.bus.address)", "tree", TestService.name])
+            let tree = try await ProcessRunner.runDetached("/usr/bin/busctl", ["--address=\(service.bus.address)", "tree", TestService.name])
             #expect(tree.stdout.contains("/org/vigil/Test"), "\(tree.stdout)")
             // Peer is answered by libdbus itself.
-            let ping = try await runToolAsync("/usr/bin/busctl", ["--address=\(service.bus.address)", "call", TestService.name, TestService.path, "org.freedesktop.DBus.Peer", "Ping"])
+            let ping = try await ProcessRunner.runDetached("/usr/bin/busctl", ["--address=\(service.bus.address)", "call", TestService.name, TestService.path, "org.freedesktop.DBus.Peer", "Ping"])
             #expect(ping.status == 0, "\(ping.stderr)")
         }
     }
@@ -48,18 +49,18 @@ struct ObjectServerToolTests {
     @Test func callsAndPropertiesFromTools() async throws {
         try await TestService.with { service in
             let address = service.bus.address
-            let echo = try await runToolAsync("/usr/bin/busctl", ["--address=\(address)", "call", TestService.name, TestService.path, TestService.interfaceName, "Echo", "s", "hello"])
+            let echo = try await ProcessRunner.runDetached("/usr/bin/busctl", ["--address=\(address)", "call", TestService.name, TestService.path, TestService.interfaceName, "Echo", "s", "hello"])
             #expect(echo.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "s \"hello\"", "\(echo.stdout)\(echo.stderr)")
-            let version = try await runToolAsync("/usr/bin/busctl", ["--address=\(address)", "get-property", TestService.name, TestService.path, TestService.interfaceName, "Version"])
+            let version = try await ProcessRunner.runDetached("/usr/bin/busctl", ["--address=\(address)", "get-property", TestService.name, TestService.path, TestService.interfaceName, "Version"])
             #expect(version.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "s \"1.2.3\"", "\(version.stdout)\(version.stderr)")
-            let set = try await runToolAsync("/usr/bin/busctl", ["--address=\(address)", "set-property", TestService.name, TestService.path, TestService.interfaceName, "Count", "u", "42"])
+            let set = try await ProcessRunner.runDetached("/usr/bin/busctl", ["--address=\(address)", "set-property", TestService.name, TestService.path, TestService.interfaceName, "Count", "u", "42"])
             #expect(set.status == 0, "\(set.stderr)")
             #expect(await service.state.count == 42)
-            let add = try await runToolAsync("/usr/bin/gdbus", ["call", "--address", address, "--dest", TestService.name, "--object-path", TestService.path, "--method", "org.vigil.Test1.Add", "40", "2"])
+            let add = try await ProcessRunner.runDetached("/usr/bin/gdbus", ["call", "--address", address, "--dest", TestService.name, "--object-path", TestService.path, "--method", "org.vigil.Test1.Add", "40", "2"])
             #expect(add.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "(42,)", "\(add.stdout)\(add.stderr)")
-            let send = try await runToolAsync("/usr/bin/dbus-send", ["--bus=\(address)", "--print-reply", "--dest=\(TestService.name)", TestService.path, "org.vigil.Test1.Echo", "string:via dbus-send"])
+            let send = try await ProcessRunner.runDetached("/usr/bin/dbus-send", ["--bus=\(address)", "--print-reply", "--dest=\(TestService.name)", TestService.path, "org.vigil.Test1.Echo", "string:via dbus-send"])
             #expect(send.stdout.contains("string \"via dbus-send\""), "\(send.stdout)\(send.stderr)")
-            let all = try await runToolAsync("/usr/bin/dbus-send", ["--bus=\(address)", "--print-reply", "--dest=\(TestService.name)", TestService.path, "org.freedesktop.DBus.Properties.GetAll", "string:org.vigil.Test1"])
+            let all = try await ProcessRunner.runDetached("/usr/bin/dbus-send", ["--bus=\(address)", "--print-reply", "--dest=\(TestService.name)", TestService.path, "org.freedesktop.DBus.Properties.GetAll", "string:org.vigil.Test1"])
             for name in ["Version", "Count", "Label", "Tags"] {
                 #expect(all.stdout.contains("\"\(name)\""), "\(all.stdout)")
             }
@@ -70,7 +71,7 @@ struct ObjectServerToolTests {
         try await TestService.with { service in
             let address = service.bus.address
             func errorOf(_ arguments: [String]) async throws -> String {
-                let out = try await runToolAsync("/usr/bin/dbus-send", ["--bus=\(address)", "--print-reply", "--dest=\(TestService.name)"] + arguments)
+                let out = try await ProcessRunner.runDetached("/usr/bin/dbus-send", ["--bus=\(address)", "--print-reply", "--dest=\(TestService.name)"] + arguments)
                 #expect(out.status != 0)
                 return out.stderr
             }
@@ -101,9 +102,9 @@ struct ObjectServerToolTests {
         try await TestService.with { service in
             await #expect(throws: DBusError.self) { _ = try await DBusObjectServer(connection: service.connection) }
             let address = service.bus.address
-            let echo = try await runToolAsync("/usr/bin/busctl", ["--address=\(address)", "call", TestService.name, TestService.path, TestService.interfaceName, "Echo", "s", "still one"])
+            let echo = try await ProcessRunner.runDetached("/usr/bin/busctl", ["--address=\(address)", "call", TestService.name, TestService.path, TestService.interfaceName, "Echo", "s", "still one"])
             #expect(echo.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "s \"still one\"", "\(echo.stdout)\(echo.stderr)")
-            let missing = try await runToolAsync("/usr/bin/busctl", ["--address=\(address)", "call", TestService.name, "/org/vigil/Nowhere", TestService.interfaceName, "Echo", "s", "x"])
+            let missing = try await ProcessRunner.runDetached("/usr/bin/busctl", ["--address=\(address)", "call", TestService.name, "/org/vigil/Nowhere", TestService.interfaceName, "Echo", "s", "x"])
             #expect(missing.status != 0)
             // The server's own answer, not libdbus's default one.
             #expect(missing.stderr.contains("no object at /org/vigil/Nowhere"), "\(missing.stderr)")

@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import Testing
 @testable import VigilDBus
+import VigilKitTesting
 
 /// State behind the test object.
 actor TestState {
@@ -128,9 +129,9 @@ func pipeWith(_ contents: String) throws -> DBusFileDescriptor {
 }
 
 /// Writes a python script to a temp file and runs it with /usr/bin/python3.
-func runPython(_ script: String, _ arguments: [String]) async throws -> ToolOutput {
+func runPython(_ script: String, _ arguments: [String]) async throws -> CommandResult {
     let file = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-dbus-\(UUID().uuidString).py")
     try script.write(to: file, atomically: true, encoding: .utf8)
     defer { try? FileManager.default.removeItem(at: file) }
-    return try await runToolAsync("/usr/bin/python3", [file.path] + arguments)
+    return try await ProcessRunner.runDetached("/usr/bin/python3", [file.path] + arguments)
 }

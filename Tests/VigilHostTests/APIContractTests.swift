@@ -3,6 +3,7 @@ import Testing
 import VigilDBus
 @testable import VigilHost
 import VigilKit
+import VigilKitTesting
 
 /// The contract (VigilKit's ``VigilAPI``) as vigild uses it: interfaces are
 /// built only from complete bindings, rows cross the wire unchanged, and
@@ -78,7 +79,7 @@ import VigilKit
         let xml = dir + "/org.vigil.Vigil1.xml"
         try HostBusAPI.introspectionXML().write(toFile: xml, atomically: true, encoding: .utf8)
         let prefix = VigilAPI.busName + "."
-        let result = try await runProgram("/usr/bin/gdbus-codegen", [
+        let result = try await ProcessRunner.runDetached("/usr/bin/gdbus-codegen", [
             "--interface-prefix", prefix, "--c-namespace", "Vigil", "--generate-c-code", "vigil", "--output-directory", dir, xml,
         ])
         try #require(result.status == 0, "gdbus-codegen failed: \(result.stderr)")
@@ -110,7 +111,7 @@ import VigilKit
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let xml = dir + "/inhibit.xml"
         try generated.write(toFile: xml, atomically: true, encoding: .utf8)
-        let result = try await runProgram("/usr/bin/gdbus-codegen", [
+        let result = try await ProcessRunner.runDetached("/usr/bin/gdbus-codegen", [
             "--interface-prefix", "org.freedesktop.", "--c-namespace", "Fd", "--generate-c-code", "inhibit", "--output-directory", dir, xml,
         ])
         try #require(result.status == 0, "gdbus-codegen failed: \(result.stderr)")

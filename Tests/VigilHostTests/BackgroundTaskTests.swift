@@ -62,7 +62,7 @@ enum BackgroundTaskPlugin {
         }
         #expect(all.filter { $0.kind == .renewed }.count >= 10)
         #expect(h.hooks.runs.map(\.event) == ["complete"])
-        #expect(h.events.all.contains { $0.0 == "task-completed" })
+        #expect(h.events.all.contains { $0.name == "task-completed" })
         #expect(await h.registry.active.isEmpty)
         await h.supervisor.stopAll()
     }
@@ -86,7 +86,7 @@ enum BackgroundTaskPlugin {
         }
         #expect(kinds == [.acquired, .released])
         await supervisor.stopAll()
-        #expect(events.all.contains { $0.0 == "task-finished" && $0.1["exit"] == "exited with status 3" })
+        #expect(events.all.contains { $0.name == "task-finished" && $0.fields["exit"] == "exited with status 3" })
     }
 
     @Test func badOptionsAreRefusedClearly() throws {

@@ -32,8 +32,8 @@ final class NetworkNamespace: @unchecked Sendable {
     /// `ip -n <this namespace> ...`
     func inside(_ arguments: [String]) throws { try ip(["-n", name] + arguments) }
 
-    static func run(_ arguments: [String]) throws -> ToolOutput {
-        try runTool("/usr/sbin/ip", arguments, environment: ["PATH": "/usr/sbin:/usr/bin:/bin"])
+    static func run(_ arguments: [String]) throws -> CommandResult {
+        try ProcessRunner.run("/usr/sbin/ip", arguments, environment: ["PATH": "/usr/sbin:/usr/bin:/bin"])
     }
 }
 
@@ -79,7 +79,7 @@ final class NetworkNamespace: @unchecked Sendable {
             bus.stop()
         }
         func setMetered(_ value: UInt32) throws {
-            let out = try runTool("/usr/bin/busctl", ["--address=\(bus.address)", "call", "org.freedesktop.NetworkManager",
+            let out = try ProcessRunner.run("/usr/bin/busctl", ["--address=\(bus.address)", "call", "org.freedesktop.NetworkManager",
                 "/org/freedesktop/NetworkManager", "org.vigil.Test", "SetMetered", "u", String(value)], environment: [:])
             guard out.status == 0 else { throw DescribedError("SetMetered: \(out.stderr)") }
         }

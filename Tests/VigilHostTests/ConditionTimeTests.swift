@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import VigilHost
 import VigilKit
+import VigilKitTesting
 
 /// `time` windows on the test clock, in a zone with daylight saving time.
 @Suite struct ConditionTimeTests {

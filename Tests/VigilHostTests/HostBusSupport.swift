@@ -408,38 +408,3 @@ func offPool(_ work: @escaping @Sendable () -> Void) async {
     }
 }
 
-/// Runs a program to completion off the cooperative pool (it may call back
-/// into the host under test, whose handlers need the pool).
-func runProgram(_ path: String, _ arguments: [String]) async throws -> (status: Int32, stdout: String, stderr: String) {
-    try await withCheckedThrowingContinuation { continuation in
-        Thread {
-            continuation.resume(with: Result {
-                let process = Process()
-                process.executableURL = URL(fileURLWithPath: path)
-                process.arguments = arguments
-                let out = Pipe(), err = Pipe()
-                process.standardOutput = out
-                process.standardError = err
-                try process.run()
-                let errData = LockedBox(Data())
-                let reader = Thread { errData.value = err.fileHandleForReading.readDataToEndOfFile() }
-                reader.start()
-                let outData = out.fileHandleForReading.readDataToEndOfFile()
-                process.waitUntilExit()
-                while !reader.isFinished { usleep(1_000) }
-                return (process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData.value, as: UTF8.self))
-            })
-        }.start()
-    }
-}
-
-final class LockedBox<T>: @unchecked Sendable {
-    // Invariant: `stored` is only touched while holding `lock`.
-    private let lock = NSLock()
-    private var stored: T
-    init(_ value: T) { stored = value }
-    var value: T {
-        get { lock.withLock { stored } }
-        set { lock.withLock { stored = newValue } }
-    }
-}

@@ -3,6 +3,7 @@ import Testing
 import VigilDBus
 @testable import VigilHost
 import VigilKit
+import VigilKitTesting
 
 private let root = HostBusNames.rootPath
 private func lease(_ id: UInt64) -> String { HostBusNames.leasePath(LeaseID(id)) }
@@ -73,7 +74,7 @@ private func paths(_ value: DBusValue?) -> [String] {
         let file = NSTemporaryDirectory() + "vigil-introspection-\(UUID().uuidString).xml"
         try xml.write(toFile: file, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(atPath: file) }
-        let parsed = try await runProgram("/usr/bin/python3", ["-c", """
+        let parsed = try await ProcessRunner.runDetached("/usr/bin/python3", ["-c", """
             import sys, xml.etree.ElementTree as ET
             root = ET.parse(sys.argv[1]).getroot()
             assert root.tag == 'node', root.tag
@@ -309,7 +310,7 @@ private enum Build {
         try await HostBusFixture.with(strategies: Self.script, hostUID: 4242) { f in
             #expect(try await f.hostCall("Reload").body.first == .bool(true))
             // dbus-send prints the error's name and message (busctl only the errno text).
-            let denied = try await runProgram("/usr/bin/setpriv", [
+            let denied = try await ProcessRunner.runDetached("/usr/bin/setpriv", [
                 "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/dbus-send", "--bus=\(f.bus.address)",
                 "--print-reply", "--dest=\(f.hostName)", root, "\(HostBusNames.hostInterface).Reload",
             ])
@@ -317,7 +318,7 @@ private enum Build {
             #expect(denied.stderr.contains("org.freedesktop.DBus.Error.AccessDenied"), "\(denied.stderr)")
             #expect(denied.stderr.contains("allowed only to root and to uid 4242") && denied.stderr.contains("uid 65534"), "\(denied.stderr)")
             // Reading stays open to everyone.
-            let read = try await runProgram("/usr/bin/setpriv", [
+            let read = try await ProcessRunner.runDetached("/usr/bin/setpriv", [
                 "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/busctl", "--address=\(f.bus.address)",
                 "get-property", f.hostName, root, HostBusNames.hostInterface, "Version",
             ])

@@ -15,7 +15,7 @@ import VigilTestSupport
         var template = Array("/tmp/vigil-health-XXXXXX".utf8CString)
         let mountPoint = String(cString: try #require(mkdtemp(&template)))
         defer { try? FileManager.default.removeItem(atPath: mountPoint) }
-        let mounted = try await runProgram("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "vigil-health-test", mountPoint])
+        let mounted = try await ProcessRunner.runDetached("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "vigil-health-test", mountPoint])
         try #require(mounted.status == 0, "mount: \(mounted.stderr)")
         defer { _ = umount2(mountPoint, Int32(MNT_DETACH)) }
 

@@ -1,6 +1,7 @@
 import Testing
 import VigilHost
 import VigilKit
+import VigilKitTesting
 
 /// Collects registry events as they are published.
 actor EventLog {

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 @testable import VigilHost
 import VigilKit
+import VigilKitTesting
 
 /// The metrics component: bounded labels, counting, the `[metrics]` table,
 /// and the exposition-only listener, against real sockets and `promtool`.
@@ -208,15 +209,8 @@ import VigilKit
     }
 
     func run(_ program: String, _ arguments: [String]) throws -> (status: Int32, output: String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: program)
-        p.arguments = arguments
-        let out = Pipe()
-        p.standardOutput = out
-        try p.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+        let result = try ProcessRunner.run(program, arguments)
+        return (result.status, result.stdout)
     }
 }
 

@@ -49,112 +49,47 @@ final class WindowChecker: WakeScheduling, @unchecked Sendable {
 
 /// Records hook runs instead of starting processes (the hook runner has its
 /// own tests), and what the lease registry held at that moment.
-final class RecordingHooks: HookRunning, @unchecked Sendable {
-    // Invariant: `runs`, `waiters` and `nextWaiter` are only touched while holding `lock`.
-    private let lock = NSLock()
-    private(set) var runs: [(event: String, variables: [String: String], leases: Int)] = []
-    private var waiters: [Int: (count: Int, continuation: CheckedContinuation<Void, Never>)] = [:]
-    private var nextWaiter = 0
+final class RecordingHooks: HookRunning {
+    struct Run: Sendable {
+        var event: String
+        var variables: [String: String]
+        var leases: Int
+    }
+
+    let log = WaitableLog<Run>()
     let registry: LeaseRegistry
     init(registry: LeaseRegistry) { self.registry = registry }
 
     func run(_ command: HookCommand, event: String, variables: [String: String]) async -> HookResult {
         let held = await registry.active.count
-        let ready = lock.withLock {
-            runs.append((event, variables, held))
-            let ready = waiters.filter { $0.value.count <= runs.count }
-            for key in ready.keys { waiters[key] = nil }
-            return ready.values.map(\.continuation)
-        }
-        for waiter in ready { waiter.resume() }
+        log.append(Run(event: event, variables: variables, leases: held))
         return HookResult(exit: .exited(0), output: "", duration: .zero)
     }
-    var count: Int { lock.withLock { runs.count } }
+    var runs: [Run] { log.all }
+    var count: Int { log.count }
 
     /// Waits until at least `n` runs were recorded, or `timeout` of real time
     /// passed (a run the clock made due is started by the strategy's task,
     /// which a loaded machine may schedule late); returns the count then.
     func waitForCount(atLeast n: Int, timeout: Duration = .seconds(10)) async -> Int {
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { await self.reached(n) }
-            group.addTask { try? await Task.sleep(for: timeout) }
-            await group.next()
-            group.cancelAll()
-        }
-        return count
-    }
-
-    private func reached(_ n: Int) async {
-        let id = lock.withLock { () -> Int in nextWaiter += 1; return nextWaiter }
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let now = lock.withLock { () -> Bool in
-                    if runs.count >= n || Task.isCancelled { return true }
-                    waiters[id] = (n, continuation)
-                    return false
-                }
-                if now { continuation.resume() }
-            }
-        } onCancel: {
-            lock.withLock { waiters.removeValue(forKey: id) }?.continuation.resume()
-        }
+        await log.wait(forCount: n, timeout: timeout)
     }
 }
 
-final class RecordingEvents: EventRecording, @unchecked Sendable {
-    // Invariant: `events` and `waiters` are only touched while holding `lock`.
-    private let lock = NSLock()
-    private(set) var events: [(String, [String: String])] = []
-    private var waiters: [CheckedContinuation<Void, Never>] = []
-    func record(_ event: String, _ fields: [String: String]) async {
-        let ready = lock.withLock {
-            events.append((event, fields))
-            defer { waiters.removeAll() }
-            return waiters
-        }
-        for w in ready { w.resume() }
-    }
-    /// Returns once at least one event was recorded.
-    func waitForFirst() async {
-        await withCheckedContinuation { c in
-            let now = lock.withLock {
-                if !events.isEmpty { return true }
-                waiters.append(c)
-                return false
-            }
-            if now { c.resume() }
-        }
-    }
-    var all: [(String, [String: String])] { lock.withLock { events } }
+/// A strategy's recorded events (VigilKitTesting's waitable log).
+typealias RecordingEvents = WaitableLog<RecordedEvent>
 
+extension WaitableLog where Item == RecordedEvent {
     /// Returns once an event named `name` was recorded; throws after `timeout`.
     func waitFor(_ name: String, timeout: Duration = .seconds(30)) async throws {
-        let clock = ContinuousClock()
-        let end = clock.now + timeout
-        // Bounds a broken run: wakes the waiter below when nothing comes.
-        let bound = Task { [weak self] in
-            guard (try? await Task.sleep(until: end, clock: clock)) != nil else { return }
-            self?.wakeWaiters()
-        }
-        defer { bound.cancel() }
-        while true {
-            // Resumed at the next event (or by the bound).
-            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-                let now = lock.withLock {
-                    if events.contains(where: { $0.0 == name }) || clock.now >= end { return true }
-                    waiters.append(c)
-                    return false
-                }
-                if now { c.resume() }
-            }
-            if all.contains(where: { $0.0 == name }) { return }
-            guard clock.now < end else { throw DescribedError("no \(name) event after \(timeout); events: \(all.map(\.0))") }
+        guard await wait(for: name, timeout: timeout) else {
+            throw DescribedError("no \(name) event after \(timeout); events: \(all.map(\.name))")
         }
     }
 
-    private func wakeWaiters() {
-        let ready = lock.withLock { defer { waiters.removeAll() }; return waiters }
-        for w in ready { w.resume() }
+    /// Returns once at least one event was recorded (or after `timeout`).
+    func waitForFirst(timeout: Duration = .seconds(30)) async {
+        await wait(forCount: 1, timeout: timeout)
     }
 }
 
@@ -221,8 +156,8 @@ struct Harness {
         await h.clock.jump(by: .seconds(35 * 60))
         #expect(h.hooks.count == expectedRuns)
         let wake = h.events.all.last
-        #expect(wake?.1["missed"] == "2")
-        #expect(wake?.0 == (mode == "skip" ? "wake-skipped" : "wake"))
+        #expect(wake?.fields["missed"] == "2")
+        #expect(wake?.name == (mode == "skip" ? "wake-skipped" : "wake"))
         // Back on the original 10-minute grid: the next run is at 40 min.
         await h.clock.advance(by: .seconds(4 * 60 + 59))
         #expect(h.hooks.count == expectedRuns)
@@ -236,9 +171,9 @@ struct Harness {
         let s = try PeriodicWakePlugin.make(["every": .string("1m"), "tolerance": .string("0s"), "run": .array([.string("true")])])
         await h.supervisor.start([SupervisedStrategy(name: "pw", kind: "periodic-wake", strategy: s)])
         await h.clock.advance(by: .seconds(180))
-        let wakes = h.events.all.filter { $0.0 == "wake" }
+        let wakes = h.events.all.filter { $0.name == "wake" }
         #expect(wakes.count == 3)
-        #expect(wakes.allSatisfy { $0.1["exit"] == "exited with status 0" && $0.1["lateness_ms"] == "0.0" })
+        #expect(wakes.allSatisfy { $0.fields["exit"] == "exited with status 0" && $0.fields["lateness_ms"] == "0.0" })
         #expect(h.hooks.runs.map { $0.variables["sequence"] } == ["1", "2", "3"])
         await h.supervisor.stopAll()
     }
@@ -304,8 +239,8 @@ struct Harness {
         if persistent, hoursStopped > 0 {
             try await after.events.waitFor(mode == "skip" ? "wake-skipped" : "wake")
             let first = try #require(after.events.all.first)
-            #expect(first.0 == (mode == "skip" ? "wake-skipped" : "wake"))
-            #expect(first.1["missed"] == "2")
+            #expect(first.name == (mode == "skip" ? "wake-skipped" : "wake"))
+            #expect(first.fields["missed"] == "2")
             #expect(after.logs.entries.contains { $0.contains("persistent: 3 run(s) fell due while the host was stopped") })
         }
         // The next run: on the last run's grid when persistent (59 min after
@@ -341,7 +276,7 @@ struct Harness {
 
     /// The random delay of each run, as its wake event reports it, in seconds.
     private func delays(_ h: Harness) -> [Double] {
-        h.events.all.compactMap { $0.1["random_delay_ms"].flatMap(Double.init).map { $0 / 1000 } }
+        h.events.all.compactMap { $0.fields["random_delay_ms"].flatMap(Double.init).map { $0 / 1000 } }
     }
 
     /// `randomized_delay`: each run comes a random time up to the delay
@@ -429,8 +364,8 @@ struct Harness {
         await events.waitForFirst()
         await supervisor.stopAll()
         let first = try #require(events.all.first)
-        #expect(first.1["exit"] == "timed out")
-        #expect(Double(first.1["duration_ms"] ?? "") ?? 0 < 2_000)
+        #expect(first.fields["exit"] == "timed out")
+        #expect(Double(first.fields["duration_ms"] ?? "") ?? 0 < 2_000)
         #expect(await registry.active.isEmpty)
     }
 }

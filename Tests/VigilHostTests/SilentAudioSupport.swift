@@ -24,36 +24,6 @@ enum SilentAudioPlugin {
     }
 }
 
-/// Output of a finished command.
-struct ToolOutput {
-    var status: Int32
-    var stdout: String
-    var stderr: String
-}
-
-/// Runs a command to completion, its output captured through files so that
-/// no pipe can fill up.
-func runTool(_ program: String, _ arguments: [String], environment: [String: String]) throws -> ToolOutput {
-    let dir = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-tool-\(UUID().uuidString)")
-    try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(at: dir) }
-    let out = dir.appendingPathComponent("out"), err = dir.appendingPathComponent("err")
-    FileManager.default.createFile(atPath: out.path, contents: nil)
-    FileManager.default.createFile(atPath: err.path, contents: nil)
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: program)
-    p.arguments = arguments
-    p.environment = environment
-    p.standardOutput = try FileHandle(forWritingTo: out)
-    p.standardError = try FileHandle(forWritingTo: err)
-    try p.run()
-    p.waitUntilExit()
-    return ToolOutput(
-        status: p.terminationStatus,
-        stdout: (try? String(contentsOf: out, encoding: .utf8)) ?? "",
-        stderr: (try? String(contentsOf: err, encoding: .utf8)) ?? "")
-}
-
 /// Starts a program with posix_spawn, output to /dev/null. Not Foundation's
 /// `Process`: it takes a child that closes its inherited descriptors (as
 /// pulseaudio does at start) for exited, and then blocks in waitpid on it,
@@ -126,8 +96,8 @@ final class PulseServer: PulseTools, @unchecked Sendable {
         try? FileManager.default.removeItem(atPath: dir)
     }
 
-    func pacmd(_ arguments: [String]) throws -> ToolOutput {
-        try runTool("/usr/bin/pacmd", arguments, environment: environment)
+    func pacmd(_ arguments: [String]) throws -> CommandResult {
+        try ProcessRunner.run("/usr/bin/pacmd", arguments, environment: environment)
     }
 }
 
@@ -144,8 +114,8 @@ protocol PulseTools: AnyObject {
 }
 
 extension PulseTools {
-    func pactl(_ arguments: [String]) throws -> ToolOutput {
-        try runTool("/usr/bin/pactl", arguments, environment: environment)
+    func pactl(_ arguments: [String]) throws -> CommandResult {
+        try ProcessRunner.run("/usr/bin/pactl", arguments, environment: environment)
     }
 
     /// `nullsink`'s line of `pactl list short sinks`.
@@ -311,7 +281,7 @@ func checkSinkComesBack(_ server: some PulseTools) async throws {
     #expect(back < .seconds(2), "the stream came back \(back) after the sink")
     let history = h.history.filter { $0.kind != .status }
     #expect(history.map(\.kind) == [.acquired, .released, .acquired], "\(history.map(\.kind))")
-    #expect(h.events.all.contains { $0.0 == "audio-lost" && $0.1["reason"] == "sink nullsink was removed" }, "\(h.events.all)")
+    #expect(h.events.all.contains { $0.name == "audio-lost" && $0.fields["reason"] == "sink nullsink was removed" }, "\(h.events.all)")
     try await eventually("the new stream plays on nullsink") {
         let sink = try server.sinkIndex("nullsink")
         return try server.streams().map(\.sink) == [sink].compactMap { $0 }

@@ -121,7 +121,7 @@ import VigilKit
         // 5 s of the server's return (plus the server's own start).
         #expect(second.at - restarted < .seconds(5), "reconnected \(second.at - restarted) after the restart")
         #expect(second.lease.id != history[0].lease.id)
-        #expect(h.events.all.contains { $0.0 == "audio-lost" && ($0.1["reason"] ?? "").contains("connection") })
+        #expect(h.events.all.contains { $0.name == "audio-lost" && ($0.fields["reason"] ?? "").contains("connection") })
         try await eventually("the new stream is listed") { pulse.sinkInputs.contains("Vigil keepalive") }
         await h.supervisor.stopAll()
     }
@@ -207,7 +207,7 @@ import VigilKit
         // The lock was let go only once the stream had stopped: the strategy
         // records audio-sleep after its lease was released and before it
         // lets go of the lock, so the event is there when the sleep went on.
-        #expect(h.events.all.contains { $0.0 == "audio-sleep" }, "\(h.events.all)")
+        #expect(h.events.all.contains { $0.name == "audio-sleep" }, "\(h.events.all)")
         try await h.waitFor(.released)
         try await h.waitFor(.acquired, count: 2)
         #expect(h.history.filter { $0.kind != .status }.map(\.kind) == [.acquired, .released, .acquired])

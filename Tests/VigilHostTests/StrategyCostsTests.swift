@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import VigilHost
 import VigilKit
+import VigilKitTesting
 
 /// ``StrategyCosts`` fed by the real scheduler, registry and hook runner.
 @Suite("Strategy costs")

@@ -65,7 +65,7 @@ struct SurvivalStoreFullDiskTests {
         var template = Array("/tmp/vigil-storefull-XXXXXX".utf8CString)
         let mountPoint = String(cString: try #require(mkdtemp(&template)))
         defer { try? FileManager.default.removeItem(atPath: mountPoint) }
-        let mounted = try await runProgram("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "vigil-storefull", mountPoint])
+        let mounted = try await ProcessRunner.runDetached("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "vigil-storefull", mountPoint])
         try #require(mounted.status == 0, "mount: \(mounted.stderr)")
         defer { _ = umount2(mountPoint, Int32(MNT_DETACH)) }
         try await body(mountPoint)

@@ -407,7 +407,7 @@ import VigilTestSupport
             s.sendall(request.encode())
             s.close()
             """
-        try runTool("/usr/bin/python3", ["-c", script, callID, body])
+        try ProcessRunner.checkedOutput("/usr/bin/python3", ["-c", script, callID, body])
         return callID
     }
 

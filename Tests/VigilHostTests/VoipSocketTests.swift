@@ -417,7 +417,7 @@ import VigilTestSupport
 }
 
 func runProcess(_ path: String, _ arguments: [String]) throws -> String {
-    try runProcessWithStatus(path, arguments).output
+    try ProcessRunner.run(path, arguments).output
 }
 
 /// How the plugin hands statuses to the host.

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import VigilKit
 @testable import VigilHost
+import VigilKitTesting
 
 /// What woke the system (SystemWake.attribute) with injected readings, its
 /// round trip through the survival log and `vigilctl survival`'s text, and the

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import VigilHost
 import VigilKit
+import VigilKitTesting
 
 /// Helpers for wake tests on a ManualClock (a namespace, so that names do
 /// not collide with other test files of this target).

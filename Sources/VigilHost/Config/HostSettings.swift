@@ -38,10 +38,6 @@ public struct HostSettings: Sendable, Equatable {
     /// The `[metrics]` table (its own table, kept here so reload compares it
     /// like a `[host]` key: a change needs a restart).
     public var metrics = MetricsSettings()
-    /// Whether the host drops the code pages only start-up used from its
-    /// RSS once it serves the bus (`release_startup_pages`): see
-    /// ``StartupPages``.
-    public var releaseStartupPages = true
 
     /// The defaults used for keys the config leaves out.
     public init(stateDir: String = HostPaths.defaultStateDir()) {
@@ -69,7 +65,6 @@ public struct HostSettings: Sendable, Equatable {
             .duration("inhibit_max", \.inhibits.maxDuration, atLeast: .seconds(1)),
             .patterns("inhibit_allow", \.inhibits.allow),
             .patterns("inhibit_deny", \.inhibits.deny),
-            .flag("release_startup_pages", \.releaseStartupPages),
         ]
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import VigilKit
+import VigilKitTesting
 
 /// The running host: one lease registry, one wake scheduler, one survival
 /// store, and the supervisor running the configured strategies.
@@ -237,7 +238,6 @@ public actor HostRuntime {
         let registry = self.registry
         let readings = self.readings
         let log = StrategyLogger(source: "vigild", sink: logSink)
-        let releasePages = config.host.releaseStartupPages
         // The heartbeat is a wake request like any other, on a fixed grid from
         // the start of the run so that coalescing never makes it drift.
         background.append(Task {
@@ -290,14 +290,6 @@ public actor HostRuntime {
                     log.error("cannot write heartbeat: \(error)")
                 }
                 await self.writeMetricsTextfile()
-                if k == 1 && releasePages {
-                    // The first heartbeat ran one-time work (type metadata,
-                    // GRDB's statement cache, lazy bindings): drop the code
-                    // it touched too; later heartbeats fault back only what
-                    // they use.
-                    let released = StartupPages.release()
-                    log.debug("released first-heartbeat pages: RSS \(released.residentBeforeKiB / 1024) MB -> \(released.residentAfterKiB / 1024) MB")
-                }
                 // After a stall or suspend, continue with the next future slot.
                 let elapsed = clock.now - start
                 k = max(k + 1, Int64(elapsed / interval) + 1)

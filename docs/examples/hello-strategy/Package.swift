@@ -16,6 +16,13 @@ let package = Package(
     ],
     targets: [
         .target(name: "HelloStrategy", dependencies: [.product(name: "VigilKit", package: "VigilKit")]),
+        // The strategy run without a host, on the SDK's test kit: a manual
+        // clock, a clock-driven scheduler, waitable logs (`swift test`).
+        .testTarget(name: "HelloStrategyTests", dependencies: [
+            "HelloStrategy",
+            .product(name: "VigilKit", package: "VigilKit"),
+            .product(name: "VigilKitTesting", package: "VigilKit"),
+        ]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -77,3 +77,27 @@ public protocol WakeScheduling: Sendable {
     func wake(_ request: WakeRequest) async throws -> WakeFiring
     var clockInfo: WakeClockInfo { get }
 }
+
+/// The thing the host's wake scheduler waits on: a one-shot timer that can
+/// be re-armed to a new absolute deadline on the host's `CLOCK_BOOTTIME`
+/// timeline. In the SDK so that the test kit's clock-driven timer
+/// (VigilKitTesting's `ClockDrivenWakeTimer`) and the host's timerfd timer
+/// meet at one contract.
+///
+/// Contract:
+/// - `arm(at:)` replaces any earlier arming; `arm(at: nil)` disarms.
+/// - After the armed deadline passes, the handler is called (once per
+///   expiry). A handler call may still arrive for an arming that has just been
+///   replaced; the scheduler tolerates such stale calls by looking at its
+///   clock, so timers need not guarantee their absence.
+public protocol WakeTimer: Sendable {
+    /// The clock this timer runs on, for reports ("CLOCK_BOOTTIME", "test", ...).
+    var clockName: String { get }
+    /// Installs the function called when the timer expires. The scheduler
+    /// installs it once, before arming.
+    func setExpiryHandler(_ handler: @escaping @Sendable () async -> Void)
+    /// Arms the timer to expire once at `deadline`, or disarms it (`nil`).
+    func arm(at deadline: VigilInstant?)
+    /// Stops the timer for good and releases what it holds.
+    func invalidate()
+}

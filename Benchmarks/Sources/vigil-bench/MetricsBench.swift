@@ -129,7 +129,7 @@ private func scrapeFigures(leases leaseCount: Int, strategies strategyCount: Int
 }
 
 private func idleFigures(seconds: Double) async throws {
-    let bin = URL(fileURLWithPath: PluginLoader.executableDirectory() ?? ".")
+    let bin = try hostBuildDirectory()
     let dir = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-metrics-idle-\(getpid())")
     try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: dir) }

@@ -52,7 +52,7 @@ func idleCostBench(_ args: [String]) async throws {
     }
     let seconds = rest.first.flatMap(Double.init) ?? 120
     let interval = 60.0
-    let bin = URL(fileURLWithPath: PluginLoader.executableDirectory() ?? ".")
+    let bin = try hostBuildDirectory()
     let dir = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-idle-\(getpid())")
     try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: dir) }

@@ -51,7 +51,7 @@ func releaseCompareBench(_ args: [String]) async throws {
     let clientB = try await DBusConnection.connect(to: .address(busB.address))
     let versionA = try await clientA.call(BenchAPI.hostProperty("Version")).argument(0, as: DBusVariant.self)
     let versionB = try await clientB.call(BenchAPI.hostProperty("Version")).argument(0, as: DBusVariant.self)
-    let here = PluginLoader.executableDirectory() ?? "."
+    let here = try hostBuildDirectory().path
     print("release-compare: this vigild (\(here), Version \(versionA.value)) against \(other.path)/vigild (Version \(versionB.value));")
     #if DEBUG
     let build = "a debug vigil-bench (its figures are not the release's)"

@@ -95,7 +95,7 @@ func voipSocketBench(_ arguments: [String]) async throws {
     print("placement: \(placement.map { $0.description(tls: tls) } ?? (pin ? "not pinned (fewer than two cores)" : "not pinned (--no-pin)"))")
     print("voip-socket: \(n) \(tls ? "TLS " : "")connections to \(target)\(front), keepalive_interval \(interval)s, aligned to \(interval)s slots, \(follower ? "with" : "without") a bus-projection stand-in and vigild's other registry followers")
 
-    let kind = try PluginLoader(searchPath: [PluginLoader.executableDirectory() ?? "."]).loadKind("voip-socket").get()
+    let kind = try PluginLoader(searchPath: [try hostBuildDirectory().path]).loadKind("voip-socket").get()
     let clock = SystemClock()
     let registry = LeaseRegistry(clock: clock)
     let standIn = follower ? await BusFollowerStandIn.follow(registry) : nil

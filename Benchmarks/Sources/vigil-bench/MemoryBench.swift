@@ -1,10 +1,13 @@
-// vigil-bench idle-memory: RSS and thread count of an idle vigild (this
-// build's, so build it in release: `swift build -c release`), with no
-// strategy and then with one of each of the five kinds, next to two
-// references measured in the same run: `dbus-test-tool echo` (a C libdbus
-// service) and `sleep` (a C process doing nothing). Also prints where the
+// vigil-bench idle-memory: the memory of an idle vigild (the host of
+// hostBuildDirectory(), so run it through `Scripts/bench`, which builds it
+// in release), with no strategy and then with one of each of the five
+// kinds, next to two references measured in the same run: `dbus-test-tool
+// echo` (a C libdbus service) and `sleep` (a C process doing nothing).
+// Each row gives RSS, PSS and private dirty memory (/proc/PID/smaps_rollup)
+// side by side: RSS counts every shared library page the process touched,
+// PSS splits shared pages between the processes mapping them, and private
+// dirty is what the process alone costs the machine. Also prints where the
 // host's RSS goes, by mapping (the Swift runtime, Foundation, ICU, GRDB...).
-// The first row is the same idle host with release_startup_pages = false.
 // Argument: seconds to let each process idle before measuring (default 3;
 // 130 covers two heartbeats of the default survival_interval).
 import Foundation
@@ -13,7 +16,10 @@ import VigilTestSupport
 
 /// Memory figures of one process from /proc.
 struct ProcessMemory {
-    var rssKiB = 0, pssKiB = 0, privateKiB = 0, threads = 0
+    /// From smaps_rollup: resident, proportional (shared pages split
+    /// between their users), private (clean + dirty), and private dirty
+    /// (written by this process: what it alone costs).
+    var rssKiB = 0, pssKiB = 0, privateKiB = 0, privateDirtyKiB = 0, threads = 0
     /// Minor page faults and CPU time (user + system) since it started:
     /// what faulting released pages back in costs.
     var minorFaults = 0, cpuMilliseconds = 0
@@ -29,7 +35,8 @@ struct ProcessMemory {
         if let rollup = Self.read("/proc/\(pid)/smaps_rollup") {
             rssKiB = Self.field(rollup, "Rss:")
             pssKiB = Self.field(rollup, "Pss:")
-            privateKiB = Self.field(rollup, "Private_Clean:") + Self.field(rollup, "Private_Dirty:")
+            privateDirtyKiB = Self.field(rollup, "Private_Dirty:")
+            privateKiB = Self.field(rollup, "Private_Clean:") + privateDirtyKiB
         }
         if let status = Self.read("/proc/\(pid)/status") {
             threads = Self.field(status, "Threads:")
@@ -120,7 +127,7 @@ enum MemoryGroup: String, CaseIterable {
 
 func idleMemoryBench(_ args: [String]) async throws {
     let settle = args.first.flatMap(Double.init) ?? 3
-    let bin = URL(fileURLWithPath: PluginLoader.executableDirectory() ?? ".")
+    let bin = try hostBuildDirectory()
     let dir = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-memory-\(getpid())")
     try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: dir) }
@@ -186,8 +193,6 @@ func idleMemoryBench(_ args: [String]) async throws {
     dir = "\(dir.path)/downloads"
     """
 
-    // The same host keeping its start-up pages: the "before" of
-    // release_startup_pages, in the same run.
     // All measured together after the same idle time (a heartbeat every
     // 60 s: pass 130 to include two).
     var hosts: [(vigild: Process, bus: TestDBusDaemon)] = []
@@ -197,9 +202,6 @@ func idleMemoryBench(_ args: [String]) async throws {
             h.bus.stop()
         }
     }
-    // The same host keeping its start-up pages: the "before" of
-    // release_startup_pages, in the same run.
-    hosts.append(try host("kept", strategies: "", hostKeys: "release_startup_pages = false"))
     hosts.append(try host("none", strategies: ""))
     hosts.append(try host("five", strategies: all))
 
@@ -217,32 +219,30 @@ func idleMemoryBench(_ args: [String]) async throws {
     defer { for p in [echo, sleeper] where p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() } }
     FileHandle.standardError.write(Data("idling \(settle) s\n".utf8))
     try await Task.sleep(for: .seconds(settle))
-    let kept = ProcessMemory(pid: hosts[0].vigild.processIdentifier)
-    let none = ProcessMemory(pid: hosts[1].vigild.processIdentifier)
-    let five = ProcessMemory(pid: hosts[2].vigild.processIdentifier)
+    let none = ProcessMemory(pid: hosts[0].vigild.processIdentifier)
+    let five = ProcessMemory(pid: hosts[1].vigild.processIdentifier)
     let echoMemory = ProcessMemory(pid: echo.processIdentifier)
     let sleepMemory = ProcessMemory(pid: sleeper.processIdentifier)
 
     func row(_ label: String, _ m: ProcessMemory) {
         let padded = label.padding(toLength: 44, withPad: " ", startingAt: 0)
-        print(padded + String(format: " RSS %6.1f MB  PSS %6.1f MB  private %6.1f MB  threads %2d  minor faults %6d  CPU %5d ms",
-                     Double(m.rssKiB) / 1024, Double(m.pssKiB) / 1024, Double(m.privateKiB) / 1024, m.threads,
-                     m.minorFaults, m.cpuMilliseconds))
+        print(padded + String(format: " RSS %6.1f MB  PSS %6.1f MB  private dirty %6.1f MB  private %6.1f MB  threads %2d  minor faults %6d  CPU %5d ms",
+                     Double(m.rssKiB) / 1024, Double(m.pssKiB) / 1024, Double(m.privateDirtyKiB) / 1024, Double(m.privateKiB) / 1024,
+                     m.threads, m.minorFaults, m.cpuMilliseconds))
     }
-    row("vigild, no strategy, start-up pages kept", kept)
     row("vigild, no strategy", none)
     row("vigild, all five kinds", five)
     row("dbus-test-tool echo (C libdbus, reference)", echoMemory)
     row("sleep (C, reference)", sleepMemory)
     print("\nwhere an idle vigild's RSS goes, by kind of memory (dirty: the process's own pages; the rest is")
     print("library code and data shared with every process that maps it):")
-    print("  no strategy, pages kept   no strategy          all five kinds")
-    print("      RSS    dirty              RSS    dirty        RSS    dirty")
+    print("  no strategy          all five kinds")
+    print("      RSS    dirty        RSS    dirty")
     for group in MemoryGroup.allCases {
-        let k = kept.byGroup[group] ?? 0, a = none.byGroup[group] ?? 0, b = five.byGroup[group] ?? 0
-        guard k + a + b > 0 else { continue }
-        let dk = kept.dirtyByGroup[group] ?? 0, da = none.dirtyByGroup[group] ?? 0, db = five.dirtyByGroup[group] ?? 0
-        print(String(format: "  %5.1f MB %5.1f MB        %5.1f MB %5.1f MB   %5.1f MB %5.1f MB  %@", Double(k) / 1024, Double(dk) / 1024,
+        let a = none.byGroup[group] ?? 0, b = five.byGroup[group] ?? 0
+        guard a + b > 0 else { continue }
+        let da = none.dirtyByGroup[group] ?? 0, db = five.dirtyByGroup[group] ?? 0
+        print(String(format: "  %5.1f MB %5.1f MB   %5.1f MB %5.1f MB  %@",
                      Double(a) / 1024, Double(da) / 1024, Double(b) / 1024, Double(db) / 1024, group.rawValue as NSString))
     }
     print("\ntop mappings (no strategy):")

@@ -1,16 +1,13 @@
-import Foundation
+import Glibc
 import VigilKit
 
 /// A clock that moves only when told to: tests drive budgets, renewals and
-/// schedules through it, so minutes of behaviour take milliseconds.
+/// schedules through it, so minutes of behaviour take milliseconds. Give it
+/// to a strategy as `StrategyContext.clock`.
 ///
 /// `advance(by:)` moves time in steps, stopping at every pending deadline and
 /// letting the woken tasks run (and register new sleepers) before moving on.
-public final class ManualClock: VigilClock, @unchecked Sendable {
-    // Invariant: `state` is only touched while holding `lock`.
-    private let lock = NSLock()
-    private var state = State()
-
+public final class ManualClock: VigilClock {
     private struct Sleeper {
         var id: UInt64
         var deadline: VigilInstant
@@ -18,37 +15,39 @@ public final class ManualClock: VigilClock, @unchecked Sendable {
     }
 
     private struct State {
-        var now = VigilInstant(nanoseconds: 1_000_000_000_000)
+        var now: VigilInstant
         var wallOffsetMicros: Int64 = 1_700_000_000_000_000
         var sleepers: [Sleeper] = []
         var nextID: UInt64 = 0
         var cancelled: Set<UInt64> = []
     }
 
+    private let state: Lock<State>
+
     public init(start: VigilInstant = VigilInstant(nanoseconds: 1_000_000_000_000)) {
-        state.now = start
+        state = Lock(State(now: start))
     }
 
-    public var now: VigilInstant { lock.withLock { state.now } }
+    public var now: VigilInstant { state.withLock { $0.now } }
 
     public var wallMicroseconds: Int64 {
-        lock.withLock { state.wallOffsetMicros + state.now.nanoseconds / 1_000 }
+        state.withLock { $0.wallOffsetMicros + $0.now.nanoseconds / 1_000 }
     }
 
     /// Number of tasks currently sleeping on this clock.
-    public var sleeperCount: Int { lock.withLock { state.sleepers.count } }
+    public var sleeperCount: Int { state.withLock { $0.sleepers.count } }
 
     /// The earliest pending deadline, if any.
-    public var nextDeadline: VigilInstant? { lock.withLock { state.sleepers.map(\.deadline).min() } }
+    public var nextDeadline: VigilInstant? { state.withLock { $0.sleepers.map(\.deadline).min() } }
 
     public func sleep(until deadline: VigilInstant) async throws {
-        let id: UInt64 = lock.withLock {
-            state.nextID += 1
-            return state.nextID
+        let id: UInt64 = state.withLock {
+            $0.nextID += 1
+            return $0.nextID
         }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
-                let resumeNow: Result<Void, any Error>? = lock.withLock {
+                let resumeNow: Result<Void, any Error>? = state.withLock { state in
                     if state.cancelled.remove(id) != nil { return .failure(CancellationError()) }
                     if deadline <= state.now { return .success(()) }
                     state.sleepers.append(Sleeper(id: id, deadline: deadline, continuation: c))
@@ -57,7 +56,7 @@ public final class ManualClock: VigilClock, @unchecked Sendable {
                 if let resumeNow { c.resume(with: resumeNow) }
             }
         } onCancel: {
-            let c: CheckedContinuation<Void, any Error>? = lock.withLock {
+            let c: CheckedContinuation<Void, any Error>? = state.withLock { state in
                 if let i = state.sleepers.firstIndex(where: { $0.id == id }) {
                     return state.sleepers.remove(at: i).continuation
                 }
@@ -79,7 +78,7 @@ public final class ManualClock: VigilClock, @unchecked Sendable {
     public func advance(to target: VigilInstant) async {
         while true {
             await settle()
-            let due: [Sleeper] = lock.withLock {
+            let due: [Sleeper] = state.withLock { state in
                 guard let next = state.sleepers.map(\.deadline).min(), next <= target else {
                     state.now = max(state.now, target)
                     return []
@@ -100,7 +99,7 @@ public final class ManualClock: VigilClock, @unchecked Sendable {
     /// by the new time wakes at once, late.
     public func jump(by duration: Duration) async {
         await settle()
-        let due: [Sleeper] = lock.withLock {
+        let due: [Sleeper] = state.withLock { state in
             let now = state.now + duration
             state.now = now
             let due = state.sleepers.filter { $0.deadline <= now }

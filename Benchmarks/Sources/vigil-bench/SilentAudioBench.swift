@@ -65,7 +65,7 @@ func silentAudioBench(_ args: [String]) async throws {
     // The name PulseLoop gives its thread (Plugins/SilentAudio/PulseLoop.swift).
     let audioThreadName = "vigil-audio"
     let seconds = args.first.flatMap(Double.init) ?? 30
-    let bin = URL(fileURLWithPath: PluginLoader.executableDirectory() ?? ".")
+    let bin = try hostBuildDirectory()
     var template = Array("/tmp/vigil-audio-bench-XXXXXX".utf8CString)
     guard let dirPointer = mkdtemp(&template) else { throw BenchError("mkdtemp failed") }
     let dir = String(cString: dirPointer)

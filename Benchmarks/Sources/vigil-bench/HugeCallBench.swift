@@ -2,7 +2,8 @@
 // (64 MiB by default) to vigild's ListLeases, next to the same call sent to
 // dbus-test-tool echo (C libdbus, which answers anything with an empty
 // reply), on one private bus that lets 128 MiB messages through. Prints the
-// time to the reply and each service's RSS and peak RSS before and after.
+// time to the reply and each service's RSS, PSS, private dirty memory and
+// peak RSS before and after.
 import Foundation
 import Glibc
 import VigilDBus
@@ -12,7 +13,7 @@ import VigilTestSupport
 
 func dbusHugeCallBench(_ args: [String]) async throws {
     let mib = args.first.flatMap(Int.init) ?? 64
-    let bin = URL(fileURLWithPath: PluginLoader.executableDirectory() ?? ".")
+    let bin = try hostBuildDirectory()
     let dir = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-huge-call-\(getpid())")
     try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: dir) }
@@ -46,11 +47,13 @@ func dbusHugeCallBench(_ args: [String]) async throws {
     print("reference dbus-test-tool echo (C libdbus, answers anything); same bus, same run. 2 cores shared by all.")
     for (label, destination, pid) in [("vigild", VigilAPI.busName, vigild.processIdentifier),
                                       ("echo (C)", BenchAPI.echoName, echo.processIdentifier)] {
-        let before = memoryKiB(pid)
+        let before = ProcessMemory(pid: pid), peakBefore = peakResidentKiB(pid)
         let outcome = try hugeCall(bus.address, BenchAPI.host("ListLeases", destination: destination), mib: mib)
-        let after = memoryKiB(pid)
-        print("  \(label.padding(toLength: 9, withPad: " ", startingAt: 0)) \(outcome)   RSS \(before.rss / 1024) -> \(after.rss / 1024) MiB"
-              + " (+\((after.rss - before.rss) / 1024) MiB), peak \(before.peak / 1024) -> \(after.peak / 1024) MiB")
+        let after = ProcessMemory(pid: pid), peakAfter = peakResidentKiB(pid)
+        func span(_ before: Int, _ after: Int) -> String { "\(before / 1024) -> \(after / 1024) MiB" }
+        print("  \(label.padding(toLength: 9, withPad: " ", startingAt: 0)) \(outcome)   RSS \(span(before.rssKiB, after.rssKiB))"
+              + " (+\((after.rssKiB - before.rssKiB) / 1024) MiB), PSS \(span(before.pssKiB, after.pssKiB)),"
+              + " private dirty \(span(before.privateDirtyKiB, after.privateDirtyKiB)), peak RSS \(span(peakBefore, peakAfter))")
     }
 }
 
@@ -81,14 +84,11 @@ private func hugeCall(_ address: String, _ call: BenchCall, mib: Int) throws -> 
     return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
 }
 
-/// VmRSS and VmHWM (peak) of `pid`, in KiB.
-private func memoryKiB(_ pid: Int32) -> (rss: Int, peak: Int) {
+/// VmHWM (peak RSS) of `pid`, in KiB.
+private func peakResidentKiB(_ pid: Int32) -> Int {
     let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
-    func field(_ name: String) -> Int {
-        let line = status.split(separator: "\n").first { $0.hasPrefix(name + ":") } ?? ""
-        return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
-    }
-    return (field("VmRSS"), field("VmHWM"))
+    let line = status.split(separator: "\n").first { $0.hasPrefix("VmHWM:") } ?? ""
+    return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
 }
 
 private extension Array where Element: Sendable {

@@ -3,8 +3,30 @@ import VigilDBus
 import VigilHost
 import VigilKit
 
+/// The directory holding the vigild, vigilctl and plugins a benchmark
+/// measures: `$VIGIL_BENCH_HOST` when set (Scripts/bench sets it), else the
+/// directory of vigil-bench when a vigild is there, else the root package's
+/// build of the same configuration (`<root>/.build/release` for a release
+/// vigil-bench built in `<root>/Benchmarks/.build/release`).
+func hostBuildDirectory() throws -> URL {
+    let here = PluginLoader.executableDirectory().map { URL(fileURLWithPath: $0) }
+    var candidates: [URL] = []
+    if let chosen = ProcessInfo.processInfo.environment["VIGIL_BENCH_HOST"], !chosen.isEmpty {
+        candidates = [URL(fileURLWithPath: chosen)]
+    } else if let here {
+        // <root>/Benchmarks/Sources/vigil-bench/BenchVigild.swift
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().deletingLastPathComponent()
+        candidates = [here, root.appendingPathComponent(".build").appendingPathComponent(here.lastPathComponent)]
+    }
+    for directory in candidates where FileManager.default.isExecutableFile(atPath: directory.appendingPathComponent("vigild").path) {
+        return directory
+    }
+    throw BenchError("no vigild in \(candidates.map(\.path).joined(separator: " or ")); run through Scripts/bench, which builds the host with the same configuration, or set VIGIL_BENCH_HOST to the directory of a build's vigild")
+}
+
 /// Writes `config` to `<dir>/<name>.toml` and returns a vigild process for
-/// it (the built vigild next to this binary, in `bin`), not yet started, so
+/// it (the vigild in `bin`, `hostBuildDirectory()`), not yet started, so
 /// each benchmark sets its own pipes and environment.
 func vigildProcess(_ bin: URL, dir: URL, name: String, config: String, logLevel: String) throws -> Process {
     let path = dir.appendingPathComponent("\(name).toml").path
@@ -15,15 +37,15 @@ func vigildProcess(_ bin: URL, dir: URL, name: String, config: String, logLevel:
     return process
 }
 
-/// The release vigild next to this binary (or the one in `bin`), serving
+/// The vigild of `hostBuildDirectory()` (or the one in `bin`), serving
 /// `org.vigil.Vigil1` on the bus at `address` as its own process (as a real
 /// host runs: the clients the benchmark runs in this process do not share
 /// its threads), with `[host]` settings `hostSettings` added (power backend
 /// none). Returns once the name is owned; the caller terminates it.
 func startBenchVigild(busAddress address: String, dir: URL, hostSettings: String = "", bin: URL? = nil) async throws -> Process {
-    let bin = bin ?? URL(fileURLWithPath: PluginLoader.executableDirectory() ?? ".")
+    let bin = try bin ?? hostBuildDirectory()
     guard FileManager.default.isExecutableFile(atPath: bin.appendingPathComponent("vigild").path) else {
-        throw DBusError.failed("no vigild next to vigil-bench in \(bin.path); build it with the same configuration, e.g. swift build -c release --product vigild")
+        throw DBusError.failed("no vigild in \(bin.path)")
     }
     let vigild = try vigildProcess(bin, dir: dir, name: "vigil", config: """
         [host]

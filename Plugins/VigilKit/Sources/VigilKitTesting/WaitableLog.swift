@@ -1,0 +1,134 @@
+import VigilKit
+
+/// Items appended from any thread, and a bounded wait for a condition over
+/// all of them so far: tests await what a server, a hook or a strategy did
+/// instead of sleeping.
+///
+/// It is also a strategy's test `EventRecording` (items ``RecordedEvent``)
+/// and `LogSink` (items ``LogLine``): give it to a `StrategyContext` and wait
+/// for the event or line the strategy should produce.
+public final class WaitableLog<Item: Sendable>: Sendable {
+    private struct Waiter {
+        var id: UInt64
+        var check: @Sendable ([Item]) -> Bool
+        var continuation: CheckedContinuation<Bool, Never>
+    }
+
+    private struct State {
+        var items: [Item] = []
+        var waiters: [Waiter] = []
+        var nextWaiter: UInt64 = 0
+    }
+
+    private let state = Lock(State())
+
+    public init() {}
+
+    /// Every item so far, oldest first.
+    public var all: [Item] { state.withLock { $0.items } }
+
+    public var count: Int { state.withLock { $0.items.count } }
+
+    /// Appends `item` and wakes the waiters whose condition now holds.
+    public func append(_ item: Item) {
+        let ready: [CheckedContinuation<Bool, Never>] = state.withLock { state in
+            state.items.append(item)
+            let snapshot = state.items
+            var out: [CheckedContinuation<Bool, Never>] = []
+            state.waiters.removeAll { waiter in
+                guard waiter.check(snapshot) else { return false }
+                out.append(waiter.continuation)
+                return true
+            }
+            return out
+        }
+        for continuation in ready { continuation.resume(returning: true) }
+    }
+
+    /// Waits until `condition` holds for the items so far; false after
+    /// `timeout` of real time (a bound for a broken run, not a pause), or
+    /// when the waiting task is cancelled.
+    @discardableResult
+    public func wait(timeout: Duration = .seconds(10), until condition: @escaping @Sendable ([Item]) -> Bool) async -> Bool {
+        let id: UInt64 = state.withLock {
+            $0.nextWaiter += 1
+            return $0.nextWaiter
+        }
+        let timer = Task { [weak self] in
+            try? await Task.sleep(for: timeout)
+            self?.giveUp(id)
+        }
+        defer { timer.cancel() }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                let now: Bool = state.withLock { state in
+                    if condition(state.items) { return true }
+                    state.waiters.append(Waiter(id: id, check: condition, continuation: continuation))
+                    return false
+                }
+                if now { continuation.resume(returning: true) }
+            }
+        } onCancel: {
+            giveUp(id)
+        }
+    }
+
+    /// Waits until at least `n` items were appended; returns the count then
+    /// (less than `n` after `timeout`).
+    @discardableResult
+    public func wait(forCount n: Int, timeout: Duration = .seconds(10)) async -> Int {
+        await wait(timeout: timeout) { $0.count >= n }
+        return count
+    }
+
+    /// Resumes the waiter `id` with false, if it still waits.
+    private func giveUp(_ id: UInt64) {
+        let waiter: CheckedContinuation<Bool, Never>? = state.withLock { state in
+            guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return nil }
+            return state.waiters.remove(at: index).continuation
+        }
+        waiter?.resume(returning: false)
+    }
+}
+
+/// An event a strategy recorded (`StrategyContext.events`).
+public struct RecordedEvent: Sendable, Hashable {
+    public var name: String
+    public var fields: [String: String]
+
+    public init(_ name: String, _ fields: [String: String] = [:]) {
+        self.name = name
+        self.fields = fields
+    }
+}
+
+extension WaitableLog: EventRecording where Item == RecordedEvent {
+    public func record(_ event: String, _ fields: [String: String]) async {
+        append(RecordedEvent(event, fields))
+    }
+
+    /// Waits until an event named `name` was recorded.
+    @discardableResult
+    public func wait(for name: String, timeout: Duration = .seconds(10)) async -> Bool {
+        await wait(timeout: timeout) { $0.contains { $0.name == name } }
+    }
+}
+
+/// A line a strategy logged (`StrategyContext.log`).
+public struct LogLine: Sendable, Hashable {
+    public var level: LogLevel
+    public var source: String
+    public var message: String
+}
+
+extension WaitableLog: LogSink where Item == LogLine {
+    public func log(_ level: LogLevel, source: String, _ message: String, metadata: Logger.Metadata) {
+        append(LogLine(level: level, source: source, message: message))
+    }
+
+    /// Waits until a line containing `text` was logged.
+    @discardableResult
+    public func wait(forLineContaining text: String, timeout: Duration = .seconds(10)) async -> Bool {
+        await wait(timeout: timeout) { $0.contains { $0.message.contains(text) } }
+    }
+}

@@ -1,0 +1,7 @@
+import Testing
+
+@Suite struct HelloStrategyTests {
+    @Test func greetsEachPeriodUnderALease() async throws {
+        try await HelloChecks.greetsEachPeriodUnderALease()
+    }
+}
