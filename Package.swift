@@ -29,6 +29,9 @@ let package = Package(
     ],
     dependencies: [
         .package(path: "Plugins/VigilKit"),
+        // The SDK's test kit (a package of its own beside the SDK, on its
+        // VigilKit product): the tests' clock, timer, runner and logs.
+        .package(path: "Plugins/VigilKit/VigilKitTesting"),
         .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -64,7 +67,7 @@ let package = Package(
                 .product(name: "VigilKit", package: "VigilKit"),
                 // For ManualClock only: shutdown lets a test clock's woken
                 // tasks finish (HostRuntime.settleIfManual).
-                .product(name: "VigilKitTesting", package: "VigilKit"),
+                .product(name: "VigilKitTesting", package: "VigilKitTesting"),
                 "CTimer",
                 "CFDWatch",
                 "CExecutor",
@@ -139,23 +142,23 @@ let package = Package(
         // Shared test helpers (a private dbus-daemon), used by the test targets.
         .target(
             name: "VigilTestSupport",
-            dependencies: ["VigilDBus", "CTestExecutor", .product(name: "VigilKitTesting", package: "VigilKit")],
+            dependencies: ["VigilDBus", "CTestExecutor", .product(name: "VigilKitTesting", package: "VigilKitTesting")],
             path: "Tests/TestSupport",
             swiftSettings: strict
         ),
         .testTarget(
             name: "VigilHostTests",
-            dependencies: ["VigilHost", "VigilDBus", "VigilTestSupport", "CExecutor", "CTestExecutor", .product(name: "VigilKit", package: "VigilKit"), .product(name: "VigilKitTesting", package: "VigilKit")],
+            dependencies: ["VigilHost", "VigilDBus", "VigilTestSupport", "CExecutor", "CTestExecutor", .product(name: "VigilKit", package: "VigilKit"), .product(name: "VigilKitTesting", package: "VigilKitTesting")],
             swiftSettings: strict
         ),
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["VigilHost", "VigilDBus", "VigilTestSupport", .product(name: "VigilKit", package: "VigilKit"), .product(name: "VigilKitTesting", package: "VigilKit")],
+            dependencies: ["VigilHost", "VigilDBus", "VigilTestSupport", .product(name: "VigilKit", package: "VigilKit"), .product(name: "VigilKitTesting", package: "VigilKitTesting")],
             swiftSettings: strict
         ),
         .testTarget(
             name: "VigilDBusTests",
-            dependencies: ["VigilDBus", "VigilTestSupport", .product(name: "VigilKit", package: "VigilKit"), .product(name: "VigilKitTesting", package: "VigilKit")],
+            dependencies: ["VigilDBus", "VigilTestSupport", .product(name: "VigilKit", package: "VigilKit"), .product(name: "VigilKitTesting", package: "VigilKitTesting")],
             swiftSettings: strict
         ),
     ],

@@ -9,17 +9,15 @@
 // nor any plugin depends on swift-log directly, so there is one copy of
 // Logger's type metadata and of LoggingSystem's globals in a process
 // (Scripts/check-single-logging checks the built images).
+//
+// The SDK's test kit, VigilKitTesting, is the package in VigilKitTesting/
+// beside this file: it depends on this package's VigilKit product.
 import PackageDescription
 
 let package = Package(
     name: "VigilKit",
     products: [
         .library(name: "VigilKit", type: .dynamic, targets: ["VigilKit"]),
-        // The test kit for strategy authors (and the host's own tests): a
-        // manual clock, a clock-driven wake timer, one process runner and
-        // one waitable log (docs/writing-a-strategy.md, "Test it"). Static:
-        // it links into each test binary, over the one libVigilKit.so.
-        .library(name: "VigilKitTesting", targets: ["VigilKitTesting"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.16.0"),
@@ -28,8 +26,7 @@ let package = Package(
         .target(name: "VigilKit", dependencies: [.product(name: "Logging", package: "swift-log"), "CVigilKitSanitizer"], path: "Sources/VigilKit"),
         // ThreadSanitizer's annotations for Lock (Sources/VigilKit/Lock.swift).
         .target(name: "CVigilKitSanitizer", path: "Sources/CVigilKitSanitizer"),
-        .target(name: "VigilKitTesting", dependencies: ["VigilKit"], path: "Sources/VigilKitTesting"),
-        .testTarget(name: "VigilKitTests", dependencies: ["VigilKit", "VigilKitTesting"], path: "Tests/VigilKitTests"),
+        .testTarget(name: "VigilKitTests", dependencies: ["VigilKit"], path: "Tests/VigilKitTests"),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -13,6 +13,8 @@ let package = Package(
     ],
     dependencies: [
         .package(path: "../../../Plugins/VigilKit"),
+        // The SDK's test kit, for the tests only.
+        .package(path: "../../../Plugins/VigilKit/VigilKitTesting"),
     ],
     targets: [
         .target(name: "HelloStrategy", dependencies: [.product(name: "VigilKit", package: "VigilKit")]),
@@ -21,7 +23,7 @@ let package = Package(
         .testTarget(name: "HelloStrategyTests", dependencies: [
             "HelloStrategy",
             .product(name: "VigilKit", package: "VigilKit"),
-            .product(name: "VigilKitTesting", package: "VigilKit"),
+            .product(name: "VigilKitTesting", package: "VigilKitTesting"),
         ]),
     ],
     swiftLanguageModes: [.v6]

@@ -26,7 +26,7 @@ public struct ClockDrivenScheduler: WakeScheduling {
 }
 
 /// What happened to a lease of ``RecordingLeases``.
-public struct LeaseEvent: Sendable, Hashable {
+public struct RecordedLeaseEvent: Sendable, Hashable {
     public enum Kind: String, Sendable, Hashable {
         case acquired, renewed, status, released
     }
@@ -45,7 +45,7 @@ public struct LeaseEvent: Sendable, Hashable {
 /// life in ``events``, to wait on. It does not enforce budgets (the host's
 /// registry does): a test checks what the strategy asked for and released.
 public final class RecordingLeases: LeaseProvider {
-    public let events = WaitableLog<LeaseEvent>()
+    public let events = WaitableLog<RecordedLeaseEvent>()
     private let nextID = Lock<UInt64>(0)
 
     public init() {}
@@ -70,17 +70,17 @@ public final class RecordingLeases: LeaseProvider {
     private final class Handle: LeaseHandle {
         let id: LeaseID
         let request: LeaseRequest
-        let events: WaitableLog<LeaseEvent>
+        let events: WaitableLog<RecordedLeaseEvent>
         private let ended = Lock(false)
 
-        init(id: LeaseID, request: LeaseRequest, events: WaitableLog<LeaseEvent>) {
+        init(id: LeaseID, request: LeaseRequest, events: WaitableLog<RecordedLeaseEvent>) {
             self.id = id
             self.request = request
             self.events = events
         }
 
-        func record(_ kind: LeaseEvent.Kind, budget: Duration? = nil, status: [String: StatusValue] = [:]) {
-            events.append(LeaseEvent(kind: kind, lease: id, holds: request.holds, reason: request.reason, budget: budget, status: status))
+        func record(_ kind: RecordedLeaseEvent.Kind, budget: Duration? = nil, status: [String: StatusValue] = [:]) {
+            events.append(RecordedLeaseEvent(kind: kind, lease: id, holds: request.holds, reason: request.reason, budget: budget, status: status))
         }
 
         func setStatus(_ status: [String: StatusValue]) async {
