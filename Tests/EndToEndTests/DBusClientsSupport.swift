@@ -9,58 +9,23 @@ import VigilTestSupport
 typealias PrivateBusDaemon = TestDBusDaemon
 
 /// Every signal seen on a connection, kept in order and awaitable.
-final class SignalLog: @unchecked Sendable {
-    // Invariant: `messages` and `waiters` are only touched while holding `lock`.
-    private let lock = NSLock()
-    private var messages: [DBusMessage] = []
-    private var waiters: [(id: Int, predicate: @Sendable (DBusMessage) -> Bool, continuation: CheckedContinuation<DBusMessage?, Never>)] = []
-    private var nextID = 0
+final class SignalLog: Sendable {
+    private let messages = WaitableLog<DBusMessage>()
 
-    var all: [DBusMessage] { lock.withLock { messages } }
+    var all: [DBusMessage] { messages.all }
 
     func append(_ message: DBusMessage) {
-        let ready: [CheckedContinuation<DBusMessage?, Never>] = lock.withLock {
-            messages.append(message)
-            var ready: [CheckedContinuation<DBusMessage?, Never>] = []
-            waiters.removeAll { w in
-                guard w.predicate(message) else { return false }
-                ready.append(w.continuation)
-                return true
-            }
-            return ready
-        }
-        for c in ready { c.resume(returning: message) }
+        messages.append(message)
     }
 
     /// The first signal (seen already or yet to come) that satisfies
     /// `predicate`. `timeout` only bounds a broken run.
     func first(timeout: Duration = .seconds(20), where predicate: @escaping @Sendable (DBusMessage) -> Bool) async throws -> DBusMessage {
-        let id: Int = lock.withLock { nextID += 1; return nextID }
-        let timer = Task { [weak self] in
-            try? await Task.sleep(for: timeout)
-            self?.cancel(id)
-        }
-        defer { timer.cancel() }
-        let found: DBusMessage? = await withCheckedContinuation { c in
-            let hit: DBusMessage? = lock.withLock {
-                if let hit = messages.first(where: predicate) { return hit }
-                waiters.append((id, predicate, c))
-                return nil
-            }
-            if let hit { c.resume(returning: hit) }
-        }
-        guard let found else {
+        guard await messages.wait(timeout: timeout, until: { $0.contains(where: predicate) }),
+              let found = messages.all.first(where: predicate) else {
             throw DaemonError("no matching signal within \(timeout); seen: \(all.map { $0.member ?? "?" })")
         }
         return found
-    }
-
-    private func cancel(_ id: Int) {
-        let c: CheckedContinuation<DBusMessage?, Never>? = lock.withLock {
-            guard let i = waiters.firstIndex(where: { $0.id == id }) else { return nil }
-            return waiters.remove(at: i).continuation
-        }
-        c?.resume(returning: nil)
     }
 }
 
@@ -237,13 +202,11 @@ final class Counter: @unchecked Sendable {
 /// A long-running tool (busctl monitor, dbus-monitor, vigilctl --watch)
 /// whose stdout lines can be awaited; SIGKILLed when done.
 final class StreamingTool: @unchecked Sendable {
-    // Invariant: `lines`, `partial` and `waiters` are only touched while holding `lock`.
-    private let lock = NSLock()
-    private var lines: [String] = []
-    private var partial = Data()
-    private var waiters: [(id: Int, text: String, continuation: CheckedContinuation<Bool, Never>)] = []
-    private var nextID = 0
-    private var ended = false
+    // Invariant: `process` and `errorPipe` are set in init and only read
+    // afterwards; `partial` is only touched under its lock.
+    /// Each stdout line, then nil when stdout ends.
+    private let lines = WaitableLog<String?>()
+    private let partial = Lock(Data())
     let process: Process
     private let errorPipe = Pipe()
 
@@ -257,56 +220,30 @@ final class StreamingTool: @unchecked Sendable {
         readUntilEnd(out.fileHandleForReading) { [weak self] data in self?.received(data) }
     }
 
-    var output: [String] { lock.withLock { lines } }
+    var output: [String] { lines.all.compactMap { $0 } }
 
     private func received(_ data: Data) {
-        var ready: [CheckedContinuation<Bool, Never>] = []
-        lock.withLock {
-            if data.isEmpty { ended = true }
+        let complete: [String] = partial.withLock { partial in
             partial.append(data)
+            var complete: [String] = []
             while let nl = partial.firstIndex(of: 0x0A) {
-                let line = String(decoding: partial[partial.startIndex..<nl], as: UTF8.self)
+                complete.append(String(decoding: partial[partial.startIndex..<nl], as: UTF8.self))
                 partial.removeSubrange(partial.startIndex...nl)
-                lines.append(line)
             }
-            waiters.removeAll { w in
-                guard ended || lines.contains(where: { $0.contains(w.text) }) else { return false }
-                ready.append(w.continuation)
-                return true
-            }
+            return complete
         }
-        for c in ready { c.resume(returning: true) }
+        for line in complete { lines.append(line) }
+        if data.isEmpty { lines.append(nil) }
     }
 
     /// Waits until a stdout line contains `text`; returns that line.
     @discardableResult
     func waitForLine(containing text: String, timeout: Duration = .seconds(20)) async throws -> String {
-        let id: Int = lock.withLock { nextID += 1; return nextID }
-        let timer = Task { [weak self] in
-            try? await Task.sleep(for: timeout)
-            self?.cancel(id)
-        }
-        defer { timer.cancel() }
-        _ = await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
-            let done: Bool = lock.withLock {
-                if ended || lines.contains(where: { $0.contains(text) }) { return true }
-                waiters.append((id, text, c))
-                return false
-            }
-            if done { c.resume(returning: true) }
-        }
+        await lines.wait(timeout: timeout) { $0.contains { $0 == nil || $0?.contains(text) == true } }
         guard let line = output.first(where: { $0.contains(text) }) else {
             throw DaemonError("\(process.executableURL?.lastPathComponent ?? "tool") printed no line containing \"\(text)\"; output:\n\(output.joined(separator: "\n"))")
         }
         return line
-    }
-
-    private func cancel(_ id: Int) {
-        let c: CheckedContinuation<Bool, Never>? = lock.withLock {
-            guard let i = waiters.firstIndex(where: { $0.id == id }) else { return nil }
-            return waiters.remove(at: i).continuation
-        }
-        c?.resume(returning: false)
     }
 
     /// Stops the tool and returns what it printed on stderr.

@@ -15,26 +15,24 @@ extension EndToEnd.DownloadSessionEndToEndTests {
     /// A client connection to the harness's bus that records vigild's
     /// signals with their arrival time; tests await conditions on them.
     final class BusWatch: @unchecked Sendable {
-        struct Seen {
+        // Invariant: `task` is set once in init and only cancelled in close().
+        struct Seen: Sendable {
             var at: ContinuousClock.Instant
             var path: String
             var member: String
             var changed: [String: DBusValue]
         }
 
-        // Invariant: `seen` and `waiters` are only touched while holding `lock`.
-        private let lock = NSLock()
-        private var seen: [Seen] = []
-        private var waiters: [(id: Int, condition: @Sendable ([Seen]) -> Bool, continuation: CheckedContinuation<Bool, Never>)] = []
-        private var nextWaiter = 0
+        private let seen = WaitableLog<Seen>()
         private var task: Task<Void, Never>?
         let connection: DBusConnection
 
         init(_ bus: TestDBusDaemon) async throws {
             connection = try await bus.connect()
             let stream = try await connection.signals(matching: DBusMatchRule(sender: "org.vigil.Vigil1"))
-            task = Task { [weak self] in
-                for await message in stream { self?.add(message) }
+            let seen = self.seen
+            task = Task {
+                for await message in stream { seen.append(Self.seen(message)) }
             }
         }
 
@@ -43,7 +41,7 @@ extension EndToEnd.DownloadSessionEndToEndTests {
             await connection.close()
         }
 
-        private func add(_ message: DBusMessage) {
+        private static func seen(_ message: DBusMessage) -> Seen {
             var changed: [String: DBusValue] = [:]
             if message.member == "PropertiesChanged", message.body.count == 3, case .dict(_, _, let entries) = message.body[1] {
                 for entry in entries {
@@ -53,41 +51,15 @@ extension EndToEnd.DownloadSessionEndToEndTests {
             if message.member == "InterfacesRemoved", case .objectPath(let object)? = message.body.first {
                 changed["object"] = .objectPath(object)
             }
-            let signal = Seen(at: .now, path: message.path ?? "", member: message.member ?? "", changed: changed)
-            let ready: [CheckedContinuation<Bool, Never>] = lock.withLock {
-                seen.append(signal)
-                let all = seen
-                let done = waiters.filter { $0.condition(all) }
-                waiters.removeAll { w in done.contains { $0.id == w.id } }
-                return done.map(\.continuation)
-            }
-            for c in ready { c.resume(returning: true) }
+            return Seen(at: .now, path: message.path ?? "", member: message.member ?? "", changed: changed)
         }
 
-        var all: [Seen] { lock.withLock { seen } }
+        var all: [Seen] { seen.all }
 
         /// Waits until `condition` holds for the signals so far; `timeout`
         /// only bounds a broken run.
         func wait(_ what: String, timeout: Duration = .seconds(30), until condition: @escaping @Sendable ([Seen]) -> Bool) async throws {
-            let id = lock.withLock { nextWaiter += 1; return nextWaiter }
-            let timer = Task { [weak self] in
-                try? await Task.sleep(for: timeout)
-                guard let self else { return }
-                let c = self.lock.withLock { () -> CheckedContinuation<Bool, Never>? in
-                    guard let i = self.waiters.firstIndex(where: { $0.id == id }) else { return nil }
-                    return self.waiters.remove(at: i).continuation
-                }
-                c?.resume(returning: false)
-            }
-            defer { timer.cancel() }
-            let met = await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
-                let now = lock.withLock {
-                    if condition(seen) { return true }
-                    waiters.append((id, condition, c))
-                    return false
-                }
-                if now { c.resume(returning: true) }
-            }
+            let met = await seen.wait(timeout: timeout, until: condition)
             guard met else { throw DaemonError("timed out waiting for \(what); signals: \(all.map { "\($0.member) \($0.path) \($0.changed.keys.sorted())" })") }
         }
 

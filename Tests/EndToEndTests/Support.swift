@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import VigilHost
+import VigilKit
 import VigilTestSupport
 
 /// All end-to-end suites run one after another: they start real processes
@@ -44,14 +45,16 @@ final class TempDir: Sendable {
 
 /// A vigild child process whose stderr lines can be awaited as events.
 final class Daemon: @unchecked Sendable {
-    // Invariant: `lines`, `waiters` and `exitStatus` are only touched while holding `lock`.
-    private let lock = NSLock()
-    private var lines: [String] = []
-    private var partial = Data()
-    private var waiters: [(id: Int, predicate: (String) -> Bool, continuation: CheckedContinuation<String?, Never>)] = []
-    private var nextWaiter = 0
-    private var exitWaiters: [CheckedContinuation<Int32, Never>] = []
-    private var exitStatus: Int32?
+    // Invariant: `process` is set in init and only signalled afterwards;
+    // `partial` is only touched under its lock.
+    enum Event: Sendable {
+        case line(String)
+        case exited(Int32)
+    }
+
+    /// Its stderr lines and its exit, in the order they came.
+    private let events = WaitableLog<Event>()
+    private let partial = Lock(Data())
     let process: Process
 
     /// `executable`: a wrapper argv that ends by exec'ing vigild (its
@@ -67,7 +70,8 @@ final class Daemon: @unchecked Sendable {
         let err = Pipe()
         process.standardError = err
         process.standardOutput = FileHandle.nullDevice
-        process.terminationHandler = { [weak self] p in self?.exited(p.terminationStatus) }
+        let events = self.events
+        process.terminationHandler = { p in events.append(.exited(p.terminationStatus)) }
         try process.run()
         readUntilEnd(err.fileHandleForReading) { [weak self] data in self?.received(data) }
     }
@@ -75,75 +79,43 @@ final class Daemon: @unchecked Sendable {
     var pid: Int32 { process.processIdentifier }
 
     /// Everything vigild printed so far.
-    var output: [String] { lock.withLock { lines } }
+    var output: [String] { Self.lines(events.all) }
 
-    private func received(_ data: Data) {
-        var ready: [CheckedContinuation<String?, Never>] = []
-        var results: [String] = []
-        lock.withLock {
-            partial.append(data)
-            while let nl = partial.firstIndex(of: 0x0A) {
-                let line = String(decoding: partial[partial.startIndex..<nl], as: UTF8.self)
-                partial.removeSubrange(partial.startIndex...nl)
-                lines.append(line)
-                waiters.removeAll { w in
-                    guard w.predicate(line) else { return false }
-                    ready.append(w.continuation)
-                    results.append(line)
-                    return true
-                }
-            }
-        }
-        for (c, line) in zip(ready, results) { c.resume(returning: line) }
+    private static func lines(_ events: [Event]) -> [String] {
+        events.compactMap { if case .line(let line) = $0 { line } else { nil } }
     }
 
-    private func exited(_ status: Int32) {
-        let (ws, ew): ([CheckedContinuation<String?, Never>], [CheckedContinuation<Int32, Never>]) = lock.withLock {
-            exitStatus = status
-            defer { waiters.removeAll(); exitWaiters.removeAll() }
-            return (waiters.map(\.continuation), exitWaiters)
+    private static func exitStatus(_ events: [Event]) -> Int32? {
+        events.lazy.compactMap { if case .exited(let status) = $0 { status } else { nil } }.first
+    }
+
+    private func received(_ data: Data) {
+        let complete: [String] = partial.withLock { partial in
+            partial.append(data)
+            var complete: [String] = []
+            while let nl = partial.firstIndex(of: 0x0A) {
+                complete.append(String(decoding: partial[partial.startIndex..<nl], as: UTF8.self))
+                partial.removeSubrange(partial.startIndex...nl)
+            }
+            return complete
         }
-        for w in ws { w.resume(returning: nil) }
-        for w in ew { w.resume(returning: status) }
+        for line in complete { events.append(.line(line)) }
     }
 
     /// Waits for a stderr line (already printed or yet to come) containing
-    /// `text`. `timeout` only bounds a broken run; it is not the signal.
+    /// `text`, the one after `skip` earlier such lines. `timeout` only
+    /// bounds a broken run; it is not the signal.
     @discardableResult
     func waitForLine(containing text: String, after skip: Int = 0, timeout: Duration = .seconds(30)) async throws -> String {
-        var seen = 0
-        let id: Int = lock.withLock { nextWaiter += 1; return nextWaiter }
-        let match: (String) -> Bool = { line in
-            guard line.contains(text) else { return false }
-            seen += 1
-            return seen > skip
+        await events.wait(timeout: timeout) { events in
+            Self.exitStatus(events) != nil || Self.lines(events).filter { $0.contains(text) }.count > skip
         }
-        let timer = Task { [weak self] in
-            try? await Task.sleep(for: timeout)
-            self?.cancelWaiter(id)
+        let seen = events.all
+        let hits = Self.lines(seen).filter { $0.contains(text) }
+        guard hits.count > skip else {
+            throw DaemonError("vigild did not print a line containing \"\(text)\" (exited: \(Self.exitStatus(seen).map(String.init) ?? "no")); output:\n\(Self.lines(seen).joined(separator: "\n"))")
         }
-        defer { timer.cancel() }
-        let line: String? = await withCheckedContinuation { c in
-            let immediate: String?? = lock.withLock {
-                if let hit = lines.first(where: match) { return .some(hit) }
-                if exitStatus != nil { return .some(nil) }
-                waiters.append((id, match, c))
-                return nil
-            }
-            if let immediate { c.resume(returning: immediate) }
-        }
-        guard let line else {
-            throw DaemonError("vigild did not print a line containing \"\(text)\" (exited: \(lock.withLock { exitStatus }.map(String.init) ?? "no")); output:\n\(output.joined(separator: "\n"))")
-        }
-        return line
-    }
-
-    private func cancelWaiter(_ id: Int) {
-        let c: CheckedContinuation<String?, Never>? = lock.withLock {
-            guard let i = waiters.firstIndex(where: { $0.id == id }) else { return nil }
-            return waiters.remove(at: i).continuation
-        }
-        c?.resume(returning: nil)
+        return hits[skip]
     }
 
     func signal(_ sig: Int32) { kill(process.processIdentifier, sig) }
@@ -152,14 +124,9 @@ final class Daemon: @unchecked Sendable {
     /// Waits for the exit; its status. Every E2E test's log is checked
     /// here: durations read in at most two units (3m47s, 814ms).
     func waitForExit() async -> Int32 {
-        let status = await withCheckedContinuation { c in
-            let done: Int32? = lock.withLock {
-                if let exitStatus { return exitStatus }
-                exitWaiters.append(c)
-                return nil
-            }
-            if let done { c.resume(returning: done) }
-        }
+        // No bound: a vigild that never exits is the test's own failure.
+        while !(await events.wait(timeout: .seconds(3600), until: { Self.exitStatus($0) != nil })) {}
+        let status = Self.exitStatus(events.all) ?? -1
         #expect(durationsOverTwoUnits(in: output).isEmpty, "\(durationsOverTwoUnits(in: output))")
         return status
     }

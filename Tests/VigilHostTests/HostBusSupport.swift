@@ -258,7 +258,7 @@ final class HostBusFixture: @unchecked Sendable {
 }
 
 /// One received signal, reduced to what the tests compare.
-struct SeenSignal: CustomStringConvertible, Equatable {
+struct SeenSignal: CustomStringConvertible, Equatable, Sendable {
     var path: String
     var interface: String
     var member: String
@@ -312,35 +312,22 @@ struct SeenSignal: CustomStringConvertible, Equatable {
 /// Collects signals from a stream; tests await a condition with a timeout.
 final class SignalRecorder: @unchecked Sendable {
     typealias Condition = @Sendable ([SeenSignal]) -> Bool
-    // Invariant: `seen` and `waiters` are only touched while holding `lock`.
-    private let lock = NSLock()
-    private var seen: [SeenSignal] = []
-    private var waiters: [(id: Int, condition: Condition, continuation: CheckedContinuation<Void, Never>)] = []
-    private var nextWaiter = 0
+    // Invariant: `task` is set once in init and only cancelled in deinit.
+    private let seen = WaitableLog<SeenSignal>()
     private var task: Task<Void, Never>?
 
     init(_ stream: AsyncStream<DBusMessage>) {
-        task = Task { [weak self] in
+        let seen = self.seen
+        task = Task {
             for await message in stream {
-                self?.add(SeenSignal(path: message.path ?? "", interface: message.interface ?? "", member: message.member ?? "", body: message.body))
+                seen.append(SeenSignal(path: message.path ?? "", interface: message.interface ?? "", member: message.member ?? "", body: message.body))
             }
         }
     }
 
     deinit { task?.cancel() }
 
-    private func add(_ signal: SeenSignal) {
-        let ready: [CheckedContinuation<Void, Never>] = lock.withLock {
-            seen.append(signal)
-            let all = seen
-            let done = waiters.filter { $0.condition(all) }
-            waiters.removeAll { w in done.contains { $0.id == w.id } }
-            return done.map(\.continuation)
-        }
-        for c in ready { c.resume() }
-    }
-
-    var all: [SeenSignal] { lock.withLock { seen } }
+    var all: [SeenSignal] { seen.all }
 
     /// Waits until at least `count` signals arrived (or the timeout passed)
     /// and returns everything received so far.
@@ -353,33 +340,8 @@ final class SignalRecorder: @unchecked Sendable {
     /// the timeout passed) and returns them.
     @discardableResult
     func wait(timeout: Duration = .seconds(10), until condition: @escaping Condition) async -> [SeenSignal] {
-        let id = lock.withLock { () -> Int in
-            nextWaiter += 1
-            return nextWaiter
-        }
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask {
-                await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-                    let now = self.lock.withLock {
-                        if condition(self.seen) { return true }
-                        self.waiters.append((id, condition, c))
-                        return false
-                    }
-                    if now { c.resume() }
-                }
-            }
-            group.addTask {
-                try? await Task.sleep(for: timeout)
-                if !Task.isCancelled { FileHandle.standardError.write(Data("SignalRecorder: wait timed out with \(self.all.count) signals\n".utf8)) }
-            }
-            await group.next()
-            group.cancelAll()
-            // On timeout, release this waiter.
-            let left = self.lock.withLock { () -> CheckedContinuation<Void, Never>? in
-                guard let index = self.waiters.firstIndex(where: { $0.id == id }) else { return nil }
-                return self.waiters.remove(at: index).continuation
-            }
-            left?.resume()
+        if await !seen.wait(timeout: timeout, until: condition) {
+            FileHandle.standardError.write(Data("SignalRecorder: wait timed out with \(all.count) signals\n".utf8))
         }
         return all
     }

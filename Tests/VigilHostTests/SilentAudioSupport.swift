@@ -399,10 +399,8 @@ enum SignalMeasure {
 /// A supervisor with the real clock and wake scheduler, and a record of its
 /// lease events.
 final class AudioHarness: @unchecked Sendable {
-    // Invariant: `leaseEvents` and `waiters` are only touched while holding `lock`.
-    private let lock = NSLock()
-    private var leaseEvents: [LeaseEvent] = []
-    private var waiters: [(predicate: ([LeaseEvent]) -> Bool, continuation: CheckedContinuation<Void, Never>)] = []
+    // Invariant: `collector` is set once in init and only cancelled in deinit.
+    private let leaseEvents = WaitableLog<LeaseEvent>()
     let clock = SystemClock()
     let registry: LeaseRegistry
     let supervisor: Supervisor
@@ -417,28 +415,15 @@ final class AudioHarness: @unchecked Sendable {
             registry: registry, scheduler: try WakeScheduler.system(clock: clock), clock: clock, logSink: logs,
             hooks: { name, log in HookRunner(strategy: name, log: log) }, events: { _ in events }))
         let stream = await registry.events()
-        collector = Task { [weak self] in
-            for await e in stream { self?.received(e) }
+        let leaseEvents = self.leaseEvents
+        collector = Task {
+            for await e in stream { leaseEvents.append(e) }
         }
     }
 
     deinit { collector?.cancel() }
 
-    private func received(_ e: LeaseEvent) {
-        let ready: [CheckedContinuation<Void, Never>] = lock.withLock {
-            leaseEvents.append(e)
-            var ready: [CheckedContinuation<Void, Never>] = []
-            waiters.removeAll { w in
-                guard w.predicate(leaseEvents) else { return false }
-                ready.append(w.continuation)
-                return true
-            }
-            return ready
-        }
-        for c in ready { c.resume() }
-    }
-
-    var history: [LeaseEvent] { lock.withLock { leaseEvents } }
+    var history: [LeaseEvent] { leaseEvents.all }
 
     func start(_ values: [String: ConfigValue], name: String = "keepalive") async throws {
         let strategy = try SilentAudioPlugin.make(values)
@@ -447,30 +432,10 @@ final class AudioHarness: @unchecked Sendable {
 
     /// Waits until `count` events of `kind` were seen.
     func waitFor(_ kind: LeaseEvent.Kind, count: Int = 1, timeout: Duration = .seconds(30)) async throws {
-        let predicate: ([LeaseEvent]) -> Bool = { $0.filter { $0.kind == kind }.count >= count }
-        let timer = Task { [weak self] in
-            // Cancelled when the wait is over: then release nobody (a later
-            // wait may already be registered).
-            guard (try? await Task.sleep(for: timeout)) != nil else { return }
-            self?.releaseWaiters()
-        }
-        defer { timer.cancel() }
-        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            let now = lock.withLock {
-                if predicate(leaseEvents) { return true }
-                waiters.append((predicate, c))
-                return false
-            }
-            if now { c.resume() }
-        }
-        guard predicate(history) else {
+        let seen = await leaseEvents.wait(timeout: timeout) { $0.filter { $0.kind == kind }.count >= count }
+        guard seen else {
             throw DescribedError("no \(count) × \(kind) lease events after \(timeout); history: \(history.map(\.kind)); log:\n\(logs.entries.joined(separator: "\n"))")
         }
-    }
-
-    private func releaseWaiters() {
-        let all = lock.withLock { defer { waiters.removeAll() }; return waiters.map(\.continuation) }
-        for c in all { c.resume() }
     }
 
     /// The live status of the strategy's active lease.

@@ -199,7 +199,7 @@ final class LoopbackServer: @unchecked Sendable {
 struct VoipHarness {
     let clock: any VigilClock
     let registry: LeaseRegistry
-    let events = WaitableEvents()
+    let events = RecordingEvents()
     let logs = MemoryLogSink()
     let supervisor: Supervisor
     /// What the instances cost (their bytes, as the host counts them).
@@ -266,11 +266,11 @@ struct VoipHarness {
     }
 
     /// Records of `event` so far.
-    func recorded(_ event: String) -> [[String: String]] { events.all.filter { $0.0 == event }.map(\.1) }
+    func recorded(_ event: String) -> [[String: String]] { events.all.filter { $0.name == event }.map(\.fields) }
 
     /// Waits (bounded) until `event` was recorded at least `count` times.
     func waitForEvent(_ event: String, count: Int = 1, timeout: Duration = .seconds(10)) async -> Bool {
-        await events.wait(timeout: timeout) { $0.filter { $0.0 == event }.count >= count }
+        await events.wait(timeout: timeout) { $0.filter { $0.name == event }.count >= count }
     }
 }
 
@@ -281,19 +281,6 @@ extension StatusValue {
 }
 
 func strings(_ values: [String]) -> ConfigValue { .array(values.map(ConfigValue.string)) }
-
-/// Survival-log events kept in memory, with a bounded wait for a condition.
-final class WaitableEvents: EventRecording, Sendable {
-    private let log = WaitableLog<(String, [String: String])>()
-
-    func record(_ event: String, _ fields: [String: String]) async { log.append((event, fields)) }
-
-    var all: [(String, [String: String])] { log.all }
-
-    func wait(timeout: Duration, until condition: @escaping @Sendable ([(String, [String: String])]) -> Bool) async -> Bool {
-        await log.wait(timeout: timeout, until: condition)
-    }
-}
 
 /// The host's wake scheduler, noting the label and the waiting task's
 /// priority of every request it passes on.

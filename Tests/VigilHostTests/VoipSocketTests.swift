@@ -389,8 +389,8 @@ import VigilTestSupport
         // connect_timeout per attempt, where DNS times out instead of saying NXDOMAIN.
         let remotes = ["127.0.0.1:\(port)", "no-such-host.invalid:5060", "224.0.0.1:5060"]
         let retried = await h.events.wait(timeout: .seconds(20)) { all in
-            let failed = all.filter { $0.0 == "connect-failed" }
-            return remotes.allSatisfy { remote in failed.filter { $0.1["remote"] == remote }.count >= 2 }
+            let failed = all.filter { $0.name == "connect-failed" }
+            return remotes.allSatisfy { remote in failed.filter { $0.fields["remote"] == remote }.count >= 2 }
         }
         let failures = h.recorded("connect-failed")
         let refused = await h.status("refused")
@@ -452,7 +452,7 @@ func runProcess(_ path: String, _ arguments: [String]) throws -> String {
                     let context = StrategyContext(
                         name: name, kind: "voip-socket", log: log,
                         leases: GatedLeases(inner: StrategyLeases(registry: registry, strategy: name), sink: sink),
-                        scheduler: scheduler, hooks: HookRunner(strategy: name, log: log), clock: clock, events: WaitableEvents())
+                        scheduler: scheduler, hooks: HookRunner(strategy: name, log: log), clock: clock, events: RecordingEvents())
                     group.addTask { try? await strategy.run(in: context) }
                 }
             }
