@@ -19,13 +19,29 @@ final class SignalLog: Sendable {
     }
 
     /// The first signal (seen already or yet to come) that satisfies
-    /// `predicate`. `timeout` only bounds a broken run.
+    /// `predicate`, which sees each signal once, in order (callers count
+    /// matches in it). `timeout` only bounds a broken run.
     func first(timeout: Duration = .seconds(20), where predicate: @escaping @Sendable (DBusMessage) -> Bool) async throws -> DBusMessage {
-        guard await messages.wait(timeout: timeout, until: { $0.contains(where: predicate) }),
-              let found = messages.all.first(where: predicate) else {
+        let scan = Scan()
+        // The log checks conditions one at a time, under its lock.
+        let met = await messages.wait(timeout: timeout) { all in
+            scan.state.withLock { state in
+                while state.found == nil, state.next < all.count {
+                    if predicate(all[state.next]) { state.found = all[state.next] }
+                    state.next += 1
+                }
+                return state.found != nil
+            }
+        }
+        guard met, let found = scan.state.withLock({ $0.found }) else {
             throw DaemonError("no matching signal within \(timeout); seen: \(all.map { $0.member ?? "?" })")
         }
         return found
+    }
+
+    /// How far one `first` has looked, and what it found.
+    private final class Scan: Sendable {
+        let state = Lock<(next: Int, found: DBusMessage?)>((0, nil))
     }
 }
 
