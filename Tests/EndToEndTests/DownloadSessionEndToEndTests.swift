@@ -248,6 +248,8 @@ extension EndToEnd {
             #expect(line.contains("sha256 mismatch"), "\(line)")
             #expect(h.size(h.downloads + "/small.bin") == -1)
             #expect(h.size(h.downloads + "/small.bin.part") == -1)
+            // A 1 MiB download can fail before vigild serves the bus.
+            _ = try await daemon.waitForLine(containing: "serving org.vigil.Vigil1")
             #expect(try h.property(1, "State") == "s \"failed\"")
             #expect(try h.property(1, "LastError").contains("expected \(wrong)"))
             try await h.waitForSize(h.dir.file("failed.txt"), atLeast: 10)
