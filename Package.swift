@@ -54,7 +54,8 @@ let package = Package(
         .target(name: "CLeaseFloor", dependencies: ["CDBus"], path: "Sources/CLeaseFloor"),
         .target(
             name: "VigilDBus",
-            // VigilKit for ClientText: the one way an error quotes a client's text.
+            // VigilAPI (in the VigilKit product) for ClientText, the one way an
+            // error quotes a client's text, and the contract; VigilKit for Lock.
             dependencies: ["CDBus", "CDBusShim", "CFDWatch", .product(name: "VigilKit", package: "VigilKit")],
             swiftSettings: strict
         ),

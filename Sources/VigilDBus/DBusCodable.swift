@@ -1,4 +1,4 @@
-import VigilKit
+import VigilAPI
 import CDBusShim
 
 /// A Swift type whose values all have one D-Bus signature.

@@ -1,5 +1,5 @@
 import CDBus
-import VigilKit
+import VigilAPI
 import CDBusShim
 
 /// Exports objects (declared `DBusInterface`s at object paths) on a

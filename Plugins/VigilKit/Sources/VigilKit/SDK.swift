@@ -1,3 +1,7 @@
+// The API contract (VigilAPI: interfaces, rows, BusValue, LeaseID) is part
+// of what a plugin sees: `import VigilKit` brings it.
+@_exported import VigilAPI
+
 /// The VigilKit SDK: what a keep-alive strategy plugin sees of the Vigil host.
 ///
 /// A plugin is a dynamic library named `libvigil-<kind>.so` that exports the C
