@@ -1,3 +1,5 @@
+import VigilAPI
+
 /// The declaration of one D-Bus interface: its methods, properties and
 /// signals with their signatures and handlers. Introspection XML, argument
 /// checks and `org.freedesktop.DBus.Properties` are all derived from it.
@@ -72,14 +74,11 @@ public struct DBusInterface: Sendable {
     }
 }
 
-/// A named argument of a method or signal.
-public struct DBusArgument: Sendable, Equatable {
-    public var name: String
-    public var signature: String
-    public init(_ name: String, _ signature: String) {
-        self.name = name
-        self.signature = signature
-    }
+/// A named argument of a method or signal: the contract's own
+/// (``BusArgument``), one type for the API's declarations and the wire's.
+public typealias DBusArgument = BusArgument
+
+extension BusArgument {
     /// An argument whose signature comes from a Swift type.
     public init<T: DBusTyped>(_ name: String, _ type: T.Type) {
         self.init(name, T.dbusSignature)
@@ -174,23 +173,11 @@ public struct DBusMethod: Sendable {
 
 /// A property: its type, access, change-signal behaviour and accessors.
 public struct DBusProperty: Sendable {
-    public enum Access: String, Sendable {
-        case read, write, readwrite
-        var isReadable: Bool { self != .write }
-        var isWritable: Bool { self != .read }
-    }
-
-    /// The `org.freedesktop.DBus.Property.EmitsChangedSignal` annotation.
-    public enum EmitsChange: String, Sendable {
-        /// PropertiesChanged carries the new value.
-        case `true`
-        /// PropertiesChanged lists the property as invalidated, without its value.
-        case invalidates
-        /// The value never changes during the object's lifetime.
-        case const
-        /// No signal is emitted when it changes.
-        case `false`
-    }
+    /// Read, write or both: the contract's own (``APIProperty/Access``).
+    public typealias Access = APIProperty.Access
+    /// The `org.freedesktop.DBus.Property.EmitsChangedSignal` annotation:
+    /// the contract's own (``APIProperty/EmitsChange``).
+    public typealias EmitsChange = APIProperty.EmitsChange
 
     public typealias Getter = @Sendable () async throws -> DBusValue
     /// A getter that answers at once, without waiting for anything (a

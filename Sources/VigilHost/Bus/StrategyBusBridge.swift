@@ -154,7 +154,7 @@ public actor StrategyBusBridge {
     private func exportChild(_ path: String) async {
         guard let server, let child = children[path], !child.exported else { return }
         let properties = child.properties.map { p in
-            DBusProperty(p.name, signature: p.signature, emitsChange: DBusProperty.EmitsChange(p.emitsChange)) { [weak self] in
+            DBusProperty(p.name, signature: p.signature, emitsChange: p.emitsChange) { [weak self] in
                 guard let self, let value = self.value(path: path, property: p.name) else {
                     throw DBusError.unknownObject("\(path) is gone")
                 }
@@ -209,8 +209,8 @@ public actor StrategyBusBridge {
         DBusInterface(interface, methods: methods.map { method in
             DBusMethod(
                 method.name,
-                in: method.inArguments.map { DBusArgument($0.name, $0.signature) },
-                out: method.outArguments.map { DBusArgument($0.name, $0.signature) }
+                in: method.inArguments,
+                out: method.outArguments
             ) { [weak bridge] call in
                 guard let bridge else { throw DBusError.failed("vigild's D-Bus API is shutting down") }
                 let (hostUID, credentials) = try await bridge.caller()

@@ -85,6 +85,8 @@ public struct APIMethod: Sendable, Hashable {
 public struct APIProperty: Sendable, Hashable {
     public enum Access: String, Sendable, Hashable {
         case read, write, readwrite
+        public var isReadable: Bool { self != .write }
+        public var isWritable: Bool { self != .read }
     }
 
     /// The `org.freedesktop.DBus.Property.EmitsChangedSignal` annotation:
