@@ -126,7 +126,7 @@ func backgroundTaskBench(_ args: [String]) async throws {
                          halfEchoLease, beforeServer, halfEchoLease - beforeServer, lease.server, floorLease.server))
         }
     }
-    let messages = try await messagesPerLease(client, address: address, server: HostBusNames.busName)
+    let messages = try await messagesPerLease(client, address: address, server: VigilAPI.busName)
     let floorMessages = try await messagesPerLease(client, address: address, server: LeaseFloor.busName)
     print("  bus messages per lease: \(messages.signals) signals and 2 replies from vigild, 2 calls (echo pair: 2 calls, 2 replies), counted over \(messages.leases) leases")
     print("  the floor sent \(floorMessages.signals) signals per lease; one lease's signals \(floorMessages.lastLease == messages.lastLease ? "match vigild's" : "DIFFER from vigild's: \(floorMessages.lastLease) against \(messages.lastLease)")")

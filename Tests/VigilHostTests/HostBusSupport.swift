@@ -210,7 +210,7 @@ final class HostBusFixture: @unchecked Sendable {
     /// Calls a method of org.vigil.Vigil1.Host on the root object.
     @discardableResult
     func hostCall(_ member: String, _ arguments: [any DBusEncodable] = []) async throws -> DBusMessage {
-        try await call(HostBusNames.rootPath, HostBusNames.hostInterface, member, arguments)
+        try await call(VigilAPI.rootPath, VigilAPI.hostInterface, member, arguments)
     }
 
     @discardableResult
@@ -221,12 +221,12 @@ final class HostBusFixture: @unchecked Sendable {
     }
 
     func getAll(_ path: String, _ interface: String) async throws -> [String: DBusValue] {
-        let reply = try await call(path, HostBusNames.propertiesInterface, "GetAll", [interface])
+        let reply = try await call(path, VigilAPI.propertiesInterface, "GetAll", [interface])
         return try reply.argument(0, as: [String: DBusVariant].self).mapValues(\.value)
     }
 
     func get(_ path: String, _ interface: String, _ name: String) async throws -> DBusValue {
-        let reply = try await call(path, HostBusNames.propertiesInterface, "Get", [interface, name])
+        let reply = try await call(path, VigilAPI.propertiesInterface, "Get", [interface, name])
         guard case .variant(let value) = reply.body.first else { throw DBusError.failed("no variant") }
         return value
     }

@@ -34,7 +34,7 @@ extension HostBusAPI {
         // client can call End or Renew at once. The registry's observer
         // (``showClientLeaseEvent(_:)``) queued its export on the connection
         // as the lease began, ahead of this reply.
-        return [.objectPath(HostBusNames.leasePath(granted.lease.id)), .unixFD(fd)]
+        return [.objectPath(VigilAPI.leasePath(granted.lease.id)), .unixFD(fd)]
     }
 
     nonisolated func endClientLease(_ id: LeaseID, _ call: DBusMethodCall) async throws {

@@ -100,7 +100,7 @@ public actor StrategyBusBridge {
         do { try declaration.validate() } catch { throw BusMethodError.invalidArgs("cannot register \(interface): \(error)") }
         // Replace an earlier registration: take it off the object first.
         if addedInterfaces[strategy]?.contains(interface) == true, let server {
-            try? await server.removeInterfaces([interface], at: HostBusNames.strategyPath(strategy))
+            try? await server.removeInterfaces([interface], at: VigilAPI.strategyPath(strategy))
             addedInterfaces[strategy]?.remove(interface)
         }
         registrations[strategy, default: [:]][interface] = declaration
@@ -109,7 +109,7 @@ public actor StrategyBusBridge {
 
     func exportObject(strategy: String, relativePath: String, interface: String, properties: [BusProperty],
                       values: [String: BusValue]) async throws -> String {
-        let path = HostBusNames.strategyPath(strategy) + "/" + relativePath
+        let path = VigilAPI.strategyPath(strategy) + "/" + relativePath
         guard DBusObjectPath.isValid(path) else { throw BusMethodError.invalidArgs("\"\(path)\" is not a valid object path") }
         guard children[path] == nil else { throw BusMethodError.invalidArgs("an object is already exported at \(path)") }
         do { try VigilAPI.interface(named: interface)?.check(properties) } catch { throw BusMethodError.invalidArgs("cannot export \(path): \(error)") }
@@ -176,7 +176,7 @@ public actor StrategyBusBridge {
     /// Makes the interfaces on a strategy's object match its registrations.
     private func syncInterfaces(_ strategy: String) async {
         guard let server, exportedStrategies.contains(strategy) else { return }
-        let path = HostBusNames.strategyPath(strategy)
+        let path = VigilAPI.strategyPath(strategy)
         let wanted = registrations[strategy] ?? [:]
         let present = addedInterfaces[strategy] ?? []
         let stale = present.subtracting(wanted.keys)
@@ -245,7 +245,7 @@ struct BridgedStrategyBus: StrategyBus {
     let bridge: StrategyBusBridge
     let strategy: String
 
-    var objectPath: String { HostBusNames.strategyPath(strategy) }
+    var objectPath: String { VigilAPI.strategyPath(strategy) }
 
     func register(interface: String, methods: [BusMethod]) async throws {
         try await bridge.register(strategy: strategy, interface: interface, methods: methods)
