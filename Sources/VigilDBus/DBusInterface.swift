@@ -98,7 +98,7 @@ public struct DBusMethodCall: Sendable {
 
     /// The caller's unique bus name (`:1.42`).
     public var sender: String { message.sender ?? "" }
-    public var arguments: [DBusValue] { message.body }
+    public var arguments: [BusValue] { message.body }
 
     /// Decodes argument `index` as `T` (the signature was already checked
     /// against the declaration, so this only fails on a type mismatch in the
@@ -110,7 +110,7 @@ public struct DBusMethodCall: Sendable {
 
 /// A method: its arguments and its async handler, which returns the out values.
 public struct DBusMethod: Sendable {
-    public typealias Handler = @Sendable (DBusMethodCall) async throws -> [DBusValue]
+    public typealias Handler = @Sendable (DBusMethodCall) async throws -> [BusValue]
 
     public var name: String
     public var inArguments: [DBusArgument]
@@ -119,7 +119,7 @@ public struct DBusMethod: Sendable {
     /// Set for a method that answers without waiting for anything (reads of
     /// state published behind a lock): it is answered on the connection's
     /// queue, without a task per call. It must not block.
-    public var immediateHandler: (@Sendable (DBusMethodCall) throws -> [DBusValue])?
+    public var immediateHandler: (@Sendable (DBusMethodCall) throws -> [BusValue])?
     /// Set for an immediate method whose reply body is marshalled once and
     /// reused (``DBusPreparedBody``).
     public var preparedHandler: (@Sendable (DBusMethodCall) throws -> DBusPreparedBody)?
@@ -136,7 +136,7 @@ public struct DBusMethod: Sendable {
 
     /// A method answered at once (see ``immediateHandler``).
     public static func immediate(_ name: String, in inArguments: [DBusArgument] = [], out outArguments: [DBusArgument] = [],
-                                 _ handler: @escaping @Sendable (DBusMethodCall) throws -> [DBusValue]) -> DBusMethod {
+                                 _ handler: @escaping @Sendable (DBusMethodCall) throws -> [BusValue]) -> DBusMethod {
         var method = DBusMethod(name, in: inArguments, out: outArguments, handler: { call in try handler(call) })
         method.immediateHandler = handler
         return method
@@ -179,18 +179,18 @@ public struct DBusProperty: Sendable {
     /// the contract's own (``APIProperty/EmitsChange``).
     public typealias EmitsChange = APIProperty.EmitsChange
 
-    public typealias Getter = @Sendable () async throws -> DBusValue
+    public typealias Getter = @Sendable () async throws -> BusValue
     /// A getter that answers at once, without waiting for anything (a
     /// value behind a lock, a constant): `Get` and `GetAll` are answered
     /// with it on the connection's queue, without a task per call.
-    public typealias ImmediateGetter = @Sendable () throws -> DBusValue
+    public typealias ImmediateGetter = @Sendable () throws -> BusValue
     /// A getter given the path of the object it reads, so one interface
     /// value can be exported at many paths (an object per lease) with no
     /// getters made per object.
-    public typealias ObjectGetter = @Sendable (_ path: String) async throws -> DBusValue
+    public typealias ObjectGetter = @Sendable (_ path: String) async throws -> BusValue
     /// An ``ImmediateGetter`` given the object's path (see ``ObjectGetter``).
-    public typealias ImmediateObjectGetter = @Sendable (_ path: String) throws -> DBusValue
-    public typealias Setter = @Sendable (DBusValue, DBusMethodCall) async throws -> Void
+    public typealias ImmediateObjectGetter = @Sendable (_ path: String) throws -> BusValue
+    public typealias Setter = @Sendable (BusValue, DBusMethodCall) async throws -> Void
 
     public var name: String
     public var signature: String

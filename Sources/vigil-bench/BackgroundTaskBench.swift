@@ -177,7 +177,7 @@ private func beginLatencyUnderReads(client: DBusConnection, address: String, ech
     let readerCount = 50
     // The 200 leases: client leases of another connection, ended by closing it.
     let holder = try await DBusConnection.connect(to: .address(address))
-    var heldFDs: [DBusFileDescriptor] = []
+    var heldFDs: [BusFileDescriptor] = []
     for i in 0..<200 {
         let reply = try await holder.call(BenchAPI.beginBackgroundTask(name: "bench hold \(i)", reason: "read-load lease \(i)", budgetMicros: 3_600_000_000))
         if case .unixFD(let fd) = reply.body.last { heldFDs.append(fd) }

@@ -154,7 +154,7 @@ struct VigilBusClient {
 
     /// Calls a method of vigild, turning "vigild went away" errors into the
     /// same clear message as at connect time.
-    func call(_ member: String, path: String = rootPath, interface: String = hostInterface, arguments: [DBusValue] = []) async throws -> DBusMessage {
+    func call(_ member: String, path: String = rootPath, interface: String = hostInterface, arguments: [BusValue] = []) async throws -> DBusMessage {
         do {
             return try await connection.call(
                 destination: Self.busName, path: path, interface: interface, member: member,
@@ -200,13 +200,13 @@ struct VigilBusClient {
             guard reply.body.count == 1, let value = reply.body.first else {
                 throw APIDecodingError("expected one \(Row.arraySignature), got \(reply.body.map(\.signature).joined())")
             }
-            return try HostBusValues.rows(value, as: Row.self)
+            return try Row.rows(value)
         }
     }
 
     /// A status value as a person reads it: strings without quotes,
     /// numbers without their D-Bus type.
-    static func plainText(_ value: DBusValue) -> String {
+    static func plainText(_ value: BusValue) -> String {
         switch value {
         case let .string(v): v
         case let .int64(v): String(v)
@@ -234,7 +234,7 @@ struct VigilBusClient {
         // strategy gone meanwhile).
         for index in rows.indices {
             guard let all = try? await properties(path: rows[index].path, interface: Self.strategyInterface) else { continue }
-            rows[index].cost = try? StrategyCostRow(properties: all.compactMapValues { HostBusValues.bus($0.value) })
+            rows[index].cost = try? StrategyCostRow(properties: all.mapValues(\.value))
         }
         return rows
     }

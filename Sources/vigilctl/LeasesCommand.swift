@@ -176,10 +176,10 @@ struct LeasesCommand: AsyncParsableCommand {
 
     /// Decodes a lease signal's arguments by the names the contract gives
     /// them (``VigilAPI/host``); one of another signature shows none.
-    private func describe(_ member: String, _ body: [DBusValue], client: VigilBusClient) async -> LeaseEventJSON {
+    private func describe(_ member: String, _ body: [BusValue], client: VigilBusClient) async -> LeaseEventJSON {
         var arguments: [String: BusValue] = [:]
         if let declared = VigilAPI.host.signals.first(where: { $0.name == member }), body.map(\.signature).joined() == declared.signature {
-            for (argument, value) in zip(declared.arguments, body) { arguments[argument.name] = HostBusValues.bus(value) }
+            for (argument, value) in zip(declared.arguments, body) { arguments[argument.name] = value.unwrapped }
         }
         func string(_ name: String) -> String? {
             switch arguments[name] {

@@ -38,7 +38,7 @@ extension EndToEnd {
                 print(e.get_dbus_name())
             """
 
-        static func begin(_ connection: DBusConnection, name: String) async throws -> (path: String, fd: DBusFileDescriptor) {
+        static func begin(_ connection: DBusConnection, name: String) async throws -> (path: String, fd: BusFileDescriptor) {
             let reply = try await connection.call(
                 destination: VigilAPI.busName, path: VigilAPI.rootPath, interface: VigilAPI.hostInterface,
                 member: "BeginBackgroundTask", arguments: [.string(name), .string("trust test"), .uint64(3600 * 1_000_000)],

@@ -17,7 +17,7 @@ import VigilKit
 
     /// Calls BeginBackgroundTask from `connection` (the fixture's client by default).
     static func begin(_ f: HostBusFixture, on connection: DBusConnection? = nil, name: String = "backup",
-                      reason: String = "nightly backup", budget seconds: UInt64) async throws -> (path: String, fd: DBusFileDescriptor) {
+                      reason: String = "nightly backup", budget seconds: UInt64) async throws -> (path: String, fd: BusFileDescriptor) {
         let reply = try await (connection ?? f.client).call(
             destination: f.hostName, path: VigilAPI.rootPath, interface: VigilAPI.hostInterface,
             member: "BeginBackgroundTask",
@@ -29,7 +29,7 @@ import VigilKit
         return (path, fd)
     }
 
-    static func leaseCall(_ f: HostBusFixture, _ path: String, _ member: String, _ arguments: [DBusValue] = [],
+    static func leaseCall(_ f: HostBusFixture, _ path: String, _ member: String, _ arguments: [BusValue] = [],
                           on connection: DBusConnection? = nil) async throws -> DBusMessage {
         try await (connection ?? f.client).call(destination: f.hostName, path: path, interface: VigilAPI.clientLeaseInterface,
                                                 member: member, arguments: arguments, timeout: .seconds(10))
@@ -123,7 +123,7 @@ import VigilKit
             let signals = try await f.record()
             let lease = try await Self.begin(f, budget: 60)
             // A second copy keeps it alive; closing both ends it.
-            let copy = try DBusFileDescriptor(duplicating: lease.fd.rawValue)
+            let copy = try BusFileDescriptor(duplicating: lease.fd.rawValue)
             lease.fd.close()
             #expect(try await f.get(lease.path, VigilAPI.leaseInterface, "State") == .string("active"))
             #expect(await f.runtime.registry.active.count == 1)

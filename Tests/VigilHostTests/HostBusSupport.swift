@@ -220,12 +220,12 @@ final class HostBusFixture: @unchecked Sendable {
                               arguments: arguments.map(\.dbusValue), timeout: .seconds(10))
     }
 
-    func getAll(_ path: String, _ interface: String) async throws -> [String: DBusValue] {
+    func getAll(_ path: String, _ interface: String) async throws -> [String: BusValue] {
         let reply = try await call(path, VigilAPI.propertiesInterface, "GetAll", [interface])
         return try reply.argument(0, as: [String: DBusVariant].self).mapValues(\.value)
     }
 
-    func get(_ path: String, _ interface: String, _ name: String) async throws -> DBusValue {
+    func get(_ path: String, _ interface: String, _ name: String) async throws -> BusValue {
         let reply = try await call(path, VigilAPI.propertiesInterface, "Get", [interface, name])
         guard case .variant(let value) = reply.body.first else { throw DBusError.failed("no variant") }
         return value
@@ -262,7 +262,7 @@ struct SeenSignal: CustomStringConvertible, Equatable {
     var path: String
     var interface: String
     var member: String
-    var body: [DBusValue]
+    var body: [BusValue]
 
     /// `Member path [args]` with PropertiesChanged and ObjectManager
     /// signals shortened to what matters: property names, interface names.
@@ -287,7 +287,7 @@ struct SeenSignal: CustomStringConvertible, Equatable {
         }
     }
 
-    static func short(_ value: DBusValue) -> String {
+    static func short(_ value: BusValue) -> String {
         switch value {
         case .string(let s): "\"\(s)\""
         case .objectPath(let p): p
@@ -299,9 +299,9 @@ struct SeenSignal: CustomStringConvertible, Equatable {
     }
 
     /// The changed properties of a PropertiesChanged signal.
-    var changedProperties: [String: DBusValue] {
+    var changedProperties: [String: BusValue] {
         guard member == "PropertiesChanged", body.count == 3, case .dict(_, _, let entries) = body[1] else { return [:] }
-        var out: [String: DBusValue] = [:]
+        var out: [String: BusValue] = [:]
         for entry in entries {
             if case .string(let name) = entry.key, case .variant(let value) = entry.value { out[name] = value }
         }

@@ -8,7 +8,7 @@ private let root = VigilAPI.rootPath
 private func lease(_ id: UInt64) -> String { VigilAPI.leasePath(LeaseID(id)) }
 private func strategy(_ name: String) -> String { VigilAPI.strategyPath(name) }
 
-private func paths(_ value: DBusValue?) -> [String] {
+private func paths(_ value: BusValue?) -> [String] {
     guard case .array("o", let items)? = value else { return ["not an ao: \(String(describing: value))"] }
     return items.compactMap { if case .objectPath(let p) = $0 { p } else { nil } }
 }
@@ -56,7 +56,7 @@ private func paths(_ value: DBusValue?) -> [String] {
         #expect(value.signature == "a{sv}")
         #expect(throws: Never.self) { try value.validate() }
         guard case .dict(_, _, let entries) = value else { Issue.record("not a dict"); return }
-        var map: [String: DBusValue] = [:]
+        var map: [String: BusValue] = [:]
         for e in entries { if case .string(let k) = e.key, case .variant(let v) = e.value { map[k] = v } }
         #expect(map["name"] == .string("x"))
         #expect(map["count"] == .int64(-3))
@@ -64,7 +64,7 @@ private func paths(_ value: DBusValue?) -> [String] {
         #expect(map["on"] == .bool(true))
         #expect(map["at"] == .string("1979-05-27T07:32:00Z"))
         #expect(map["mixed"] == .array(elementSignature: "v", [.variant(.int64(1)), .variant(.string("two"))]))
-        #expect(map["nested"] == .dict(keySignature: "s", valueSignature: "v", [DBusDictEntry(key: .string("every"), value: .variant(.string("10m")))]))
+        #expect(map["nested"] == .dict(keySignature: "s", valueSignature: "v", [BusDictEntry(key: .string("every"), value: .variant(.string("10m")))]))
     }
 
     @Test func introspectionDocumentIsWellFormedAndMatchesTheDocs() async throws {
@@ -233,7 +233,7 @@ private enum Build {
             let s = try await f.getAll(strategy("lease-script"), VigilAPI.strategyInterface)
             #expect(s.count == 8 + StrategyCostRow.fields.count)
             // The cost properties are the host's counters, read when asked.
-            let cost = try StrategyCostRow(properties: s.compactMapValues { HostBusValues.bus($0) })
+            let cost = try StrategyCostRow(properties: s)
             #expect(cost == f.runtime.costs.cost(of: "lease-script"))
             #expect(s["WaitingFor"] == .string(""))
             #expect(s["LastError"] == .string("") && s["LastErrorAt"] == .uint64(0))
@@ -501,7 +501,7 @@ private func interfaceBlock(_ name: String, in xml: String) -> String? {
 }
 
 /// The rows of an array of structs, as field lists.
-private func rows(_ value: DBusValue) -> [[DBusValue]] {
+private func rows(_ value: BusValue) -> [[BusValue]] {
     guard case .array(_, let items) = value else { return [] }
     return items.map { if case .structure(let fields) = $0 { fields } else { [] } }
 }

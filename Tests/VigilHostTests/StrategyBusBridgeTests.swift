@@ -46,7 +46,7 @@ import VigilKit
             await offPool { bus.stop() }
         }
 
-        func get(_ path: String, _ name: String) async throws -> DBusValue {
+        func get(_ path: String, _ name: String) async throws -> BusValue {
             let reply = try await client.call(destination: await host.uniqueName, path: path, interface: VigilAPI.propertiesInterface,
                                               member: "Get", arguments: [.string(Self.interfaceName), .string(name)], timeout: .seconds(10))
             guard case .variant(let value) = reply.body.first else { throw DBusError.failed("no variant") }

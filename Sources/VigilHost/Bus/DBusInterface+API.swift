@@ -18,7 +18,7 @@ struct APIMethodHandler: Sendable {
 
     /// On the connection's queue, at once: the handler must not wait
     /// (reads of state published behind a lock).
-    static func immediate(_ handler: @escaping @Sendable (DBusMethodCall) throws -> [DBusValue]) -> Self {
+    static func immediate(_ handler: @escaping @Sendable (DBusMethodCall) throws -> [BusValue]) -> Self {
         Self { .immediate($0, in: $1, out: $2, handler) }
     }
 

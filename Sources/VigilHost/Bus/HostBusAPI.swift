@@ -66,9 +66,9 @@ public actor HostBusAPI {
         var strategies: [String: StrategyEntry] = [:]
         var leases: [LeaseID: LeaseEntry] = [:]
         /// Encoded on the first read after a change.
-        var strategyPaths: DBusValue?
-        var strategyRows: DBusValue?
-        var leasePaths: DBusValue?
+        var strategyPaths: BusValue?
+        var strategyRows: BusValue?
+        var leasePaths: BusValue?
         var leaseRows: DBusPreparedBody?
         /// The highest lease id whose object was exported.
         var highestShownLease: UInt64 = 0
@@ -264,19 +264,19 @@ public actor HostBusAPI {
         }
     }
 
-    nonisolated func strategyPaths() -> DBusValue {
+    nonisolated func strategyPaths() -> BusValue {
         published.withLock { state in
             if let cached = state.strategyPaths { return cached }
-            let paths = DBusValue.array(elementSignature: "o", state.strategyOrder.map { .objectPath(VigilAPI.strategyPath($0)) })
+            let paths = BusValue.array(elementSignature: "o", state.strategyOrder.map { .objectPath(VigilAPI.strategyPath($0)) })
             state.strategyPaths = paths
             return paths
         }
     }
 
-    nonisolated func leasePaths() -> DBusValue {
+    nonisolated func leasePaths() -> BusValue {
         published.withLock { state in
             if let cached = state.leasePaths { return cached }
-            let paths = DBusValue.array(elementSignature: "o", state.leases.keys.sorted().map { .objectPath(VigilAPI.leasePath($0)) })
+            let paths = BusValue.array(elementSignature: "o", state.leases.keys.sorted().map { .objectPath(VigilAPI.leasePath($0)) })
             state.leasePaths = paths
             return paths
         }
@@ -292,7 +292,7 @@ public actor HostBusAPI {
         }
     }
 
-    nonisolated func strategyRows() -> DBusValue {
+    nonisolated func strategyRows() -> BusValue {
         published.withLock { state in
             if let cached = state.strategyRows { return cached }
             let rows = Self.strategyRows(order: state.strategyOrder, state.strategies)
@@ -301,8 +301,8 @@ public actor HostBusAPI {
         }
     }
 
-    static func leaseRows(_ leases: [LeaseID: LeaseEntry]) -> DBusValue {
-        HostBusValues.rows(leases.keys.sorted().compactMap { id -> LeaseRow? in
+    static func leaseRows(_ leases: [LeaseID: LeaseEntry]) -> BusValue {
+        LeaseRow.array(leases.keys.sorted().compactMap { id -> LeaseRow? in
             guard let entry = leases[id] else { return nil }
             let lease = entry.snapshot
             return LeaseRow(
@@ -313,8 +313,8 @@ public actor HostBusAPI {
         })
     }
 
-    static func strategyRows(order strategyOrder: [String], _ strategies: [String: StrategyEntry]) -> DBusValue {
-        HostBusValues.rows(strategyOrder.compactMap { name -> StrategyRow? in
+    static func strategyRows(order strategyOrder: [String], _ strategies: [String: StrategyEntry]) -> BusValue {
+        StrategyRow.array(strategyOrder.compactMap { name -> StrategyRow? in
             guard let status = strategies[name]?.status else { return nil }
             return StrategyRow(path: VigilAPI.strategyPath(name), name: name, kind: status.kind, state: status.state.rawValue,
                                restarts: UInt32(clamping: status.restarts), lastError: status.lastError ?? "")
@@ -322,14 +322,14 @@ public actor HostBusAPI {
     }
 
     /// `Survival`: runs that started at or after `since` (0: all), newest first.
-    nonisolated func survivalRows(since: UInt64) throws -> DBusValue {
+    nonisolated func survivalRows(since: UInt64) throws -> BusValue {
         let runs: [RunSummary]
         do {
             runs = try survival.runs(startedSince: Int64(clamping: since))
         } catch {
             throw DBusError.failed("cannot read the survival log: \(error)")
         }
-        return HostBusValues.rows(runs.map(RunRow.init))
+        return RunRow.array(runs.map(RunRow.init))
     }
 
     // MARK: following the host
@@ -521,7 +521,7 @@ public actor HostBusAPI {
     /// A lease's budget ran out: its State, the Host's signal, and a client
     /// lease's own Expiring.
     private static func leaseExpiringChanges(_ event: LeaseEvent, path: String) -> [DBusObjectServer.Change] {
-        let remaining = DBusValue.uint64(remainingMicros(event))
+        let remaining = BusValue.uint64(remainingMicros(event))
         var changes: [DBusObjectServer.Change] = [
             .propertiesChanged(path: path, interface: VigilAPI.leaseInterface, properties: ["State"]),
             Self.hostSignal("LeaseExpiring", [.objectPath(path), remaining]),
@@ -640,12 +640,12 @@ public actor HostBusAPI {
         for waiter in waiters { waiter.resume() }
     }
 
-    private func emit(_ signal: String, _ arguments: [DBusValue]) async throws {
+    private func emit(_ signal: String, _ arguments: [BusValue]) async throws {
         try await server?.apply([Self.hostSignal(signal, arguments)])
     }
 
     /// A signal of the Host interface on the root object.
-    private static func hostSignal(_ signal: String, _ arguments: [DBusValue]) -> DBusObjectServer.Change {
+    private static func hostSignal(_ signal: String, _ arguments: [BusValue]) -> DBusObjectServer.Change {
         .emit(path: VigilAPI.rootPath, interface: VigilAPI.hostInterface, signal: signal, arguments: arguments)
     }
 

@@ -158,7 +158,7 @@ public actor StrategyBusBridge {
                 guard let self, let value = self.value(path: path, property: p.name) else {
                     throw DBusError.unknownObject("\(path) is gone")
                 }
-                return HostBusValues.bus(value)
+                return value
             }
         }
         do {
@@ -218,12 +218,8 @@ public actor StrategyBusBridge {
                 if method.mutating {
                     try HostBusAPI.requireMayMutate(callerUID: uid, hostUID: hostUID, method: "\(interface).\(method.name)")
                 }
-                let arguments = try call.arguments.map { value throws(DBusError) in
-                    guard let converted = HostBusValues.bus(value) else {
-                        throw DBusError.invalidArgs("argument of type \(value.signature) is not supported by \(interface).\(method.name)")
-                    }
-                    return converted
-                }
+                // Already checked against the method's declared arguments.
+                let arguments = call.arguments
                 let results: [BusValue]
                 do {
                     results = try await method.handler(arguments, BusCaller(sender: call.sender, uid: uid))
@@ -234,7 +230,7 @@ public actor StrategyBusBridge {
                 } catch {
                     throw DBusError.failed("\(error)")
                 }
-                return results.map { HostBusValues.bus($0) }
+                return results
             }
         })
     }

@@ -57,7 +57,7 @@ extension APIRow {
     public init(properties: [String: BusValue]) throws(APIDecodingError) {
         self.init()
         for field in Self.fields {
-            guard let value = properties[field.name] else { throw APIDecodingError("\(Self.self) lacks \(field.name)") }
+            guard let value = properties[field.name]?.unwrapped else { throw APIDecodingError("\(Self.self) lacks \(field.name)") }
             guard field.decode(&self, value) else {
                 throw APIDecodingError("\(Self.self).\(field.name) should be \(field.signature), got \(value.signature)")
             }
