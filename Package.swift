@@ -59,6 +59,8 @@ let package = Package(
             dependencies: ["CDBus", "CDBusShim", "CFDWatch", .product(name: "VigilKit", package: "VigilKit")],
             swiftSettings: strict
         ),
+        // The typed client of the org.vigil.Vigil1 API (vigilctl, vigil-bench, tests).
+        .target(name: "VigilClient", dependencies: ["VigilDBus"], swiftSettings: strict),
         .target(
             name: "VigilHost",
             dependencies: [
@@ -82,7 +84,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "vigilctl",
-            dependencies: ["VigilHost", .product(name: "ArgumentParser", package: "swift-argument-parser"), .product(name: "VigilKit", package: "VigilKit")],
+            dependencies: ["VigilHost", "VigilClient", .product(name: "ArgumentParser", package: "swift-argument-parser"), .product(name: "VigilKit", package: "VigilKit")],
             swiftSettings: strict
         ),
         .executableTarget(

@@ -121,11 +121,10 @@ extension VigilBusClient {
     static let clientLeaseInterface = VigilAPI.clientLeaseInterface
 
     func beginBackgroundTask(name: String, reason: String, budgetMicros: UInt64) async throws -> (path: String, fd: BusFileDescriptor) {
-        let reply = try await call("BeginBackgroundTask", arguments: [.string(name), .string(reason), .uint64(budgetMicros)])
-        guard reply.body.count == 2, case .objectPath(let path) = reply.body[0], case .unixFD(let fd) = reply.body[1] else {
-            throw VigilctlFailure("vigild's reply to BeginBackgroundTask is not (o, h) but \(reply.signature); are vigild and vigilctl the same version?")
+        let task = try await mapped("BeginBackgroundTask") {
+            try await client.beginBackgroundTask(name: name, reason: reason, budgetMicros: budgetMicros)
         }
-        return (path, fd)
+        return (task.path, task.fd)
     }
 
     func renewClientLease(_ path: String, budgetMicros: UInt64) async throws {
