@@ -57,10 +57,13 @@ let package = Package(
         .target(name: "CDBusShim", dependencies: ["CDBus"], path: "Sources/CDBusShim"),
         .target(
             name: "VigilDBus",
-            // VigilKit for ClientText: the one way an error quotes a client's text.
+            // VigilAPI (in the VigilKit product) for ClientText, the one way an
+            // error quotes a client's text, and the contract; VigilKit for Lock.
             dependencies: ["CDBus", "CDBusShim", "CFDWatch", .product(name: "VigilKit", package: "VigilKit")],
             swiftSettings: strict
         ),
+        // The typed client of the org.vigil.Vigil1 API (vigilctl, vigil-bench, tests).
+        .target(name: "VigilClient", dependencies: ["VigilDBus"], swiftSettings: strict),
         .target(
             name: "VigilHost",
             dependencies: [
@@ -86,7 +89,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "vigilctl",
-            dependencies: ["VigilHost", .product(name: "ArgumentParser", package: "swift-argument-parser"), .product(name: "VigilKit", package: "VigilKit")],
+            dependencies: ["VigilHost", "VigilClient", .product(name: "ArgumentParser", package: "swift-argument-parser"), .product(name: "VigilKit", package: "VigilKit")],
             swiftSettings: strict
         ),
         .target(

@@ -45,6 +45,8 @@ let package = Package(
         .target(name: "VoipFeed", dependencies: [.product(name: "vigil-voip-socket", package: vigil)], path: "Sources/VoipFeed"),
         fuzzer("fuzz-mqtt", [.product(name: "vigil-voip-socket", package: vigil), "VoipFeed"]),
         fuzzer("fuzz-sip", [.product(name: "vigil-voip-socket", package: vigil), "VoipFeed"]),
+        // raw framing, checked byte-exact: data plus the pong give back the stream.
+        fuzzer("fuzz-raw", [.product(name: "vigil-voip-socket", package: vigil)]),
         fuzzer("fuzz-http", [.product(name: "vigil-download-session", package: vigil)]),
         fuzzer("fuzz-survival", [host]),
     ],

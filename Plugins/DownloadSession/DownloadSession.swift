@@ -132,7 +132,7 @@ actor DownloadManager {
             "Enqueue": { [weak self] args, caller in
                 guard let self else { throw BusMethodError.failed("the download session has stopped") }
                 guard args.count == 3, let url = args[0].stringValue, let dest = args[1].stringValue,
-                      case .dictionary(let options) = args[2] else { throw BusMethodError.invalidArgs("expected (s url, s dest, a{sv} options)") }
+                      let options = args[2].dictionaryValue else { throw BusMethodError.invalidArgs("expected (s url, s dest, a{sv} options)") }
                 let id = try await self.enqueue(url: url, dest: dest, options: options, caller: caller)
                 return [.objectPath(objectPath + "/" + VigilAPI.downloadRelativePath(id))]
             },

@@ -17,13 +17,17 @@ import PackageDescription
 let package = Package(
     name: "VigilKit",
     products: [
-        .library(name: "VigilKit", type: .dynamic, targets: ["VigilKit"]),
+        // VigilAPI (the org.vigil.Vigil1 contract, its rows and BusValue; no
+        // D-Bus library) is in the same shared library: VigilKit re-exports
+        // it, and VigilDBus and vigilctl import it alone.
+        .library(name: "VigilKit", type: .dynamic, targets: ["VigilKit", "VigilAPI"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.16.0"),
     ],
     targets: [
-        .target(name: "VigilKit", dependencies: [.product(name: "Logging", package: "swift-log"), "CVigilKitSanitizer"], path: "Sources/VigilKit"),
+        .target(name: "VigilAPI", path: "Sources/VigilAPI"),
+        .target(name: "VigilKit", dependencies: ["VigilAPI", .product(name: "Logging", package: "swift-log"), "CVigilKitSanitizer"], path: "Sources/VigilKit"),
         // ThreadSanitizer's annotations for Lock (Sources/VigilKit/Lock.swift).
         .target(name: "CVigilKitSanitizer", path: "Sources/CVigilKitSanitizer"),
         .testTarget(name: "VigilKitTests", dependencies: ["VigilKit"], path: "Tests/VigilKitTests"),

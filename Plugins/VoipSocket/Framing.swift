@@ -144,7 +144,7 @@ struct RawFramer: Sendable {
                 while i < bytes.endIndex {
                     run.append(bytes[i])
                     i += 1
-                    if endsWithDelimiter(tail + run) { break }
+                    if endsWithDelimiter(tail: tail, run) { break }
                 }
                 append(run, to: &data)
             }
@@ -155,13 +155,22 @@ struct RawFramer: Sendable {
     private mutating func append(_ run: [UInt8], to data: inout [UInt8]) {
         data += run
         guard !delimiter.isEmpty else { return }
-        let joined = tail + run
-        atBoundary = endsWithDelimiter(joined)
-        tail = Array(joined.suffix(delimiter.count))
+        atBoundary = endsWithDelimiter(tail: tail, run)
+        tail = Array((tail + run.suffix(delimiter.count)).suffix(delimiter.count))
     }
 
-    private func endsWithDelimiter(_ bytes: [UInt8]) -> Bool {
-        !delimiter.isEmpty && bytes.count >= delimiter.count && bytes.suffix(delimiter.count).elementsEqual(delimiter)
+    /// Whether `tail` followed by `run` ends with the delimiter. Reads only
+    /// the last `delimiter.count` bytes: it runs after every byte of a run
+    /// scanned for a delimiter, where joining the two (as it once did) made
+    /// a long message without one cost quadratic time.
+    private func endsWithDelimiter(tail: [UInt8], _ run: [UInt8]) -> Bool {
+        let count = delimiter.count
+        guard count > 0, tail.count + run.count >= count else { return false }
+        for k in 1...count {
+            let byte = k <= run.count ? run[run.count - k] : tail[tail.count - (k - run.count)]
+            guard byte == delimiter[count - k] else { return false }
+        }
+        return true
     }
 }
 

@@ -1,4 +1,4 @@
-import VigilKit
+import VigilAPI
 import CDBusShim
 
 /// A Swift type whose values all have one D-Bus signature.
@@ -9,27 +9,27 @@ public protocol DBusTyped: Sendable {
 
 /// A Swift type that can be written as one D-Bus complete type.
 public protocol DBusEncodable: DBusTyped {
-    /// This value as a `DBusValue` (its signature is `Self.dbusSignature`).
-    var dbusValue: DBusValue { get }
+    /// This value as a `BusValue` (its signature is `Self.dbusSignature`).
+    var dbusValue: BusValue { get }
 }
 
 /// A Swift type that can be read from one D-Bus value; a value of another
 /// signature throws `InvalidArgs`, never traps.
 public protocol DBusDecodable: DBusTyped {
-    init(dbusValue: DBusValue) throws(DBusError)
+    init(dbusValue: BusValue) throws(DBusError)
 }
 
 public typealias DBusCodable = DBusEncodable & DBusDecodable
 
 @usableFromInline
-func signatureMismatch(_ expected: String, _ value: DBusValue) -> DBusError {
+func signatureMismatch(_ expected: String, _ value: BusValue) -> DBusError {
     .invalidArgs("expected a value of signature \"\(expected)\", got \"\(value.signature)\"")
 }
 
 extension UInt8: DBusCodable {
     public static var dbusSignature: String { "y" }
-    public var dbusValue: DBusValue { .byte(self) }
-    public init(dbusValue: DBusValue) throws(DBusError) {
+    public var dbusValue: BusValue { .byte(self) }
+    public init(dbusValue: BusValue) throws(DBusError) {
         guard case let .byte(v) = dbusValue else { throw signatureMismatch("y", dbusValue) }
         self = v
     }
@@ -37,8 +37,8 @@ extension UInt8: DBusCodable {
 
 extension Bool: DBusCodable {
     public static var dbusSignature: String { "b" }
-    public var dbusValue: DBusValue { .bool(self) }
-    public init(dbusValue: DBusValue) throws(DBusError) {
+    public var dbusValue: BusValue { .bool(self) }
+    public init(dbusValue: BusValue) throws(DBusError) {
         guard case let .bool(v) = dbusValue else { throw signatureMismatch("b", dbusValue) }
         self = v
     }
@@ -46,8 +46,8 @@ extension Bool: DBusCodable {
 
 extension Int16: DBusCodable {
     public static var dbusSignature: String { "n" }
-    public var dbusValue: DBusValue { .int16(self) }
-    public init(dbusValue: DBusValue) throws(DBusError) {
+    public var dbusValue: BusValue { .int16(self) }
+    public init(dbusValue: BusValue) throws(DBusError) {
         guard case let .int16(v) = dbusValue else { throw signatureMismatch("n", dbusValue) }
         self = v
     }
@@ -55,8 +55,8 @@ extension Int16: DBusCodable {
 
 extension UInt16: DBusCodable {
     public static var dbusSignature: String { "q" }
-    public var dbusValue: DBusValue { .uint16(self) }
-    public init(dbusValue: DBusValue) throws(DBusError) {
+    public var dbusValue: BusValue { .uint16(self) }
+    public init(dbusValue: BusValue) throws(DBusError) {
         guard case let .uint16(v) = dbusValue else { throw signatureMismatch("q", dbusValue) }
         self = v
     }
@@ -64,8 +64,8 @@ extension UInt16: DBusCodable {
 
 extension Int32: DBusCodable {
     public static var dbusSignature: String { "i" }
-    public var dbusValue: DBusValue { .int32(self) }
-    public init(dbusValue: DBusValue) throws(DBusError) {
+    public var dbusValue: BusValue { .int32(self) }
+    public init(dbusValue: BusValue) throws(DBusError) {
         guard case let .int32(v) = dbusValue else { throw signatureMismatch("i", dbusValue) }
         self = v
     }
@@ -73,8 +73,8 @@ extension Int32: DBusCodable {
 
 extension UInt32: DBusCodable {
     public static var dbusSignature: String { "u" }
-    public var dbusValue: DBusValue { .uint32(self) }
-    public init(dbusValue: DBusValue) throws(DBusError) {
+    public var dbusValue: BusValue { .uint32(self) }
+    public init(dbusValue: BusValue) throws(DBusError) {
         guard case let .uint32(v) = dbusValue else { throw signatureMismatch("u", dbusValue) }
         self = v
     }
@@ -82,8 +82,8 @@ extension UInt32: DBusCodable {
 
 extension Int64: DBusCodable {
     public static var dbusSignature: String { "x" }
-    public var dbusValue: DBusValue { .int64(self) }
-    public init(dbusValue: DBusValue) throws(DBusError) {
+    public var dbusValue: BusValue { .int64(self) }
+    public init(dbusValue: BusValue) throws(DBusError) {
         guard case let .int64(v) = dbusValue else { throw signatureMismatch("x", dbusValue) }
         self = v
     }
@@ -91,8 +91,8 @@ extension Int64: DBusCodable {
 
 extension UInt64: DBusCodable {
     public static var dbusSignature: String { "t" }
-    public var dbusValue: DBusValue { .uint64(self) }
-    public init(dbusValue: DBusValue) throws(DBusError) {
+    public var dbusValue: BusValue { .uint64(self) }
+    public init(dbusValue: BusValue) throws(DBusError) {
         guard case let .uint64(v) = dbusValue else { throw signatureMismatch("t", dbusValue) }
         self = v
     }
@@ -100,8 +100,8 @@ extension UInt64: DBusCodable {
 
 extension Double: DBusCodable {
     public static var dbusSignature: String { "d" }
-    public var dbusValue: DBusValue { .double(self) }
-    public init(dbusValue: DBusValue) throws(DBusError) {
+    public var dbusValue: BusValue { .double(self) }
+    public init(dbusValue: BusValue) throws(DBusError) {
         guard case let .double(v) = dbusValue else { throw signatureMismatch("d", dbusValue) }
         self = v
     }
@@ -109,18 +109,18 @@ extension Double: DBusCodable {
 
 extension String: DBusCodable {
     public static var dbusSignature: String { "s" }
-    public var dbusValue: DBusValue { .string(self) }
-    public init(dbusValue: DBusValue) throws(DBusError) {
+    public var dbusValue: BusValue { .string(self) }
+    public init(dbusValue: BusValue) throws(DBusError) {
         guard case let .string(v) = dbusValue else { throw signatureMismatch("s", dbusValue) }
         self = v
     }
 }
 
-extension DBusFileDescriptor: DBusEncodable {
+extension BusFileDescriptor: DBusEncodable {
     public static var dbusSignature: String { "h" }
-    public var dbusValue: DBusValue { .unixFD(self) }
+    public var dbusValue: BusValue { .unixFD(self) }
     /// Extracts the descriptor from a `h` value.
-    public static func decode(_ value: DBusValue) throws(DBusError) -> DBusFileDescriptor {
+    public static func decode(_ value: BusValue) throws(DBusError) -> BusFileDescriptor {
         guard case let .unixFD(v) = value else { throw signatureMismatch("h", value) }
         return v
     }
@@ -143,8 +143,8 @@ public struct DBusObjectPath: DBusCodable, Hashable, Comparable, CustomStringCon
     }
 
     public static var dbusSignature: String { "o" }
-    public var dbusValue: DBusValue { .objectPath(rawValue) }
-    public init(dbusValue: DBusValue) throws(DBusError) {
+    public var dbusValue: BusValue { .objectPath(rawValue) }
+    public init(dbusValue: BusValue) throws(DBusError) {
         guard case let .objectPath(v) = dbusValue else { throw signatureMismatch("o", dbusValue) }
         try self.init(v)
     }
@@ -167,8 +167,8 @@ public struct DBusSignature: DBusCodable, Hashable, CustomStringConvertible {
         self.rawValue = rawValue
     }
     public static var dbusSignature: String { "g" }
-    public var dbusValue: DBusValue { .signature(rawValue) }
-    public init(dbusValue: DBusValue) throws(DBusError) {
+    public var dbusValue: BusValue { .signature(rawValue) }
+    public init(dbusValue: BusValue) throws(DBusError) {
         guard case let .signature(v) = dbusValue else { throw signatureMismatch("g", dbusValue) }
         try self.init(v)
     }
@@ -177,12 +177,12 @@ public struct DBusSignature: DBusCodable, Hashable, CustomStringConvertible {
 
 /// A variant (`v`): any value together with its signature.
 public struct DBusVariant: DBusCodable, Equatable, CustomStringConvertible {
-    public var value: DBusValue
-    public init(_ value: DBusValue) { self.value = value }
+    public var value: BusValue
+    public init(_ value: BusValue) { self.value = value }
     public init(_ value: some DBusEncodable) { self.value = value.dbusValue }
     public static var dbusSignature: String { "v" }
-    public var dbusValue: DBusValue { .variant(value) }
-    public init(dbusValue: DBusValue) throws(DBusError) {
+    public var dbusValue: BusValue { .variant(value) }
+    public init(dbusValue: BusValue) throws(DBusError) {
         guard case let .variant(v) = dbusValue else { throw signatureMismatch("v", dbusValue) }
         value = v
     }
@@ -198,11 +198,11 @@ extension Array: DBusTyped where Element: DBusTyped {
 }
 
 extension Array: DBusEncodable where Element: DBusEncodable {
-    public var dbusValue: DBusValue { .array(elementSignature: Element.dbusSignature, map(\.dbusValue)) }
+    public var dbusValue: BusValue { .array(elementSignature: Element.dbusSignature, map(\.dbusValue)) }
 }
 
 extension Array: DBusDecodable where Element: DBusDecodable {
-    public init(dbusValue: DBusValue) throws(DBusError) {
+    public init(dbusValue: BusValue) throws(DBusError) {
         guard case let .array(element, items) = dbusValue, element == Element.dbusSignature else {
             throw signatureMismatch("a" + Element.dbusSignature, dbusValue)
         }
@@ -218,14 +218,14 @@ extension Dictionary: DBusTyped where Key: DBusTyped, Value: DBusTyped {
 }
 
 extension Dictionary: DBusEncodable where Key: DBusEncodable, Value: DBusEncodable {
-    public var dbusValue: DBusValue {
+    public var dbusValue: BusValue {
         .dict(keySignature: Key.dbusSignature, valueSignature: Value.dbusSignature,
-              map { DBusDictEntry(key: $0.key.dbusValue, value: $0.value.dbusValue) })
+              map { BusDictEntry(key: $0.key.dbusValue, value: $0.value.dbusValue) })
     }
 }
 
 extension Dictionary: DBusDecodable where Key: DBusDecodable, Value: DBusDecodable {
-    public init(dbusValue: DBusValue) throws(DBusError) {
+    public init(dbusValue: BusValue) throws(DBusError) {
         guard case let .dict(key, value, entries) = dbusValue,
               key == Key.dbusSignature, value == Value.dbusSignature
         else { throw signatureMismatch("a{" + Key.dbusSignature + Value.dbusSignature + "}", dbusValue) }
@@ -237,7 +237,7 @@ extension Dictionary: DBusDecodable where Key: DBusDecodable, Value: DBusDecodab
     }
 }
 
-extension DBusValue {
+extension BusValue {
     /// Decodes this value as `T`, throwing `InvalidArgs` on a signature mismatch.
     public func decode<T: DBusDecodable>(_ type: T.Type = T.self) throws(DBusError) -> T {
         try T(dbusValue: self)

@@ -1,3 +1,4 @@
+import VigilAPI
 import CDBus
 import CDBusShim
 import Dispatch
@@ -417,7 +418,7 @@ public final class DBusConnection: @unchecked Sendable {
     /// Builds a method call, validating every name first (libdbus aborts on
     /// invalid ones).
     static func makeMethodCall(
-        destination: String?, path: String, interface: String?, member: String, arguments: [DBusValue]
+        destination: String?, path: String, interface: String?, member: String, arguments: [BusValue]
     ) throws(DBusError) -> DBusMessageHandle {
         if let destination, !DBusSignatureSyntax.isValidBusName(destination) {
             throw .invalidArgs("\"\(destination)\" is not a valid bus name")
@@ -451,7 +452,7 @@ public final class DBusConnection: @unchecked Sendable {
     @discardableResult
     public func call(
         destination: String?, path: String, interface: String?, member: String,
-        arguments: [DBusValue] = [], timeout: Duration? = nil
+        arguments: [BusValue] = [], timeout: Duration? = nil
     ) async throws -> DBusMessage {
         let message = try Self.makeMethodCall(
             destination: destination, path: path, interface: interface, member: member, arguments: arguments)
@@ -483,7 +484,7 @@ public final class DBusConnection: @unchecked Sendable {
 
     /// Emits a signal (with no declaration check; see `DBusObjectServer.emit`
     /// for declared signals).
-    public func emitSignal(path: String, interface: String, name: String, arguments: [DBusValue] = [], destination: String? = nil) async throws {
+    public func emitSignal(path: String, interface: String, name: String, arguments: [BusValue] = [], destination: String? = nil) async throws {
         let handle = try Self.signalMessage(path: path, interface: interface, name: name, arguments: arguments, destination: destination)
         // Handed to libdbus before this returns, as a lone send expects.
         try await onQueueThrowing { connection in
@@ -493,7 +494,7 @@ public final class DBusConnection: @unchecked Sendable {
     }
 
     /// A signal message, checked and marshalled (on any thread).
-    static func signalMessage(path: String, interface: String, name: String, arguments: [DBusValue],
+    static func signalMessage(path: String, interface: String, name: String, arguments: [BusValue],
                               destination: String? = nil) throws(DBusError) -> DBusMessageHandle {
         guard DBusObjectPath.isValid(path) else { throw DBusError.invalidArgs("\"\(path)\" is not a valid object path") }
         guard DBusSignatureSyntax.isValidInterfaceName(interface) else { throw DBusError.invalidArgs("\"\(interface)\" is not a valid interface name") }

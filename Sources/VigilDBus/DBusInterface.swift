@@ -1,3 +1,5 @@
+import VigilAPI
+
 /// The declaration of one D-Bus interface: its methods, properties and
 /// signals with their signatures and handlers. Introspection XML, argument
 /// checks and `org.freedesktop.DBus.Properties` are all derived from it.
@@ -72,14 +74,11 @@ public struct DBusInterface: Sendable {
     }
 }
 
-/// A named argument of a method or signal.
-public struct DBusArgument: Sendable, Equatable {
-    public var name: String
-    public var signature: String
-    public init(_ name: String, _ signature: String) {
-        self.name = name
-        self.signature = signature
-    }
+/// A named argument of a method or signal: the contract's own
+/// (``BusArgument``), one type for the API's declarations and the wire's.
+public typealias DBusArgument = BusArgument
+
+extension BusArgument {
     /// An argument whose signature comes from a Swift type.
     public init<T: DBusTyped>(_ name: String, _ type: T.Type) {
         self.init(name, T.dbusSignature)
@@ -99,7 +98,7 @@ public struct DBusMethodCall: Sendable {
 
     /// The caller's unique bus name (`:1.42`).
     public var sender: String { message.sender ?? "" }
-    public var arguments: [DBusValue] { message.body }
+    public var arguments: [BusValue] { message.body }
 
     /// Decodes argument `index` as `T` (the signature was already checked
     /// against the declaration, so this only fails on a type mismatch in the
@@ -111,7 +110,7 @@ public struct DBusMethodCall: Sendable {
 
 /// A method: its arguments and its async handler, which returns the out values.
 public struct DBusMethod: Sendable {
-    public typealias Handler = @Sendable (DBusMethodCall) async throws -> [DBusValue]
+    public typealias Handler = @Sendable (DBusMethodCall) async throws -> [BusValue]
 
     public var name: String
     public var inArguments: [DBusArgument]
@@ -120,7 +119,7 @@ public struct DBusMethod: Sendable {
     /// Set for a method that answers without waiting for anything (reads of
     /// state published behind a lock): it is answered on the connection's
     /// queue, without a task per call. It must not block.
-    public var immediateHandler: (@Sendable (DBusMethodCall) throws -> [DBusValue])?
+    public var immediateHandler: (@Sendable (DBusMethodCall) throws -> [BusValue])?
     /// Set for an immediate method whose reply body is marshalled once and
     /// reused (``DBusPreparedBody``).
     public var preparedHandler: (@Sendable (DBusMethodCall) throws -> DBusPreparedBody)?
@@ -137,7 +136,7 @@ public struct DBusMethod: Sendable {
 
     /// A method answered at once (see ``immediateHandler``).
     public static func immediate(_ name: String, in inArguments: [DBusArgument] = [], out outArguments: [DBusArgument] = [],
-                                 _ handler: @escaping @Sendable (DBusMethodCall) throws -> [DBusValue]) -> DBusMethod {
+                                 _ handler: @escaping @Sendable (DBusMethodCall) throws -> [BusValue]) -> DBusMethod {
         var method = DBusMethod(name, in: inArguments, out: outArguments, handler: { call in try handler(call) })
         method.immediateHandler = handler
         return method
@@ -174,36 +173,24 @@ public struct DBusMethod: Sendable {
 
 /// A property: its type, access, change-signal behaviour and accessors.
 public struct DBusProperty: Sendable {
-    public enum Access: String, Sendable {
-        case read, write, readwrite
-        var isReadable: Bool { self != .write }
-        var isWritable: Bool { self != .read }
-    }
+    /// Read, write or both: the contract's own (``APIProperty/Access``).
+    public typealias Access = APIProperty.Access
+    /// The `org.freedesktop.DBus.Property.EmitsChangedSignal` annotation:
+    /// the contract's own (``APIProperty/EmitsChange``).
+    public typealias EmitsChange = APIProperty.EmitsChange
 
-    /// The `org.freedesktop.DBus.Property.EmitsChangedSignal` annotation.
-    public enum EmitsChange: String, Sendable {
-        /// PropertiesChanged carries the new value.
-        case `true`
-        /// PropertiesChanged lists the property as invalidated, without its value.
-        case invalidates
-        /// The value never changes during the object's lifetime.
-        case const
-        /// No signal is emitted when it changes.
-        case `false`
-    }
-
-    public typealias Getter = @Sendable () async throws -> DBusValue
+    public typealias Getter = @Sendable () async throws -> BusValue
     /// A getter that answers at once, without waiting for anything (a
     /// value behind a lock, a constant): `Get` and `GetAll` are answered
     /// with it on the connection's queue, without a task per call.
-    public typealias ImmediateGetter = @Sendable () throws -> DBusValue
+    public typealias ImmediateGetter = @Sendable () throws -> BusValue
     /// A getter given the path of the object it reads, so one interface
     /// value can be exported at many paths (an object per lease) with no
     /// getters made per object.
-    public typealias ObjectGetter = @Sendable (_ path: String) async throws -> DBusValue
+    public typealias ObjectGetter = @Sendable (_ path: String) async throws -> BusValue
     /// An ``ImmediateGetter`` given the object's path (see ``ObjectGetter``).
-    public typealias ImmediateObjectGetter = @Sendable (_ path: String) throws -> DBusValue
-    public typealias Setter = @Sendable (DBusValue, DBusMethodCall) async throws -> Void
+    public typealias ImmediateObjectGetter = @Sendable (_ path: String) throws -> BusValue
+    public typealias Setter = @Sendable (BusValue, DBusMethodCall) async throws -> Void
 
     public var name: String
     public var signature: String

@@ -1,3 +1,4 @@
+import VigilAPI
 import CDBus
 import CDBusShim
 import Glibc
@@ -19,7 +20,7 @@ public struct DBusMessage: Sendable {
     public var member: String?
     public var errorName: String?
     public var noReplyExpected: Bool
-    public var body: [DBusValue]
+    public var body: [BusValue]
 
     /// The signature of the body (the concatenation of its values' signatures).
     public var signature: String { body.map(\.signature).joined() }
@@ -66,7 +67,7 @@ final class DBusMessageHandle: @unchecked Sendable {
 enum DBusMarshal {
     /// Appends `values` to `message`; validates first so libdbus never sees
     /// input it would abort on.
-    static func append(_ values: [DBusValue], to message: OpaquePointer) throws(DBusError) {
+    static func append(_ values: [BusValue], to message: OpaquePointer) throws(DBusError) {
         for value in values { try value.validate() }
         try withIterator { (iter) throws(DBusError) in
             dbus_message_iter_init_append(message, iter)
@@ -123,7 +124,7 @@ enum DBusMarshal {
         }
     }
 
-    private static func append(_ value: DBusValue, to iter: UnsafeMutablePointer<DBusMessageIter>) throws(DBusError) {
+    private static func append(_ value: BusValue, to iter: UnsafeMutablePointer<DBusMessageIter>) throws(DBusError) {
         switch value {
         case let .byte(v): try appendBasic(iter, CDBUS_TYPE_BYTE, v)
         case let .bool(v): try appendBasic(iter, CDBUS_TYPE_BOOLEAN, dbus_bool_t(v ? 1 : 0))
@@ -222,7 +223,7 @@ enum DBusMarshal {
     /// Decodes the body; `maximumValues` bounds how many values (arguments,
     /// elements, entries, bytes) it may hold, so a call of the declared
     /// signature but a huge body is refused before it is turned into values.
-    static func decodeBody(_ message: OpaquePointer, maximumValues: Int = .max) throws(DBusError) -> [DBusValue] {
+    static func decodeBody(_ message: OpaquePointer, maximumValues: Int = .max) throws(DBusError) -> [BusValue] {
         try withIterator { (iter) throws(DBusError) in
             guard dbus_message_iter_init(message, iter) != 0 else { return [] }
             var budget = DecodeBudget(limit: maximumValues)
@@ -247,8 +248,8 @@ enum DBusMarshal {
         }
     }
 
-    private static func readAll(_ iter: UnsafeMutablePointer<DBusMessageIter>, _ budget: inout DecodeBudget) throws(DBusError) -> [DBusValue] {
-        var values: [DBusValue] = []
+    private static func readAll(_ iter: UnsafeMutablePointer<DBusMessageIter>, _ budget: inout DecodeBudget) throws(DBusError) -> [BusValue] {
+        var values: [BusValue] = []
         while dbus_message_iter_get_arg_type(iter) != CDBUS_TYPE_INVALID {
             values.append(try read(iter, &budget))
             dbus_message_iter_next(iter)
@@ -268,7 +269,7 @@ enum DBusMarshal {
         return String(cString: raw)
     }
 
-    private static func read(_ iter: UnsafeMutablePointer<DBusMessageIter>, _ budget: inout DecodeBudget) throws(DBusError) -> DBusValue {
+    private static func read(_ iter: UnsafeMutablePointer<DBusMessageIter>, _ budget: inout DecodeBudget) throws(DBusError) -> BusValue {
         let type = dbus_message_iter_get_arg_type(iter)
         try budget.take(1)
         switch type {
@@ -290,7 +291,7 @@ enum DBusMarshal {
             // libdbus hands out a dup() of the received descriptor: ours to close.
             let fd = basic(iter, Int32(-1))
             guard fd >= 0 else { throw .failed("could not read a file descriptor from the message") }
-            return .unixFD(DBusFileDescriptor(owning: fd))
+            return .unixFD(BusFileDescriptor(owning: fd))
         case CDBUS_TYPE_ARRAY:
             let signature = currentSignature(iter)
             let element = String(signature.dropFirst())
@@ -304,13 +305,13 @@ enum DBusMarshal {
                 dbus_message_iter_get_fixed_array(sub, &bytes, &count)
                 try budget.take(Int(count))
                 let buffer = UnsafeRawBufferPointer(start: bytes, count: Int(count))
-                return .array(elementSignature: "y", buffer.map { DBusValue.byte($0) })
+                return .array(elementSignature: "y", buffer.map { BusValue.byte($0) })
             }
             if element.hasPrefix("{") {
                 let inner = Array(element.dropFirst().dropLast())
                 let key = String(inner.prefix(1))
                 let value = String(inner.dropFirst())
-                var entries: [DBusDictEntry] = []
+                var entries: [BusDictEntry] = []
                 let pair = UnsafeMutablePointer<DBusMessageIter>.allocate(capacity: 1)
                 defer { pair.deallocate() }
                 while dbus_message_iter_get_arg_type(sub) == CDBUS_TYPE_DICT_ENTRY {
@@ -318,7 +319,7 @@ enum DBusMarshal {
                     let k = try read(pair, &budget)
                     dbus_message_iter_next(pair)
                     let v = try read(pair, &budget)
-                    entries.append(DBusDictEntry(key: k, value: v))
+                    entries.append(BusDictEntry(key: k, value: v))
                     dbus_message_iter_next(sub)
                 }
                 return .dict(keySignature: key, valueSignature: value, entries)

@@ -6,12 +6,12 @@ extension DBusObjectServer {
         /// ``unexport(_:)``.
         case unexport(path: String)
         /// ``emit(path:interface:signal:arguments:)``.
-        case emit(path: String, interface: String, signal: String, arguments: [DBusValue] = [])
+        case emit(path: String, interface: String, signal: String, arguments: [BusValue] = [])
         /// ``emitPropertiesChanged(path:interface:properties:)``: the values
         /// read from the getters when the signal is built.
         case propertiesChanged(path: String, interface: String, properties: [String])
         /// ``emitPropertiesChanged(path:interface:values:)``: the values given.
-        case propertiesChangedValues(path: String, interface: String, values: [(name: String, value: DBusValue)])
+        case propertiesChangedValues(path: String, interface: String, values: [(name: String, value: BusValue)])
     }
 
     /// Makes `changes` in order: objects appear and disappear and signals
@@ -42,11 +42,11 @@ extension DBusObjectServer {
             case let .announce(interfaces, path, managerPaths):
                 try await announceAdded(interfaces, at: path, to: managerPaths)
             case let .readProperties(path, interface, declared):
-                var changed: [DBusDictEntry] = []
+                var changed: [BusDictEntry] = []
                 var invalidated: [String] = []
                 for property in declared {
                     if property.emitsChange == .true, let getter = property.getter {
-                        changed.append(DBusDictEntry(key: .string(property.name), value: .variant(try await getter(path))))
+                        changed.append(BusDictEntry(key: .string(property.name), value: .variant(try await getter(path))))
                     } else {
                         invalidated.append(property.name)
                     }
@@ -150,14 +150,14 @@ extension DBusObjectServer {
             try connection.sendOnQueue(message)
         case let .propertiesChanged(path, interface, properties):
             let declared = try changingPropertiesOnQueue(path: path, interface: interface, properties: properties)
-            var changed: [DBusDictEntry] = []
+            var changed: [BusDictEntry] = []
             var invalidated: [String] = []
             for property in declared {
                 if property.emitsChange == .true, property.getter != nil {
                     guard let immediate = property.immediateGetter else {
                         return .readProperties(path: path, interface: interface, declared)
                     }
-                    changed.append(DBusDictEntry(key: .string(property.name), value: .variant(try immediate(path))))
+                    changed.append(BusDictEntry(key: .string(property.name), value: .variant(try immediate(path))))
                 } else {
                     invalidated.append(property.name)
                 }
@@ -165,7 +165,7 @@ extension DBusObjectServer {
             try sendPropertiesChangedOnQueue(connection, path: path, interface: interface, changed: changed, invalidated: invalidated)
         case let .propertiesChangedValues(path, interface, values):
             let declared = try changingPropertiesOnQueue(path: path, interface: interface, properties: values.map(\.name))
-            var changed: [DBusDictEntry] = []
+            var changed: [BusDictEntry] = []
             for (property, entry) in zip(declared, values) {
                 guard property.emitsChange == .true else {
                     throw DBusError.invalidArgs("\(interface).\(property.name) is not announced with its value")
@@ -173,7 +173,7 @@ extension DBusObjectServer {
                 guard entry.value.signature == property.signature else {
                     throw DBusError.invalidArgs("\(interface).\(property.name) is declared \"\(property.signature)\", got \"\(entry.value.signature)\"")
                 }
-                changed.append(DBusDictEntry(key: .string(property.name), value: .variant(entry.value)))
+                changed.append(BusDictEntry(key: .string(property.name), value: .variant(entry.value)))
             }
             try sendPropertiesChangedOnQueue(connection, path: path, interface: interface, changed: changed, invalidated: [])
         }
@@ -181,7 +181,7 @@ extension DBusObjectServer {
     }
 
     private func sendPropertiesChangedOnQueue(_ connection: DBusConnection, path: String, interface: String,
-                                              changed: [DBusDictEntry], invalidated: [String]) throws {
+                                              changed: [BusDictEntry], invalidated: [String]) throws {
         try connection.sendOnQueue(DBusConnection.signalMessage(
             path: path, interface: DBusStandardInterfaces.properties, name: "PropertiesChanged",
             arguments: [.string(interface), .dict(keySignature: "s", valueSignature: "v", changed), invalidated.dbusValue]))

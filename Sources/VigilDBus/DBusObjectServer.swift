@@ -1,5 +1,5 @@
 import CDBus
-import VigilKit
+import VigilAPI
 import CDBusShim
 
 /// Exports objects (declared `DBusInterface`s at object paths) on a
@@ -87,18 +87,18 @@ public final class DBusObjectServer: @unchecked Sendable {
 
     /// `a{sa{sv}}` for ObjectManager, when every readable property has an
     /// immediate getter (nil otherwise); a getter that fails is left out.
-    static func immediateInterfacesAndProperties(_ interfaces: [DBusInterface], at path: String) -> DBusValue? {
-        var entries: [DBusDictEntry] = []
+    static func immediateInterfacesAndProperties(_ interfaces: [DBusInterface], at path: String) -> BusValue? {
+        var entries: [BusDictEntry] = []
         entries.reserveCapacity(interfaces.count)
         for interface in interfaces {
-            var properties: [DBusDictEntry] = []
+            var properties: [BusDictEntry] = []
             properties.reserveCapacity(interface.properties.count)
             for property in interface.properties where property.access.isReadable && property.getter != nil {
                 guard let immediate = property.immediateGetter else { return nil }
                 guard let value = try? checkedValue(of: property, in: interface.name, at: path, immediate) else { continue }
-                properties.append(DBusDictEntry(key: .string(property.name), value: .variant(value)))
+                properties.append(BusDictEntry(key: .string(property.name), value: .variant(value)))
             }
-            entries.append(DBusDictEntry(key: .string(interface.name), value: .dict(keySignature: "s", valueSignature: "v", properties)))
+            entries.append(BusDictEntry(key: .string(interface.name), value: .dict(keySignature: "s", valueSignature: "v", properties)))
         }
         return .dict(keySignature: "s", valueSignature: "a{sv}", entries)
     }
@@ -119,7 +119,7 @@ public final class DBusObjectServer: @unchecked Sendable {
 
     /// Emits a declared signal; the object, interface and signal must be
     /// exported and the arguments must match the declared signature.
-    public func emit(path: String, interface: String, signal: String, arguments: [DBusValue] = []) async throws {
+    public func emit(path: String, interface: String, signal: String, arguments: [BusValue] = []) async throws {
         try await apply([.emit(path: path, interface: interface, signal: signal, arguments: arguments)])
     }
 
@@ -134,7 +134,7 @@ public final class DBusObjectServer: @unchecked Sendable {
     /// from the getters when the signal is built). Every property must be
     /// declared with `emitsChange: .true`, and each value must have its
     /// declared signature.
-    public func emitPropertiesChanged(path: String, interface: String, values: [(name: String, value: DBusValue)]) async throws {
+    public func emitPropertiesChanged(path: String, interface: String, values: [(name: String, value: BusValue)]) async throws {
         try await apply([.propertiesChangedValues(path: path, interface: interface, values: values)])
     }
 
@@ -254,7 +254,7 @@ public final class DBusObjectServer: @unchecked Sendable {
         // Route on the header; the body is decoded only once its signature
         // (from the header) is the declared one.
         let route = self.route(header, signature: DBusMarshal.signature(of: raw)) {
-            () throws(DBusError) -> [DBusValue] in try DBusMarshal.decodeBody(raw, maximumValues: Self.maximumCallValues)
+            () throws(DBusError) -> [BusValue] in try DBusMarshal.decodeBody(raw, maximumValues: Self.maximumCallValues)
         }
         switch route {
         case let .reply(result):
@@ -264,7 +264,7 @@ public final class DBusObjectServer: @unchecked Sendable {
         case let .run(work, onConnectionThread):
             let connection = self.connection
             Task(executorPreference: onConnectionThread ? connection.queue : nil) {
-                let result: Result<[DBusValue], DBusError>
+                let result: Result<[BusValue], DBusError>
                 do {
                     result = .success(try await work())
                 } catch let error as DBusError {
@@ -279,14 +279,14 @@ public final class DBusObjectServer: @unchecked Sendable {
     }
 
     private enum Route {
-        case reply(Result<[DBusValue], DBusError>)
+        case reply(Result<[BusValue], DBusError>)
         case replyPrepared(DBusPreparedBody)
-        case run(@Sendable () async throws -> [DBusValue], onConnectionThread: Bool = false)
+        case run(@Sendable () async throws -> [BusValue], onConnectionThread: Bool = false)
     }
 
     /// Routes a call from its header (`header.body` is empty) and body
     /// `signature`; `decodeBody` is called only after the signature check.
-    private func route(_ header: DBusMessage, signature: String, decodeBody: () throws(DBusError) -> [DBusValue]) -> Route {
+    private func route(_ header: DBusMessage, signature: String, decodeBody: () throws(DBusError) -> [BusValue]) -> Route {
         let message = header
         let path = message.path ?? "/"
         let member = message.member ?? ""
@@ -324,9 +324,9 @@ public final class DBusObjectServer: @unchecked Sendable {
             if let error = expect("") { return .reply(.failure(error)) }
             let managed = objects.filter { Self.isStrictDescendant($0.key, of: path) }.sorted { $0.key < $1.key }
             return .run {
-                var entries: [DBusDictEntry] = []
+                var entries: [BusDictEntry] = []
                 for (objectPath, objectInterfaces) in managed {
-                    entries.append(DBusDictEntry(key: .objectPath(objectPath), value: await Self.interfacesAndProperties(objectInterfaces, at: objectPath)))
+                    entries.append(BusDictEntry(key: .objectPath(objectPath), value: await Self.interfacesAndProperties(objectInterfaces, at: objectPath)))
                 }
                 return [.dict(keySignature: "o", valueSignature: "a{sa{sv}}", entries)]
             }
@@ -394,8 +394,8 @@ public final class DBusObjectServer: @unchecked Sendable {
             }
         }
         if let immediate = method.immediateHandler {
-            return .reply(Result { () throws(DBusError) -> [DBusValue] in
-                let values: [DBusValue]
+            return .reply(Result { () throws(DBusError) -> [BusValue] in
+                let values: [BusValue]
                 do { values = try immediate(typedCall) } catch let error as DBusError { throw error } catch { throw .failed(String(describing: error)) }
                 guard values.map(\.signature).joined() == outSignature else {
                     throw .failed("\(qualified) returned signature \"\(values.map(\.signature).joined())\" but is declared to return \"\(outSignature)\"")
@@ -452,7 +452,7 @@ public final class DBusObjectServer: @unchecked Sendable {
                 return .reply(.failure(.accessDenied("\(interfaceName).\(name) is write-only")))
             }
             if let immediate = property.immediateGetter {
-                return .reply(Result { () throws(DBusError) -> [DBusValue] in
+                return .reply(Result { () throws(DBusError) -> [BusValue] in
                     [.variant(try Self.checkedValue(of: property, in: interfaceName, at: path, immediate))]
                 })
             }
@@ -471,22 +471,22 @@ public final class DBusObjectServer: @unchecked Sendable {
             }
             let readable = interface.properties.filter { $0.access.isReadable && $0.getter != nil }
             if readable.allSatisfy({ $0.immediateGetter != nil }) {
-                return .reply(Result { () throws(DBusError) -> [DBusValue] in
-                    var entries: [DBusDictEntry] = []
+                return .reply(Result { () throws(DBusError) -> [BusValue] in
+                    var entries: [BusDictEntry] = []
                     for property in readable {
                         guard let immediate = property.immediateGetter else { continue }
                         let value = try Self.checkedValue(of: property, in: interfaceName, at: path, immediate)
-                        entries.append(DBusDictEntry(key: .string(property.name), value: .variant(value)))
+                        entries.append(BusDictEntry(key: .string(property.name), value: .variant(value)))
                     }
                     return [.dict(keySignature: "s", valueSignature: "v", entries)]
                 })
             }
             return .run {
-                var entries: [DBusDictEntry] = []
+                var entries: [BusDictEntry] = []
                 for property in interface.properties where property.access.isReadable {
                     guard let getter = property.getter else { continue }
                     let value = try await Self.checkedValue(of: property, in: interfaceName, at: path, getter)
-                    entries.append(DBusDictEntry(key: .string(property.name), value: .variant(value)))
+                    entries.append(BusDictEntry(key: .string(property.name), value: .variant(value)))
                 }
                 return [.dict(keySignature: "s", valueSignature: "v", entries)]
             }
@@ -522,8 +522,8 @@ public final class DBusObjectServer: @unchecked Sendable {
 
     /// Runs an immediate getter and checks its value against the declared signature.
     private static func checkedValue(of property: DBusProperty, in interface: String, at path: String,
-                                     _ getter: DBusProperty.ImmediateObjectGetter) throws(DBusError) -> DBusValue {
-        let value: DBusValue
+                                     _ getter: DBusProperty.ImmediateObjectGetter) throws(DBusError) -> BusValue {
+        let value: BusValue
         do { value = try getter(path) } catch let error as DBusError { throw error } catch { throw .failed(String(describing: error)) }
         guard value.signature == property.signature else {
             throw DBusError.failed("\(interface).\(property.name) returned signature \"\(value.signature)\" but is declared \"\(property.signature)\"")
@@ -533,7 +533,7 @@ public final class DBusObjectServer: @unchecked Sendable {
 
     /// Runs a getter and checks its value against the declared signature.
     private static func checkedValue(of property: DBusProperty, in interface: String, at path: String,
-                                     _ getter: DBusProperty.ObjectGetter) async throws -> DBusValue {
+                                     _ getter: DBusProperty.ObjectGetter) async throws -> BusValue {
         let value = try await getter(path)
         guard value.signature == property.signature else {
             throw DBusError.failed("\(interface).\(property.name) returned signature \"\(value.signature)\" but is declared \"\(property.signature)\"")
@@ -543,18 +543,18 @@ public final class DBusObjectServer: @unchecked Sendable {
 
     /// `a{sa{sv}}` for ObjectManager: each interface with its readable
     /// properties (a property whose getter fails is left out).
-    static func interfacesAndProperties(_ interfaces: [DBusInterface], at path: String) async -> DBusValue {
-        var entries: [DBusDictEntry] = []
+    static func interfacesAndProperties(_ interfaces: [DBusInterface], at path: String) async -> BusValue {
+        var entries: [BusDictEntry] = []
         entries.reserveCapacity(interfaces.count)
         for interface in interfaces {
-            var properties: [DBusDictEntry] = []
+            var properties: [BusDictEntry] = []
             properties.reserveCapacity(interface.properties.count)
             for property in interface.properties where property.access.isReadable {
                 guard let getter = property.getter,
                       let value = try? await checkedValue(of: property, in: interface.name, at: path, getter) else { continue }
-                properties.append(DBusDictEntry(key: .string(property.name), value: .variant(value)))
+                properties.append(BusDictEntry(key: .string(property.name), value: .variant(value)))
             }
-            entries.append(DBusDictEntry(key: .string(interface.name), value: .dict(keySignature: "s", valueSignature: "v", properties)))
+            entries.append(BusDictEntry(key: .string(interface.name), value: .dict(keySignature: "s", valueSignature: "v", properties)))
         }
         return .dict(keySignature: "s", valueSignature: "a{sv}", entries)
     }
@@ -585,7 +585,7 @@ private final class WeakServer {
 extension DBusConnection {
     /// Sends a method return or error for `call` (on the queue). A reply
     /// that cannot be built (invalid values) becomes a Failed error.
-    func replyOnQueue(to call: DBusMessageHandle, result: Result<[DBusValue], DBusError>) {
+    func replyOnQueue(to call: DBusMessageHandle, result: Result<[BusValue], DBusError>) {
         guard dbus_message_get_no_reply(call.raw) == 0 else { return }
         let reply: DBusMessageHandle?
         switch result {

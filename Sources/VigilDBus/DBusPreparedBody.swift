@@ -1,3 +1,4 @@
+import VigilAPI
 import CDBus
 import CDBusShim
 
@@ -9,11 +10,11 @@ import CDBusShim
 /// are made with `dbus_message_copy`, which only reads it.
 public final class DBusPreparedBody: @unchecked Sendable {
     /// The values, for callers that want them rather than the wire form.
-    public let values: [DBusValue]
+    public let values: [BusValue]
     public let signature: String
     private let template: DBusMessageHandle
 
-    public init(_ values: [DBusValue]) throws(DBusError) {
+    public init(_ values: [BusValue]) throws(DBusError) {
         guard let raw = dbus_message_new(CDBUS_MESSAGE_TYPE_METHOD_RETURN) else { throw .failed("cannot allocate a message") }
         let template = DBusMessageHandle(owning: raw)
         try DBusMarshal.append(values, to: raw)

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import VigilClient
 import VigilDBus
 import VigilHost
 import VigilKit
@@ -63,10 +64,12 @@ struct VigilBusClient {
     static let leaseInterface = VigilAPI.leaseInterface
     static let propertiesInterface = VigilAPI.propertiesInterface
 
-    let connection: DBusConnection
+    /// The typed client of the API: every call goes through it.
+    let client: VigilClient
     /// "the session bus", "the system bus" or "the bus at ADDRESS", for messages.
     let busDescription: String
-    let timeout: Duration
+    var connection: DBusConnection { client.connection }
+    var timeout: Duration { client.timeout }
 
     /// The hint printed whenever no host answers.
     static let startHint = "start it with Scripts/run or vigild --config FILE"
@@ -94,7 +97,8 @@ struct VigilBusClient {
         } catch let error as DBusError {
             throw VigilctlFailure("no vigild is running on \(description): cannot connect to it (\(error.message)); \(startHint)")
         }
-        let client = VigilBusClient(connection: connection, busDescription: description, timeout: .milliseconds(Int(options.timeout * 1000)))
+        let client = VigilBusClient(client: VigilClient(connection: connection, timeout: .milliseconds(Int(options.timeout * 1000))),
+                                    busDescription: description)
         let hasOwner = try await client.nameHasOwner()
         guard hasOwner else {
             await connection.close()
@@ -144,9 +148,7 @@ struct VigilBusClient {
 
     private func nameHasOwner() async throws -> Bool {
         do {
-            return try await connection.call(
-                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                member: "NameHasOwner", arguments: [Self.busName], returning: Bool.self, timeout: timeout)
+            return try await client.hostIsRunning()
         } catch let error as DBusError {
             throw VigilctlFailure("\(busDescription) does not answer (\(error.name): \(error.message))")
         }
@@ -154,11 +156,18 @@ struct VigilBusClient {
 
     /// Calls a method of vigild, turning "vigild went away" errors into the
     /// same clear message as at connect time.
-    func call(_ member: String, path: String = rootPath, interface: String = hostInterface, arguments: [DBusValue] = []) async throws -> DBusMessage {
+    func call(_ member: String, path: String = rootPath, interface: String = hostInterface, arguments: [BusValue] = []) async throws -> DBusMessage {
+        try await mapped(member) { try await client.call(member, path: path, interface: interface, arguments: arguments) }
+    }
+
+    /// Runs one call of `client`'s: "vigild went away" errors become the
+    /// same clear message as at connect time, and a reply that is not the
+    /// contract's one sentence.
+    func mapped<T>(_ member: String, _ body: () async throws -> T) async throws -> T {
         do {
-            return try await connection.call(
-                destination: Self.busName, path: path, interface: interface, member: member,
-                arguments: arguments, timeout: timeout)
+            return try await body()
+        } catch let error as APIDecodingError {
+            throw VigilctlFailure("\(error.description); are vigild and vigilctl the same version?")
         } catch let error as DBusError {
             switch error.name {
             case "org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner":
@@ -173,102 +182,56 @@ struct VigilBusClient {
         }
     }
 
-    /// Every property of one interface of one object (`GetAll`).
-    func properties(path: String = rootPath, interface: String = hostInterface) async throws -> [String: DBusVariant] {
-        let reply = try await call("GetAll", path: path, interface: Self.propertiesInterface, arguments: [.string(interface)])
-        return try decoding("GetAll(\(interface))") { try reply.argument(0, as: [String: DBusVariant].self) }
+    /// Every Host property (`GetAll`), as the contract's row.
+    func host() async throws -> HostRow {
+        try await mapped("GetAll") { try await client.host() }
+    }
+
+    /// Every property of one interface of one object (`GetAll`), values unwrapped.
+    func properties(path: String, interface: String) async throws -> [String: BusValue] {
+        try await mapped("GetAll") { try await client.allProperties(of: path, interface: interface) }
     }
 
     /// The active leases, each with its `Status` property (a lease that
     /// ends between the list and the read keeps an empty status).
     func leases() async throws -> [ListedLease] {
-        var rows = try await rows("ListLeases", LeaseRow.self).map { ListedLease(row: $0) }
+        var rows = try await mapped("ListLeases") { try await client.leases() }.map { ListedLease(row: $0) }
         for index in rows.indices {
-            if let status = try? await property(rows[index].path, Self.leaseInterface, "Status")?.decode([String: DBusVariant].self),
+            if let status = try? await client.property("Status", of: rows[index].path, interface: Self.leaseInterface).dictionaryValue,
                !status.isEmpty {
-                rows[index].status = status.mapValues { Self.plainText($0.value) }
+                rows[index].status = status.mapValues(\.description)
             }
         }
         return rows
-    }
-
-    /// Calls a Host method that returns an array of rows, decoded with the
-    /// contract's row type (the one vigild encodes with).
-    private func rows<Row: APIRow>(_ member: String, _ type: Row.Type) async throws -> [Row] {
-        let reply = try await call(member)
-        return try decoding(member) {
-            guard reply.body.count == 1, let value = reply.body.first else {
-                throw APIDecodingError("expected one \(Row.arraySignature), got \(reply.body.map(\.signature).joined())")
-            }
-            return try HostBusValues.rows(value, as: Row.self)
-        }
-    }
-
-    /// A status value as a person reads it: strings without quotes,
-    /// numbers without their D-Bus type.
-    static func plainText(_ value: DBusValue) -> String {
-        switch value {
-        case let .string(v): v
-        case let .int64(v): String(v)
-        case let .uint64(v): String(v)
-        case let .int32(v): String(v)
-        case let .uint32(v): String(v)
-        case let .double(v): String(v)
-        case let .bool(v): String(v)
-        case let .variant(v): plainText(v)
-        default: value.description
-        }
     }
 
     /// The strategies; a waiting one with the conditions it waits for
     /// (its `WaitingFor` property; empty if it started meanwhile).
     func strategies() async throws -> [ListedStrategy] {
-        var rows = try await rows("ListStrategies", StrategyRow.self).map { ListedStrategy(row: $0) }
+        var rows = try await mapped("ListStrategies") { try await client.strategies() }.map { ListedStrategy(row: $0) }
+        // Each a strategy that may be gone meanwhile (nil then).
         for index in rows.indices where rows[index].state == "waiting" {
-            rows[index].waitingFor = (try? await property(rows[index].path, Self.strategyInterface, "WaitingFor")?.decode(String.self)) ?? ""
+            rows[index].waitingFor = (try? await client.property("WaitingFor", of: rows[index].path, interface: Self.strategyInterface))?.stringValue ?? ""
         }
         for index in rows.indices where !rows[index].lastError.isEmpty {
-            rows[index].lastErrorAt = try? await property(rows[index].path, Self.strategyInterface, "LastErrorAt")?.decode(UInt64.self)
+            if case .uint64(let at)? = try? await client.property("LastErrorAt", of: rows[index].path, interface: Self.strategyInterface) {
+                rows[index].lastErrorAt = at
+            }
         }
-        // What each costs: its cost properties, in one GetAll (nil for a
-        // strategy gone meanwhile).
+        // What each costs: its cost properties, in one GetAll.
         for index in rows.indices {
-            guard let all = try? await properties(path: rows[index].path, interface: Self.strategyInterface) else { continue }
-            rows[index].cost = try? StrategyCostRow(properties: all.compactMapValues { HostBusValues.bus($0.value) })
+            rows[index].cost = try? await client.properties(of: rows[index].path, interface: Self.strategyInterface, as: StrategyCostRow.self)
         }
         return rows
     }
 
-    /// One property of an object that may have gone meanwhile (nil then).
-    private func property(_ path: String, _ interface: String, _ name: String) async -> DBusVariant? {
-        let answer = try? await connection.call(
-            destination: Self.busName, path: path, interface: Self.propertiesInterface, member: "Get",
-            arguments: [.string(interface), .string(name)], timeout: .seconds(10))
-        return try? answer?.argument(0, as: DBusVariant.self)
-    }
-
-    func reload() async throws -> (applied: Bool, messages: [String]) {
-        let reply = try await call("Reload")
-        return try decoding("Reload") { (try reply.argument(0, as: Bool.self), try reply.argument(1, as: [String].self)) }
-    }
-
-    /// A reply that does not match the contract names the method.
-    private func decoding<T>(_ what: String, _ body: () throws -> T) throws -> T {
-        do { return try body() } catch {
-            throw VigilctlFailure("vigild's reply to \(what) is not what this vigilctl expects (\(error)); are vigild and vigilctl the same version?")
-        }
+    func reload() async throws -> ReloadReply {
+        try await mapped("Reload") { try await client.reload() }
     }
 
     func close() async { await connection.close() }
 }
 
-extension [String: DBusVariant] {
-    /// A property's value, or a default when absent or of another type.
-    func value<T: DBusDecodable>(_ name: String, _ type: T.Type = T.self, default fallback: T) -> T {
-        guard let variant = self[name], let value = try? variant.decode(T.self) else { return fallback }
-        return value
-    }
-}
 
 /// A row of the contract (``LeaseRow``, ``StrategyRow``) with one more
 /// figure vigilctl reads separately; in JSON, the row's fields and the

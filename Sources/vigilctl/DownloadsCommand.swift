@@ -64,7 +64,7 @@ struct DownloadsCommand: AsyncParsableCommand {
         for object in objects {
             guard case let .objectPath(path) = object.key, case let .dict(_, _, interfaces) = object.value,
                   let entry = interfaces.first(where: { $0.key == .string(downloadInterface) }),
-                  case let .dictionary(values)? = HostBusValues.bus(entry.value) else { continue }
+                  let values = entry.value.dictionaryValue else { continue }
             let properties: DownloadRow
             do {
                 properties = try DownloadRow(properties: values)

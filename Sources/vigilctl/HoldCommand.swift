@@ -73,7 +73,7 @@ struct HoldCommand: AsyncParsableCommand {
         let reason = why ?? "vigilctl hold: " + argv.joined(separator: " ")
 
         let client: VigilBusClient
-        let lease: (path: String, fd: DBusFileDescriptor)
+        let lease: (path: String, fd: BusFileDescriptor)
         do {
             client = try await VigilBusClient.connect(busOptions)
             lease = try await client.beginBackgroundTask(name: taskName, reason: reason, budgetMicros: budgetMicros)
@@ -120,12 +120,11 @@ struct HoldCommand: AsyncParsableCommand {
 extension VigilBusClient {
     static let clientLeaseInterface = VigilAPI.clientLeaseInterface
 
-    func beginBackgroundTask(name: String, reason: String, budgetMicros: UInt64) async throws -> (path: String, fd: DBusFileDescriptor) {
-        let reply = try await call("BeginBackgroundTask", arguments: [.string(name), .string(reason), .uint64(budgetMicros)])
-        guard reply.body.count == 2, case .objectPath(let path) = reply.body[0], case .unixFD(let fd) = reply.body[1] else {
-            throw VigilctlFailure("vigild's reply to BeginBackgroundTask is not (o, h) but \(reply.signature); are vigild and vigilctl the same version?")
+    func beginBackgroundTask(name: String, reason: String, budgetMicros: UInt64) async throws -> (path: String, fd: BusFileDescriptor) {
+        let task = try await mapped("BeginBackgroundTask") {
+            try await client.beginBackgroundTask(name: name, reason: reason, budgetMicros: budgetMicros)
         }
-        return (path, fd)
+        return (task.path, task.fd)
     }
 
     func renewClientLease(_ path: String, budgetMicros: UInt64) async throws {

@@ -14,7 +14,7 @@ actor LeaseKeeper {
     struct Held {
         var client: VigilBusClient
         var path: String
-        var fd: DBusFileDescriptor
+        var fd: BusFileDescriptor
     }
 
     /// What the command ran without.

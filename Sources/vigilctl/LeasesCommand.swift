@@ -174,42 +174,29 @@ struct LeasesCommand: AsyncParsableCommand {
         }
     }
 
-    /// Decodes a lease signal's arguments by the names the contract gives
-    /// them (``VigilAPI/host``); one of another signature shows none.
-    private func describe(_ member: String, _ body: [DBusValue], client: VigilBusClient) async -> LeaseEventJSON {
-        var arguments: [String: BusValue] = [:]
-        if let declared = VigilAPI.host.signals.first(where: { $0.name == member }), body.map(\.signature).joined() == declared.signature {
-            for (argument, value) in zip(declared.arguments, body) { arguments[argument.name] = HostBusValues.bus(value) }
-        }
-        func string(_ name: String) -> String? {
-            switch arguments[name] {
-            case let .string(s)?, let .objectPath(s)?: s
-            default: nil
-            }
-        }
-        func uint64(_ name: String) -> UInt64? { if case let .uint64(v)? = arguments[name] { v } else { nil } }
-        let path = string("lease") ?? ""
-        let name = member.dropFirst("Lease".count).lowercased()
-        var event = LeaseEventJSON(
-            event: name, receivedAt: TableFormat.nowMicros(), lease: path,
-            id: path.split(separator: "/").last.flatMap { UInt64($0) })
-        switch member {
-        case "LeaseAcquired":
-            event.strategy = string("strategy")
-            event.holds = string("holds")
+    /// A lease signal as the contract's row (``HostSignal``); one whose
+    /// arguments are not the declared ones shows only its name.
+    private func describe(_ member: String, _ body: [BusValue], client: VigilBusClient) async -> LeaseEventJSON {
+        let signal = try? HostSignal(member: member, body: body)
+        var event = LeaseEventJSON(event: member.dropFirst("Lease".count).lowercased(), receivedAt: TableFormat.nowMicros(), lease: "")
+        switch signal {
+        case .leaseAcquired(let acquired)?:
+            event.lease = acquired.lease
+            event.strategy = acquired.strategy
+            event.holds = acquired.holds
             // The reason and deadline are lease properties; the object may
             // already be gone for a very short lease.
-            if let properties = try? await client.properties(path: path, interface: VigilBusClient.leaseInterface) {
-                event.reason = properties.value("Reason", default: "")
-                let deadline: UInt64 = properties.value("Deadline", default: 0)
-                event.deadline = deadline == 0 ? nil : deadline
+            if let properties = try? await client.properties(path: acquired.lease, interface: VigilBusClient.leaseInterface) {
+                event.reason = properties["Reason"]?.stringValue ?? ""
+                if case .uint64(let deadline)? = properties["Deadline"], deadline != 0 { event.deadline = deadline }
             }
-        case "LeaseRenewed": event.deadline = uint64("deadline")
-        case "LeaseExpiring": event.remainingUsec = uint64("remaining_usec")
-        case "LeaseExpired": if case let .bool(forced)? = arguments["forced"] { event.forced = forced }
-        case "LeaseReleased": event.reason = string("reason")
-        default: break
+        case .leaseRenewed(let renewed)?: (event.lease, event.deadline) = (renewed.lease, renewed.deadline)
+        case .leaseExpiring(let expiring)?: (event.lease, event.remainingUsec) = (expiring.lease, expiring.remainingUsec)
+        case .leaseExpired(let expired)?: (event.lease, event.forced) = (expired.lease, expired.forced)
+        case .leaseReleased(let released)?: (event.lease, event.reason) = (released.lease, released.reason)
+        case .strategyStateChanged?, nil: break
         }
+        event.id = event.lease.split(separator: "/").last.flatMap { UInt64($0) }
         return event
     }
 

@@ -34,7 +34,8 @@ struct ReloadCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReporting("reload") {
-            let (applied, messages) = try await VigilBusClient.with(busOptions) { try await $0.reload() }
+            let reply = try await VigilBusClient.with(busOptions) { try await $0.reload() }
+            let (applied, messages) = (reply.applied, reply.messages)
             if json {
                 printLine(try jsonText(Outcome(applied: applied, messages: messages)))
             } else if applied {

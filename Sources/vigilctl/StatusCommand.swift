@@ -48,26 +48,26 @@ struct StatusCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runReporting("status") {
-            let (properties, strategies, bus) = try await VigilBusClient.with(busOptions) { client in
-                (try await client.properties(), try await client.strategies(), client.busDescription)
+            let (host, strategies, bus) = try await VigilBusClient.with(busOptions) { client in
+                (try await client.host(), try await client.strategies(), client.busDescription)
             }
             let status = Status(
-                version: properties.value("Version", default: "?"),
-                runId: properties.value("RunId", default: "?"),
-                startedAt: properties.value("StartedAt", default: 0),
-                survivalSeconds: properties.value("SurvivalSeconds", default: 0),
-                powerBackend: properties.value("PowerBackend", default: "?"),
-                powerBackendReason: properties.value("PowerBackendReason", default: ""),
-                wakeClock: properties.value("WakeClock", default: "?"),
-                wakeClockReason: properties.value("WakeClockReason", default: ""),
-                canWakeSystem: properties.value("CanWakeSystem", default: false),
-                configPath: properties.value("ConfigPath", default: "?"),
+                version: host.version,
+                runId: host.runId,
+                startedAt: host.startedAt,
+                survivalSeconds: host.survivalSeconds,
+                powerBackend: host.powerBackend,
+                powerBackendReason: host.powerBackendReason,
+                wakeClock: host.wakeClock,
+                wakeClockReason: host.wakeClockReason,
+                canWakeSystem: host.canWakeSystem,
+                configPath: host.configPath,
                 strategies: strategies.count,
                 strategyStates: Dictionary(strategies.map { ($0.state, 1) }, uniquingKeysWith: +),
-                leases: properties.value("Leases", [DBusObjectPath].self, default: []).count,
+                leases: host.leases.count,
                 bus: bus,
-                storeWritable: properties.value("StoreWritable", default: true),
-                droppedLogLines: properties.value("DroppedLogLines", default: 0)
+                storeWritable: host.storeWritable,
+                droppedLogLines: host.droppedLogLines
             )
             if json {
                 print(try jsonText(status))

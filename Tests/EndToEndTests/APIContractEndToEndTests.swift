@@ -85,7 +85,7 @@ extension EndToEnd {
 
         /// Whether `value` (GetManagedObjects' `a{oa{sa{sv}}}` with `path`,
         /// or InterfacesAdded's `a{sa{sv}}` with nil) names `interface`.
-        static func carries(_ value: DBusValue?, _ path: String?, _ interface: String) -> Bool {
+        static func carries(_ value: BusValue?, _ path: String?, _ interface: String) -> Bool {
             var interfaces = value
             if let path {
                 guard case .dict(_, _, let objects)? = value else { return false }

@@ -4,6 +4,7 @@ import Testing
 import VigilDBus
 import VigilHost
 import VigilTestSupport
+import VigilKit
 
 /// The D-Bus trust boundary seen from outside: vigild on a bus with the
 /// shipped system policy, a hostile peer running as uid 65534 with a
@@ -37,9 +38,9 @@ extension EndToEnd {
                 print(e.get_dbus_name())
             """
 
-        static func begin(_ connection: DBusConnection, name: String) async throws -> (path: String, fd: DBusFileDescriptor) {
+        static func begin(_ connection: DBusConnection, name: String) async throws -> (path: String, fd: BusFileDescriptor) {
             let reply = try await connection.call(
-                destination: HostBusNames.busName, path: HostBusNames.rootPath, interface: HostBusNames.hostInterface,
+                destination: VigilAPI.busName, path: VigilAPI.rootPath, interface: VigilAPI.hostInterface,
                 member: "BeginBackgroundTask", arguments: [.string(name), .string("trust test"), .uint64(3600 * 1_000_000)],
                 timeout: .seconds(30))
             guard reply.body.count == 2, case .objectPath(let path) = reply.body[0], case .unixFD(let fd) = reply.body[1] else {
@@ -51,7 +52,7 @@ extension EndToEnd {
         /// The paths of the leases vigild lists.
         static func listed(_ connection: DBusConnection) async throws -> [String] {
             let reply = try await connection.call(
-                destination: HostBusNames.busName, path: HostBusNames.rootPath, interface: HostBusNames.hostInterface,
+                destination: VigilAPI.busName, path: VigilAPI.rootPath, interface: VigilAPI.hostInterface,
                 member: "ListLeases", timeout: .seconds(30))
             guard case .array(_, let rows)? = reply.body.first else { return [] }
             return rows.compactMap { row in
@@ -87,7 +88,7 @@ extension EndToEnd {
             try await withPolicyHost { bus, daemon in
                 let observer = try await DBusConnection.connect(to: .address(bus.address))
                 let releases = try await observer.signals(matching: DBusMatchRule(
-                    sender: HostBusNames.busName, path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, member: "LeaseReleased"))
+                    sender: VigilAPI.busName, path: VigilAPI.rootPath, interface: VigilAPI.hostInterface, member: "LeaseReleased"))
                 let victim = try await DBusConnection.connect(to: .address(bus.address))
                 let witness = try await DBusConnection.connect(to: .address(bus.address))
                 let victimLease = try await Self.begin(victim, name: "victim")
@@ -213,7 +214,7 @@ extension EndToEnd.BusTrustEndToEndTests {
     @Test func oversizedLeaseStringsAreRefusedNamingTheLimit() async throws {
         try await withPolicyHost { bus, daemon in
             let observer = try await DBusConnection.connect(to: .address(bus.address))
-            let signals = try await observer.signals(matching: DBusMatchRule(sender: HostBusNames.busName))
+            let signals = try await observer.signals(matching: DBusMatchRule(sender: VigilAPI.busName))
 
             let refused = try asNobody("/usr/bin/python3", ["-c", Self.oversized, bus.address])
             #expect(refused.status == 0, "\(refused.stderr)")
@@ -297,8 +298,8 @@ extension EndToEnd.BusTrustEndToEndTests {
 
             let client = try await DBusConnection.connect(to: .address(bus.address))
             let version = try await client.call(
-                destination: HostBusNames.busName, path: HostBusNames.rootPath, interface: "org.freedesktop.DBus.Properties",
-                member: "Get", arguments: [.string(HostBusNames.hostInterface), .string("Version")], timeout: .seconds(30))
+                destination: VigilAPI.busName, path: VigilAPI.rootPath, interface: "org.freedesktop.DBus.Properties",
+                member: "Get", arguments: [.string(VigilAPI.hostInterface), .string("Version")], timeout: .seconds(30))
             #expect(version.signature == "v")
             await client.close()
             let fdsAfter = Self.openFDs(pid)

@@ -3,6 +3,7 @@ import Testing
 import VigilDBus
 import VigilHost
 import VigilTestSupport
+import VigilKit
 
 /// A strategy gated by `when` in a real vigild: its D-Bus object and
 /// `vigilctl strategies` say it is waiting and for what; it runs when the
@@ -19,7 +20,7 @@ extension EndToEnd {
                 budget = "1h"
                 when = { file_exists = "\(flag)" }
                 """) { host in
-                let path = HostBusNames.strategyPath("gated")
+                let path = VigilAPI.strategyPath("gated")
                 let changes = try await host.watcher.signals(matching: DBusMatchRule(
                     sender: BusHost.name, path: path, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged"))
                 let expected = "file_exists = \"\(flag)\""

@@ -76,7 +76,7 @@ extension EndToEnd {
                         destination: BusHost.name, path: VigilAPI.strategyPath(name), interface: "org.freedesktop.DBus.Properties",
                         member: "GetAll", arguments: [.string(VigilAPI.strategyInterface)])
                     let all = try reply.argument(0, as: [String: DBusVariant].self)
-                    return try StrategyCostRow(properties: all.compactMapValues { HostBusValues.bus($0.value) })
+                    return try StrategyCostRow(properties: all.mapValues(\.value))
                 }
                 let burn = try await bus("burn"), task = try await bus("task")
 

@@ -20,7 +20,7 @@ extension EndToEnd.DownloadSessionEndToEndTests {
             var at: ContinuousClock.Instant
             var path: String
             var member: String
-            var changed: [String: DBusValue]
+            var changed: [String: BusValue]
         }
 
         private let seen = WaitableLog<Seen>()
@@ -42,7 +42,7 @@ extension EndToEnd.DownloadSessionEndToEndTests {
         }
 
         private static func seen(_ message: DBusMessage) -> Seen {
-            var changed: [String: DBusValue] = [:]
+            var changed: [String: BusValue] = [:]
             if message.member == "PropertiesChanged", message.body.count == 3, case .dict(_, _, let entries) = message.body[1] {
                 for entry in entries {
                     if case .string(let name) = entry.key, case .variant(let value) = entry.value { changed[name] = value }
@@ -63,7 +63,7 @@ extension EndToEnd.DownloadSessionEndToEndTests {
             guard met else { throw DaemonError("timed out waiting for \(what); signals: \(all.map { "\($0.member) \($0.path) \($0.changed.keys.sorted())" })") }
         }
 
-        func call(_ path: String, _ interface: String, _ member: String, _ arguments: [DBusValue]) async throws -> DBusMessage {
+        func call(_ path: String, _ interface: String, _ member: String, _ arguments: [BusValue]) async throws -> DBusMessage {
             try await connection.call(destination: "org.vigil.Vigil1", path: path, interface: interface, member: member,
                                       arguments: arguments, timeout: .seconds(10))
         }
@@ -80,16 +80,16 @@ extension EndToEnd.DownloadSessionEndToEndTests {
             }
         }
 
-        func enqueue(_ url: String, _ dest: String, _ options: [String: DBusValue] = [:]) async throws -> String {
-            let dict = DBusValue.dict(keySignature: "s", valueSignature: "v", options.keys.sorted().map {
-                DBusDictEntry(key: .string($0), value: .variant(options[$0] ?? .string("")))
+        func enqueue(_ url: String, _ dest: String, _ options: [String: BusValue] = [:]) async throws -> String {
+            let dict = BusValue.dict(keySignature: "s", valueSignature: "v", options.keys.sorted().map {
+                BusDictEntry(key: .string($0), value: .variant(options[$0] ?? .string("")))
             })
             let reply = try await call(strategyPath, sessionInterface, "Enqueue", [.string(url), .string(dest), dict])
             guard case .objectPath(let path)? = reply.body.first else { throw DaemonError("Enqueue returned \(reply.body)") }
             return path
         }
 
-        func property(_ path: String, _ name: String) async throws -> DBusValue {
+        func property(_ path: String, _ name: String) async throws -> BusValue {
             let reply = try await call(path, "org.freedesktop.DBus.Properties", "Get", [.string(downloadInterface), .string(name)])
             guard case .variant(let value)? = reply.body.first else { throw DaemonError("Get \(name) returned \(reply.body)") }
             return value
@@ -295,7 +295,7 @@ extension EndToEnd.DownloadSessionEndToEndTests {
         try await daemon.waitForLine(containing: "serving org.vigil.Vigil1")
         try await daemon.waitForLine(containing: " known, ")
         let watch = try await BusWatch(h.bus)
-        func refusal(_ url: String, _ dest: String, _ options: [String: DBusValue] = [:]) async -> String {
+        func refusal(_ url: String, _ dest: String, _ options: [String: BusValue] = [:]) async -> String {
             do {
                 return "queued \(try await watch.enqueue(url, dest, options))"
             } catch let error as DBusError {
@@ -310,7 +310,7 @@ extension EndToEnd.DownloadSessionEndToEndTests {
                 == "\(invalid): the download URL has \(base.utf8.count + 8192) bytes, over the limit of 8192 bytes")
         #expect(await refusal(base + "x", String(repeating: "d", count: 4097))
                 == "\(invalid): the download destination has 4097 bytes, over the limit of 4096 bytes")
-        let many = Dictionary(uniqueKeysWithValues: (0..<17).map { ("k\($0)", DBusValue.string("v")) })
+        let many = Dictionary(uniqueKeysWithValues: (0..<17).map { ("k\($0)", BusValue.string("v")) })
         #expect(await refusal(base + "x", "x", many) == "\(invalid): the options dictionary has 17 entries, over the limit of 16 entries")
         // An unknown option is quoted by a short prefix only.
         let longKey = await refusal(base + "x", "x", [String(repeating: "k", count: 100_000): .string("v")])

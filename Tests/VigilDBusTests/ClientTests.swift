@@ -7,7 +7,7 @@ import VigilKit
 /// The Swift client side against the Swift object server.
 @Suite("DBusConnection client")
 struct ClientTests {
-    func call(_ client: DBusConnection, _ member: String, _ arguments: [DBusValue], interface: String = TestService.interfaceName,
+    func call(_ client: DBusConnection, _ member: String, _ arguments: [BusValue], interface: String = TestService.interfaceName,
               path: String = TestService.path) async throws -> DBusMessage {
         try await client.call(destination: TestService.name, path: path, interface: interface, member: member, arguments: arguments)
     }
@@ -15,12 +15,12 @@ struct ClientTests {
     @Test func valuesRoundTripThroughTheWholeTypeSystem() async throws {
         try await TestService.with { service in
             let client = try await service.bus.connect()
-            let values: [DBusValue] = [
+            let values: [BusValue] = [
                 .byte(255), .bool(true), .int16(-2), .uint16(65535), .int32(.min), .uint32(.max), .int64(.min), .uint64(.max),
                 .double(3.25), .string("héllo ✓"), .objectPath("/a/b_c"), .signature("a{sv}(ii)"),
                 .array(elementSignature: "s", []), .array(elementSignature: "y", [.byte(1), .byte(2)]),
                 .array(elementSignature: "ai", [.array(elementSignature: "i", [.int32(1)])]),
-                .dict(keySignature: "s", valueSignature: "v", [DBusDictEntry(key: .string("k"), value: .variant(.uint32(1)))]),
+                .dict(keySignature: "s", valueSignature: "v", [BusDictEntry(key: .string("k"), value: .variant(.uint32(1)))]),
                 .structure([.int32(1), .string("x"), .structure([.bool(false)])]),
                 .variant(.variant(.string("nested"))),
                 ["x": [1, 2] as [Int32]].dbusValue,
@@ -43,7 +43,7 @@ struct ClientTests {
     @Test func invalidValuesAreRejectedBeforeLibdbus() async throws {
         try await TestService.with { service in
             let client = try await service.bus.connect()
-            let bad: [[DBusValue]] = [
+            let bad: [[BusValue]] = [
                 [.objectPath("not/a/path")],
                 [.objectPath("/trailing/")],
                 [.string("nul\u{0}inside")],
@@ -79,7 +79,7 @@ struct ClientTests {
             // Our copy stays ours (libdbus sent a dup).
             #expect(fcntl(sent.rawValue, F_GETFD) >= 0)
             let opened = try await call(client, "OpenFD", [.string("from the service")])
-            let fd = try DBusFileDescriptor.decode(opened.body[0])
+            let fd = try BusFileDescriptor.decode(opened.body[0])
             #expect(try readAll(fd.rawValue) == "from the service")
             await client.close()
         }
@@ -241,7 +241,7 @@ struct ClientTests {
                                   member: "Set", arguments: [.string(TestService.interfaceName), .string("Count"), .variant(.uint32(9))])
             let changed = try #require(await propertyIterator.next())
             #expect(changed.body == [.string(TestService.interfaceName),
-                                     .dict(keySignature: "s", valueSignature: "v", [DBusDictEntry(key: .string("Count"), value: .variant(.uint32(9)))]),
+                                     .dict(keySignature: "s", valueSignature: "v", [BusDictEntry(key: .string("Count"), value: .variant(.uint32(9)))]),
                                      .array(elementSignature: "s", [])])
             try await service.server.emitPropertiesChanged(path: TestService.path, interface: TestService.interfaceName, properties: ["Label"])
             let invalidated = try #require(await propertyIterator.next())
@@ -277,7 +277,7 @@ struct ClientTests {
             let interfaces: [String?] = [nil, TestService.interfaceName, "org.freedesktop.DBus.Properties",
                                          "org.freedesktop.DBus.Introspectable", "org.vigil.Nope", "org.freedesktop.DBus.ObjectManager"]
             let paths = [TestService.path, "/", "/org/vigil", "/nope", "/org/vigil/Test/Deeper"]
-            let pool: [DBusValue] = [.int32(1), .string("s"), .uint32(5000), .variant(.string("x")), .bool(true),
+            let pool: [BusValue] = [.int32(1), .string("s"), .uint32(5000), .variant(.string("x")), .bool(true),
                                      .array(elementSignature: "y", []), .string(TestService.interfaceName), .string("Count"),
                                      .variant(.uint32(3)), .structure([.int32(1)])]
             let expectedNames: Set<String> = [DBusError.Name.invalidArgs, DBusError.Name.unknownMethod, DBusError.Name.unknownObject,
@@ -306,7 +306,7 @@ struct ClientTests {
             }
             #expect(unexpected.isEmpty, "\(unexpected.prefix(5))")
             // A huge array with the wrong signature is refused as InvalidArgs.
-            let huge = DBusValue.array(elementSignature: "u", Array(repeating: .uint32(7), count: 1_000_000))
+            let huge = BusValue.array(elementSignature: "u", Array(repeating: .uint32(7), count: 1_000_000))
             await #expect(throws: DBusError(name: DBusError.Name.invalidArgs,
                                             message: "org.vigil.Test1.Echo expects arguments of signature \"s\", got \"au\"")) {
                 try await call(client, "Echo", [huge])

@@ -19,7 +19,7 @@ import Testing
         let target = await receiver.uniqueName
         let forgerName = await forger.uniqueName
         for member in ["NameOwnerChanged", "NameLost", "NameAcquired"] {
-            let arguments: [DBusValue] = member == "NameOwnerChanged" ? [.string(":9.999"), .string(":9.999"), .string("")] : [.string("org.vigil.Forged")]
+            let arguments: [BusValue] = member == "NameOwnerChanged" ? [.string(":9.999"), .string(":9.999"), .string("")] : [.string("org.vigil.Forged")]
             try await forger.emitSignal(path: Self.driverPath, interface: "org.freedesktop.DBus", name: member,
                                         arguments: arguments, destination: target)
         }

@@ -119,13 +119,13 @@ func readAll(_ fd: Int32) throws -> String {
 }
 
 /// A pipe's read end with `contents` already written and the write end closed.
-func pipeWith(_ contents: String) throws -> DBusFileDescriptor {
+func pipeWith(_ contents: String) throws -> BusFileDescriptor {
     var fds: [Int32] = [-1, -1]
     guard pipe(&fds) == 0 else { throw DBusError.failed("pipe failed") }
     let bytes = Array(contents.utf8)
     _ = bytes.withUnsafeBytes { write(fds[1], $0.baseAddress, $0.count) }
     close(fds[1])
-    return DBusFileDescriptor(owning: fds[0])
+    return BusFileDescriptor(owning: fds[0])
 }
 
 /// Writes a python script to a temp file and runs it with /usr/bin/python3.

@@ -36,11 +36,11 @@ import VigilKitTesting
         row.path = VigilAPI.strategyPath("mail-sync")
         row.name = "mail-sync"
         row.restarts = 2
-        let wire = HostBusValues.rows([row])
+        let wire = StrategyRow.array([row])
         #expect(wire.signature == VigilAPI.host.method("ListStrategies").outSignature)
         #expect(throws: Never.self) { try wire.validate() }
-        #expect(try HostBusValues.rows(wire, as: StrategyRow.self) == [row])
-        #expect(throws: APIDecodingError.self) { try HostBusValues.rows(wire, as: LeaseRow.self) }
+        #expect(try StrategyRow.rows(wire) == [row])
+        #expect(throws: APIDecodingError.self) { try LeaseRow.rows(wire) }
     }
 
     /// docs/dbus-api.md shows each row's signature as the contract derives it.

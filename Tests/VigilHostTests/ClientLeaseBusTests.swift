@@ -17,9 +17,9 @@ import VigilKit
 
     /// Calls BeginBackgroundTask from `connection` (the fixture's client by default).
     static func begin(_ f: HostBusFixture, on connection: DBusConnection? = nil, name: String = "backup",
-                      reason: String = "nightly backup", budget seconds: UInt64) async throws -> (path: String, fd: DBusFileDescriptor) {
+                      reason: String = "nightly backup", budget seconds: UInt64) async throws -> (path: String, fd: BusFileDescriptor) {
         let reply = try await (connection ?? f.client).call(
-            destination: f.hostName, path: HostBusNames.rootPath, interface: HostBusNames.hostInterface,
+            destination: f.hostName, path: VigilAPI.rootPath, interface: VigilAPI.hostInterface,
             member: "BeginBackgroundTask",
             arguments: [.string(name), .string(reason), .uint64(seconds * 1_000_000)], timeout: .seconds(10))
         #expect(reply.signature == "oh")
@@ -29,9 +29,9 @@ import VigilKit
         return (path, fd)
     }
 
-    static func leaseCall(_ f: HostBusFixture, _ path: String, _ member: String, _ arguments: [DBusValue] = [],
+    static func leaseCall(_ f: HostBusFixture, _ path: String, _ member: String, _ arguments: [BusValue] = [],
                           on connection: DBusConnection? = nil) async throws -> DBusMessage {
-        try await (connection ?? f.client).call(destination: f.hostName, path: path, interface: HostBusNames.clientLeaseInterface,
+        try await (connection ?? f.client).call(destination: f.hostName, path: path, interface: VigilAPI.clientLeaseInterface,
                                                 member: member, arguments: arguments, timeout: .seconds(10))
     }
 
@@ -48,25 +48,25 @@ import VigilKit
             await signals.wait(for: 3)
             let owner = await f.client.uniqueName
             #expect(signals.descriptions() == [
-                "InterfacesAdded \(lease.path)", "PropertiesChanged \(HostBusNames.rootPath) Leases",
+                "InterfacesAdded \(lease.path)", "PropertiesChanged \(VigilAPI.rootPath) Leases",
                 "LeaseAcquired \(lease.path) \"client\" \"background task \"backup\" of \(owner) (uid \(getuid()), pid \(getpid()))\"",
             ])
-            let props = try await f.getAll(lease.path, HostBusNames.clientLeaseInterface)
+            let props = try await f.getAll(lease.path, VigilAPI.clientLeaseInterface)
             #expect(props["Owner"] == .string(owner))
             #expect(props["Uid"] == .uint32(getuid()))
             #expect(props["Pid"] == .uint32(UInt32(getpid())))
             #expect(props["Name"] == .string("backup"))
-            #expect(try await f.get(lease.path, HostBusNames.leaseInterface, "Kind") == .string("client"))
-            #expect(try await f.get(lease.path, HostBusNames.leaseInterface, "Reason") == .string("nightly backup"))
+            #expect(try await f.get(lease.path, VigilAPI.leaseInterface, "Kind") == .string("client"))
+            #expect(try await f.get(lease.path, VigilAPI.leaseInterface, "Reason") == .string("nightly backup"))
 
             await f.advance(59)
-            #expect(try await f.get(lease.path, HostBusNames.leaseInterface, "State") == .string("active"))
+            #expect(try await f.get(lease.path, VigilAPI.leaseInterface, "State") == .string("active"))
             await f.advance(1)
             await signals.wait(for: 6)
             #expect(signals.descriptions(from: 3) == [
                 "PropertiesChanged \(lease.path) State", "LeaseExpiring \(lease.path) 3000000", "Expiring 3000000",
             ])
-            #expect(signals.all.count > 5 && signals.all[5].interface == HostBusNames.clientLeaseInterface)
+            #expect(signals.all.count > 5 && signals.all[5].interface == VigilAPI.clientLeaseInterface)
             // The client cannot renew once expiring; the lease still holds until the grace time ends.
             let renewError = await Self.dbusErrorName { _ = try await Self.leaseCall(f, lease.path, "Renew", [.uint64(60_000_000)]) }
             #expect(renewError == "org.vigil.Vigil1.Error.LeaseEnded")
@@ -74,7 +74,7 @@ import VigilKit
             await signals.wait(for: 11)
             #expect(signals.descriptions(from: 6) == [
                 "PropertiesChanged \(lease.path) State", "LeaseExpired \(lease.path) true", "Expired ",
-                "InterfacesRemoved \(lease.path)", "PropertiesChanged \(HostBusNames.rootPath) Leases",
+                "InterfacesRemoved \(lease.path)", "PropertiesChanged \(VigilAPI.rootPath) Leases",
             ])
             #expect(await f.runtime.clientLeases.count == 0)
             // Renew on the ended lease: its object is gone.
@@ -107,8 +107,8 @@ import VigilKit
                 _ = try await Self.leaseCall(f, lease.path, "Renew", [.uint64(60_000_000)])
             }
             // 225 s in, far past the first budget: still active, renewed five times.
-            #expect(try await f.get(lease.path, HostBusNames.leaseInterface, "State") == .string("active"))
-            #expect(try await f.get(lease.path, HostBusNames.leaseInterface, "Renewals") == .uint32(5))
+            #expect(try await f.get(lease.path, VigilAPI.leaseInterface, "State") == .string("active"))
+            #expect(try await f.get(lease.path, VigilAPI.leaseInterface, "Renewals") == .uint32(5))
             _ = try await Self.leaseCall(f, lease.path, "End")
             await signals.wait { $0.contains { $0.member == "LeaseReleased" } }
             #expect(signals.all.last { $0.member == "LeaseReleased" }?.body.last == .string("ended by the client"))
@@ -123,9 +123,9 @@ import VigilKit
             let signals = try await f.record()
             let lease = try await Self.begin(f, budget: 60)
             // A second copy keeps it alive; closing both ends it.
-            let copy = try DBusFileDescriptor(duplicating: lease.fd.rawValue)
+            let copy = try BusFileDescriptor(duplicating: lease.fd.rawValue)
             lease.fd.close()
-            #expect(try await f.get(lease.path, HostBusNames.leaseInterface, "State") == .string("active"))
+            #expect(try await f.get(lease.path, VigilAPI.leaseInterface, "State") == .string("active"))
             #expect(await f.runtime.registry.active.count == 1)
             copy.close()
             await signals.wait { $0.contains { $0.member == "LeaseReleased" } }
@@ -144,7 +144,7 @@ import VigilKit
             }
             // The host still answers, and a new lease works.
             let lease = try await Self.begin(f, budget: 60)
-            #expect(try await f.get(lease.path, HostBusNames.leaseInterface, "State") == .string("active"))
+            #expect(try await f.get(lease.path, VigilAPI.leaseInterface, "State") == .string("active"))
         }
     }
 
@@ -159,18 +159,18 @@ import VigilKit
             #expect(a.path != b.path)
             for (lease, owner, name, reason) in [(a, await f.client.uniqueName, "backup", "nightly backup"),
                                                  (b, await other.uniqueName, "sync", "mail sync")] {
-                let client = try await f.getAll(lease.path, HostBusNames.clientLeaseInterface)
+                let client = try await f.getAll(lease.path, VigilAPI.clientLeaseInterface)
                 #expect(client["Owner"] == .string(owner))
                 #expect(client["Name"] == .string(name))
-                #expect(try await f.get(lease.path, HostBusNames.leaseInterface, "Reason") == .string(reason))
-                #expect(try await f.get(lease.path, HostBusNames.leaseInterface, "Id")
+                #expect(try await f.get(lease.path, VigilAPI.leaseInterface, "Reason") == .string(reason))
+                #expect(try await f.get(lease.path, VigilAPI.leaseInterface, "Id")
                         == .uint64(UInt64(lease.path.split(separator: "/").last ?? "") ?? 0))
             }
             // End on b's object ends b, not a.
             _ = try await Self.leaseCall(f, b.path, "End", on: other)
             #expect(await f.runtime.registry.active.map(\.reason) == ["nightly backup"])
-            #expect(try await f.get(a.path, HostBusNames.leaseInterface, "State") == .string("active"))
-            let gone = await Self.dbusErrorName { _ = try await f.get(b.path, HostBusNames.leaseInterface, "State") }
+            #expect(try await f.get(a.path, VigilAPI.leaseInterface, "State") == .string("active"))
+            let gone = await Self.dbusErrorName { _ = try await f.get(b.path, VigilAPI.leaseInterface, "State") }
             #expect(gone == "org.freedesktop.DBus.Error.UnknownObject")
             await other.close()
             withExtendedLifetime((a.fd, b.fd)) {}
@@ -196,7 +196,7 @@ import VigilKit
             func refusal(name: String = "x", _ budget: UInt64) async -> DBusError? {
                 do {
                     _ = try await f.client.call(
-                        destination: f.hostName, path: HostBusNames.rootPath, interface: HostBusNames.hostInterface,
+                        destination: f.hostName, path: VigilAPI.rootPath, interface: VigilAPI.hostInterface,
                         member: "BeginBackgroundTask", arguments: [.string(name), .string(""), .uint64(budget)], timeout: .seconds(10))
                     return nil
                 } catch let error as DBusError { return error } catch { return DBusError.failed("\(error)") }
@@ -212,7 +212,7 @@ import VigilKit
             // Wrong argument types are refused by the declaration.
             do {
                 _ = try await f.client.call(
-                    destination: f.hostName, path: HostBusNames.rootPath, interface: HostBusNames.hostInterface,
+                    destination: f.hostName, path: VigilAPI.rootPath, interface: VigilAPI.hostInterface,
                     member: "BeginBackgroundTask", arguments: [.string("x"), .string(""), .int32(-5)], timeout: .seconds(10))
                 Issue.record("a negative int32 budget must be refused")
             } catch let error as DBusError {
@@ -230,7 +230,7 @@ import VigilKit
             #expect(renew == "org.freedesktop.DBus.Error.LimitsExceeded")
             let zeroRenew = await Self.dbusErrorName { _ = try await Self.leaseCall(f, a.path, "Renew", [.uint64(0)]) }
             #expect(zeroRenew == DBusError.Name.invalidArgs)
-            #expect(try await f.get(a.path, HostBusNames.leaseInterface, "Renewals") == .uint32(0))
+            #expect(try await f.get(a.path, VigilAPI.leaseInterface, "Renewals") == .uint32(0))
             // Ending one frees a slot.
             _ = try await Self.leaseCall(f, a.path, "End")
             let again = try await Self.begin(f, budget: 60)

@@ -21,17 +21,17 @@ import VigilKit
                 },
             ])
             let blocked = Task {
-                try await f.call(HostBusNames.strategyPath("idle"), "org.vigil.Test.Gate", "Wait")
+                try await f.call(VigilAPI.strategyPath("idle"), "org.vigil.Test.Gate", "Wait")
             }
             // The Wait handler is running and holds its call.
             for await _ in entered { break }
 
             let lease = try await ClientLeaseBusTests.begin(f, budget: 60)
-            #expect(lease.path.hasPrefix(HostBusNames.rootPath + "/Lease/"))
+            #expect(lease.path.hasPrefix(VigilAPI.rootPath + "/Lease/"))
             let rows = try await f.hostCall("ListLeases")
             guard case .array(_, let items)? = rows.body.first else { throw DBusError.failed("no rows: \(rows.body)") }
             #expect(items.count == 1)
-            #expect(try await f.get(lease.path, HostBusNames.leaseInterface, "Kind") == .string("client"))
+            #expect(try await f.get(lease.path, VigilAPI.leaseInterface, "Kind") == .string("client"))
             _ = try await ClientLeaseBusTests.leaseCall(f, lease.path, "End")
             lease.fd.close()
 

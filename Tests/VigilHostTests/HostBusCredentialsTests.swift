@@ -20,7 +20,7 @@ import VigilTestSupport
             #expect(entry.pid == UInt32(getpid()))
             #expect(cache.cached(name) == entry)
 
-            let vanished: [DBusValue] = [.string(name), .string(name), .string("")]
+            let vanished: [BusValue] = [.string(name), .string(name), .string("")]
             // A peer's copy (its sender is the peer's unique name, as the bus sets it).
             #expect(cache.follow(nameOwnerChangedFrom: await peer.uniqueName, body: vanished) == nil)
             #expect(cache.follow(nameOwnerChangedFrom: nil, body: vanished) == nil)

@@ -210,7 +210,7 @@ final class HostBusFixture: @unchecked Sendable {
     /// Calls a method of org.vigil.Vigil1.Host on the root object.
     @discardableResult
     func hostCall(_ member: String, _ arguments: [any DBusEncodable] = []) async throws -> DBusMessage {
-        try await call(HostBusNames.rootPath, HostBusNames.hostInterface, member, arguments)
+        try await call(VigilAPI.rootPath, VigilAPI.hostInterface, member, arguments)
     }
 
     @discardableResult
@@ -220,13 +220,13 @@ final class HostBusFixture: @unchecked Sendable {
                               arguments: arguments.map(\.dbusValue), timeout: .seconds(10))
     }
 
-    func getAll(_ path: String, _ interface: String) async throws -> [String: DBusValue] {
-        let reply = try await call(path, HostBusNames.propertiesInterface, "GetAll", [interface])
+    func getAll(_ path: String, _ interface: String) async throws -> [String: BusValue] {
+        let reply = try await call(path, VigilAPI.propertiesInterface, "GetAll", [interface])
         return try reply.argument(0, as: [String: DBusVariant].self).mapValues(\.value)
     }
 
-    func get(_ path: String, _ interface: String, _ name: String) async throws -> DBusValue {
-        let reply = try await call(path, HostBusNames.propertiesInterface, "Get", [interface, name])
+    func get(_ path: String, _ interface: String, _ name: String) async throws -> BusValue {
+        let reply = try await call(path, VigilAPI.propertiesInterface, "Get", [interface, name])
         guard case .variant(let value) = reply.body.first else { throw DBusError.failed("no variant") }
         return value
     }
@@ -262,7 +262,7 @@ struct SeenSignal: CustomStringConvertible, Equatable, Sendable {
     var path: String
     var interface: String
     var member: String
-    var body: [DBusValue]
+    var body: [BusValue]
 
     /// `Member path [args]` with PropertiesChanged and ObjectManager
     /// signals shortened to what matters: property names, interface names.
@@ -287,7 +287,7 @@ struct SeenSignal: CustomStringConvertible, Equatable, Sendable {
         }
     }
 
-    static func short(_ value: DBusValue) -> String {
+    static func short(_ value: BusValue) -> String {
         switch value {
         case .string(let s): "\"\(s)\""
         case .objectPath(let p): p
@@ -299,9 +299,9 @@ struct SeenSignal: CustomStringConvertible, Equatable, Sendable {
     }
 
     /// The changed properties of a PropertiesChanged signal.
-    var changedProperties: [String: DBusValue] {
+    var changedProperties: [String: BusValue] {
         guard member == "PropertiesChanged", body.count == 3, case .dict(_, _, let entries) = body[1] else { return [:] }
-        var out: [String: DBusValue] = [:]
+        var out: [String: BusValue] = [:]
         for entry in entries {
             if case .string(let name) = entry.key, case .variant(let value) = entry.value { out[name] = value }
         }

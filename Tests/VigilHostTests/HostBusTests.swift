@@ -5,33 +5,33 @@ import VigilDBus
 import VigilKit
 import VigilKitTesting
 
-private let root = HostBusNames.rootPath
-private func lease(_ id: UInt64) -> String { HostBusNames.leasePath(LeaseID(id)) }
-private func strategy(_ name: String) -> String { HostBusNames.strategyPath(name) }
+private let root = VigilAPI.rootPath
+private func lease(_ id: UInt64) -> String { VigilAPI.leasePath(LeaseID(id)) }
+private func strategy(_ name: String) -> String { VigilAPI.strategyPath(name) }
 
-private func paths(_ value: DBusValue?) -> [String] {
+private func paths(_ value: BusValue?) -> [String] {
     guard case .array("o", let items)? = value else { return ["not an ao: \(String(describing: value))"] }
     return items.compactMap { if case .objectPath(let p) = $0 { p } else { nil } }
 }
 
 @Suite struct HostBusUnitTests {
     @Test func strategyNamesAreEscapedLikeSystemdUnitPaths() throws {
-        #expect(HostBusNames.escapePathElement("mail-sync") == "mail_2dsync")
-        #expect(HostBusNames.escapePathElement("") == "_")
-        #expect(HostBusNames.escapePathElement("Sync2") == "Sync2")
-        #expect(HostBusNames.escapePathElement("a_b") == "a_5fb")
-        #expect(HostBusNames.escapePathElement("a b/c.d") == "a_20b_2fc_2ed")
-        #expect(HostBusNames.escapePathElement("ä") == "_c3_a4")
-        #expect(HostBusNames.strategyPath("mail-sync") == "/org/vigil/Vigil1/Strategy/mail_2dsync")
-        #expect(HostBusNames.leasePath(LeaseID(42)) == "/org/vigil/Vigil1/Lease/42")
+        #expect(VigilAPI.escapePathElement("mail-sync") == "mail_2dsync")
+        #expect(VigilAPI.escapePathElement("") == "_")
+        #expect(VigilAPI.escapePathElement("Sync2") == "Sync2")
+        #expect(VigilAPI.escapePathElement("a_b") == "a_5fb")
+        #expect(VigilAPI.escapePathElement("a b/c.d") == "a_20b_2fc_2ed")
+        #expect(VigilAPI.escapePathElement("ä") == "_c3_a4")
+        #expect(VigilAPI.strategyPath("mail-sync") == "/org/vigil/Vigil1/Strategy/mail_2dsync")
+        #expect(VigilAPI.leasePath(LeaseID(42)) == "/org/vigil/Vigil1/Lease/42")
         for name in ["mail-sync", "", "_", "a_5fb", "ä ö", "x/y", "..", "\u{1F600}"] {
-            let element = HostBusNames.escapePathElement(name)
-            #expect(DBusObjectPath.isValid(HostBusNames.strategyPath(name)), "\(name)")
-            #expect(HostBusNames.unescapePathElement(element) == name, "\(name) -> \(element)")
+            let element = VigilAPI.escapePathElement(name)
+            #expect(DBusObjectPath.isValid(VigilAPI.strategyPath(name)), "\(name)")
+            #expect(VigilAPI.unescapePathElement(element) == name, "\(name) -> \(element)")
         }
-        #expect(HostBusNames.unescapePathElement("a_2") == nil)
-        #expect(HostBusNames.unescapePathElement("a_zz") == nil)
-        #expect(HostBusNames.unescapePathElement("a-b") == nil)
+        #expect(VigilAPI.unescapePathElement("a_2") == nil)
+        #expect(VigilAPI.unescapePathElement("a_zz") == nil)
+        #expect(VigilAPI.unescapePathElement("a-b") == nil)
     }
 
     @Test func mutatingMethodsAreForRootAndTheHostUser() {
@@ -57,7 +57,7 @@ private func paths(_ value: DBusValue?) -> [String] {
         #expect(value.signature == "a{sv}")
         #expect(throws: Never.self) { try value.validate() }
         guard case .dict(_, _, let entries) = value else { Issue.record("not a dict"); return }
-        var map: [String: DBusValue] = [:]
+        var map: [String: BusValue] = [:]
         for e in entries { if case .string(let k) = e.key, case .variant(let v) = e.value { map[k] = v } }
         #expect(map["name"] == .string("x"))
         #expect(map["count"] == .int64(-3))
@@ -65,7 +65,7 @@ private func paths(_ value: DBusValue?) -> [String] {
         #expect(map["on"] == .bool(true))
         #expect(map["at"] == .string("1979-05-27T07:32:00Z"))
         #expect(map["mixed"] == .array(elementSignature: "v", [.variant(.int64(1)), .variant(.string("two"))]))
-        #expect(map["nested"] == .dict(keySignature: "s", valueSignature: "v", [DBusDictEntry(key: .string("every"), value: .variant(.string("10m")))]))
+        #expect(map["nested"] == .dict(keySignature: "s", valueSignature: "v", [BusDictEntry(key: .string("every"), value: .variant(.string("10m")))]))
     }
 
     @Test func introspectionDocumentIsWellFormedAndMatchesTheDocs() async throws {
@@ -110,7 +110,7 @@ private enum Build {
             let signals = try await f.record()
             let wall0 = f.clock.wallMicroseconds
             // Before the strategy acts: only its object (and the root).
-            let managed = try await f.call(root, HostBusNames.objectManagerInterface, "GetManagedObjects")
+            let managed = try await f.call(root, VigilAPI.objectManagerInterface, "GetManagedObjects")
             let objects = try managed.argument(0, as: [DBusObjectPath: [String: [String: DBusVariant]]].self)
             #expect(objects.keys.map(\.rawValue) == [strategy("lease-script")])
 
@@ -164,7 +164,7 @@ private enum Build {
             #expect(paths(seen[safe: 19]?.changedProperties["Leases"]) == [lease(1)])
             // Every signal came from the objects the contract names.
             #expect(seen.allSatisfy { $0.path == root || $0.path.hasPrefix(root + "/Lease/") })
-            #expect(paths(try await f.get(root, HostBusNames.hostInterface, "Leases")) == [lease(1)])
+            #expect(paths(try await f.get(root, VigilAPI.hostInterface, "Leases")) == [lease(1)])
         }
     }
 
@@ -191,7 +191,7 @@ private enum Build {
             // Reads see the newest status before it is announced.
             let latest = HostBusValues.status(["State": .string("up"), "Count": .uint(3), "Level": .double(-0.5),
                                                "Delta": .int(-2), "Ok": .bool(true)])
-            #expect(try await f.get(lease(1), HostBusNames.leaseInterface, "Status") == latest)
+            #expect(try await f.get(lease(1), VigilAPI.leaseInterface, "Status") == latest)
             #expect(latest.signature == "a{sv}")
 
             await f.advance(1)
@@ -213,7 +213,7 @@ private enum Build {
             await f.advance(1)
             await signals.wait(for: 9)
 
-            let host = try await f.getAll(root, HostBusNames.hostInterface)
+            let host = try await f.getAll(root, VigilAPI.hostInterface)
             #expect(host.keys.sorted() == ["CanWakeSystem", "ConfigPath", "DroppedLogLines", "Leases", "PowerBackend", "PowerBackendReason", "RunId",
                                           "StartedAt", "StoreWritable", "Strategies", "SurvivalSeconds", "Version", "WakeClock", "WakeClockReason"])
             #expect(host["StoreWritable"] == .bool(true))
@@ -231,10 +231,10 @@ private enum Build {
             #expect(paths(host["Strategies"]) == [strategy("lease-script")])
             #expect(paths(host["Leases"]) == [lease(1), lease(2), lease(3)])
 
-            let s = try await f.getAll(strategy("lease-script"), HostBusNames.strategyInterface)
+            let s = try await f.getAll(strategy("lease-script"), VigilAPI.strategyInterface)
             #expect(s.count == 8 + StrategyCostRow.fields.count)
             // The cost properties are the host's counters, read when asked.
-            let cost = try StrategyCostRow(properties: s.compactMapValues { HostBusValues.bus($0) })
+            let cost = try StrategyCostRow(properties: s)
             #expect(cost == f.runtime.costs.cost(of: "lease-script"))
             #expect(s["WaitingFor"] == .string(""))
             #expect(s["LastError"] == .string("") && s["LastErrorAt"] == .uint64(0))
@@ -245,13 +245,13 @@ private enum Build {
             #expect(s["LastError"] == .string(""))
             #expect(s["Config"] == HostBusValues.configTable(["name": .string("lease-script"), "kind": .string("test-script")]))
 
-            let a = try await f.getAll(lease(1), HostBusNames.leaseInterface)
+            let a = try await f.getAll(lease(1), VigilAPI.leaseInterface)
             #expect(a == [
                 "Id": .uint64(1), "Strategy": .string("lease-script"), "Kind": .string("test-script"), "Holds": .string("a"),
                 "Reason": .string("script a"), "AcquiredAt": .uint64(wall0 + 1_000_000), "Deadline": .uint64(wall0 + 11_000_000),
                 "Renewals": .uint32(0), "State": .string("active"), "Status": HostBusValues.status([:]),
             ])
-            #expect(try await f.get(lease(3), HostBusNames.leaseInterface, "Deadline") == .uint64(0))
+            #expect(try await f.get(lease(3), VigilAPI.leaseInterface, "Deadline") == .uint64(0))
 
             let list = try await f.hostCall("ListLeases")
             #expect(list.signature == LeaseRow.arraySignature)
@@ -287,17 +287,17 @@ private enum Build {
 
             // Computed on read, no signal.
             await f.advance(59)
-            #expect(try await f.get(root, HostBusNames.hostInterface, "SurvivalSeconds") == .uint64(60))
+            #expect(try await f.get(root, VigilAPI.hostInterface, "SurvivalSeconds") == .uint64(60))
             // Bad calls get the standard errors.
             await #expect(throws: DBusError.self) { try await f.hostCall("Survival", ["not a time"]) }
             do {
-                try await f.call(root, HostBusNames.propertiesInterface, "Set", ["org.vigil.Vigil1.Host", "Version", DBusVariant(.string("x"))])
+                try await f.call(root, VigilAPI.propertiesInterface, "Set", ["org.vigil.Vigil1.Host", "Version", DBusVariant(.string("x"))])
                 Issue.record("Set on a read-only property must fail")
             } catch let error as DBusError {
                 #expect(error.name == DBusError.Name.propertyReadOnly)
             }
             do {
-                try await f.call(lease(99), HostBusNames.propertiesInterface, "GetAll", [HostBusNames.leaseInterface])
+                try await f.call(lease(99), VigilAPI.propertiesInterface, "GetAll", [VigilAPI.leaseInterface])
                 Issue.record("an unknown lease must fail")
             } catch let error as DBusError {
                 #expect(error.name == DBusError.Name.unknownObject)
@@ -312,7 +312,7 @@ private enum Build {
             // dbus-send prints the error's name and message (busctl only the errno text).
             let denied = try await ProcessRunner.runDetached("/usr/bin/setpriv", [
                 "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/dbus-send", "--bus=\(f.bus.address)",
-                "--print-reply", "--dest=\(f.hostName)", root, "\(HostBusNames.hostInterface).Reload",
+                "--print-reply", "--dest=\(f.hostName)", root, "\(VigilAPI.hostInterface).Reload",
             ])
             #expect(denied.status != 0)
             #expect(denied.stderr.contains("org.freedesktop.DBus.Error.AccessDenied"), "\(denied.stderr)")
@@ -320,7 +320,7 @@ private enum Build {
             // Reading stays open to everyone.
             let read = try await ProcessRunner.runDetached("/usr/bin/setpriv", [
                 "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/busctl", "--address=\(f.bus.address)",
-                "get-property", f.hostName, root, HostBusNames.hostInterface, "Version",
+                "get-property", f.hostName, root, VigilAPI.hostInterface, "Version",
             ])
             #expect(read.status == 0, "\(read.stderr)")
             #expect(read.stdout == "s \"9.9.9-test\"\n")
@@ -350,7 +350,7 @@ private enum Build {
             #expect(messages.last?.hasPrefix("\(f.configPath):12:1: strategy[1].kind: unknown kind \"no-such-kind\"") == true, "\(messages)")
             // Nothing changed: same strategies, same leases, no signal.
             #expect(await f.runtime.config.strategies.map(\.name) == ["lease-script"])
-            #expect(paths(try await f.get(root, HostBusNames.hostInterface, "Leases")) == [lease(1), lease(2), lease(3)])
+            #expect(paths(try await f.get(root, VigilAPI.hostInterface, "Leases")) == [lease(1), lease(2), lease(3)])
             #expect(await f.runtime.registry.active.map(\.id.rawValue) == [1, 2, 3])
             #expect(signals.all.count == 7)
             // A missing file is reported the same way.
@@ -434,10 +434,10 @@ private enum Build {
             #expect(after.contains("InterfacesAdded \(strategy("new-one"))"))
             #expect(after.contains("StrategyStateChanged \(strategy("new-one")) \"running\" \"\""))
 
-            #expect(paths(try await f.get(root, HostBusNames.hostInterface, "Strategies")) == [strategy("keep"), strategy("change"), strategy("new-one")])
-            let config = try await f.get(strategy("change"), HostBusNames.strategyInterface, "Config")
+            #expect(paths(try await f.get(root, VigilAPI.hostInterface, "Strategies")) == [strategy("keep"), strategy("change"), strategy("new-one")])
+            let config = try await f.get(strategy("change"), VigilAPI.strategyInterface, "Config")
             #expect(config == HostBusValues.configTable(["name": .string("change"), "kind": .string("test-idle"), "holds": .string("y")]))
-            await #expect(throws: DBusError.self) { try await f.getAll(strategy("drop"), HostBusNames.strategyInterface) }
+            await #expect(throws: DBusError.self) { try await f.getAll(strategy("drop"), VigilAPI.strategyInterface) }
             #expect(await f.runtime.config.strategies.map(\.name) == ["keep", "change", "new-one"])
             #expect(await f.runtime.config.host.survivalInterval == .seconds(60), "[host] changes are not applied")
             let holds = await f.runtime.registry.active.map { "\($0.strategy)=\($0.holds)" }
@@ -481,8 +481,8 @@ private enum Build {
             await f.advance(1)
             await signals.wait(for: 9)
             let document = HostBusAPI.introspectionXML()
-            for (path, interface) in [(root, HostBusNames.hostInterface), (strategy("lease-script"), HostBusNames.strategyInterface),
-                                      (lease(1), HostBusNames.leaseInterface)] {
+            for (path, interface) in [(root, VigilAPI.hostInterface), (strategy("lease-script"), VigilAPI.strategyInterface),
+                                      (lease(1), VigilAPI.leaseInterface)] {
                 let xml = try await f.call(path, "org.freedesktop.DBus.Introspectable", "Introspect").argument(0, as: String.self)
                 let live = interfaceBlock(interface, in: xml)
                 #expect(live != nil && live == interfaceBlock(interface, in: document), "\(path)")
@@ -502,7 +502,7 @@ private func interfaceBlock(_ name: String, in xml: String) -> String? {
 }
 
 /// The rows of an array of structs, as field lists.
-private func rows(_ value: DBusValue) -> [[DBusValue]] {
+private func rows(_ value: BusValue) -> [[BusValue]] {
     guard case .array(_, let items) = value else { return [] }
     return items.map { if case .structure(let fields) = $0 { fields } else { [] } }
 }

@@ -4,6 +4,7 @@ import Testing
 import VigilDBus
 import VigilTestSupport
 @testable import VigilHost
+import VigilKit
 
 /// The host's own trouble (issue 12): a survival store that cannot be
 /// written is shown on the Host object and announced to ``HostRuntime/healthChanges()``
@@ -24,8 +25,8 @@ import VigilTestSupport
             let stream = await f.runtime.healthChanges()
             let watcher = Task { for await health in stream { seen.append(health) } }
             defer { watcher.cancel() }
-            #expect(try await f.get(HostBusNames.rootPath, HostBusNames.hostInterface, "StoreWritable") == .bool(true))
-            #expect(try await f.get(HostBusNames.rootPath, HostBusNames.hostInterface, "DroppedLogLines") == .uint64(0))
+            #expect(try await f.get(VigilAPI.rootPath, VigilAPI.hostInterface, "StoreWritable") == .bool(true))
+            #expect(try await f.get(VigilAPI.rootPath, VigilAPI.hostInterface, "DroppedLogLines") == .uint64(0))
 
             let filler = mountPoint + "/filler"
             #expect(try fillFilesystem(filler) > 0)
@@ -36,7 +37,7 @@ import VigilTestSupport
                 announced = await seen.wait(timeout: .seconds(2)) { $0.contains { $0.storeUnwritable != nil } }
             }
             #expect(announced, "no heartbeat failed on the full filesystem")
-            #expect(try await f.get(HostBusNames.rootPath, HostBusNames.hostInterface, "StoreWritable") == .bool(false))
+            #expect(try await f.get(VigilAPI.rootPath, VigilAPI.hostInterface, "StoreWritable") == .bool(false))
             let summary = await f.runtime.health().summary ?? ""
             #expect(summary.hasPrefix("survival store unwritable since ") && summary.contains("lost)"), "\(summary)")
 
@@ -51,7 +52,7 @@ import VigilTestSupport
                 }
             }
             #expect(cleared, "the store did not become writable again")
-            #expect(try await f.get(HostBusNames.rootPath, HostBusNames.hostInterface, "StoreWritable") == .bool(true))
+            #expect(try await f.get(VigilAPI.rootPath, VigilAPI.hostInterface, "StoreWritable") == .bool(true))
             #expect(await f.runtime.health().summary == nil)
         }
     }

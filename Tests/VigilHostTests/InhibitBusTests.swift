@@ -52,7 +52,7 @@ import VigilKit
             leases = await Self.inhibitLeases(f)
             #expect(leases.map(\.holds).sorted() == ["idle", "sleep"])
             let idle = try #require(leases.first { $0.holds == "idle" })
-            #expect(try await f.get(HostBusNames.leasePath(idle.id), HostBusNames.leaseInterface, "Kind") == .string("inhibit"))
+            #expect(try await f.get(VigilAPI.leasePath(idle.id), VigilAPI.leaseInterface, "Kind") == .string("inhibit"))
             #expect(cookie != idleCookie)
 
             // Another connection cannot end them, with the same answer as for no such cookie.

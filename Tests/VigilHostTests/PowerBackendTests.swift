@@ -21,14 +21,14 @@ final class LogindStandIn: @unchecked Sendable {
         }
     }
 
-    func call(_ connection: DBusConnection, _ member: String, _ args: [DBusValue] = [], test: Bool = false) async throws -> DBusMessage {
+    func call(_ connection: DBusConnection, _ member: String, _ args: [BusValue] = [], test: Bool = false) async throws -> DBusMessage {
         try await connection.call(
             destination: "org.freedesktop.login1", path: "/org/freedesktop/login1",
             interface: test ? "org.vigil.Test.LogindStandIn" : "org.freedesktop.login1.Manager",
             member: member, arguments: args)
     }
 
-    func inhibitors(_ connection: DBusConnection) async throws -> [DBusValue] {
+    func inhibitors(_ connection: DBusConnection) async throws -> [BusValue] {
         let reply = try await call(connection, "ListInhibitors")
         guard case .array(_, let items)? = reply.body.first else { return [] }
         return items

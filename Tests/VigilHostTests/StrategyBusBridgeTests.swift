@@ -35,7 +35,7 @@ import VigilKit
             }
             await bridge.attach(server: server, hostUID: getuid(), credentials: CallerCredentials(connection: host), limiter: limiter)
             signals = SignalRecorder(try await client.signals(matching: DBusMatchRule(
-                sender: await host.uniqueName, interface: HostBusNames.propertiesInterface, member: "PropertiesChanged")))
+                sender: await host.uniqueName, interface: VigilAPI.propertiesInterface, member: "PropertiesChanged")))
         }
 
         func stop() async {
@@ -46,8 +46,8 @@ import VigilKit
             await offPool { bus.stop() }
         }
 
-        func get(_ path: String, _ name: String) async throws -> DBusValue {
-            let reply = try await client.call(destination: await host.uniqueName, path: path, interface: HostBusNames.propertiesInterface,
+        func get(_ path: String, _ name: String) async throws -> BusValue {
+            let reply = try await client.call(destination: await host.uniqueName, path: path, interface: VigilAPI.propertiesInterface,
                                               member: "Get", arguments: [.string(Self.interfaceName), .string(name)], timeout: .seconds(10))
             guard case .variant(let value) = reply.body.first else { throw DBusError.failed("no variant") }
             return value

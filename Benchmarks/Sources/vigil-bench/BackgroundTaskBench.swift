@@ -126,7 +126,7 @@ func backgroundTaskBench(_ args: [String]) async throws {
                          halfEchoLease, beforeServer, halfEchoLease - beforeServer, lease.server, floorLease.server))
         }
     }
-    let messages = try await messagesPerLease(client, address: address, server: HostBusNames.busName)
+    let messages = try await messagesPerLease(client, address: address, server: VigilAPI.busName)
     let floorMessages = try await messagesPerLease(client, address: address, server: LeaseFloor.busName)
     print("  bus messages per lease: \(messages.signals) signals and 2 replies from vigild, 2 calls (echo pair: 2 calls, 2 replies), counted over \(messages.leases) leases")
     print("  the floor sent \(floorMessages.signals) signals per lease; one lease's signals \(floorMessages.lastLease == messages.lastLease ? "match vigild's" : "DIFFER from vigild's: \(floorMessages.lastLease) against \(messages.lastLease)")")
@@ -177,7 +177,7 @@ private func beginLatencyUnderReads(client: DBusConnection, address: String, ech
     let readerCount = 50
     // The 200 leases: client leases of another connection, ended by closing it.
     let holder = try await DBusConnection.connect(to: .address(address))
-    var heldFDs: [DBusFileDescriptor] = []
+    var heldFDs: [BusFileDescriptor] = []
     for i in 0..<200 {
         let reply = try await holder.call(BenchAPI.beginBackgroundTask(name: "bench hold \(i)", reason: "read-load lease \(i)", budgetMicros: 3_600_000_000))
         if case .unixFD(let fd) = reply.body.last { heldFDs.append(fd) }

@@ -11,7 +11,7 @@ struct BenchCall: Sendable {
     var path: String
     var interface: String
     var member: String
-    var arguments: [DBusValue]
+    var arguments: [BusValue]
 }
 
 enum BenchAPI {
@@ -20,7 +20,7 @@ enum BenchAPI {
 
     /// `Host.<method>` on vigild's root object; with `destination` the same
     /// call sent to another service (the echo reference).
-    static func host(_ method: String, _ arguments: [DBusValue] = [], destination: String = VigilAPI.busName) -> BenchCall {
+    static func host(_ method: String, _ arguments: [BusValue] = [], destination: String = VigilAPI.busName) -> BenchCall {
         BenchCall(destination: destination, path: VigilAPI.rootPath, interface: VigilAPI.hostInterface,
                   member: VigilAPI.host.method(method).name, arguments: arguments)
     }

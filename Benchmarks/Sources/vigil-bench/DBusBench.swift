@@ -134,7 +134,7 @@ func dbusAPIBench(_ args: [String]) async throws {
         """)
     defer { vigild.terminate(); vigild.waitUntilExit() }
     let holder = try await DBusConnection.connect(to: .address(address))
-    var heldFDs: [DBusFileDescriptor] = []
+    var heldFDs: [BusFileDescriptor] = []
     for i in 0..<leaseCount {
         let reply = try await holder.call(BenchAPI.beginBackgroundTask(
             name: "bench hold \(i)", reason: "benchmark lease \(i) of \(leaseCount)", budgetMicros: 3_600_000_000))
@@ -314,7 +314,7 @@ func processCPUSeconds() -> Double {
 
 /// Rough wire size of a body (strings and paths with their length and NUL,
 /// fixed-size values, 8-byte struct alignment).
-private func estimatedSize(_ values: [DBusValue]) -> Int {
+private func estimatedSize(_ values: [BusValue]) -> Int {
     values.reduce(0) { total, value in
         switch value {
         case let .string(s), let .objectPath(s), let .signature(s): total + 5 + s.utf8.count

@@ -247,7 +247,7 @@ actor BusFollowerStandIn {
         switch change {
         case .event(let event):
             switch event.kind {
-            case .acquired: leases[event.lease.id] = Followed(snapshot: event.lease, path: HostBusNames.leasePath(event.lease.id))
+            case .acquired: leases[event.lease.id] = Followed(snapshot: event.lease, path: VigilAPI.leasePath(event.lease.id))
             case .released, .expired: leases[event.lease.id] = nil
             default: return
             }

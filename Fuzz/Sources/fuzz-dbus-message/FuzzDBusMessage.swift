@@ -17,7 +17,7 @@ public func fuzzDBusMessage(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt 
     defer { dbus_message_unref(message) }
     let header = DBusMarshal.decodeHeader(message)
     _ = DBusMarshal.signature(of: message)
-    let body: [DBusValue]
+    let body: [BusValue]
     do {
         body = try DBusMarshal.decodeBody(message, maximumValues: DBusObjectServer.maximumCallValues)
     } catch {

@@ -61,7 +61,7 @@ final class CallerCredentials: Sendable {
     /// dropped and the name returned. Anything else (a peer's forged copy,
     /// a well-known name changing hands) changes nothing and returns nil.
     @discardableResult
-    func follow(nameOwnerChangedFrom sender: String?, body: [DBusValue]) -> String? {
+    func follow(nameOwnerChangedFrom sender: String?, body: [BusValue]) -> String? {
         guard let name = Self.vanishedName(sender: sender, body: body) else { return nil }
         known.withLock { _ = $0.removeValue(forKey: name) }
         return name
@@ -71,7 +71,7 @@ final class CallerCredentials: Sendable {
     /// signal came from the bus driver itself; nil otherwise. A peer can
     /// send vigild a unicast copy naming someone else: the connection drops
     /// those, and this check is kept as well.
-    static func vanishedName(sender: String?, body: [DBusValue]) -> String? {
+    static func vanishedName(sender: String?, body: [BusValue]) -> String? {
         guard sender == DBusConnection.busDriverName, body.count == 3, case .string(let name) = body[0],
               case .string(let newOwner) = body[2], name.hasPrefix(":"), newOwner.isEmpty else { return nil }
         return name

@@ -18,7 +18,7 @@ struct APIMethodHandler: Sendable {
 
     /// On the connection's queue, at once: the handler must not wait
     /// (reads of state published behind a lock).
-    static func immediate(_ handler: @escaping @Sendable (DBusMethodCall) throws -> [DBusValue]) -> Self {
+    static func immediate(_ handler: @escaping @Sendable (DBusMethodCall) throws -> [BusValue]) -> Self {
         Self { .immediate($0, in: $1, out: $2, handler) }
     }
 
@@ -64,14 +64,14 @@ extension DBusInterface {
         let interface = DBusInterface(
             api.name,
             methods: api.methods.compactMap { method in
-                methods[method.name].map { $0.make(method.name, method.inArguments.map(DBusArgument.init), method.outArguments.map(DBusArgument.init)) }
+                methods[method.name].map { $0.make(method.name, method.inArguments, method.outArguments) }
             },
             properties: api.properties.compactMap { property in
                 properties[property.name].map {
-                    $0.make(property.name, property.signature, DBusProperty.Access(property.access), DBusProperty.EmitsChange(property.emitsChange))
+                    $0.make(property.name, property.signature, property.access, property.emitsChange)
                 }
             },
-            signals: api.signals.map { DBusSignal($0.name, arguments: $0.arguments.map(DBusArgument.init)) }
+            signals: api.signals.map { DBusSignal($0.name, arguments: $0.arguments) }
         )
         // With every declared member bound (checked above), what the
         // object server validates depends on `api` alone: check each
@@ -109,17 +109,4 @@ extension DBusInterface {
         self.init(api: api, methods: Dictionary(uniqueKeysWithValues: api.methods.map { ($0.name, method) }),
                   properties: Dictionary(uniqueKeysWithValues: api.properties.map { ($0.name, getter) }))
     }
-}
-
-extension DBusArgument {
-    init(_ argument: BusArgument) { self.init(argument.name, argument.signature) }
-}
-
-// The SDK's enums spell their cases as the annotation values, like VigilDBus's.
-extension DBusProperty.Access {
-    init(_ access: APIProperty.Access) { self = Self(rawValue: access.rawValue) ?? .read }
-}
-
-extension DBusProperty.EmitsChange {
-    init(_ emitsChange: APIProperty.EmitsChange) { self = Self(rawValue: emitsChange.rawValue) ?? .true }
 }

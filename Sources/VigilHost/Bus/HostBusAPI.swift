@@ -49,7 +49,7 @@ public actor HostBusAPI {
         init(snapshot: LeaseSnapshot, kind: String) {
             self.snapshot = snapshot
             self.kind = kind
-            self.path = HostBusNames.leasePath(snapshot.id)
+            self.path = VigilAPI.leasePath(snapshot.id)
         }
 
         /// Takes `status`; returns the path to announce (changed in place:
@@ -66,9 +66,9 @@ public actor HostBusAPI {
         var strategies: [String: StrategyEntry] = [:]
         var leases: [LeaseID: LeaseEntry] = [:]
         /// Encoded on the first read after a change.
-        var strategyPaths: DBusValue?
-        var strategyRows: DBusValue?
-        var leasePaths: DBusValue?
+        var strategyPaths: BusValue?
+        var strategyRows: BusValue?
+        var leasePaths: BusValue?
         var leaseRows: DBusPreparedBody?
         /// The highest lease id whose object was exported.
         var highestShownLease: UInt64 = 0
@@ -168,9 +168,9 @@ public actor HostBusAPI {
             try await server.emitPropertiesChanged(path: path, interface: interface, values: values)
         }
         self.limiter = limiter
-        try await server.addObjectManager(at: HostBusNames.rootPath)
+        try await server.addObjectManager(at: VigilAPI.rootPath)
         await services.strategyBus.attach(server: server, hostUID: hostUID, credentials: credentials, limiter: limiter)
-        try await server.export(HostBusNames.rootPath, interfaces: [HostBusInterfaces.host(self)])
+        try await server.export(VigilAPI.rootPath, interfaces: [HostBusInterfaces.host(self)])
         published.withLock { $0.server = server }
         for status in await services.supervisor.statuses where status.state != .stopped {
             try await addStrategy(status, on: server)
@@ -264,19 +264,19 @@ public actor HostBusAPI {
         }
     }
 
-    nonisolated func strategyPaths() -> DBusValue {
+    nonisolated func strategyPaths() -> BusValue {
         published.withLock { state in
             if let cached = state.strategyPaths { return cached }
-            let paths = DBusValue.array(elementSignature: "o", state.strategyOrder.map { .objectPath(HostBusNames.strategyPath($0)) })
+            let paths = BusValue.array(elementSignature: "o", state.strategyOrder.map { .objectPath(VigilAPI.strategyPath($0)) })
             state.strategyPaths = paths
             return paths
         }
     }
 
-    nonisolated func leasePaths() -> DBusValue {
+    nonisolated func leasePaths() -> BusValue {
         published.withLock { state in
             if let cached = state.leasePaths { return cached }
-            let paths = DBusValue.array(elementSignature: "o", state.leases.keys.sorted().map { .objectPath(HostBusNames.leasePath($0)) })
+            let paths = BusValue.array(elementSignature: "o", state.leases.keys.sorted().map { .objectPath(VigilAPI.leasePath($0)) })
             state.leasePaths = paths
             return paths
         }
@@ -292,7 +292,7 @@ public actor HostBusAPI {
         }
     }
 
-    nonisolated func strategyRows() -> DBusValue {
+    nonisolated func strategyRows() -> BusValue {
         published.withLock { state in
             if let cached = state.strategyRows { return cached }
             let rows = Self.strategyRows(order: state.strategyOrder, state.strategies)
@@ -301,35 +301,35 @@ public actor HostBusAPI {
         }
     }
 
-    static func leaseRows(_ leases: [LeaseID: LeaseEntry]) -> DBusValue {
-        HostBusValues.rows(leases.keys.sorted().compactMap { id -> LeaseRow? in
+    static func leaseRows(_ leases: [LeaseID: LeaseEntry]) -> BusValue {
+        LeaseRow.array(leases.keys.sorted().compactMap { id -> LeaseRow? in
             guard let entry = leases[id] else { return nil }
             let lease = entry.snapshot
             return LeaseRow(
-                path: HostBusNames.leasePath(id), id: id.rawValue, strategy: lease.strategy, kind: entry.kind,
+                path: VigilAPI.leasePath(id), id: id.rawValue, strategy: lease.strategy, kind: entry.kind,
                 holds: lease.holds, reason: lease.reason, acquiredAt: UInt64(clamping: lease.acquiredWallMicros),
                 deadline: HostBusValues.deadlineWallMicros(lease), renewals: UInt32(clamping: lease.renewals),
                 state: lease.state.rawValue)
         })
     }
 
-    static func strategyRows(order strategyOrder: [String], _ strategies: [String: StrategyEntry]) -> DBusValue {
-        HostBusValues.rows(strategyOrder.compactMap { name -> StrategyRow? in
+    static func strategyRows(order strategyOrder: [String], _ strategies: [String: StrategyEntry]) -> BusValue {
+        StrategyRow.array(strategyOrder.compactMap { name -> StrategyRow? in
             guard let status = strategies[name]?.status else { return nil }
-            return StrategyRow(path: HostBusNames.strategyPath(name), name: name, kind: status.kind, state: status.state.rawValue,
+            return StrategyRow(path: VigilAPI.strategyPath(name), name: name, kind: status.kind, state: status.state.rawValue,
                                restarts: UInt32(clamping: status.restarts), lastError: status.lastError ?? "")
         })
     }
 
     /// `Survival`: runs that started at or after `since` (0: all), newest first.
-    nonisolated func survivalRows(since: UInt64) throws -> DBusValue {
+    nonisolated func survivalRows(since: UInt64) throws -> BusValue {
         let runs: [RunSummary]
         do {
             runs = try survival.runs(startedSince: Int64(clamping: since))
         } catch {
             throw DBusError.failed("cannot read the survival log: \(error)")
         }
-        return HostBusValues.rows(runs.map(RunRow.init))
+        return RunRow.array(runs.map(RunRow.init))
     }
 
     // MARK: following the host
@@ -339,7 +339,7 @@ public actor HostBusAPI {
     private func follow(_ event: LeaseEvent) async {
         guard let server else { return }
         let id = event.lease.id
-        let path = HostBusNames.leasePath(id)
+        let path = VigilAPI.leasePath(id)
         do {
             switch event.kind {
             case .failed:
@@ -400,12 +400,12 @@ public actor HostBusAPI {
     /// status and disappears after the `stopped` one.
     private func follow(_ status: StrategyStatus) async {
         guard let server else { return }
-        let path = HostBusNames.strategyPath(status.name)
+        let path = VigilAPI.strategyPath(status.name)
         do {
             guard var entry = strategies[status.name] else {
                 guard status.state != .stopped else { return }
                 try await addStrategy(status, on: server)
-                try await server.emitPropertiesChanged(path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, properties: ["Strategies"])
+                try await server.emitPropertiesChanged(path: VigilAPI.rootPath, interface: VigilAPI.hostInterface, properties: ["Strategies"])
                 try await emit("StrategyStateChanged", [.objectPath(path), .string(status.state.rawValue), .string(status.lastError ?? "")])
                 return
             }
@@ -419,7 +419,7 @@ public actor HostBusAPI {
             guard !changed.isEmpty else { return }
             entry.status = status
             strategies[status.name] = entry
-            try await server.emitPropertiesChanged(path: path, interface: HostBusNames.strategyInterface, properties: changed)
+            try await server.emitPropertiesChanged(path: path, interface: VigilAPI.strategyInterface, properties: changed)
             if old.state != status.state || old.lastError != status.lastError {
                 try await emit("StrategyStateChanged", [.objectPath(path), .string(status.state.rawValue), .string(status.lastError ?? "")])
             }
@@ -428,7 +428,7 @@ public actor HostBusAPI {
                 strategyOrder.removeAll { $0 == status.name }
                 try await server.unexport(path)
                 await services.strategyBus.strategyUnexported(status.name)
-                try await server.emitPropertiesChanged(path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, properties: ["Strategies"])
+                try await server.emitPropertiesChanged(path: VigilAPI.rootPath, interface: VigilAPI.hostInterface, properties: ["Strategies"])
             }
         } catch {
             log.warning("cannot publish the state of strategy \(status.name) on D-Bus: \(error)")
@@ -439,7 +439,7 @@ public actor HostBusAPI {
         let config = await services.configuredStrategy(status.name)?.values ?? [:]
         strategies[status.name] = StrategyEntry(status: status, config: config)
         strategyOrder.append(status.name)
-        try await server.export(HostBusNames.strategyPath(status.name), interfaces: [HostBusInterfaces.strategy(self, name: status.name)])
+        try await server.export(VigilAPI.strategyPath(status.name), interfaces: [HostBusInterfaces.strategy(self, name: status.name)])
         await services.strategyBus.strategyExported(status.name)
     }
 
@@ -464,8 +464,8 @@ public actor HostBusAPI {
             published.withLock { $0.highestShownLease = max($0.highestShownLease, lease.id.rawValue) }
             resumeShowWaiters(lease.id)
         }
-        try await server.apply([.export(path: HostBusNames.leasePath(lease.id), interfaces: interfaces)] + changes)
-        await limiter?.track(HostBusNames.leasePath(lease.id), interface: interfaces[0], startsInterval: false)
+        try await server.apply([.export(path: VigilAPI.leasePath(lease.id), interfaces: interfaces)] + changes)
+        await limiter?.track(VigilAPI.leasePath(lease.id), interface: interfaces[0], startsInterval: false)
     }
 
     /// A client lease's life-cycle event, on the registry as it is published
@@ -485,7 +485,7 @@ public actor HostBusAPI {
         let log = self.log
         published.withLock { state in
             guard let server = state.server else { return }
-            let path = HostBusNames.leasePath(id)
+            let path = VigilAPI.leasePath(id)
             let changes: [DBusObjectServer.Change]
             switch event.kind {
             case .acquired:
@@ -521,13 +521,13 @@ public actor HostBusAPI {
     /// A lease's budget ran out: its State, the Host's signal, and a client
     /// lease's own Expiring.
     private static func leaseExpiringChanges(_ event: LeaseEvent, path: String) -> [DBusObjectServer.Change] {
-        let remaining = DBusValue.uint64(remainingMicros(event))
+        let remaining = BusValue.uint64(remainingMicros(event))
         var changes: [DBusObjectServer.Change] = [
-            .propertiesChanged(path: path, interface: HostBusNames.leaseInterface, properties: ["State"]),
+            .propertiesChanged(path: path, interface: VigilAPI.leaseInterface, properties: ["State"]),
             Self.hostSignal("LeaseExpiring", [.objectPath(path), remaining]),
         ]
         if event.lease.strategy == ClientLeases.strategyName {
-            changes.append(.emit(path: path, interface: HostBusNames.clientLeaseInterface, signal: "Expiring", arguments: [remaining]))
+            changes.append(.emit(path: path, interface: VigilAPI.clientLeaseInterface, signal: "Expiring", arguments: [remaining]))
         }
         return changes
     }
@@ -538,13 +538,13 @@ public actor HostBusAPI {
     /// them (``announceLeases(_:)``).
     private static func leaseEndChanges(_ event: LeaseEvent, path: String) -> [DBusObjectServer.Change] {
         var changes: [DBusObjectServer.Change] = [
-            .propertiesChangedValues(path: path, interface: HostBusNames.leaseInterface,
+            .propertiesChangedValues(path: path, interface: VigilAPI.leaseInterface,
                                      values: [(name: "State", value: .string(event.lease.state.rawValue))]),
         ]
         if event.kind == .expired {
             changes.append(Self.hostSignal("LeaseExpired", [.objectPath(path), .bool(event.forced)]))
             if event.lease.strategy == ClientLeases.strategyName {
-                changes.append(.emit(path: path, interface: HostBusNames.clientLeaseInterface, signal: "Expired"))
+                changes.append(.emit(path: path, interface: VigilAPI.clientLeaseInterface, signal: "Expired"))
             }
         } else {
             changes.append(Self.hostSignal("LeaseReleased", [.objectPath(path), .string(event.detail)]))
@@ -606,7 +606,7 @@ public actor HostBusAPI {
             let path = state.leases.values[index].path
             let log = self.log
             server.applyQueued([
-                .propertiesChanged(path: path, interface: HostBusNames.leaseInterface, properties: ["Deadline", "Renewals"]),
+                .propertiesChanged(path: path, interface: VigilAPI.leaseInterface, properties: ["Deadline", "Renewals"]),
                 Self.hostSignal("LeaseRenewed", [.objectPath(path), .uint64(HostBusValues.deadlineWallMicros(lease))]),
             ]) { error in
                 log.warning("cannot publish lease \(id) renewed on D-Bus: \(error)")
@@ -640,18 +640,18 @@ public actor HostBusAPI {
         for waiter in waiters { waiter.resume() }
     }
 
-    private func emit(_ signal: String, _ arguments: [DBusValue]) async throws {
+    private func emit(_ signal: String, _ arguments: [BusValue]) async throws {
         try await server?.apply([Self.hostSignal(signal, arguments)])
     }
 
     /// A signal of the Host interface on the root object.
-    private static func hostSignal(_ signal: String, _ arguments: [DBusValue]) -> DBusObjectServer.Change {
-        .emit(path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, signal: signal, arguments: arguments)
+    private static func hostSignal(_ signal: String, _ arguments: [BusValue]) -> DBusObjectServer.Change {
+        .emit(path: VigilAPI.rootPath, interface: VigilAPI.hostInterface, signal: signal, arguments: arguments)
     }
 
     /// PropertiesChanged of Host properties on the root object.
     private static func hostPropertiesChanged(_ properties: [String]) -> DBusObjectServer.Change {
-        .propertiesChanged(path: HostBusNames.rootPath, interface: HostBusNames.hostInterface, properties: properties)
+        .propertiesChanged(path: VigilAPI.rootPath, interface: VigilAPI.hostInterface, properties: properties)
     }
 }
 

@@ -6,7 +6,7 @@ extension ClientLeaseError {
 }
 
 extension HostBusAPI {
-    nonisolated func beginBackgroundTask(_ call: DBusMethodCall) async throws -> [DBusValue] {
+    nonisolated func beginBackgroundTask(_ call: DBusMethodCall) async throws -> [BusValue] {
         let name = try call.argument(0, as: String.self)
         let reason = try call.argument(1, as: String.self)
         let budget = try call.argument(2, as: UInt64.self)
@@ -29,12 +29,12 @@ extension HostBusAPI {
         }
         // libdbus duplicates the fd into the reply; this copy closes with
         // the value, so only the client's copies keep the lease's pipe open.
-        let fd = DBusFileDescriptor(owning: granted.fd)
+        let fd = BusFileDescriptor(owning: granted.fd)
         // The reply names the lease object: it must exist first, so the
         // client can call End or Renew at once. The registry's observer
         // (``showClientLeaseEvent(_:)``) queued its export on the connection
         // as the lease began, ahead of this reply.
-        return [.objectPath(HostBusNames.leasePath(granted.lease.id)), .unixFD(fd)]
+        return [.objectPath(VigilAPI.leasePath(granted.lease.id)), .unixFD(fd)]
     }
 
     nonisolated func endClientLease(_ id: LeaseID, _ call: DBusMethodCall) async throws {

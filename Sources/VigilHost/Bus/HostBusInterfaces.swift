@@ -87,7 +87,7 @@ enum HostBusInterfaces {
     // MARK: Strategy
 
     static func strategy(_ api: HostBusAPI?, name: String) -> DBusInterface {
-        func read(_ value: @escaping @Sendable (HostBusAPI.StrategyEntry) -> DBusValue) -> APIPropertyGetter {
+        func read(_ value: @escaping @Sendable (HostBusAPI.StrategyEntry) -> BusValue) -> APIPropertyGetter {
             .immediate { [weak api] in
                 guard let api else { throw gone() }
                 guard let entry = api.strategy(named: name) else {
@@ -107,7 +107,7 @@ enum HostBusInterfaces {
                 guard let value = api.services.costs.cost(of: name).properties[field] else {
                     throw DBusError.failed("\(field) is not a field of StrategyCostRow")
                 }
-                return HostBusValues.bus(value)
+                return value
             }
         }
         let costs = Dictionary(uniqueKeysWithValues: StrategyCostRow.fields.map { ($0.name, cost($0.name)) })
@@ -132,7 +132,7 @@ enum HostBusInterfaces {
     /// getter reads the lease whose object path it is given, so exporting a
     /// lease makes no getters of its own (thousands of leases come and go).
     static func lease(_ api: HostBusAPI?) -> DBusInterface {
-        func read(_ value: @escaping @Sendable (borrowing HostBusAPI.LeaseEntry) -> DBusValue) -> APIPropertyGetter {
+        func read(_ value: @escaping @Sendable (borrowing HostBusAPI.LeaseEntry) -> BusValue) -> APIPropertyGetter {
             .immediateAt { [weak api] path in try readEntry(api, path, value) }
         }
         return DBusInterface(
@@ -175,7 +175,7 @@ enum HostBusInterfaces {
     /// Renew, the owner's identity, and the Expiring/Expired signals. One
     /// value for every client lease object, like ``lease(_:)``.
     static func clientLease(_ api: HostBusAPI?) -> DBusInterface {
-        func read(_ value: @escaping @Sendable (ClientIdentity) -> DBusValue) -> APIPropertyGetter {
+        func read(_ value: @escaping @Sendable (ClientIdentity) -> BusValue) -> APIPropertyGetter {
             .immediateAt { [weak api] path in
                 guard let client = try readEntry(api, path, { $0.snapshot.client }) else {
                     throw DBusError.unknownObject("the lease at \(ClientText.excerpt(path)) was not begun by a D-Bus client")

@@ -4,16 +4,16 @@ import VigilKit
 /// Conversions from host values to the D-Bus values of docs/dbus-api.md.
 public enum HostBusValues {
     /// A strategy's TOML table as `a{sv}`.
-    public static func configTable(_ table: [String: ConfigValue]) -> DBusValue {
+    public static func configTable(_ table: [String: ConfigValue]) -> BusValue {
         .dict(keySignature: "s", valueSignature: "v", table.keys.sorted().map { key in
-            DBusDictEntry(key: .string(key), value: .variant(config(table[key] ?? .table([:]))))
+            BusDictEntry(key: .string(key), value: .variant(config(table[key] ?? .table([:]))))
         })
     }
 
     /// One TOML value: strings `s`, integers `x`, floats `d`, booleans `b`,
     /// date-times `s` (their TOML text), arrays `av` (TOML arrays may mix
     /// types), tables `a{sv}`.
-    public static func config(_ value: ConfigValue) -> DBusValue {
+    public static func config(_ value: ConfigValue) -> BusValue {
         switch value {
         case .string(let s): .string(s)
         case .integer(let i): .int64(i)
@@ -26,16 +26,16 @@ public enum HostBusValues {
     }
 
     /// A lease's live status as `a{sv}`, keys sorted.
-    public static func status(_ status: [String: StatusValue]) -> DBusValue {
+    public static func status(_ status: [String: StatusValue]) -> BusValue {
         .dict(keySignature: "s", valueSignature: "v", status.keys.sorted().map { key in
-            let value: DBusValue = switch status[key] ?? .string("") {
+            let value: BusValue = switch status[key] ?? .string("") {
             case .string(let v): .string(v)
             case .int(let v): .int64(v)
             case .uint(let v): .uint64(v)
             case .double(let v): .double(v)
             case .bool(let v): .bool(v)
             }
-            return DBusDictEntry(key: .string(key), value: .variant(value))
+            return BusDictEntry(key: .string(key), value: .variant(value))
         })
     }
 

@@ -101,7 +101,7 @@ actor InhibitBusBridge {
         return InhibitCaller(owner: call.sender, uid: uid, pid: pid, executable: InhibitCaller.executable(of: pid))
     }
 
-    func inhibit(_ call: DBusMethodCall, source: InhibitSource, what: [String]) async throws -> [DBusValue] {
+    func inhibit(_ call: DBusMethodCall, source: InhibitSource, what: [String]) async throws -> [BusValue] {
         let app = try call.argument(0, as: String.self)
         let reason = try call.argument(1, as: String.self)
         do {
@@ -113,7 +113,7 @@ actor InhibitBusBridge {
         }
     }
 
-    func uninhibit(_ call: DBusMethodCall) async throws -> [DBusValue] {
+    func uninhibit(_ call: DBusMethodCall) async throws -> [BusValue] {
         do {
             try await inhibits.uninhibit(try call.argument(0, as: UInt32.self), caller: call.sender)
         } catch let error as ClientLeaseError {
@@ -125,7 +125,7 @@ actor InhibitBusBridge {
     /// The portal backend's Inhibit: flags 4 (suspend) hold `sleep`, 8
     /// (idle) hold `idle`; 1 (logout) and 2 (user switch) are recorded (no
     /// service here could block them). The Request object at `handle` ends it.
-    func portalInhibit(_ call: DBusMethodCall) async throws -> [DBusValue] {
+    func portalInhibit(_ call: DBusMethodCall) async throws -> [BusValue] {
         guard case .objectPath(let handle) = call.arguments[0] else { throw DBusError.invalidArgs("handle must be an object path") }
         let appID = try call.argument(1, as: String.self)
         let flags = try call.argument(3, as: UInt32.self)
@@ -173,7 +173,7 @@ actor InhibitBusBridge {
 
     /// CreateMonitor: a Session that reports the session running and the
     /// screensaver inactive once; vigild has no session state to change.
-    func createMonitor(_ call: DBusMethodCall) async throws -> [DBusValue] {
+    func createMonitor(_ call: DBusMethodCall) async throws -> [BusValue] {
         guard case .objectPath(let session) = call.arguments[1] else { throw DBusError.invalidArgs("session_handle must be an object path") }
         guard sessions[session] == nil, requests[session] == nil, session.hasPrefix("/org/freedesktop/portal/desktop/session/") else {
             throw DBusError.invalidArgs("the session handle must be a new path under /org/freedesktop/portal/desktop/session/")
@@ -193,8 +193,8 @@ actor InhibitBusBridge {
             try? await server.emit(path: InhibitBusNames.portalPath, interface: InhibitBusNames.portalInterface, signal: "StateChanged", arguments: [
                 .objectPath(session),
                 .dict(keySignature: "s", valueSignature: "v", [
-                    DBusDictEntry(key: .string("screensaver-active"), value: .variant(.bool(false))),
-                    DBusDictEntry(key: .string("session-state"), value: .variant(.uint32(1))),
+                    BusDictEntry(key: .string("screensaver-active"), value: .variant(.bool(false))),
+                    BusDictEntry(key: .string("session-state"), value: .variant(.uint32(1))),
                 ]),
             ])
         }

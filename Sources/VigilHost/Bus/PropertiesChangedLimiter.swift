@@ -56,7 +56,7 @@ struct AnnouncementPace {
 /// objects' `Status` and the child objects strategies export.
 actor PropertiesChangedLimiter {
     /// Sends the signal for `values` of `interface` at `path`.
-    typealias Announce = @Sendable (_ path: String, _ interface: String, _ values: [(name: String, value: DBusValue)]) async throws -> Void
+    typealias Announce = @Sendable (_ path: String, _ interface: String, _ values: [(name: String, value: BusValue)]) async throws -> Void
 
     private struct Object {
         var interface: DBusInterface
@@ -142,7 +142,7 @@ actor PropertiesChangedLimiter {
         objects[path] = object
         guard !names.isEmpty else { return }
         do {
-            var values: [(name: String, value: DBusValue)] = []
+            var values: [(name: String, value: BusValue)] = []
             for name in names {
                 guard let getter = object.interface.property(named: name)?.getter else { continue }
                 values.append((name, try await getter(path)))

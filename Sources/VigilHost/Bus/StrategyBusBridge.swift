@@ -100,7 +100,7 @@ public actor StrategyBusBridge {
         do { try declaration.validate() } catch { throw BusMethodError.invalidArgs("cannot register \(interface): \(error)") }
         // Replace an earlier registration: take it off the object first.
         if addedInterfaces[strategy]?.contains(interface) == true, let server {
-            try? await server.removeInterfaces([interface], at: HostBusNames.strategyPath(strategy))
+            try? await server.removeInterfaces([interface], at: VigilAPI.strategyPath(strategy))
             addedInterfaces[strategy]?.remove(interface)
         }
         registrations[strategy, default: [:]][interface] = declaration
@@ -109,7 +109,7 @@ public actor StrategyBusBridge {
 
     func exportObject(strategy: String, relativePath: String, interface: String, properties: [BusProperty],
                       values: [String: BusValue]) async throws -> String {
-        let path = HostBusNames.strategyPath(strategy) + "/" + relativePath
+        let path = VigilAPI.strategyPath(strategy) + "/" + relativePath
         guard DBusObjectPath.isValid(path) else { throw BusMethodError.invalidArgs("\"\(path)\" is not a valid object path") }
         guard children[path] == nil else { throw BusMethodError.invalidArgs("an object is already exported at \(path)") }
         do { try VigilAPI.interface(named: interface)?.check(properties) } catch { throw BusMethodError.invalidArgs("cannot export \(path): \(error)") }
@@ -154,11 +154,11 @@ public actor StrategyBusBridge {
     private func exportChild(_ path: String) async {
         guard let server, let child = children[path], !child.exported else { return }
         let properties = child.properties.map { p in
-            DBusProperty(p.name, signature: p.signature, emitsChange: DBusProperty.EmitsChange(p.emitsChange)) { [weak self] in
+            DBusProperty(p.name, signature: p.signature, emitsChange: p.emitsChange) { [weak self] in
                 guard let self, let value = self.value(path: path, property: p.name) else {
                     throw DBusError.unknownObject("\(path) is gone")
                 }
-                return HostBusValues.bus(value)
+                return value
             }
         }
         do {
@@ -176,7 +176,7 @@ public actor StrategyBusBridge {
     /// Makes the interfaces on a strategy's object match its registrations.
     private func syncInterfaces(_ strategy: String) async {
         guard let server, exportedStrategies.contains(strategy) else { return }
-        let path = HostBusNames.strategyPath(strategy)
+        let path = VigilAPI.strategyPath(strategy)
         let wanted = registrations[strategy] ?? [:]
         let present = addedInterfaces[strategy] ?? []
         let stale = present.subtracting(wanted.keys)
@@ -209,8 +209,8 @@ public actor StrategyBusBridge {
         DBusInterface(interface, methods: methods.map { method in
             DBusMethod(
                 method.name,
-                in: method.inArguments.map { DBusArgument($0.name, $0.signature) },
-                out: method.outArguments.map { DBusArgument($0.name, $0.signature) }
+                in: method.inArguments,
+                out: method.outArguments
             ) { [weak bridge] call in
                 guard let bridge else { throw DBusError.failed("vigild's D-Bus API is shutting down") }
                 let (hostUID, credentials) = try await bridge.caller()
@@ -218,12 +218,8 @@ public actor StrategyBusBridge {
                 if method.mutating {
                     try HostBusAPI.requireMayMutate(callerUID: uid, hostUID: hostUID, method: "\(interface).\(method.name)")
                 }
-                let arguments = try call.arguments.map { value throws(DBusError) in
-                    guard let converted = HostBusValues.bus(value) else {
-                        throw DBusError.invalidArgs("argument of type \(value.signature) is not supported by \(interface).\(method.name)")
-                    }
-                    return converted
-                }
+                // Already checked against the method's declared arguments.
+                let arguments = call.arguments
                 let results: [BusValue]
                 do {
                     results = try await method.handler(arguments, BusCaller(sender: call.sender, uid: uid))
@@ -234,7 +230,7 @@ public actor StrategyBusBridge {
                 } catch {
                     throw DBusError.failed("\(error)")
                 }
-                return results.map { HostBusValues.bus($0) }
+                return results
             }
         })
     }
@@ -245,7 +241,7 @@ struct BridgedStrategyBus: StrategyBus {
     let bridge: StrategyBusBridge
     let strategy: String
 
-    var objectPath: String { HostBusNames.strategyPath(strategy) }
+    var objectPath: String { VigilAPI.strategyPath(strategy) }
 
     func register(interface: String, methods: [BusMethod]) async throws {
         try await bridge.register(strategy: strategy, interface: interface, methods: methods)

@@ -65,9 +65,9 @@ public struct LogindPowerBackend: PowerBackend {
     public static let busyRetryBound: Duration = .seconds(30)
     static let busyRetryPause: Duration = .milliseconds(100)
 
-    func inhibit(_ hold: PowerHold, who: String, why: String) async throws -> DBusFileDescriptor {
+    func inhibit(_ hold: PowerHold, who: String, why: String) async throws -> BusFileDescriptor {
         let reply: DBusMessage
-        let arguments: [DBusValue] = [.string(hold.what.joined(separator: ":")), .string(who), .string(why), .string(hold.mode)]
+        let arguments: [BusValue] = [.string(hold.what.joined(separator: ":")), .string(who), .string(why), .string(hold.mode)]
         let clock = SystemClock()
         let started = clock.now
         let giveUp = started + Self.busyRetryBound
@@ -89,7 +89,7 @@ public struct LogindPowerBackend: PowerBackend {
                 throw PowerBackendError("logind refused Inhibit(\(hold.what.joined(separator: ":")), \(hold.mode))\(after): \(error)")
             }
         }
-        guard let first = reply.body.first, let fd = try? DBusFileDescriptor.decode(first) else {
+        guard let first = reply.body.first, let fd = try? BusFileDescriptor.decode(first) else {
             throw PowerBackendError("logind's Inhibit reply carried no file descriptor (signature \(reply.body.map(\.signature).joined()))")
         }
         return fd
@@ -103,9 +103,9 @@ actor LogindToken: PowerToken {
     let hold: PowerHold
     let who: String
     let why: String
-    private var fd: DBusFileDescriptor?
+    private var fd: BusFileDescriptor?
 
-    init(backend: LogindPowerBackend, hold: PowerHold, who: String, why: String, fd: DBusFileDescriptor) {
+    init(backend: LogindPowerBackend, hold: PowerHold, who: String, why: String, fd: BusFileDescriptor) {
         self.backend = backend
         self.hold = hold
         self.who = who
@@ -145,7 +145,7 @@ extension LogindPowerBackend {
         let signals = try await connection.signals(matching: DBusMatchRule(
             sender: Self.busName, path: Self.path, interface: Self.interface, member: "PrepareForSleep"))
         let delay = PowerHold(what: ["sleep"], mode: "delay")
-        var lock: DBusFileDescriptor? = try await inhibit(delay, who: who, why: why)
+        var lock: BusFileDescriptor? = try await inhibit(delay, who: who, why: why)
         return Task {
             for await signal in signals {
                 guard let starting = try? signal.argument(0, as: Bool.self) else { continue }

@@ -70,7 +70,7 @@ public struct StrategyServices: Sendable {
     /// Builds the persistent record store for a strategy.
     public var store: @Sendable (_ strategy: String) -> any StrategyStore = { _ in MemoryStrategyStore() }
     /// Builds the D-Bus face of a strategy.
-    public var bus: @Sendable (_ strategy: String) -> any StrategyBus = { name in DetachedStrategyBus(objectPath: HostBusNames.strategyPath(name)) }
+    public var bus: @Sendable (_ strategy: String) -> any StrategyBus = { name in DetachedStrategyBus(objectPath: VigilAPI.strategyPath(name)) }
     /// Where a strategy reports its network bytes (StrategyContext.cost).
     public var cost: @Sendable (_ strategy: String) -> any CostRecording = { _ in UncountedCost() }
     /// Called each time a run of a strategy ends (to take down what it exported).

@@ -1,11 +1,3 @@
-/// Identifies a lease for the life of the host process.
-public struct LeaseID: Hashable, Sendable, Comparable, CustomStringConvertible {
-    public var rawValue: UInt64
-    public init(_ rawValue: UInt64) { self.rawValue = rawValue }
-    public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }
-    public var description: String { String(rawValue) }
-}
-
 /// The life cycle of a lease.
 public enum LeaseState: String, Sendable, Hashable, CaseIterable {
     /// Held; if it has a budget, the deadline is in the future.

@@ -1,3 +1,7 @@
+// The API contract (VigilAPI: interfaces, rows, BusValue, LeaseID) is part
+// of what a plugin sees: `import VigilKit` brings it.
+@_exported import VigilAPI
+
 /// The VigilKit SDK: what a keep-alive strategy plugin sees of the Vigil host.
 ///
 /// A plugin is a dynamic library named `libvigil-<kind>.so` that exports the C
@@ -19,7 +23,7 @@ public enum VigilSDK {
     /// be loaded next to. Bump it on every change to a public type's layout or
     /// a protocol's requirements.
     @_alwaysEmitIntoClient
-    public static var version: UInt32 { 3 }
+    public static var version: UInt32 { 4 }
 
     /// First four bytes of a plugin header: "VIGL" little-endian.
     @_alwaysEmitIntoClient

@@ -76,3 +76,45 @@ import VigilKit
         }
     }
 }
+
+/// The Host's properties, replies and signals as rows: each row is the
+/// contract's declaration, field for field, so a client decoding with them
+/// reads what vigild sends.
+@Suite struct APIMessageTests {
+    static func shape<Row: APIRow>(_ row: Row.Type) -> [String] { Row.fields.map { "\($0.name) \($0.signature)" } }
+    static func shape(_ arguments: [BusArgument]) -> [String] { arguments.map { "\($0.name) \($0.signature)" } }
+
+    @Test func hostRowIsEveryHostProperty() {
+        #expect(Self.shape(HostRow.self) == VigilAPI.host.properties.map { "\($0.name) \($0.signature)" })
+    }
+
+    @Test func repliesAndSignalsAreTheDeclaredArguments() {
+        #expect(Self.shape(ReloadReply.self) == Self.shape(VigilAPI.host.method("Reload").outArguments))
+        let signals: [(String, [String])] = [
+            ("LeaseAcquired", Self.shape(LeaseAcquiredSignal.self)), ("LeaseRenewed", Self.shape(LeaseRenewedSignal.self)),
+            ("LeaseExpiring", Self.shape(LeaseExpiringSignal.self)), ("LeaseExpired", Self.shape(LeaseExpiredSignal.self)),
+            ("LeaseReleased", Self.shape(LeaseReleasedSignal.self)), ("StrategyStateChanged", Self.shape(StrategyStateChangedSignal.self)),
+        ]
+        for (member, shape) in signals {
+            #expect(shape == Self.shape(VigilAPI.host.signal(member).arguments), "\(member)")
+        }
+        #expect(HostSignal.members == VigilAPI.host.signals.map(\.name))
+    }
+
+    @Test func signalsDecodeByMemberAndRefuseAnotherShape() throws {
+        var acquired = LeaseAcquiredSignal()
+        acquired.lease = "/org/vigil/Vigil1/Lease/3"
+        acquired.strategy = "client"
+        acquired.holds = "sleep"
+        #expect(try HostSignal(member: "LeaseAcquired", body: acquired.arguments) == .leaseAcquired(acquired))
+        #expect(try HostSignal(member: "SomethingElse", body: []) == nil)
+        #expect(throws: APIDecodingError.self) { try HostSignal(member: "LeaseReleased", body: acquired.arguments) }
+        let reply = try ReloadReply(arguments: [.bool(true), .array(elementSignature: "s", [.string("strategy \"a\" added")])])
+        #expect(reply.applied && reply.messages == ["strategy \"a\" added"])
+        // GetAll's values come in variants.
+        var host = HostRow()
+        host.version = "1.2"
+        host.leases = ["/org/vigil/Vigil1/Lease/1"]
+        #expect(try HostRow(properties: host.properties.mapValues { .variant($0) }) == host)
+    }
+}

@@ -1,103 +1,10 @@
+@_exported import VigilAPI
 import CDBusShim
 import Glibc
 
-/// One value of the D-Bus type system, with enough information to know its
-/// exact signature (including the element type of an empty array).
-///
-/// Only the containers are `indirect` (boxed): a string or a number is held
-/// inline, so building a value allocates nothing beyond its String or
-/// Array storage. With the whole enum indirect, every string and number
-/// of every message cost a heap box of its own.
-public enum DBusValue: Sendable, Equatable, CustomStringConvertible {
-    case byte(UInt8)
-    case bool(Bool)
-    case int16(Int16)
-    case uint16(UInt16)
-    case int32(Int32)
-    case uint32(UInt32)
-    case int64(Int64)
-    case uint64(UInt64)
-    case double(Double)
-    case string(String)
-    case objectPath(String)
-    case signature(String)
-    case unixFD(DBusFileDescriptor)
-    /// An array whose elements all have `elementSignature` (one complete type).
-    indirect case array(elementSignature: String, [DBusValue])
-    /// A dictionary (`a{kv}`) kept in wire order; keys must be a basic type.
-    indirect case dict(keySignature: String, valueSignature: String, [DBusDictEntry])
-    case structure([DBusValue])
-    indirect case variant(DBusValue)
-
-    /// The D-Bus signature of this value (one complete type).
-    public var signature: String {
-        switch self {
-        case .byte: "y"
-        case .bool: "b"
-        case .int16: "n"
-        case .uint16: "q"
-        case .int32: "i"
-        case .uint32: "u"
-        case .int64: "x"
-        case .uint64: "t"
-        case .double: "d"
-        case .string: "s"
-        case .objectPath: "o"
-        case .signature: "g"
-        case .unixFD: "h"
-        case let .array(element, _): "a" + element
-        case let .dict(key, value, _): "a{" + key + value + "}"
-        case let .structure(fields): "(" + fields.map(\.signature).joined() + ")"
-        case .variant: "v"
-        }
-    }
-
-    public static func == (lhs: DBusValue, rhs: DBusValue) -> Bool {
-        switch (lhs, rhs) {
-        case let (.byte(a), .byte(b)): a == b
-        case let (.bool(a), .bool(b)): a == b
-        case let (.int16(a), .int16(b)): a == b
-        case let (.uint16(a), .uint16(b)): a == b
-        case let (.int32(a), .int32(b)): a == b
-        case let (.uint32(a), .uint32(b)): a == b
-        case let (.int64(a), .int64(b)): a == b
-        case let (.uint64(a), .uint64(b)): a == b
-        case let (.double(a), .double(b)): a == b || (a.isNaN && b.isNaN)
-        case let (.string(a), .string(b)): a == b
-        case let (.objectPath(a), .objectPath(b)): a == b
-        case let (.signature(a), .signature(b)): a == b
-        case let (.unixFD(a), .unixFD(b)): a === b
-        case let (.array(sa, a), .array(sb, b)): sa == sb && a == b
-        case let (.dict(ka, va, a), .dict(kb, vb, b)): ka == kb && va == vb && a == b
-        case let (.structure(a), .structure(b)): a == b
-        case let (.variant(a), .variant(b)): a == b
-        default: false
-        }
-    }
-
-    public var description: String {
-        switch self {
-        case let .byte(v): "byte \(v)"
-        case let .bool(v): "\(v)"
-        case let .int16(v): "int16 \(v)"
-        case let .uint16(v): "uint16 \(v)"
-        case let .int32(v): "int32 \(v)"
-        case let .uint32(v): "uint32 \(v)"
-        case let .int64(v): "int64 \(v)"
-        case let .uint64(v): "uint64 \(v)"
-        case let .double(v): "\(v)"
-        case let .string(v): "\"\(v)\""
-        case let .objectPath(v): "objpath \(v)"
-        case let .signature(v): "signature \(v)"
-        case let .unixFD(v): v.description
-        case let .array(_, items): "[" + items.map(\.description).joined(separator: ", ") + "]"
-        case let .dict(_, _, entries):
-            "{" + entries.map { "\($0.key): \($0.value)" }.joined(separator: ", ") + "}"
-        case let .structure(fields): "(" + fields.map(\.description).joined(separator: ", ") + ")"
-        case let .variant(v): "<\(v)>"
-        }
-    }
-
+/// What libdbus checks, in Swift first: a value it would abort on is an
+/// error here instead.
+extension BusValue {
     /// Checks everything libdbus would otherwise abort the process on:
     /// strings (UTF-8, no NUL), object paths, signatures, and that array and
     /// dictionary contents match their declared element signatures.
@@ -163,16 +70,6 @@ public enum DBusValue: Sendable, Equatable, CustomStringConvertible {
         case let .variant(inner):
             try inner.validate(depth: depth + 1)
         }
-    }
-}
-
-/// One entry of a `DBusValue.dict`.
-public struct DBusDictEntry: Sendable, Equatable {
-    public var key: DBusValue
-    public var value: DBusValue
-    public init(key: DBusValue, value: DBusValue) {
-        self.key = key
-        self.value = value
     }
 }
 

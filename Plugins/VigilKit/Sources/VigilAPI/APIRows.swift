@@ -57,7 +57,7 @@ extension APIRow {
     public init(properties: [String: BusValue]) throws(APIDecodingError) {
         self.init()
         for field in Self.fields {
-            guard let value = properties[field.name] else { throw APIDecodingError("\(Self.self) lacks \(field.name)") }
+            guard let value = properties[field.name]?.unwrapped else { throw APIDecodingError("\(Self.self) lacks \(field.name)") }
             guard field.decode(&self, value) else {
                 throw APIDecodingError("\(Self.self).\(field.name) should be \(field.signature), got \(value.signature)")
             }
@@ -102,6 +102,12 @@ extension Double: APIFieldValue {
     public init?(busValue: BusValue) { guard case .double(let v) = busValue else { return nil }; self = v }
 }
 
+extension Bool: APIFieldValue {
+    public static var busSignature: String { "b" }
+    public var busValue: BusValue { .bool(self) }
+    public init?(busValue: BusValue) { guard case .bool(let v) = busValue else { return nil }; self = v }
+}
+
 /// One field of a row: its name, signature and how it is read from and
 /// written to the row.
 public struct APIField<Row>: Sendable {
@@ -127,6 +133,26 @@ public struct APIField<Row>: Sendable {
         APIField(name: name, signature: "o", encode: { .objectPath($0[keyPath: keyPath]) }, decode: { row, value in
             guard case .objectPath(let path) = value else { return false }
             row[keyPath: keyPath] = path
+            return true
+        })
+    }
+
+    /// An array of strings (`as`), or of object paths (`ao`) with `objectPaths`.
+    public static func strings(_ name: String, _ keyPath: WritableKeyPath<Row, [String]> & Sendable, objectPaths: Bool = false) -> APIField {
+        let element = objectPaths ? "o" : "s"
+        return APIField(name: name, signature: "a" + element, encode: { row in
+            .array(elementSignature: element, row[keyPath: keyPath].map { objectPaths ? .objectPath($0) : .string($0) })
+        }, decode: { row, value in
+            guard case .array(element, let items) = value else { return false }
+            var strings: [String] = []
+            strings.reserveCapacity(items.count)
+            for item in items {
+                switch item {
+                case .string(let text) where !objectPaths, .objectPath(let text) where objectPaths: strings.append(text)
+                default: return false
+                }
+            }
+            row[keyPath: keyPath] = strings
             return true
         })
     }

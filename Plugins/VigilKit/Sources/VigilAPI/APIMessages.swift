@@ -1,0 +1,147 @@
+/// The Host object's properties, its replies and its signals as rows of
+/// the contract (``APIRow``): what a client decodes them into, with the
+/// field names and signatures the contract declares (``VigilAPI/host``).
+/// A row decodes a reply or a signal from its body taken as one struct
+/// (``APIRow/init(arguments:)``); `APIRowTests` checks each against the
+/// declaration.
+
+/// Every property of `org.vigil.Vigil1.Host` (`GetAll`).
+public struct HostRow: APIRow {
+    public var version = ""
+    public var runId = ""
+    /// Microseconds since the Unix epoch.
+    public var startedAt: UInt64 = 0
+    public var survivalSeconds: UInt64 = 0
+    public var powerBackend = ""
+    public var powerBackendReason = ""
+    public var wakeClock = ""
+    public var wakeClockReason = ""
+    public var canWakeSystem = false
+    public var configPath = ""
+    /// False while vigild cannot write its survival store.
+    public var storeWritable = true
+    /// Log lines vigild could not write since it started.
+    public var droppedLogLines: UInt64 = 0
+    /// The strategy objects' paths.
+    public var strategies: [String] = []
+    /// The active leases' object paths.
+    public var leases: [String] = []
+
+    public init() {}
+
+    public static let fields: [APIField<HostRow>] = [
+        APIField("Version", \.version), APIField("RunId", \.runId), APIField("StartedAt", \.startedAt),
+        APIField("SurvivalSeconds", \.survivalSeconds), APIField("PowerBackend", \.powerBackend),
+        APIField("PowerBackendReason", \.powerBackendReason), APIField("WakeClock", \.wakeClock),
+        APIField("WakeClockReason", \.wakeClockReason), APIField("CanWakeSystem", \.canWakeSystem),
+        APIField("ConfigPath", \.configPath), APIField("StoreWritable", \.storeWritable),
+        APIField("DroppedLogLines", \.droppedLogLines),
+        .strings("Strategies", \.strategies, objectPaths: true), .strings("Leases", \.leases, objectPaths: true),
+    ]
+}
+
+/// `Host.Reload`'s reply.
+public struct ReloadReply: APIRow {
+    /// Whether the new config was applied (false: it was refused, nothing changed).
+    public var applied = false
+    /// What changed, or why the config was refused.
+    public var messages: [String] = []
+    public init() {}
+    public static let fields: [APIField<ReloadReply>] = [APIField("applied", \.applied), .strings("messages", \.messages)]
+}
+
+/// `Host.LeaseAcquired`.
+public struct LeaseAcquiredSignal: APIRow {
+    public var lease = ""
+    public var strategy = ""
+    public var holds = ""
+    public init() {}
+    public static let fields: [APIField<LeaseAcquiredSignal>] = [.objectPath("lease", \.lease), APIField("strategy", \.strategy), APIField("holds", \.holds)]
+}
+
+/// `Host.LeaseRenewed`: the lease's new deadline (µs since the epoch).
+public struct LeaseRenewedSignal: APIRow {
+    public var lease = ""
+    public var deadline: UInt64 = 0
+    public init() {}
+    public static let fields: [APIField<LeaseRenewedSignal>] = [.objectPath("lease", \.lease), APIField("deadline", \.deadline)]
+}
+
+/// `Host.LeaseExpiring`: the expiration handler runs; the grace left.
+public struct LeaseExpiringSignal: APIRow {
+    public var lease = ""
+    public var remainingUsec: UInt64 = 0
+    public init() {}
+    public static let fields: [APIField<LeaseExpiringSignal>] = [.objectPath("lease", \.lease), APIField("remaining_usec", \.remainingUsec)]
+}
+
+/// `Host.LeaseExpired`: `forced` when the handler overran its grace.
+public struct LeaseExpiredSignal: APIRow {
+    public var lease = ""
+    public var forced = false
+    public init() {}
+    public static let fields: [APIField<LeaseExpiredSignal>] = [.objectPath("lease", \.lease), APIField("forced", \.forced)]
+}
+
+/// `Host.LeaseReleased`.
+public struct LeaseReleasedSignal: APIRow {
+    public var lease = ""
+    public var reason = ""
+    public init() {}
+    public static let fields: [APIField<LeaseReleasedSignal>] = [.objectPath("lease", \.lease), APIField("reason", \.reason)]
+}
+
+/// `Host.StrategyStateChanged`.
+public struct StrategyStateChangedSignal: APIRow {
+    public var strategy = ""
+    public var state = ""
+    public var lastError = ""
+    public init() {}
+    public static let fields: [APIField<StrategyStateChangedSignal>] = [
+        .objectPath("strategy", \.strategy), APIField("state", \.state), APIField("last_error", \.lastError),
+    ]
+}
+
+/// A signal of the Host interface, decoded by its member name.
+public enum HostSignal: Sendable, Equatable {
+    case leaseAcquired(LeaseAcquiredSignal)
+    case leaseRenewed(LeaseRenewedSignal)
+    case leaseExpiring(LeaseExpiringSignal)
+    case leaseExpired(LeaseExpiredSignal)
+    case leaseReleased(LeaseReleasedSignal)
+    case strategyStateChanged(StrategyStateChangedSignal)
+
+    /// The signal `member` with arguments `body`; nil for a member the
+    /// contract does not declare. Throws when the arguments are not the
+    /// declared ones.
+    public init?(member: String, body: [BusValue]) throws(APIDecodingError) {
+        switch member {
+        case "LeaseAcquired": self = .leaseAcquired(try LeaseAcquiredSignal(arguments: body))
+        case "LeaseRenewed": self = .leaseRenewed(try LeaseRenewedSignal(arguments: body))
+        case "LeaseExpiring": self = .leaseExpiring(try LeaseExpiringSignal(arguments: body))
+        case "LeaseExpired": self = .leaseExpired(try LeaseExpiredSignal(arguments: body))
+        case "LeaseReleased": self = .leaseReleased(try LeaseReleasedSignal(arguments: body))
+        case "StrategyStateChanged": self = .strategyStateChanged(try StrategyStateChangedSignal(arguments: body))
+        default: return nil
+        }
+    }
+
+    /// The member names this type decodes, as the contract declares them.
+    public static let members = ["LeaseAcquired", "LeaseRenewed", "LeaseExpiring", "LeaseExpired", "LeaseReleased", "StrategyStateChanged"]
+}
+
+extension APIRow {
+    /// The row of a reply's or a signal's arguments, taken in order as one struct.
+    public init(arguments: [BusValue]) throws(APIDecodingError) {
+        guard arguments.count == Self.fields.count else {
+            throw APIDecodingError("expected \(Self.self)'s \(Self.fields.count) arguments (\(Self.fields.map(\.signature).joined())), got \(arguments.map(\.signature).joined())")
+        }
+        try self.init(busValue: .structure(arguments))
+    }
+
+    /// The row as arguments, in order (a reply's or a signal's body).
+    public var arguments: [BusValue] {
+        guard case .structure(let fields) = busValue else { return [] }
+        return fields
+    }
+}
