@@ -62,13 +62,17 @@ public struct LogindPowerBackend: PowerBackend {
     /// in progress, and the longest pause between tries. logind finishes the
     /// operation when the resume is complete, normally well within a second;
     /// the bound only stops a stuck logind from holding a caller forever.
+    /// It is awake time (``AwakeClock``): a try that meets a suspend just
+    /// starting waits through the whole sleep, and on the boottime clock a
+    /// minute asleep used up the bound, so the first answer after the
+    /// resume failed the lease (seen in the systemd guest under load).
     public static let busyRetryBound: Duration = .seconds(30)
     static let busyRetryPause: Duration = .milliseconds(100)
 
     func inhibit(_ hold: PowerHold, who: String, why: String) async throws -> BusFileDescriptor {
         let reply: DBusMessage
         let arguments: [BusValue] = [.string(hold.what.joined(separator: ":")), .string(who), .string(why), .string(hold.mode)]
-        let clock = SystemClock()
+        let clock = AwakeClock()
         let started = clock.now
         let giveUp = started + Self.busyRetryBound
         var pause: Duration = .milliseconds(20)
