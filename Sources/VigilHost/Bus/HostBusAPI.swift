@@ -130,7 +130,7 @@ public actor HostBusAPI {
     private var limiter: PropertiesChangedLimiter?
     /// The freedesktop inhibit names and objects, when served.
     private var inhibitBridge: InhibitBusBridge?
-    private let survival: HostBusSurvivalReader
+    private let survival: SurvivalRunReader
     let log: StrategyLogger
 
     public init(services: HostBusServices, connection: DBusConnection, hostUID: UInt32) {
@@ -138,7 +138,7 @@ public actor HostBusAPI {
         self.connection = connection
         self.hostUID = hostUID
         self.credentials = CallerCredentials(connection: connection)
-        self.survival = HostBusSurvivalReader(path: services.store.path)
+        self.survival = SurvivalRunReader(path: services.store.path)
         self.log = StrategyLogger(source: "dbus", sink: services.logSink)
     }
 

@@ -46,8 +46,8 @@ public actor HostRuntime {
     private var metricsListener: MetricsListener?
     private let readings: @Sendable () -> ClockReadings
     private var background: [Task<Void, Never>] = []
-    /// Lease events received and not yet written to the survival log.
-    private let unrecordedLeaseEvents: UnrecordedLeaseEvents
+    /// Writes lease events to the survival log.
+    private let leaseEvents: LeaseEventWriter
     /// Sees each system resume and records what woke the system.
     private var resumeWatcher: ResumeWatcher?
     private var stopped = false
@@ -116,7 +116,7 @@ public actor HostRuntime {
         let logSink = MetadataLogSink(env.logSink, metadata: ["run": .string(runId)])
         self.logSink = logSink
         self.readings = env.readings
-        self.unrecordedLeaseEvents = UnrecordedLeaseEvents(readings: env.readings)
+        self.leaseEvents = LeaseEventWriter(store: store, readings: env.readings)
         self.store = store
         self.began = began
         self.runId = runId
@@ -226,105 +226,39 @@ public actor HostRuntime {
         }
     }
 
-    /// The least time between two writes of lease events to the survival log.
-    static let leaseEventWriteGap: Duration = .milliseconds(50)
-
+    /// Starts the survival log's writers: the heartbeat and the lease events.
     private func startBackground() async {
-        let interval = config.host.survivalInterval
-        let scheduler = self.scheduler
-        let clock = self.clock
-        let store = self.store
-        let registry = self.registry
-        let readings = self.readings
         let log = StrategyLogger(source: "vigild", sink: logSink)
-        let releasePages = config.host.releaseStartupPages
-        // The heartbeat is a wake request like any other, on a fixed grid from
-        // the start of the run so that coalescing never makes it drift.
-        background.append(Task {
-            let start = clock.now
-            var k: Int64 = 1
-            var outageReported = false
-            var eventsLost = 0
-            var lastEventLossNotice: VigilInstant?
-            let tolerance = min(interval / 10, .seconds(5))
-            while !Task.isCancelled {
-                let target = start + interval * Int(k)
-                do {
-                    _ = try await scheduler.wake(WakeRequest(earliest: target - tolerance, latest: target, label: "survival heartbeat"))
-                } catch { return }
-                let leases = await registry.active.map {
-                    HeartbeatLease(id: $0.id.rawValue, strategy: $0.strategy, holds: $0.holds, state: $0.state.rawValue)
-                }
-                let outage = await store.unwritableState
-                do {
-                    let now = readings()
-                    try await store.heartbeat(now, leases: leases, costs: self.costs.all())
-                    // The sequence, not the slot k: slots skip across a suspend.
-                    let seq = await store.lastSequence ?? 0
-                    log.debug("heartbeat \(seq) written (\(leases.count) active lease\(leases.count == 1 ? "" : "s"))")
-                    outageReported = false
-                    if let outage, outage.failedHeartbeats > 0 {
-                        await self.publishHealth()
-                        let seconds = Duration.microseconds(now.monotonicMicros - outage.lastWritten.monotonicMicros)
-                        log.notice("survival store writable again after \(seconds.vigilDescription) (\(outage.failedWrites) writes lost); the gap is recorded as store-unwritable")
-                    } else if let outage {
-                        // Only events were lost (the WAL's checkpoint gave
-                        // heartbeats room again): no hole in the timeline.
-                        // Said at most once a minute, as it can repeat at
-                        // every heartbeat while the disk stays nearly full.
-                        eventsLost += outage.failedWrites
-                        if lastEventLossNotice.map({ clock.now - $0 >= .seconds(60) }) ?? true {
-                            log.notice("survival store nearly full: \(eventsLost) event write\(eventsLost == 1 ? "" : "s") lost; heartbeats were not interrupted")
-                            lastEventLossNotice = clock.now
-                            eventsLost = 0
-                        }
+        let registry = self.registry, costs = self.costs
+        let heartbeat = HeartbeatWriter(
+            store: store, interval: config.host.survivalInterval, scheduler: scheduler, clock: clock, readings: readings, log: log,
+            sources: HeartbeatWriter.Sources(
+                activeLeases: {
+                    await registry.active.map {
+                        HeartbeatLease(id: $0.id.rawValue, strategy: $0.strategy, holds: $0.holds, state: $0.state.rawValue)
                     }
-                } catch let error as SurvivalStoreError where error.code == .unwritable {
-                    // Once per outage: it lasts until space is freed.
-                    if !outageReported {
-                        log.error("\(error); heartbeats resume when it is writable again")
-                        await self.publishHealth()
-                    }
-                    outageReported = true
-                } catch {
-                    log.error("cannot write heartbeat: \(error)")
-                }
-                await self.writeMetricsTextfile()
-                if k == 1 && releasePages {
-                    // The first heartbeat ran one-time work (type metadata,
-                    // GRDB's statement cache, lazy bindings): drop the code
-                    // it touched too; later heartbeats fault back only what
-                    // they use.
-                    let released = StartupPages.release()
-                    log.debug("released first-heartbeat pages: RSS \(released.residentBeforeKiB / 1024) MB -> \(released.residentAfterKiB / 1024) MB")
-                }
-                // After a stall or suspend, continue with the next future slot.
-                let elapsed = clock.now - start
-                k = max(k + 1, Int64(elapsed / interval) + 1)
-            }
-        })
-        // Lease events go to the survival log's event table. The registry
-        // hands each to `pending` as it publishes it (no task wakes per
-        // event). Each write is one transaction synced to the disk, and
-        // writes start at most every `leaseEventWriteGap`: the events that
-        // arrive meanwhile go together in the next one. A steady stream of
-        // leases (a client beginning and ending a thousand a second) costs
-        // twenty syncs a second, not two per lease, and never waits for
-        // them; an event reaches the disk within that gap and its write.
-        let pending = unrecordedLeaseEvents
-        await registry.observe(pending)
-        background.append(Task {
-            var lastWrite: ContinuousClock.Instant?
-            for await _ in pending.arrivals {
-                if let lastWrite, ContinuousClock.now < lastWrite + Self.leaseEventWriteGap {
-                    // Cancelled at shutdown: the sleep ends at once, this
-                    // batch is written, and the stream ends the loop.
-                    try? await Task.sleep(until: lastWrite + Self.leaseEventWriteGap, clock: .continuous)
-                }
-                lastWrite = .now
-                try? await store.recordEvents(pending.take())
-            }
-        })
+                },
+                costs: { costs.all() },
+                healthChanged: { [weak self] in await self?.publishHealth() },
+                afterBeat: { [weak self] first in await self?.afterHeartbeat(first: first) }))
+        background.append(Task { await heartbeat.run() })
+        await registry.observe(leaseEvents.observer)
+        let leaseEvents = self.leaseEvents
+        background.append(Task { await leaseEvents.run() })
+    }
+
+    /// After each heartbeat: the metrics textfile; after the first, the
+    /// code pages only start-up touched.
+    private func afterHeartbeat(first: Bool) async {
+        await writeMetricsTextfile()
+        if first && config.host.releaseStartupPages {
+            // The first heartbeat ran one-time work (type metadata,
+            // GRDB's statement cache, lazy bindings): drop the code
+            // it touched too; later heartbeats fault back only what
+            // they use.
+            let released = StartupPages.release()
+            StrategyLogger(source: "vigild", sink: logSink).debug("released first-heartbeat pages: RSS \(released.residentBeforeKiB / 1024) MB -> \(released.residentAfterKiB / 1024) MB")
+        }
     }
 
     /// Watches for resumes (see ``ResumeWatcher``); without the timerfd the
@@ -435,7 +369,6 @@ public actor HostRuntime {
         resumeWatcher?.invalidate()
         for task in background { task.cancel() }
         for task in background { await task.value }
-        try? await store.recordEvents(unrecordedLeaseEvents.take())
         metricsListener?.stop()
         // Log lines that could not be written (stderr full or closed) are
         // counted in the survival log, which outlives the lost lines.
@@ -449,41 +382,6 @@ public actor HostRuntime {
         // The last textfile says the run stopped.
         await writeMetricsTextfile()
         log.notice("run \(runId) ended: \(reason.rawValue)")
-    }
-}
-
-/// Lease events not yet written to the survival log's event table. The
-/// registry shows each event to it as it publishes it (statuses are not
-/// logged); `arrivals` says, at most once per batch, that some wait.
-private final class UnrecordedLeaseEvents: LeaseObserver {
-    private let events = Lock<[SurvivalStore.Event]>([])
-    private let readings: @Sendable () -> ClockReadings
-    private let arrived: AsyncStream<Void>.Continuation
-    /// Yields when events arrived since the writer last took them.
-    let arrivals: AsyncStream<Void>
-
-    init(readings: @escaping @Sendable () -> ClockReadings) {
-        self.readings = readings
-        (arrivals, arrived) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
-    }
-
-    func observe(_ event: LeaseEvent) {
-        var fields = ["lease": String(event.lease.id.rawValue), "holds": event.lease.holds]
-        if !event.detail.isEmpty { fields["detail"] = event.detail }
-        if event.forced { fields["forced"] = "true" }
-        let recorded = SurvivalStore.Event("lease-\(event.kind.rawValue)", strategy: event.lease.strategy, fields: fields, readings: readings())
-        events.withLock { $0.append(recorded) }
-        arrived.yield()
-    }
-
-    func observeStatus(of lease: LeaseID, strategy: String, _ status: [String: StatusValue]) {}
-
-    /// Every waiting event, oldest first; none wait afterwards.
-    func take() -> [SurvivalStore.Event] {
-        events.withLock { events in
-            defer { events = [] }
-            return events
-        }
     }
 }
 
