@@ -1,15 +1,22 @@
 import Foundation
+import ServiceLifecycle
 import VigilKit
 
 /// The running host: one lease registry, one wake scheduler, one survival
 /// store, and the supervisor running the configured strategies.
 ///
 /// `start` opens the store and begins a run (classifying an unclean previous
-/// run as killed or rebooted), starts the heartbeat and the strategies;
-/// `reload` re-reads the config and applies strategy differences;
-/// `shutdown` stops strategies in reverse start order, releases every lease,
-/// and writes the final heartbeat and a clean end.
-public actor HostRuntime {
+/// run as killed or rebooted) and starts the strategies; `reload` re-reads
+/// the config and applies strategy differences.
+///
+/// The rest is services in one `ServiceGroup` (vigild's, or a test's), whose
+/// order is the stop order reversed: ``backgroundServices()`` (the lease
+/// events, the heartbeat, the metrics listener, the resume watcher), then
+/// the runtime itself, a `Service` whose graceful shutdown stops the
+/// strategies in reverse start order and releases every lease. After the
+/// group has stopped, ``finish(reason:)`` writes the final heartbeat and the
+/// end of the run.
+public actor HostRuntime: Service {
     /// The config in effect: the one started with, then each applied reload.
     public private(set) var config: VigilConfig
     /// The config file (fixed for the life of the run).
@@ -45,12 +52,17 @@ public actor HostRuntime {
     /// The `[metrics] listen` endpoint, when configured.
     private var metricsListener: MetricsListener?
     private let readings: @Sendable () -> ClockReadings
+    /// `[host] survival_interval` (a `[host]` key: fixed for the run).
+    private nonisolated let survivalInterval: Duration
     private var background: [Task<Void, Never>] = []
     /// Writes lease events to the survival log.
     private let leaseEvents: LeaseEventWriter
     /// Sees each system resume and records what woke the system.
     private var resumeWatcher: ResumeWatcher?
+    /// The strategies are stopping or stopped (``run()`` was shut down).
     private var stopped = false
+    /// ``finish(reason:)`` ran.
+    private var finished = false
     /// Resolves kinds on reload: the loader that resolved the first config,
     /// so a kind's library is never registered twice.
     private let plugins: PluginLoader
@@ -116,6 +128,7 @@ public actor HostRuntime {
         let logSink = MetadataLogSink(env.logSink, metadata: ["run": .string(runId)])
         self.logSink = logSink
         self.readings = env.readings
+        self.survivalInterval = config.host.survivalInterval
         self.leaseEvents = LeaseEventWriter(store: store, readings: env.readings)
         self.store = store
         self.began = began
@@ -168,7 +181,7 @@ public actor HostRuntime {
         let host = HostRuntime(config: config, env: env, store: store, began: began, runId: runId, startedWallMicros: startReadings.wallMicros)
         await host.startCosts()
         await host.startMetrics(listener: listener)
-        await host.startBackground()
+        await host.registry.observe(host.leaseEvents.observer)
         await host.followStrategyErrors()
         await host.startResumeWatch(startBoottimeMicros: startReadings.boottimeMicros)
         await host.clientLeases.start()
@@ -226,12 +239,16 @@ public actor HostRuntime {
         }
     }
 
-    /// Starts the survival log's writers: the heartbeat and the lease events.
-    private func startBackground() async {
+    /// The services that keep the run's record and watch the system, in start
+    /// order: the lease events, the heartbeat, the metrics listener and the
+    /// resume watcher. List them before the runtime itself in the group, so
+    /// that they stop after it: the lease events and costs of the stopping
+    /// strategies are still written.
+    public nonisolated func backgroundServices() -> [ServiceGroupConfiguration.ServiceConfiguration] {
         let log = StrategyLogger(source: "vigild", sink: logSink)
         let registry = self.registry, costs = self.costs
         let heartbeat = HeartbeatWriter(
-            store: store, interval: config.host.survivalInterval, scheduler: scheduler, clock: clock, readings: readings, log: log,
+            store: store, interval: survivalInterval, scheduler: scheduler, clock: clock, readings: readings, log: log,
             sources: HeartbeatWriter.Sources(
                 activeLeases: {
                     await registry.active.map {
@@ -241,10 +258,23 @@ public actor HostRuntime {
                 costs: { costs.all() },
                 healthChanged: { [weak self] in await self?.publishHealth() },
                 afterBeat: { [weak self] first in await self?.afterHeartbeat(first: first) }))
-        background.append(Task { await heartbeat.run() })
-        await registry.observe(leaseEvents.observer)
-        let leaseEvents = self.leaseEvents
-        background.append(Task { await leaseEvents.run() })
+        // The writers end only when the wake scheduler fails (the heartbeat)
+        // or at shutdown: a heartbeat that ends early leaves the host running,
+        // as a missing heartbeat is what the survival log is there to show.
+        return [
+            .init(service: leaseEvents, successTerminationBehavior: .ignore, serviceName: "survival lease events"),
+            .init(service: heartbeat, successTerminationBehavior: .ignore, serviceName: "survival heartbeat"),
+            .init(service: StopAtShutdown("metrics listener") { [weak self] in await self?.stopMetricsListener() }, serviceName: "metrics listener"),
+            .init(service: StopAtShutdown("resume watcher") { [weak self] in await self?.stopResumeWatch() }, serviceName: "resume watcher"),
+        ]
+    }
+
+    private func stopMetricsListener() {
+        metricsListener?.stop()
+    }
+
+    private func stopResumeWatch() {
+        resumeWatcher?.invalidate()
     }
 
     /// After each heartbeat: the metrics textfile; after the first, the
@@ -352,24 +382,41 @@ public actor HostRuntime {
         StoreEvents(store: store, strategy: source, readings: readings, log: StrategyLogger(source: source, sink: logSink))
     }
 
-    /// Stops strategies (reverse start order), releases every lease, writes
-    /// the final heartbeat and a clean end. Idempotent.
-    public func shutdown(reason: RunEndReason = .stopped) async {
+    /// Runs until the group shuts down gracefully (or the task is
+    /// cancelled), then stops the strategies.
+    public func run() async {
+        try? await gracefulShutdown()
+        await stopStrategies()
+    }
+
+    /// Stops strategies (reverse start order), each given its stop timeout,
+    /// and releases every lease (the client leases and the apps' inhibits
+    /// too). Then no strategy status or lease change follows: their streams
+    /// end, so the D-Bus API can show the last of them before it closes.
+    private func stopStrategies() async {
         guard !stopped else { return }
         stopped = true
         let log = StrategyLogger(source: "vigild", sink: logSink)
         log.notice("shutting down")
         await clientLeases.refuseNewLeases()
         await supervisor.stopAll()
+        await supervisor.endChanges()
         await conditions.stop()
         await registry.releaseEverything(detail: "host shutting down")
         await clientLeases.stop()
         await inhibits.stop()
-        await clock.settleIfManual()
-        resumeWatcher?.invalidate()
+        await registry.endChanges()
         for task in background { task.cancel() }
         for task in background { await task.value }
-        metricsListener?.stop()
+    }
+
+    /// Ends the run once its services (the group) have stopped: counts the log lines that
+    /// could not be written, writes the final heartbeat and the end of the run
+    /// (`reason`), and a last metrics textfile. Idempotent.
+    public func finish(reason: RunEndReason = .stopped) async {
+        guard !finished else { return }
+        finished = true
+        let log = StrategyLogger(source: "vigild", sink: logSink)
         // Log lines that could not be written (stderr full or closed) are
         // counted in the survival log, which outlives the lost lines.
         let dropped = await health().droppedLogLines
@@ -382,13 +429,6 @@ public actor HostRuntime {
         // The last textfile says the run stopped.
         await writeMetricsTextfile()
         log.notice("run \(runId) ended: \(reason.rawValue)")
-    }
-}
-
-extension VigilClock {
-    /// Lets a test clock's woken tasks finish; nothing for the real clock.
-    func settleIfManual() async {
-        if let manual = self as? ManualClock { await manual.settle() }
     }
 }
 
