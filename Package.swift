@@ -79,6 +79,8 @@ let package = Package(
                 .product(name: "TOMLKit", package: "TOMLKit"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
+                // ServiceLifecycle comes with VigilKit: it is linked into
+                // libVigilKit.so (see Plugins/VigilKit/Package.swift).
             ],
             swiftSettings: strict
         ),

@@ -12,6 +12,13 @@
 //
 // The SDK's test kit, VigilKitTesting, is the package in VigilKitTesting/
 // beside this file: it depends on this package's VigilKit product.
+//
+// swift-service-lifecycle (vigild is a ServiceGroup of services) depends on
+// swift-log, so it is linked here too, for the same reason: a host target
+// that depended on it directly would link a second copy of Logging into
+// vigild. VigilKit itself does not import it (a plugin built against the
+// installed SDK needs no ServiceLifecycle module); the host imports the
+// module and finds its code in libVigilKit.so.
 import PackageDescription
 
 let package = Package(
@@ -24,10 +31,20 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.16.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
     ],
     targets: [
         .target(name: "VigilAPI", path: "Sources/VigilAPI"),
-        .target(name: "VigilKit", dependencies: ["VigilAPI", .product(name: "Logging", package: "swift-log"), "CVigilKitSanitizer"], path: "Sources/VigilKit"),
+        .target(
+            name: "VigilKit",
+            dependencies: [
+                "VigilAPI",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                "CVigilKitSanitizer",
+            ],
+            path: "Sources/VigilKit"
+        ),
         // ThreadSanitizer's annotations for Lock (Sources/VigilKit/Lock.swift).
         .target(name: "CVigilKitSanitizer", path: "Sources/CVigilKitSanitizer"),
         .testTarget(name: "VigilKitTests", dependencies: ["VigilKit"], path: "Tests/VigilKitTests"),

@@ -3,9 +3,11 @@ import Foundation
 
 /// Delivers the given signals as values instead of running handlers: each
 /// signal is ignored for default handling and watched by a dispatch source
-/// (signalfd-like, no polling).
+/// (signalfd-like, no polling). Keep it alive as long as the signals are
+/// wanted: the sources go with it (the signals stay ignored).
 final class SignalStream {
-    private let stream: AsyncStream<Int32>
+    /// Each signal as it arrives.
+    let stream: AsyncStream<Int32>
     private let sources: [any DispatchSourceSignal]
 
     init(_ signals: [Int32]) {
@@ -22,10 +24,12 @@ final class SignalStream {
             return source
         }
     }
+}
 
-    /// Waits for the next signal.
-    func next() async -> Int32 {
-        var iterator = stream.makeAsyncIterator()
-        return await iterator.next() ?? SIGTERM
+extension AsyncStream<Int32> {
+    /// The next signal; nil when the waiting task is cancelled.
+    func next() async -> Int32? {
+        var iterator = makeAsyncIterator()
+        return await iterator.next()
     }
 }

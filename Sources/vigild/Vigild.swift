@@ -3,6 +3,7 @@ import CExecutor
 import Dispatch
 import Foundation
 import Glibc
+import ServiceLifecycle
 import VigilDBus
 import VigilHost
 import VigilKit
@@ -190,33 +191,43 @@ struct Vigild: AsyncParsableCommand {
             log.error("cannot start: \(error)")
             throw ExitCode(1)
         }
-        let sleepWatch = await SleepHooks.start(settings: config.host, backend: power, log: log, events: host.events(for: "host"))
         let notifier = makeNotifier(log: log)
-        let bus: BusService
+        let bus = OneShot<BusOutcome>()
+        let hostEvents = host.events(for: "host")
+        let settings = config.host
+        // Start order; vigild stops in the reverse order (docs/architecture.md,
+        // "Stopping"): the signal service ends first and shuts the group down
+        // gracefully; STOPPING=1 goes out; the watchdog and the sleep hooks
+        // stop; the runtime stops its strategies and releases every lease; the
+        // bus shows that and closes; the run's record is written to its end.
+        let services: [ServiceGroupConfiguration.ServiceConfiguration] = host.backgroundServices() + [
+            .init(service: HostBusService(runtime: host, log: log, outcome: bus),
+                  failureTerminationBehavior: .gracefullyShutdownGroup, serviceName: "bus"),
+            .init(service: host, serviceName: "strategies"),
+            .init(service: SleepHooksService(settings: settings, power: power, log: log, events: hostEvents),
+                  successTerminationBehavior: .ignore, serviceName: "sleep hooks"),
+            .init(service: WatchdogService(notifier: notifier, scheduler: scheduler, clock: clock, log: log),
+                  successTerminationBehavior: .ignore, serviceName: "watchdog"),
+            .init(service: ServiceManagerService(notifier: notifier, runtime: host, bus: bus, log: log),
+                  serviceName: "service manager"),
+            .init(service: StopSignalService(signals: signals.stream, log: log),
+                  successTerminationBehavior: .gracefullyShutdownGroup, serviceName: "signals"),
+        ]
+        let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: services, logger: sink.logger(source: "vigild")))
+        var reason = RunEndReason.stopped
         do {
-            bus = try await BusService.start(runtime: host, log: log)
+            try await group.run()
         } catch {
             log.error("\(error)")
-            notifier?.stopping(status: "\(error)")
-            await host.shutdown(reason: .failed)
-            throw ExitCode(1)
+            reason = .failed
         }
-        notifier?.ready(status: await statusLine(host, bus: bus))
-        let watchdog = notifier?.startWatchdog(scheduler: scheduler, clock: clock, log: log)
-        let statusUpdates = notifier.map { startStatusUpdates($0, host: host, bus: bus) }
-
-        let signal = await signals.next()
-        log.notice("received \(signal == SIGINT ? "SIGINT" : "SIGTERM")")
-        notifier?.stopping()
-        watchdog?.cancel()
-        statusUpdates?.cancel()
-        sleepWatch?.cancel()
-        await host.shutdown(reason: .stopped)
-        await bus.stop()
+        await host.finish(reason: reason)
+        withExtendedLifetime(signals) {}
         sink.flush()
         if sink.droppedLines > 0 {
             log.notice("\(sink.droppedLines) log line\(sink.droppedLines == 1 ? "" : "s") could not be written (stderr full or closed)")
         }
+        if reason == .failed { throw ExitCode(1) }
     }
 
     /// Writes to stderr without trapping on EPIPE/ENOSPC (unlike
@@ -241,38 +252,6 @@ struct Vigild: AsyncParsableCommand {
         } catch {
             log.warning("not notifying the service manager: \(error)")
             return nil
-        }
-    }
-
-    /// The one-line state sent as systemd's STATUS=.
-    func statusLine(_ host: HostRuntime, bus: BusService) async -> String {
-        let strategies = await host.config.strategies.count
-        let leases = await host.registry.activeCount
-        let line = "\(strategies) strateg\(strategies == 1 ? "y" : "ies"), \(leases) active lease\(leases == 1 ? "" : "s")"
-        let troubles = [await bus.trouble, await host.health().summary].compactMap { $0 }
-        return ([line] + troubles).joined(separator: "; ")
-    }
-
-    /// Sends a STATUS= update whenever a lease changes, when the survival
-    /// store stops or starts being writable and when the bus is lost or
-    /// back (no timer: idle hosts send nothing).
-    func startStatusUpdates(_ notifier: SystemdNotifier, host: HostRuntime, bus: BusService) -> Task<Void, Never> {
-        let (busChanges, busChanged) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
-        return Task {
-            await bus.onChange { _ in busChanged.yield() }
-            await withTaskGroup(of: Void.self) { group in
-                group.addTask {
-                    // The line counts leases: only their coming and going changes it.
-                    let comings = LeaseEventFilter(kinds: LeaseEventFilter.endings.union([.acquired]))
-                    for await _ in await host.registry.events(comings) { notifier.status(await statusLine(host, bus: bus)) }
-                }
-                group.addTask {
-                    for await _ in await host.healthChanges() { notifier.status(await statusLine(host, bus: bus)) }
-                }
-                group.addTask {
-                    for await _ in busChanges { notifier.status(await statusLine(host, bus: bus)) }
-                }
-            }
         }
     }
 

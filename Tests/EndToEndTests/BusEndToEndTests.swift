@@ -92,11 +92,17 @@ extension EndToEnd {
             let serving = try await first.waitForLine(containing: "serving org.vigil.Vigil1 as ")
             let owner = try #require(serving.components(separatedBy: " as ").last?.split(separator: " ").first.map(String.init))
 
-            let second = try Daemon(arguments: ["--config", configB])
+            let notify = try NotifySocket(path: dir.file("notify"))
+            let second = try Daemon(arguments: ["--config", configB], environment: ["NOTIFY_SOCKET": dir.file("notify")])
             #expect(await second.waitForExit() == 1)
+            // The service manager hears why it stops, and never READY=1.
+            let stopping = await notify.receive()
+            #expect(stopping?.text.contains("STOPPING=1") == true && stopping?.text.contains("is already owned") == true, "\(stopping?.text ?? "nothing")")
             let message = second.output.first { $0.contains("is already owned") } ?? second.output.joined(separator: "\n")
             #expect(message.contains("org.vigil.Vigil1 is already owned by \(owner) on the bus at \(bus.address)"), "\(message)")
             #expect(message.contains("is another vigild running?"))
+            // One error line: the bus service's failure is what the group reports.
+            #expect(second.output.filter { $0.hasPrefix("error") && $0.contains("is already owned") }.count == 1, "\(second.output)")
             // The second host shut its runtime down cleanly: its run has an end.
             let runs = try SurvivalReport.load(path: dir.file("b/survival.sqlite"), runs: nil, sinceWallMicros: nil)
             #expect(runs.map(\.endReason) == [.failed])

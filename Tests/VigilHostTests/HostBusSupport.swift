@@ -1,3 +1,4 @@
+import ServiceLifecycle
 import Foundation
 import Testing
 import VigilDBus
@@ -103,19 +104,22 @@ final class HostBusFixture: @unchecked Sendable {
     let configPath: String
     let bus: HostBusDaemon
     let runtime: HostRuntime
+    /// The runtime's services, as vigild runs them (without the bus: `api`).
+    let services: RunningHostServices
     let api: HostBusAPI
     let host: DBusConnection
     let client: DBusConnection
     let hostName: String
 
     private init(clock: ManualClock, logs: MemoryLogSink, directory: String, configPath: String, bus: HostBusDaemon,
-                 runtime: HostRuntime, api: HostBusAPI, host: DBusConnection, client: DBusConnection, hostName: String) {
+                 runtime: HostRuntime, services: RunningHostServices, api: HostBusAPI, host: DBusConnection, client: DBusConnection, hostName: String) {
         self.clock = clock
         self.logs = logs
         self.directory = directory
         self.configPath = configPath
         self.bus = bus
         self.runtime = runtime
+        self.services = services
         self.api = api
         self.host = host
         self.client = client
@@ -153,9 +157,10 @@ final class HostBusFixture: @unchecked Sendable {
             clock: clock, scheduler: WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock)),
             logSink: logs, version: "9.9.9-test", plugins: plugins
         ))
+        let services = RunningHostServices(runtime, logs: logs)
         let bus: HostBusDaemon
         do { bus = try await offPool { try HostBusDaemon() } } catch {
-            await runtime.shutdown()
+            await services.stop()
             throw error
         }
         // Anything failing from here on must not leave the bus or the runtime behind.
@@ -175,10 +180,10 @@ final class HostBusFixture: @unchecked Sendable {
                 throw error
             }
             return HostBusFixture(clock: clock, logs: logs, directory: directory, configPath: configPath, bus: bus,
-                                  runtime: runtime, api: api, host: hostConnection, client: try #require(client),
+                                  runtime: runtime, services: services, api: api, host: hostConnection, client: try #require(client),
                                   hostName: await hostConnection.uniqueName)
         } catch {
-            await runtime.shutdown()
+            await services.stop()
             await client?.close()
             await host?.close()
             await offPool { bus.stop() }
@@ -248,7 +253,7 @@ final class HostBusFixture: @unchecked Sendable {
 
     func stop() async {
         await api.stop()
-        await runtime.shutdown()
+        await services.stop()
         await client.close()
         await host.close()
         let bus = self.bus
@@ -370,3 +375,27 @@ func offPool(_ work: @escaping @Sendable () -> Void) async {
     }
 }
 
+/// A runtime's services (``HostRuntime/backgroundServices()`` and the
+/// runtime) running in a `ServiceGroup`, as vigild runs them; ``stop()``
+/// shuts the group down gracefully and ends the run.
+final class RunningHostServices: Sendable {
+    let runtime: HostRuntime
+    private let group: ServiceGroup
+    private let running: Task<Void, any Error>
+
+    init(_ runtime: HostRuntime, logs: MemoryLogSink) {
+        self.runtime = runtime
+        let group = ServiceGroup(configuration: ServiceGroupConfiguration(
+            services: runtime.backgroundServices() + [.init(service: runtime, serviceName: "strategies")],
+            logger: logs.logger(source: "vigild")))
+        self.group = group
+        running = Task { try await group.run() }
+    }
+
+    /// Stops the services in reverse order and ends the run (`stopped`).
+    func stop() async {
+        await group.triggerGracefulShutdown()
+        _ = try? await running.value
+        await runtime.finish()
+    }
+}

@@ -225,13 +225,19 @@ public actor BusService {
         }
     }
 
-    /// Releases the name, closes the connection and stops a private bus
-    /// vigild started. Idempotent.
+    /// Shows the host's last changes (``HostBusAPI/drain()``), releases the
+    /// name, closes the connection and stops a private bus vigild started.
+    /// Idempotent.
     public func stop() async {
         guard !stopped else { return }
         stopped = true
         watcher?.cancel()
-        if let api = exported as? HostBusAPI { await api.stop() }
+        if let api = exported as? HostBusAPI {
+            // What the host published as it stopped (strategies stopped,
+            // leases released) goes out before the connection closes.
+            await api.drain()
+            await api.stop()
+        }
         if await connection.isConnected {
             do { try await connection.releaseName(Self.wellKnownName) } catch {
                 log.debug("cannot release \(Self.wellKnownName): \(error)")

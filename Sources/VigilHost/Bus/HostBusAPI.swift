@@ -119,6 +119,10 @@ public actor HostBusAPI {
         }
     }
     private var followers: [Task<Void, Never>] = []
+    /// The followers of the registry's changes and of the supervisor's
+    /// statuses (in `followers` too), which ``drain()`` lets finish.
+    private var leaseFollower: Task<Void, Never>?
+    private var statusFollower: Task<Void, Never>?
     /// Shows client leases as the registry changes them (while exported).
     private var clientLeaseProjection: ClientLeaseProjection?
     /// Callers' uid and pid by unique name, while they are on the bus.
@@ -130,7 +134,7 @@ public actor HostBusAPI {
     private var limiter: PropertiesChangedLimiter?
     /// The freedesktop inhibit names and objects, when served.
     private var inhibitBridge: InhibitBusBridge?
-    private let survival: HostBusSurvivalReader
+    private let survival: SurvivalRunReader
     let log: StrategyLogger
 
     public init(services: HostBusServices, connection: DBusConnection, hostUID: UInt32) {
@@ -138,7 +142,7 @@ public actor HostBusAPI {
         self.connection = connection
         self.hostUID = hostUID
         self.credentials = CallerCredentials(connection: connection)
-        self.survival = HostBusSurvivalReader(path: services.store.path)
+        self.survival = SurvivalRunReader(path: services.store.path)
         self.log = StrategyLogger(source: "dbus", sink: services.logSink)
     }
 
@@ -187,7 +191,7 @@ public actor HostBusAPI {
             inhibitBridge = bridge
             try await bridge.export()
         }
-        followers.append(Task { [weak self] in
+        let leaseFollower = Task { [weak self] in
             for await change in leaseChanges {
                 guard let self else { return }
                 switch change {
@@ -195,14 +199,28 @@ public actor HostBusAPI {
                 case .statuses(let statuses): await self.follow(statuses)
                 }
             }
-        })
+        }
+        self.leaseFollower = leaseFollower
+        followers.append(leaseFollower)
         followers.append(try await followDisconnects())
-        followers.append(Task { [weak self] in
+        let statusFollower = Task { [weak self] in
             for await status in statusChanges {
                 guard let self else { return }
                 await self.follow(status)
             }
-        })
+        }
+        self.statusFollower = statusFollower
+        followers.append(statusFollower)
+    }
+
+    /// Lets the followers show what the host published before it stopped:
+    /// waits for the status and lease followers whose streams have ended
+    /// (``Supervisor/endChanges()``, ``LeaseRegistry/endChanges()``), so
+    /// the last StrategyStateChanged and lease signals go out before the
+    /// connection closes. A follower whose stream goes on is not waited for.
+    public func drain() async {
+        if await services.supervisor.changesEnded { await statusFollower?.value }
+        if await services.registry.changesEnded { await leaseFollower?.value }
     }
 
     /// Stops following the host (the objects stay as they are).

@@ -229,8 +229,24 @@ public actor LeaseRegistry: LeaseStatusSink {
     /// strategy's leases (a follower that observes those as they happen).
     public func changes(excluding strategy: String? = nil) -> AsyncStream<LeaseChange> {
         let (stream, continuation, key) = subscription(of: LeaseChange.self)
+        guard !changesEnded else {
+            continuation.finish()
+            return stream
+        }
         changeSubscribers[key] = (continuation, strategy)
         return stream
+    }
+
+    /// True once ``endChanges()`` ran.
+    public private(set) var changesEnded = false
+
+    /// Ends every ``changes(excluding:)`` stream after the changes already
+    /// published (the host is stopping and every lease has ended), so a
+    /// follower (the D-Bus API) can finish showing them before it goes away.
+    public func endChanges() {
+        changesEnded = true
+        for subscriber in changeSubscribers.values { subscriber.continuation.finish() }
+        changeSubscribers = [:]
     }
 
     /// A new unbounded stream and its key; it unsubscribes when its consumer stops.

@@ -1,16 +1,22 @@
 import Foundation
+import ServiceLifecycle
 import VigilKit
-import VigilKitTesting
 
 /// The running host: one lease registry, one wake scheduler, one survival
 /// store, and the supervisor running the configured strategies.
 ///
 /// `start` opens the store and begins a run (classifying an unclean previous
-/// run as killed or rebooted), starts the heartbeat and the strategies;
-/// `reload` re-reads the config and applies strategy differences;
-/// `shutdown` stops strategies in reverse start order, releases every lease,
-/// and writes the final heartbeat and a clean end.
-public actor HostRuntime {
+/// run as killed or rebooted) and starts the strategies; `reload` re-reads
+/// the config and applies strategy differences.
+///
+/// The rest is services in one `ServiceGroup` (vigild's, or a test's), whose
+/// order is the stop order reversed: ``backgroundServices()`` (the lease
+/// events, the heartbeat, the metrics listener, the resume watcher), then
+/// the runtime itself, a `Service` whose graceful shutdown stops the
+/// strategies in reverse start order and releases every lease. After the
+/// group has stopped, ``finish(reason:)`` writes the final heartbeat and the
+/// end of the run.
+public actor HostRuntime: Service {
     /// The config in effect: the one started with, then each applied reload.
     public private(set) var config: VigilConfig
     /// The config file (fixed for the life of the run).
@@ -46,12 +52,17 @@ public actor HostRuntime {
     /// The `[metrics] listen` endpoint, when configured.
     private var metricsListener: MetricsListener?
     private let readings: @Sendable () -> ClockReadings
+    /// `[host] survival_interval` (a `[host]` key: fixed for the run).
+    private nonisolated let survivalInterval: Duration
     private var background: [Task<Void, Never>] = []
-    /// Lease events received and not yet written to the survival log.
-    private let unrecordedLeaseEvents: UnrecordedLeaseEvents
+    /// Writes lease events to the survival log.
+    private let leaseEvents: LeaseEventWriter
     /// Sees each system resume and records what woke the system.
     private var resumeWatcher: ResumeWatcher?
+    /// The strategies are stopping or stopped (``run()`` was shut down).
     private var stopped = false
+    /// ``finish(reason:)`` ran.
+    private var finished = false
     /// Resolves kinds on reload: the loader that resolved the first config,
     /// so a kind's library is never registered twice.
     private let plugins: PluginLoader
@@ -117,7 +128,8 @@ public actor HostRuntime {
         let logSink = MetadataLogSink(env.logSink, metadata: ["run": .string(runId)])
         self.logSink = logSink
         self.readings = env.readings
-        self.unrecordedLeaseEvents = UnrecordedLeaseEvents(readings: env.readings)
+        self.survivalInterval = config.host.survivalInterval
+        self.leaseEvents = LeaseEventWriter(store: store, readings: env.readings)
         self.store = store
         self.began = began
         self.runId = runId
@@ -169,7 +181,7 @@ public actor HostRuntime {
         let host = HostRuntime(config: config, env: env, store: store, began: began, runId: runId, startedWallMicros: startReadings.wallMicros)
         await host.startCosts()
         await host.startMetrics(listener: listener)
-        await host.startBackground()
+        await host.registry.observe(host.leaseEvents.observer)
         await host.followStrategyErrors()
         await host.startResumeWatch(startBoottimeMicros: startReadings.boottimeMicros)
         await host.clientLeases.start()
@@ -227,96 +239,47 @@ public actor HostRuntime {
         }
     }
 
-    /// The least time between two writes of lease events to the survival log.
-    static let leaseEventWriteGap: Duration = .milliseconds(50)
-
-    private func startBackground() async {
-        let interval = config.host.survivalInterval
-        let scheduler = self.scheduler
-        let clock = self.clock
-        let store = self.store
-        let registry = self.registry
-        let readings = self.readings
+    /// The services that keep the run's record and watch the system, in start
+    /// order: the lease events, the heartbeat, the metrics listener and the
+    /// resume watcher. List them before the runtime itself in the group, so
+    /// that they stop after it: the lease events and costs of the stopping
+    /// strategies are still written.
+    public nonisolated func backgroundServices() -> [ServiceGroupConfiguration.ServiceConfiguration] {
         let log = StrategyLogger(source: "vigild", sink: logSink)
-        // The heartbeat is a wake request like any other, on a fixed grid from
-        // the start of the run so that coalescing never makes it drift.
-        background.append(Task {
-            let start = clock.now
-            var k: Int64 = 1
-            var outageReported = false
-            var eventsLost = 0
-            var lastEventLossNotice: VigilInstant?
-            let tolerance = min(interval / 10, .seconds(5))
-            while !Task.isCancelled {
-                let target = start + interval * Int(k)
-                do {
-                    _ = try await scheduler.wake(WakeRequest(earliest: target - tolerance, latest: target, label: "survival heartbeat"))
-                } catch { return }
-                let leases = await registry.active.map {
-                    HeartbeatLease(id: $0.id.rawValue, strategy: $0.strategy, holds: $0.holds, state: $0.state.rawValue)
-                }
-                let outage = await store.unwritableState
-                do {
-                    let now = readings()
-                    try await store.heartbeat(now, leases: leases, costs: self.costs.all())
-                    // The sequence, not the slot k: slots skip across a suspend.
-                    let seq = await store.lastSequence ?? 0
-                    log.debug("heartbeat \(seq) written (\(leases.count) active lease\(leases.count == 1 ? "" : "s"))")
-                    outageReported = false
-                    if let outage, outage.failedHeartbeats > 0 {
-                        await self.publishHealth()
-                        let seconds = Duration.microseconds(now.monotonicMicros - outage.lastWritten.monotonicMicros)
-                        log.notice("survival store writable again after \(seconds.vigilDescription) (\(outage.failedWrites) writes lost); the gap is recorded as store-unwritable")
-                    } else if let outage {
-                        // Only events were lost (the WAL's checkpoint gave
-                        // heartbeats room again): no hole in the timeline.
-                        // Said at most once a minute, as it can repeat at
-                        // every heartbeat while the disk stays nearly full.
-                        eventsLost += outage.failedWrites
-                        if lastEventLossNotice.map({ clock.now - $0 >= .seconds(60) }) ?? true {
-                            log.notice("survival store nearly full: \(eventsLost) event write\(eventsLost == 1 ? "" : "s") lost; heartbeats were not interrupted")
-                            lastEventLossNotice = clock.now
-                            eventsLost = 0
-                        }
+        let registry = self.registry, costs = self.costs
+        let heartbeat = HeartbeatWriter(
+            store: store, interval: survivalInterval, scheduler: scheduler, clock: clock, readings: readings, log: log,
+            sources: HeartbeatWriter.Sources(
+                activeLeases: {
+                    await registry.active.map {
+                        HeartbeatLease(id: $0.id.rawValue, strategy: $0.strategy, holds: $0.holds, state: $0.state.rawValue)
                     }
-                } catch let error as SurvivalStoreError where error.code == .unwritable {
-                    // Once per outage: it lasts until space is freed.
-                    if !outageReported {
-                        log.error("\(error); heartbeats resume when it is writable again")
-                        await self.publishHealth()
-                    }
-                    outageReported = true
-                } catch {
-                    log.error("cannot write heartbeat: \(error)")
-                }
-                await self.writeMetricsTextfile()
-                // After a stall or suspend, continue with the next future slot.
-                let elapsed = clock.now - start
-                k = max(k + 1, Int64(elapsed / interval) + 1)
-            }
-        })
-        // Lease events go to the survival log's event table. The registry
-        // hands each to `pending` as it publishes it (no task wakes per
-        // event). Each write is one transaction synced to the disk, and
-        // writes start at most every `leaseEventWriteGap`: the events that
-        // arrive meanwhile go together in the next one. A steady stream of
-        // leases (a client beginning and ending a thousand a second) costs
-        // twenty syncs a second, not two per lease, and never waits for
-        // them; an event reaches the disk within that gap and its write.
-        let pending = unrecordedLeaseEvents
-        await registry.observe(pending)
-        background.append(Task {
-            var lastWrite: ContinuousClock.Instant?
-            for await _ in pending.arrivals {
-                if let lastWrite, ContinuousClock.now < lastWrite + Self.leaseEventWriteGap {
-                    // Cancelled at shutdown: the sleep ends at once, this
-                    // batch is written, and the stream ends the loop.
-                    try? await Task.sleep(until: lastWrite + Self.leaseEventWriteGap, clock: .continuous)
-                }
-                lastWrite = .now
-                try? await store.recordEvents(pending.take())
-            }
-        })
+                },
+                costs: { costs.all() },
+                healthChanged: { [weak self] in await self?.publishHealth() },
+                afterBeat: { [weak self] first in await self?.afterHeartbeat(first: first) }))
+        // The writers end only when the wake scheduler fails (the heartbeat)
+        // or at shutdown: a heartbeat that ends early leaves the host running,
+        // as a missing heartbeat is what the survival log is there to show.
+        return [
+            .init(service: leaseEvents, successTerminationBehavior: .ignore, serviceName: "survival lease events"),
+            .init(service: heartbeat, successTerminationBehavior: .ignore, serviceName: "survival heartbeat"),
+            .init(service: StopAtShutdown("metrics listener") { [weak self] in await self?.stopMetricsListener() }, serviceName: "metrics listener"),
+            .init(service: StopAtShutdown("resume watcher") { [weak self] in await self?.stopResumeWatch() }, serviceName: "resume watcher"),
+        ]
+    }
+
+    private func stopMetricsListener() {
+        metricsListener?.stop()
+    }
+
+    private func stopResumeWatch() {
+        resumeWatcher?.invalidate()
+    }
+
+    /// After each heartbeat: the metrics textfile.
+    private func afterHeartbeat(first: Bool) async {
+        await writeMetricsTextfile()
     }
 
     /// Watches for resumes (see ``ResumeWatcher``); without the timerfd the
@@ -410,25 +373,41 @@ public actor HostRuntime {
         StoreEvents(store: store, strategy: source, readings: readings, log: StrategyLogger(source: source, sink: logSink))
     }
 
-    /// Stops strategies (reverse start order), releases every lease, writes
-    /// the final heartbeat and a clean end. Idempotent.
-    public func shutdown(reason: RunEndReason = .stopped) async {
+    /// Runs until the group shuts down gracefully (or the task is
+    /// cancelled), then stops the strategies.
+    public func run() async {
+        try? await gracefulShutdown()
+        await stopStrategies()
+    }
+
+    /// Stops strategies (reverse start order), each given its stop timeout,
+    /// and releases every lease (the client leases and the apps' inhibits
+    /// too). Then no strategy status or lease change follows: their streams
+    /// end, so the D-Bus API can show the last of them before it closes.
+    private func stopStrategies() async {
         guard !stopped else { return }
         stopped = true
         let log = StrategyLogger(source: "vigild", sink: logSink)
         log.notice("shutting down")
         await clientLeases.refuseNewLeases()
         await supervisor.stopAll()
+        await supervisor.endChanges()
         await conditions.stop()
         await registry.releaseEverything(detail: "host shutting down")
         await clientLeases.stop()
         await inhibits.stop()
-        await clock.settleIfManual()
-        resumeWatcher?.invalidate()
+        await registry.endChanges()
         for task in background { task.cancel() }
         for task in background { await task.value }
-        try? await store.recordEvents(unrecordedLeaseEvents.take())
-        metricsListener?.stop()
+    }
+
+    /// Ends the run once its services (the group) have stopped: counts the log lines that
+    /// could not be written, writes the final heartbeat and the end of the run
+    /// (`reason`), and a last metrics textfile. Idempotent.
+    public func finish(reason: RunEndReason = .stopped) async {
+        guard !finished else { return }
+        finished = true
+        let log = StrategyLogger(source: "vigild", sink: logSink)
         // Log lines that could not be written (stderr full or closed) are
         // counted in the survival log, which outlives the lost lines.
         let dropped = await health().droppedLogLines
@@ -441,48 +420,6 @@ public actor HostRuntime {
         // The last textfile says the run stopped.
         await writeMetricsTextfile()
         log.notice("run \(runId) ended: \(reason.rawValue)")
-    }
-}
-
-/// Lease events not yet written to the survival log's event table. The
-/// registry shows each event to it as it publishes it (statuses are not
-/// logged); `arrivals` says, at most once per batch, that some wait.
-private final class UnrecordedLeaseEvents: LeaseObserver {
-    private let events = Lock<[SurvivalStore.Event]>([])
-    private let readings: @Sendable () -> ClockReadings
-    private let arrived: AsyncStream<Void>.Continuation
-    /// Yields when events arrived since the writer last took them.
-    let arrivals: AsyncStream<Void>
-
-    init(readings: @escaping @Sendable () -> ClockReadings) {
-        self.readings = readings
-        (arrivals, arrived) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
-    }
-
-    func observe(_ event: LeaseEvent) {
-        var fields = ["lease": String(event.lease.id.rawValue), "holds": event.lease.holds]
-        if !event.detail.isEmpty { fields["detail"] = event.detail }
-        if event.forced { fields["forced"] = "true" }
-        let recorded = SurvivalStore.Event("lease-\(event.kind.rawValue)", strategy: event.lease.strategy, fields: fields, readings: readings())
-        events.withLock { $0.append(recorded) }
-        arrived.yield()
-    }
-
-    func observeStatus(of lease: LeaseID, strategy: String, _ status: [String: StatusValue]) {}
-
-    /// Every waiting event, oldest first; none wait afterwards.
-    func take() -> [SurvivalStore.Event] {
-        events.withLock { events in
-            defer { events = [] }
-            return events
-        }
-    }
-}
-
-extension VigilClock {
-    /// Lets a test clock's woken tasks finish; nothing for the real clock.
-    func settleIfManual() async {
-        if let manual = self as? ManualClock { await manual.settle() }
     }
 }
 

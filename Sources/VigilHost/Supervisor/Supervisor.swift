@@ -121,9 +121,13 @@ public actor Supervisor {
     /// Current status of every strategy, in start order.
     public var statuses: [StrategyStatus] { order.compactMap { status[$0] } }
 
-    /// Every status change from now on.
+    /// Every status change from now on; ends after ``endChanges()``.
     public func changes() -> AsyncStream<StrategyStatus> {
         let (stream, continuation) = AsyncStream.makeStream(of: StrategyStatus.self)
+        guard !changesEnded else {
+            continuation.finish()
+            return stream
+        }
         let key = nextSubscriber
         nextSubscriber += 1
         subscribers[key] = continuation
@@ -132,6 +136,20 @@ public actor Supervisor {
     }
 
     private func unsubscribe(_ key: UInt64) { subscribers[key] = nil }
+
+    /// True once ``endChanges()`` ran: every ``changes()`` stream ends
+    /// after the statuses already published.
+    public private(set) var changesEnded = false
+
+    /// Ends every ``changes()`` stream (each still delivers what was
+    /// published before): called once every strategy has stopped, so a
+    /// follower (the D-Bus API) can finish showing the last statuses
+    /// before it goes away.
+    public func endChanges() {
+        changesEnded = true
+        for c in subscribers.values { c.finish() }
+        subscribers = [:]
+    }
 
     /// Starts strategies in the given order.
     public func start(_ strategies: [SupervisedStrategy]) {

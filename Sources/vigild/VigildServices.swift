@@ -1,0 +1,189 @@
+import Foundation
+import Glibc
+import ServiceLifecycle
+import VigilDBus
+import VigilHost
+import VigilKit
+
+// vigild's own services, beside the runtime's (HostRuntime.backgroundServices
+// and the runtime itself): the bus, the sleep hooks, the systemd watchdog,
+// the service manager's READY/STATUS/STOPPING, and the signals that stop it.
+// Vigild.swift lists them in one ServiceGroup; their order there is their
+// stop order, reversed.
+
+/// How the bus came up: the one fact the service-manager notifications wait for.
+enum BusOutcome: Sendable {
+    case started(BusService)
+    case failed(String)
+}
+
+/// A value set once and awaited by others; a waiter that is cancelled gets nil.
+actor OneShot<Value: Sendable> {
+    private var value: Value?
+    private var waiters: [UInt64: CheckedContinuation<Value?, Never>] = [:]
+    private var nextWaiter: UInt64 = 0
+
+    func set(_ value: Value) {
+        guard self.value == nil else { return }
+        self.value = value
+        for waiter in waiters.values { waiter.resume(returning: value) }
+        waiters = [:]
+    }
+
+    /// The value, once set; nil when the waiting task is cancelled first.
+    func wait() async -> Value? {
+        if let value { return value }
+        let id = nextWaiter
+        nextWaiter += 1
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                if Task.isCancelled {
+                    continuation.resume(returning: nil)
+                } else {
+                    waiters[id] = continuation
+                }
+            }
+        } onCancel: {
+            Task { await self.cancel(id) }
+        }
+    }
+
+    private func cancel(_ id: UInt64) {
+        waiters.removeValue(forKey: id)?.resume(returning: nil)
+    }
+}
+
+/// vigild on its bus (`BusService`): started when the group starts (the
+/// runtime's strategies are running by then, so a client that sees the name
+/// sees them), stopped after the runtime, so the strategies' last states and
+/// the ends of their leases are shown and announced before the connection
+/// closes. A bus that cannot be started fails the service, and the group
+/// stops everything else gracefully.
+struct HostBusService: Service {
+    let runtime: HostRuntime
+    let log: StrategyLogger
+    let outcome: OneShot<BusOutcome>
+
+    func run() async throws {
+        let bus: BusService
+        do {
+            bus = try await BusService.start(runtime: runtime, log: log)
+        } catch {
+            await outcome.set(.failed("\(error)"))
+            throw error
+        }
+        await outcome.set(.started(bus))
+        try? await gracefulShutdown()
+        await bus.stop()
+    }
+}
+
+/// The service manager's side (`NOTIFY_SOCKET`): READY=1 once vigild owns
+/// its bus name, STATUS= when leases, the store's health or the bus change,
+/// and STOPPING=1 as soon as vigild starts to stop (it stops first).
+struct ServiceManagerService: Service {
+    let notifier: SystemdNotifier?
+    let runtime: HostRuntime
+    let bus: OneShot<BusOutcome>
+    let log: StrategyLogger
+
+    func run() async {
+        let outcome = bus
+        switch await cancelWhenGracefulShutdown({ await outcome.wait() }) {
+        case .started(let bus)?:
+            notifier?.ready(status: await Self.statusLine(runtime, bus: bus))
+            if let notifier {
+                let runtime = self.runtime
+                await cancelWhenGracefulShutdown { await Self.sendStatusUpdates(notifier, host: runtime, bus: bus) }
+            } else {
+                try? await gracefulShutdown()
+            }
+            notifier?.stopping()
+        case .failed(let reason)?:
+            notifier?.stopping(status: reason)
+            // The bus service's failure shuts the group down; returning
+            // before that would be a service ending on its own.
+            try? await gracefulShutdown()
+        case nil:
+            notifier?.stopping()
+        }
+    }
+
+    /// The one-line state sent as systemd's STATUS=.
+    static func statusLine(_ host: HostRuntime, bus: BusService) async -> String {
+        let strategies = await host.config.strategies.count
+        let leases = await host.registry.activeCount
+        let line = "\(strategies) strateg\(strategies == 1 ? "y" : "ies"), \(leases) active lease\(leases == 1 ? "" : "s")"
+        let troubles = [await bus.trouble, await host.health().summary].compactMap { $0 }
+        return ([line] + troubles).joined(separator: "; ")
+    }
+
+    /// Sends a STATUS= update whenever a lease changes, when the survival
+    /// store stops or starts being writable and when the bus is lost or
+    /// back (no timer: idle hosts send nothing), until cancelled.
+    static func sendStatusUpdates(_ notifier: SystemdNotifier, host: HostRuntime, bus: BusService) async {
+        let (busChanges, busChanged) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        await bus.onChange { _ in busChanged.yield() }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                // The line counts leases: only their coming and going changes it.
+                let comings = LeaseEventFilter(kinds: LeaseEventFilter.endings.union([.acquired]))
+                for await _ in await host.registry.events(comings) { notifier.status(await statusLine(host, bus: bus)) }
+            }
+            group.addTask {
+                for await _ in await host.healthChanges() { notifier.status(await statusLine(host, bus: bus)) }
+            }
+            group.addTask {
+                for await _ in busChanges { notifier.status(await statusLine(host, bus: bus)) }
+            }
+        }
+    }
+}
+
+/// Waits for SIGTERM or SIGINT, logs which, and returns: the group is
+/// configured to shut down gracefully when this service returns. The
+/// signals are handled here rather than by the group's
+/// `gracefulShutdownSignals` so that the log names the signal
+/// (`received SIGTERM`), as it always has.
+struct StopSignalService: Service {
+    let signals: AsyncStream<Int32>
+    let log: StrategyLogger
+
+    func run() async {
+        let signals = self.signals
+        guard let signal = await cancelWhenGracefulShutdown({ await signals.next() }) else { return }
+        log.notice("received \(signal == SIGINT ? "SIGINT" : "SIGTERM")")
+    }
+}
+
+/// `[host] on_sleep` (``SleepHooks``): watches for sleep from the start of
+/// the group until it stops; ends at once when there is nothing to watch.
+struct SleepHooksService: Service {
+    let settings: HostSettings
+    let power: any PowerBackend
+    let log: StrategyLogger
+    let events: any EventRecording
+
+    func run() async {
+        guard let watch = await SleepHooks.start(settings: settings, backend: power, log: log, events: events) else { return }
+        try? await gracefulShutdown()
+        watch.cancel()
+        await watch.value
+    }
+}
+
+/// WATCHDOG=1 to the service manager (``SystemdNotifier/startWatchdog``);
+/// ends at once when no watchdog was asked for.
+struct WatchdogService: Service {
+    let notifier: SystemdNotifier?
+    let scheduler: any WakeScheduling
+    let clock: any VigilClock
+    let log: StrategyLogger
+
+    func run() async {
+        guard let watchdog = notifier?.startWatchdog(scheduler: scheduler, clock: clock, log: log) else { return }
+        try? await gracefulShutdown()
+        watchdog.cancel()
+        await watchdog.value
+    }
+}
