@@ -68,9 +68,6 @@ let package = Package(
             name: "VigilHost",
             dependencies: [
                 .product(name: "VigilKit", package: "VigilKit"),
-                // For ManualClock only: shutdown lets a test clock's woken
-                // tasks finish (HostRuntime.settleIfManual).
-                .product(name: "VigilKitTesting", package: "VigilKitTesting"),
                 "CTimer",
                 "CFDWatch",
                 "CExecutor",

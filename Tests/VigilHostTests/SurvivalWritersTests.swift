@@ -3,6 +3,7 @@ import ServiceLifecycle
 import Testing
 @testable import VigilHost
 import VigilKit
+import VigilKitTesting
 
 /// The survival log's writers as services on their own (issue 38): the
 /// heartbeat on its grid until the group shuts down, and the lease events,
