@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 import VigilHost
 import VigilKit
@@ -67,6 +68,37 @@ func observe(_ registry: LeaseRegistry) async -> (EventLog, Task<Void, Never>) {
         await awake.advance(by: .seconds(59))
         #expect(await registry.lease(id)?.state == .active)
         await awake.advance(by: .seconds(2))
+        #expect(await registry.state(of: id) == .expired)
+    }
+
+    /// A renewal asked for in time keeps the lease while the power backend
+    /// takes its time: logind answers OperationInProgress until its sleep
+    /// operation is over, and the deadline passed meanwhile in the systemd
+    /// guest ("ran out of budget" with the renewal waiting). Its answer
+    /// decides: a new deadline, or the end when it fails.
+    @Test func aDeadlinePassingDuringARenewalWaitsForItsAnswer() async throws {
+        let clock = ManualClock()
+        let backend = SlowRenewBackend()
+        let registry = LeaseRegistry(clock: clock, backend: backend)
+        let id = try await registry.acquire(strategy: "hold", LeaseRequest(holds: "sleep", reason: "r", budget: .seconds(20), power: PowerHold()))
+        await clock.advance(by: .seconds(15))
+        let renewal = Task { try await registry.renew(id) }
+        await backend.renewStarted.wait()
+        // The old deadline passes while the backend has not answered.
+        await clock.advance(by: .seconds(10))
+        #expect(await registry.lease(id)?.state == .active)
+        backend.answer(.success(()))
+        let renewed = try await renewal.value
+        #expect(renewed.state == .active && renewed.renewals == 1)
+        await clock.advance(by: .seconds(19))
+        #expect(await registry.lease(id)?.state == .active)
+        // A renewal that fails ends the lease when it fails.
+        let failing = Task { try await registry.renew(id) }
+        await backend.renewStarted.wait()
+        await clock.advance(by: .seconds(5))
+        #expect(await registry.lease(id)?.state == .active)
+        backend.answer(.failure(PowerBackendError("logind refused Inhibit")))
+        await #expect(throws: LeaseError.self) { try await failing.value }
         #expect(await registry.state(of: id) == .expired)
     }
 
@@ -418,5 +450,66 @@ final class RecordingObserver: LeaseObserver {
     func observe(_ event: LeaseEvent) { entries.withLock { $0.append("\(event.kind.rawValue) \(event.lease.id)") } }
     func observeStatus(of lease: LeaseID, strategy: String, _ status: [String: StatusValue]) {
         entries.withLock { $0.append("status \(lease) \(strategy)") }
+    }
+}
+
+/// A power backend whose renewals wait for the test's answer.
+final class SlowRenewBackend: PowerBackend, @unchecked Sendable {
+    // Invariant: `waiting` is only touched while holding `lock`.
+    private let lock = NSLock()
+    private var waiting: CheckedContinuation<Void, any Error>?
+    let renewStarted = AsyncGate()
+    let name = "slow"
+    let reason = "test"
+
+    func hold(_ hold: PowerHold, who: String, why: String, budget: Duration?) async throws -> any PowerToken { Token(backend: self) }
+
+    func answer(_ result: Result<Void, any Error>) {
+        let continuation = lock.withLock { () -> CheckedContinuation<Void, any Error>? in
+            defer { waiting = nil }
+            return waiting
+        }
+        continuation?.resume(with: result)
+    }
+
+    fileprivate func renew() async throws {
+        try await withCheckedThrowingContinuation { continuation in
+            lock.withLock { waiting = continuation }
+            renewStarted.open()
+        }
+    }
+
+    struct Token: PowerToken {
+        let backend: SlowRenewBackend
+        var description: String { "slow token" }
+        func renew(budget: Duration?) async throws { try await backend.renew() }
+        func release() async {}
+    }
+}
+
+/// Opens once per `open()`; each `wait()` takes one opening.
+final class AsyncGate: @unchecked Sendable {
+    // Invariant: `openings` and `waiters` are only touched while holding `lock`.
+    private let lock = NSLock()
+    private var openings = 0
+    private var waiters: [CheckedContinuation<Void, Never>] = []
+
+    func open() {
+        let waiter = lock.withLock { () -> CheckedContinuation<Void, Never>? in
+            if waiters.isEmpty { openings += 1; return nil }
+            return waiters.removeFirst()
+        }
+        waiter?.resume()
+    }
+
+    func wait() async {
+        await withCheckedContinuation { continuation in
+            let ready = lock.withLock { () -> Bool in
+                if openings > 0 { openings -= 1; return true }
+                waiters.append(continuation)
+                return false
+            }
+            if ready { continuation.resume() }
+        }
     }
 }

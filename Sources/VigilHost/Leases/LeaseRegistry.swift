@@ -142,6 +142,10 @@ public actor LeaseRegistry: LeaseStatusSink {
         var snapshot: LeaseSnapshot
         var request: LeaseRequest
         var token: (any PowerToken)?
+        /// Renewals waiting for the power backend. While one is, the old
+        /// deadline does not expire the lease: its holder asked in time,
+        /// and the renewal's answer decides (a new deadline, or the end).
+        var renewing = 0
     }
 
     /// Times of events and acquisitions (boottime in vigild).
@@ -370,9 +374,14 @@ public actor LeaseRegistry: LeaseStatusSink {
         }
         let newBudget = budget ?? entry.snapshot.budget
         if let token = entry.token {
+            // logind may take a while (Inhibit is retried while its sleep
+            // operation finishes, through a whole suspend that starts now).
+            entries[id]?.renewing += 1
             do {
                 try await token.renew(budget: newBudget)
+                entries[id]?.renewing -= 1
             } catch {
+                entries[id]?.renewing -= 1
                 // The actor may have changed while the backend worked.
                 if let current = entries[id], current.snapshot.state == .active, let deadline = current.snapshot.deadline {
                     await deadlinePassed(id, deadline: deadline, detail: "\(backend.name) could not renew the hold: \(error)")
@@ -557,7 +566,8 @@ public actor LeaseRegistry: LeaseStatusSink {
                 deadlines.pop()
             } else if top.at <= now {
                 deadlines.pop()
-                due.append((id, top.at))
+                // A renewal in flight sets the next deadline, or ends the lease.
+                if entries[id]?.renewing == 0 { due.append((id, top.at)) }
             } else {
                 break
             }
