@@ -81,7 +81,7 @@ public final class DBusObjectServer: @unchecked Sendable {
         for manager in managerPaths {
             try await connection.emitSignal(
                 path: manager, interface: DBusStandardInterfaces.objectManager, name: "InterfacesRemoved",
-                arguments: [.objectPath(path), names.dbusValue])
+                arguments: [.objectPath(path), names.busValue])
         }
     }
 

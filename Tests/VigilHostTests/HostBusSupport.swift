@@ -214,15 +214,15 @@ final class HostBusFixture: @unchecked Sendable {
 
     /// Calls a method of org.vigil.Vigil1.Host on the root object.
     @discardableResult
-    func hostCall(_ member: String, _ arguments: [any DBusEncodable] = []) async throws -> DBusMessage {
+    func hostCall(_ member: String, _ arguments: [any BusEncodable] = []) async throws -> DBusMessage {
         try await call(VigilAPI.rootPath, VigilAPI.hostInterface, member, arguments)
     }
 
     @discardableResult
     func call(_ path: String, _ interface: String, _ member: String,
-              _ arguments: [any DBusEncodable] = []) async throws -> DBusMessage {
+              _ arguments: [any BusEncodable] = []) async throws -> DBusMessage {
         try await client.call(destination: hostName, path: path, interface: interface, member: member,
-                              arguments: arguments.map(\.dbusValue), timeout: .seconds(10))
+                              arguments: arguments.map(\.busValue), timeout: .seconds(10))
     }
 
     func getAll(_ path: String, _ interface: String) async throws -> [String: BusValue] {

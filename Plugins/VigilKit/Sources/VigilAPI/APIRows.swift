@@ -71,43 +71,6 @@ public struct APIDecodingError: Error, Hashable, Sendable, CustomStringConvertib
     public init(_ description: String) { self.description = description }
 }
 
-/// A Swift type a row field can have, with its D-Bus type.
-public protocol APIFieldValue: Sendable {
-    static var busSignature: String { get }
-    var busValue: BusValue { get }
-    init?(busValue: BusValue)
-}
-
-extension String: APIFieldValue {
-    public static var busSignature: String { "s" }
-    public var busValue: BusValue { .string(self) }
-    public init?(busValue: BusValue) { guard case .string(let v) = busValue else { return nil }; self = v }
-}
-
-extension UInt64: APIFieldValue {
-    public static var busSignature: String { "t" }
-    public var busValue: BusValue { .uint64(self) }
-    public init?(busValue: BusValue) { guard case .uint64(let v) = busValue else { return nil }; self = v }
-}
-
-extension UInt32: APIFieldValue {
-    public static var busSignature: String { "u" }
-    public var busValue: BusValue { .uint32(self) }
-    public init?(busValue: BusValue) { guard case .uint32(let v) = busValue else { return nil }; self = v }
-}
-
-extension Double: APIFieldValue {
-    public static var busSignature: String { "d" }
-    public var busValue: BusValue { .double(self) }
-    public init?(busValue: BusValue) { guard case .double(let v) = busValue else { return nil }; self = v }
-}
-
-extension Bool: APIFieldValue {
-    public static var busSignature: String { "b" }
-    public var busValue: BusValue { .bool(self) }
-    public init?(busValue: BusValue) { guard case .bool(let v) = busValue else { return nil }; self = v }
-}
-
 /// One field of a row: its name, signature and how it is read from and
 /// written to the row.
 public struct APIField<Row>: Sendable {
@@ -117,12 +80,12 @@ public struct APIField<Row>: Sendable {
     let decode: @Sendable (inout Row, BusValue) -> Bool
 
     /// A field of a basic type.
-    public init<Value: APIFieldValue>(_ name: String, _ keyPath: WritableKeyPath<Row, Value> & Sendable) {
+    public init<Value: BusCodable>(_ name: String, _ keyPath: WritableKeyPath<Row, Value> & Sendable) {
         self.name = name
         self.signature = Value.busSignature
         self.encode = { $0[keyPath: keyPath].busValue }
         self.decode = { row, value in
-            guard let decoded = Value(busValue: value) else { return false }
+            guard let decoded = try? Value(busValue: value) else { return false }
             row[keyPath: keyPath] = decoded
             return true
         }
@@ -316,4 +279,30 @@ public struct DownloadRow: APIRow {
 
     /// The properties that never change while the object exists.
     static let constant: Set<String> = ["Url", "Dest"]
+}
+
+/// The properties of a `org.vigil.Vigil1.Lease` object (``VigilAPI/lease``)
+/// besides `Status` (a dictionary of the strategy's own, read on its own);
+/// the fields are the property names. The same lease as a ``LeaseRow`` of
+/// `ListLeases`, read from its object (`GetAll`).
+public struct LeaseObjectRow: APIRow {
+    public var id: UInt64 = 0
+    public var strategy = ""
+    public var kind = ""
+    public var holds = ""
+    public var reason = ""
+    /// Microseconds since the Unix epoch.
+    public var acquiredAt: UInt64 = 0
+    /// Microseconds since the Unix epoch; 0: no budget.
+    public var deadline: UInt64 = 0
+    public var renewals: UInt32 = 0
+    public var state = ""
+
+    public init() {}
+
+    public static let fields: [APIField<LeaseObjectRow>] = [
+        APIField("Id", \.id), APIField("Strategy", \.strategy), APIField("Kind", \.kind), APIField("Holds", \.holds),
+        APIField("Reason", \.reason), APIField("AcquiredAt", \.acquiredAt), APIField("Deadline", \.deadline),
+        APIField("Renewals", \.renewals), APIField("State", \.state),
+    ]
 }
