@@ -1,6 +1,7 @@
 import ServiceLifecycle
 import Foundation
 import Testing
+import VigilClient
 import VigilDBus
 import VigilTestSupport
 @testable import VigilHost
@@ -128,6 +129,9 @@ final class HostBusFixture: @unchecked Sendable {
 
     /// Runs `body` with a fixture and always stops it afterwards (the bus,
     /// the runtime and the temp dir), also when `body` throws.
+    /// The typed client of the API (the contract's rows), on `client`.
+    var typed: VigilClient { VigilClient(connection: client, destination: hostName) }
+
     static func with(strategies: String, host: String = "", hostUID: UInt32 = getuid(), stateDir: String? = nil,
                      _ body: (HostBusFixture) async throws -> Void) async throws {
         let fixture = try await make(strategies: strategies, host: host, hostUID: hostUID, stateDir: stateDir)
