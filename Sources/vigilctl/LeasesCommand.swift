@@ -188,8 +188,8 @@ struct LeasesCommand: AsyncParsableCommand {
             // already be gone for a very short lease.
             if let lease = try? await client.client.properties(of: acquired.lease, interface: VigilBusClient.leaseInterface,
                                                                as: LeaseObjectRow.self) {
-                event.reason = lease.reason
-                if lease.deadline != 0 { event.deadline = lease.deadline }
+                event.reason = lease.lease.reason
+                if lease.lease.deadline != 0 { event.deadline = lease.lease.deadline }
             }
         case .leaseRenewed(let renewed)?: (event.lease, event.deadline) = (renewed.lease, renewed.deadline)
         case .leaseExpiring(let expiring)?: (event.lease, event.remainingUsec) = (expiring.lease, expiring.remainingUsec)

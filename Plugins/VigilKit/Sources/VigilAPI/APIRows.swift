@@ -120,6 +120,13 @@ public struct APIField<Row>: Sendable {
         })
     }
 
+    /// This field of a row held at `keyPath` of another row, named `name` there.
+    public func field<Outer>(of keyPath: WritableKeyPath<Outer, Row> & Sendable, named name: String) -> APIField<Outer> {
+        let (encode, decode) = (self.encode, self.decode)
+        return APIField<Outer>(name: name, signature: signature, encode: { encode($0[keyPath: keyPath]) },
+                               decode: { outer, value in decode(&outer[keyPath: keyPath], value) })
+    }
+
     private init(name: String, signature: String, encode: @escaping @Sendable (Row) -> BusValue,
                  decode: @escaping @Sendable (inout Row, BusValue) -> Bool) {
         self.name = name
@@ -282,27 +289,20 @@ public struct DownloadRow: APIRow {
 }
 
 /// The properties of a `org.vigil.Vigil1.Lease` object (``VigilAPI/lease``)
-/// besides `Status` (a dictionary of the strategy's own, read on its own);
-/// the fields are the property names. The same lease as a ``LeaseRow`` of
-/// `ListLeases`, read from its object (`GetAll`).
+/// besides `Status` (a dictionary of the strategy's own, read on its own):
+/// the lease's ``LeaseRow`` but its path, each field under its property
+/// name (`acquired_at` is `AcquiredAt`), read from its object (`GetAll`).
 public struct LeaseObjectRow: APIRow {
-    public var id: UInt64 = 0
-    public var strategy = ""
-    public var kind = ""
-    public var holds = ""
-    public var reason = ""
-    /// Microseconds since the Unix epoch.
-    public var acquiredAt: UInt64 = 0
-    /// Microseconds since the Unix epoch; 0: no budget.
-    public var deadline: UInt64 = 0
-    public var renewals: UInt32 = 0
-    public var state = ""
+    public var lease = LeaseRow()
 
     public init() {}
 
-    public static let fields: [APIField<LeaseObjectRow>] = [
-        APIField("Id", \.id), APIField("Strategy", \.strategy), APIField("Kind", \.kind), APIField("Holds", \.holds),
-        APIField("Reason", \.reason), APIField("AcquiredAt", \.acquiredAt), APIField("Deadline", \.deadline),
-        APIField("Renewals", \.renewals), APIField("State", \.state),
-    ]
+    public static let fields: [APIField<LeaseObjectRow>] = LeaseRow.fields.filter { $0.name != "path" }.map {
+        $0.field(of: \.lease, named: propertyName($0.name))
+    }
+
+    /// `acquired_at` as a property: `AcquiredAt`.
+    static func propertyName(_ field: String) -> String {
+        field.split(separator: "_").map { $0.prefix(1).uppercased() + $0.dropFirst() }.joined()
+    }
 }

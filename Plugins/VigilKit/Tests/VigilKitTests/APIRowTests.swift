@@ -33,9 +33,10 @@ import VigilKit
         let fields = Dictionary(uniqueKeysWithValues: LeaseObjectRow.fields.map { ($0.name, $0.signature) })
         #expect(fields == declared.filter { $0.key != "Status" })
         var row = LeaseObjectRow()
-        row.reason = "syncing"
-        row.deadline = 42
+        row.lease = Self.lease
+        row.lease.path = ""
         var properties = row.properties
+        #expect(properties["Reason"] == .string(Self.lease.reason) && properties["AcquiredAt"] == .uint64(1))
         properties["Status"] = .dict(keySignature: "s", valueSignature: "v", [])
         #expect(try LeaseObjectRow(properties: properties) == row)
     }
