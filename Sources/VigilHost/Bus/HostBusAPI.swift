@@ -135,7 +135,7 @@ public actor HostBusAPI {
     /// The freedesktop inhibit names and objects, when served.
     private var inhibitBridge: InhibitBusBridge?
     private let survival: SurvivalRunReader
-    let log: StrategyLogger
+    let log: Logger
 
     public init(services: HostBusServices, connection: DBusConnection, hostUID: UInt32) {
         self.services = services
@@ -143,7 +143,7 @@ public actor HostBusAPI {
         self.hostUID = hostUID
         self.credentials = CallerCredentials(connection: connection)
         self.survival = SurvivalRunReader(path: services.store.path)
-        self.log = StrategyLogger(source: "dbus", sink: services.logSink)
+        self.log = services.logging.logger("dbus")
     }
 
     deinit {
@@ -159,7 +159,7 @@ public actor HostBusAPI {
         // between is in both, and the handlers skip what is already shown.
         let leaseChanges = await services.registry.changes(excluding: ClientLeases.strategyName)
         let statusChanges = await services.supervisor.changes()
-        let server = try await DBusObjectServer(connection: connection)
+        let server = try await DBusObjectServer(connection: connection, logger: log)
         self.server = server
         // Client leases are shown by an observer of the registry, from the
         // moment the server is published: before the snapshot of the active

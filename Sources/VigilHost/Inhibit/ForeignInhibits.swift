@@ -88,7 +88,7 @@ public actor ForeignInhibits {
     public nonisolated let registry: LeaseRegistry
     public nonisolated let settings: InhibitSettings
     private let grace: Duration
-    private let log: StrategyLogger
+    private let log: Logger
     private var byCookie: [UInt32: Held] = [:]
     private var cookieOfLease: [LeaseID: UInt32] = [:]
     private var generator = SystemRandomNumberGenerator()
@@ -101,11 +101,11 @@ public actor ForeignInhibits {
     /// Told when the set of held inhibits goes from empty to not, or back.
     private var onHasInhibitChanged: (@Sendable (Bool) -> Void)?
 
-    public init(registry: LeaseRegistry, settings: InhibitSettings, grace: Duration, logSink: any LogSink) {
+    public init(registry: LeaseRegistry, settings: InhibitSettings, grace: Duration, logging: HostLogging) {
         self.registry = registry
         self.settings = settings
         self.grace = grace
-        self.log = StrategyLogger(source: "inhibit", sink: logSink)
+        self.log = logging.logger("inhibit")
     }
 
     /// Follows the registry, so inhibits it ends on its own (expired after
