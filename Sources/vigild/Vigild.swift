@@ -83,8 +83,10 @@ struct Vigild: AsyncParsableCommand {
             // Below the floor vigild would fail later where it could not say
             // why (docs/deployment.md, "Memory limits").
             guard addressSpace >= Self.addressSpaceFloor else {
-                Self.writeStderr("vigild: the address-space limit (RLIMIT_AS) is \(addressSpace >> 20) MiB; vigild needs at least "
-                            + "\(Self.addressSpaceFloor >> 20) MiB (prlimit --as, ulimit -v, systemd LimitAS=): raise the limit\n")
+                Logger(label: "vigild").critical("""
+                    the address-space limit (RLIMIT_AS) is \(addressSpace >> 20) MiB; vigild needs at least \
+                    \(Self.addressSpaceFloor >> 20) MiB (prlimit --as, ulimit -v, systemd LimitAS=): raise the limit
+                    """)
                 Glibc.exit(Self.outOfResourcesStatus)
             }
             Logger(label: "vigild").notice("""
@@ -100,8 +102,11 @@ struct Vigild: AsyncParsableCommand {
             // Most likely out of memory or threads: the default executor
             // would need threads too, and libdispatch retries a thread it
             // cannot create forever, leaving signals unserved.
-            Self.writeStderr("vigild: cannot start the executor's threads (\(String(cString: strerror(errno)))): out of memory or threads "
-                        + "(RLIMIT_AS, RLIMIT_NPROC, the cgroup's pids.max or memory.max?)\n")
+            let reason = String(cString: strerror(errno))
+            Logger(label: "vigild").critical("""
+                cannot start the executor's threads (\(reason)): out of memory or threads \
+                (RLIMIT_AS, RLIMIT_NPROC, the cgroup's pids.max or memory.max?)
+                """)
             Glibc.exit(Self.outOfResourcesStatus)
         }
         do {
@@ -248,7 +253,9 @@ struct Vigild: AsyncParsableCommand {
     }
 
     /// Writes to stderr without trapping on EPIPE/ENOSPC (unlike
-    /// FileHandle.write): the text is multi-line config diagnostics.
+    /// FileHandle.write): the text is multi-line config diagnostics, the
+    /// command's output as with `--check`, not a log line (those all go
+    /// through the handler bootstrapped in `main`).
     static func writeStderr(_ text: String) {
         var bytes = Array(text.utf8)[...]
         while !bytes.isEmpty {

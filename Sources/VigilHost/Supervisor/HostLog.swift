@@ -104,13 +104,28 @@ public final class LogLineWriter: @unchecked Sendable {
     }
 
     private func format(_ level: Logger.Level, label: String, _ message: String, metadata: Logger.Metadata) -> [UInt8] {
-        var line = journal ? "<\(level.syslogPriority)>" : "\(level.rawValue) "
+        var line = journal ? "<\(Self.syslogPriority(level))>" : "\(level.rawValue) "
         line += ClientText.escaped(label)
         line += ": "
         line += ClientText.escaped(message)
         LogMetadataText.append(metadata, to: &line)
         line += "\n"
         return Array(line.utf8)
+    }
+
+    /// sd-daemon(3) / syslog priority: trace and debug 7, info 6, notice 5,
+    /// warning 4, error 3, critical 2. (Not an extension of `Logger.Level`:
+    /// its symbols would be named after Logging and look like a second copy
+    /// of it to Scripts/check-single-logging.)
+    static func syslogPriority(_ level: Logger.Level) -> Int {
+        switch level {
+        case .trace, .debug: 7
+        case .info: 6
+        case .notice: 5
+        case .warning: 4
+        case .error: 3
+        case .critical: 2
+        }
     }
 
     /// Writes all of `bytes` or counts the line as dropped; never traps,
@@ -164,21 +179,6 @@ public struct VigilLogHandler: LogHandler {
         if let provided = metadataProvider?.get() { merged.merge(provided) { _, new in new } }
         if let own = event.metadata { merged.merge(own) { _, new in new } }
         writer.write(event.level, label: label, event.message.description, metadata: merged)
-    }
-}
-
-extension Logger.Level {
-    /// sd-daemon(3) / syslog priority: trace and debug 7, info 6, notice 5,
-    /// warning 4, error 3, critical 2.
-    public var syslogPriority: Int {
-        switch self {
-        case .trace, .debug: 7
-        case .info: 6
-        case .notice: 5
-        case .warning: 4
-        case .error: 3
-        case .critical: 2
-        }
     }
 }
 
