@@ -159,7 +159,7 @@ public actor ForeignInhibits {
             budget: settings.maxDuration, grace: grace,
             power: what.isEmpty ? nil : PowerHold(what: what, mode: "block"),
             onExpire: { expiry in
-                log.with(lease: expiry.lease).warning("inhibit by \"\(TerminalText.escaped(name))\" ran for inhibit_max; releasing lease \(expiry.lease) in \(expiry.grace.vigilDescription)")
+                log.with(lease: expiry.lease).warning("inhibit by \"\(name)\" ran for inhibit_max; releasing lease \(expiry.lease) in \(expiry.grace.vigilDescription)")
             }
         )
         let id: LeaseID
@@ -179,7 +179,7 @@ public actor ForeignInhibits {
         let wasEmpty = byCookie.isEmpty
         pending.release(ticket)
         byCookie[cookie] = Held(lease: id, caller: caller, source: source)
-        log.with(lease: id).info("lease \(id): inhibit by \"\(TerminalText.escaped(name))\" (uid \(caller.uid), pid \(caller.pid)) through \(source.rawValue) holds \(request.holds)")
+        log.with(lease: id).info("lease \(id): inhibit by \"\(name)\" (uid \(caller.uid), pid \(caller.pid)) through \(source.rawValue) holds \(request.holds)")
         cookieOfLease[id] = cookie
         if wasEmpty { onHasInhibitChanged?(true) }
         if vanished.contains(caller.owner) { await end(cookie, detail: "the app left the bus") }
