@@ -298,10 +298,11 @@ public final class DBusObjectServer: @unchecked Sendable {
 
     /// A call answered with an error at once (unknown object, interface or
     /// method, wrong signature, a handler's own `DBusError`): debug, since
-    /// a client can send any number of them. The caller's text is escaped
-    /// by the log handler.
+    /// a client can send any number of them. The path is the client's and
+    /// may be megabytes long: quoted as an excerpt, as errors quote it
+    /// (libdbus bounds names to 255 bytes; the log handler escapes it all).
     private func refused(_ call: DBusMessage, _ error: DBusError) {
-        logger.debug("refused \(call.interface ?? "(no interface)").\(call.member ?? "") on \(call.path ?? "/"): \(error.name): \(error.message)",
+        logger.debug("refused \(call.interface ?? "(no interface)").\(call.member ?? "") on \(ClientText.excerpt(call.path ?? "/")): \(error.name): \(error.message)",
                      metadata: ["sender": "\(call.sender ?? "")"])
     }
 

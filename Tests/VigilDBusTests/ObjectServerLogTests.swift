@@ -64,6 +64,13 @@ import VigilKitTesting
         #expect(refused.level == .debug)
         #expect(refused.message.contains(DBusError.Name.unknownMethod))
 
+        // A client's path may be megabytes long: the line quotes an excerpt.
+        let longPath = "/" + String(repeating: "a", count: 1 << 20)
+        _ = try? await client.call(destination: name, path: longPath, interface: "org.vigil.Test1", member: "Echo", arguments: [.string("x")])
+        #expect(await lines.wait { $0.contains { $0.message.contains(DBusError.Name.unknownObject) } })
+        let unknown = try #require(lines.all.first { $0.message.contains(DBusError.Name.unknownObject) })
+        #expect(unknown.message.utf8.count < 1_000, "a line of \(unknown.message.utf8.count) bytes")
+
         await client.close()
         await service.close()
     }

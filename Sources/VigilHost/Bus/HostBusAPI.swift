@@ -390,7 +390,7 @@ public actor HostBusAPI {
                 try await server.apply(Self.leaseEndChanges(event, path: path) + published.withLock { announceLeases(&$0) })
             }
         } catch {
-            log.warning("cannot publish lease \(id) \(event.kind.rawValue) on D-Bus: \(error)")
+            log.with(lease: id).warning("cannot publish lease \(id) \(event.kind.rawValue) on D-Bus: \(error)")
         }
     }
 
@@ -449,7 +449,7 @@ public actor HostBusAPI {
                 try await server.emitPropertiesChanged(path: VigilAPI.rootPath, interface: VigilAPI.hostInterface, properties: ["Strategies"])
             }
         } catch {
-            log.warning("cannot publish the state of strategy \(status.name) on D-Bus: \(error)")
+            log.warning("cannot publish the state of strategy \(status.name) on D-Bus: \(error)", metadata: ["strategy": "\(status.name)"])
         }
     }
 
@@ -531,7 +531,7 @@ public actor HostBusAPI {
                 return
             }
             server.applyQueued(changes) { error in
-                log.warning("cannot publish lease \(id) \(event.kind.rawValue) on D-Bus: \(error)")
+                log.with(lease: id).warning("cannot publish lease \(id) \(event.kind.rawValue) on D-Bus: \(error)")
             }
         }
     }
@@ -627,7 +627,7 @@ public actor HostBusAPI {
                 .propertiesChanged(path: path, interface: VigilAPI.leaseInterface, properties: ["Deadline", "Renewals"]),
                 Self.hostSignal("LeaseRenewed", [.objectPath(path), .uint64(HostBusValues.deadlineWallMicros(lease))]),
             ]) { error in
-                log.warning("cannot publish lease \(id) renewed on D-Bus: \(error)")
+                log.with(lease: id).warning("cannot publish lease \(id) renewed on D-Bus: \(error)")
             }
             return true
         }
