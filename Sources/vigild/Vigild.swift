@@ -212,7 +212,10 @@ struct Vigild: AsyncParsableCommand {
             log.error("cannot start: \(error)")
             throw ExitCode(1)
         }
-        let notifier = makeNotifier(log: log)
+        // From here on the run is known: vigild's own lines say which
+        // (`run=`, as the host's and the strategies' do).
+        let runLog = logging.adding(["run": .string(host.runId)]).logger("vigild")
+        let notifier = makeNotifier(log: runLog)
         let bus = OneShot<BusOutcome>()
         let hostEvents = host.events(for: "host")
         let settings = config.host
@@ -222,24 +225,24 @@ struct Vigild: AsyncParsableCommand {
         // stop; the runtime stops its strategies and releases every lease; the
         // bus shows that and closes; the run's record is written to its end.
         let services: [ServiceGroupConfiguration.ServiceConfiguration] = host.backgroundServices() + [
-            .init(service: HostBusService(runtime: host, log: log, outcome: bus),
+            .init(service: HostBusService(runtime: host, log: runLog, outcome: bus),
                   failureTerminationBehavior: .gracefullyShutdownGroup, serviceName: "bus"),
             .init(service: host, serviceName: "strategies"),
-            .init(service: SleepHooksService(settings: settings, power: power, log: log, events: hostEvents),
+            .init(service: SleepHooksService(settings: settings, power: power, log: runLog, events: hostEvents),
                   successTerminationBehavior: .ignore, serviceName: "sleep hooks"),
-            .init(service: WatchdogService(notifier: notifier, scheduler: scheduler, clock: clock, log: log),
+            .init(service: WatchdogService(notifier: notifier, scheduler: scheduler, clock: clock, log: runLog),
                   successTerminationBehavior: .ignore, serviceName: "watchdog"),
-            .init(service: ServiceManagerService(notifier: notifier, runtime: host, bus: bus, log: log),
+            .init(service: ServiceManagerService(notifier: notifier, runtime: host, bus: bus, log: runLog),
                   serviceName: "service manager"),
-            .init(service: StopSignalService(signals: signals.stream, log: log),
+            .init(service: StopSignalService(signals: signals.stream, log: runLog),
                   successTerminationBehavior: .gracefullyShutdownGroup, serviceName: "signals"),
         ]
-        let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: services, logger: log))
+        let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: services, logger: runLog))
         var reason = RunEndReason.stopped
         do {
             try await group.run()
         } catch {
-            log.error("\(error)")
+            runLog.error("\(error)")
             reason = .failed
         }
         await host.finish(reason: reason)
@@ -247,7 +250,7 @@ struct Vigild: AsyncParsableCommand {
         output.flush()
         let dropped = output.droppedLines
         if dropped > 0 {
-            log.notice("\(dropped) log line\(dropped == 1 ? "" : "s") could not be written (stderr full or closed)")
+            runLog.notice("\(dropped) log line\(dropped == 1 ? "" : "s") could not be written (stderr full or closed)")
         }
         if reason == .failed { throw ExitCode(1) }
     }
