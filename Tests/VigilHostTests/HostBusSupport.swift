@@ -6,6 +6,7 @@ import VigilDBus
 import VigilTestSupport
 @testable import VigilHost
 import VigilKit
+import VigilKitTesting
 
 /// A private dbus-daemon for one test (Tests/TestSupport).
 typealias HostBusDaemon = TestDBusDaemon
@@ -100,7 +101,7 @@ enum HostBusKinds {
 final class HostBusFixture: @unchecked Sendable {
     // Invariant: all stored properties are immutable after init.
     let clock: ManualClock
-    let logs: MemoryLogSink
+    let logs: WaitableLog<LogLine>
     let directory: String
     let configPath: String
     let bus: HostBusDaemon
@@ -112,7 +113,7 @@ final class HostBusFixture: @unchecked Sendable {
     let client: DBusConnection
     let hostName: String
 
-    private init(clock: ManualClock, logs: MemoryLogSink, directory: String, configPath: String, bus: HostBusDaemon,
+    private init(clock: ManualClock, logs: WaitableLog<LogLine>, directory: String, configPath: String, bus: HostBusDaemon,
                  runtime: HostRuntime, services: RunningHostServices, api: HostBusAPI, host: DBusConnection, client: DBusConnection, hostName: String) {
         self.clock = clock
         self.logs = logs
@@ -156,10 +157,10 @@ final class HostBusFixture: @unchecked Sendable {
         try plugins.register(HostBusKinds.all, from: "HostBusKinds")
         let loaded = try ConfigLoader.load(path: configPath, resolver: plugins)
         let clock = ManualClock()
-        let logs = MemoryLogSink()
+        let logs = WaitableLog<LogLine>()
         let runtime = try await HostRuntime.start(config: loaded, environment: HostRuntime.Environment(
             clock: clock, scheduler: WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock)),
-            logSink: logs, version: "9.9.9-test", plugins: plugins
+            logging: logs.logging, version: "9.9.9-test", plugins: plugins
         ))
         let services = RunningHostServices(runtime, logs: logs)
         let bus: HostBusDaemon
@@ -387,11 +388,11 @@ final class RunningHostServices: Sendable {
     private let group: ServiceGroup
     private let running: Task<Void, any Error>
 
-    init(_ runtime: HostRuntime, logs: MemoryLogSink) {
+    init(_ runtime: HostRuntime, logs: WaitableLog<LogLine>) {
         self.runtime = runtime
         let group = ServiceGroup(configuration: ServiceGroupConfiguration(
             services: runtime.backgroundServices() + [.init(service: runtime, serviceName: "strategies")],
-            logger: logs.logger(source: "vigild")))
+            logger: logs.logger("vigild")))
         self.group = group
         running = Task { try await group.run() }
     }
