@@ -25,7 +25,7 @@ let package = Package(
         // those: the test helpers (private buses, stand-ins, servers) and
         // voip-socket's C sockets and TLS for its bare reference loop. Not an
         // API for anyone else either.
-        .library(name: "VigilBenchmarkModules", targets: ["VigilTestSupport", "CVoipSocket", "CVoipTLS"]),
+        .library(name: "VigilBenchmarkModules", targets: ["VigilTestSupport", "VigilClient", "CVoipSocket", "CVoipTLS"]),
     ],
     dependencies: [
         .package(path: "Plugins/VigilKit"),

@@ -2,8 +2,11 @@ import CVoipSocket
 import CVoipTLS
 import Foundation
 import Glibc
+import VigilClient
+import VigilDBus
 import VigilHost
 import VigilKit
+import VigilTestSupport
 
 /// vigil-bench voip-socket [connections] [interval-seconds] [--tls] [--rounds K] [--no-pin]: that many
 /// voip-socket instances (default 10,000) in this process, each holding one
@@ -32,8 +35,10 @@ import VigilKit
 /// reference loop runs OpenSSL sessions through the same nginx.
 ///
 /// vigild's bus projection follows every lease event, statuses included, so
-/// the benchmark's registry has a follower doing the same per-event work
-/// (``BusFollowerStandIn``); `--no-follower` measures without it.
+/// the benchmark runs the real one (``HostBusAPI``, on a private
+/// dbus-daemon: lease objects, their rate-limited Status announcements)
+/// with vigild's other registry followers; `--no-follower` measures
+/// without them.
 func voipSocketBench(_ arguments: [String]) async throws {
     if arguments.first == PongServerProcess.childFlag {
         try runPongServerChild()
@@ -93,13 +98,11 @@ func voipSocketBench(_ arguments: [String]) async throws {
     let target = terminator?.address ?? server.address
     let front = terminator.map { " (nginx TLS, \($0.workers) workers, in front of \(server.address))" } ?? ""
     print("placement: \(placement.map { $0.description(tls: tls) } ?? (pin ? "not pinned (fewer than two cores)" : "not pinned (--no-pin)"))")
-    print("voip-socket: \(n) \(tls ? "TLS " : "")connections to \(target)\(front), keepalive_interval \(interval)s, aligned to \(interval)s slots, \(follower ? "with" : "without") a bus-projection stand-in and vigild's other registry followers")
+    print("voip-socket: \(n) \(tls ? "TLS " : "")connections to \(target)\(front), keepalive_interval \(interval)s, aligned to \(interval)s slots, \(follower ? "with" : "without") vigild's bus projection (HostBusAPI on a private dbus-daemon) and its other registry followers")
 
     let kind = try PluginLoader(searchPath: [try hostBuildDirectory().path]).loadKind("voip-socket").get()
     let clock = SystemClock()
     let registry = LeaseRegistry(clock: clock)
-    let standIn = follower ? await BusFollowerStandIn.follow(registry) : nil
-    defer { standIn?.stop() }
     // What else a vigild attaches to its registry, real parts: the metrics
     // observer (each answered ping's round trip goes into a histogram) and
     // the followers of client leases and apps' inhibits.
@@ -116,6 +119,10 @@ func voipSocketBench(_ arguments: [String]) async throws {
     let supervisor = Supervisor(services: StrategyServices(
         registry: registry, scheduler: scheduler, clock: clock, logging: .discarding,
         hooks: { _, _ in NoHooks() }, events: { _ in NoEvents() }))
+    let projection = follower
+        ? try await BusProjection.start(clock: clock, registry: registry, supervisor: supervisor, scheduler: scheduler,
+                                        clientLeases: clientLeases, inhibits: inhibits)
+        : nil
     var strategies: [SupervisedStrategy] = []
     strategies.reserveCapacity(n)
     for i in 0..<n {
@@ -182,10 +189,11 @@ func voipSocketBench(_ arguments: [String]) async throws {
     print("late pings (strategy):   \(latePings) of \(sentPings) pings so far started after their window's end; overruns \(overruns)")
     let stats = await scheduler.statistics
     print("wake scheduler:          \(stats.batchesFired) batches for \(stats.requestsFired) wakes")
-    if let standIn {
-        print("registry follower:       \(await standIn.statusEvents) statuses seen in \(await standIn.statusBatches) batches, \(await standIn.announcements) rate-limited announcements; metrics observer, client-lease and inhibit followers attached as in vigild")
+    if let projection {
+        print("bus projection:          vigild's HostBusAPI on a private dbus-daemon (\(await projection.shownLeases()) lease objects shown); metrics observer, client-lease and inhibit followers attached as in vigild")
     }
     await supervisor.stopAll()
+    await projection?.stop()
 
     // Reference: the same round from a bare epoll loop over plain sockets,
     // as many times (each on new connections); the median round's CPU.
@@ -200,89 +208,48 @@ func voipSocketBench(_ arguments: [String]) async throws {
     print("ratio: strategy CPU per round / bare loop = \(String(format: "%.2f", cpu * 1000 / max(reference.clientCPUms, 0.001)))x")
 }
 
-/// What vigild's bus projection does per lease change (HostBusAPI's
-/// follower), without a bus: a task reading `registry.changes()`, one hop
-/// into an actor that keeps each lease's snapshot, and for a batch of
-/// status changes a hop into a rate limiter that announces each lease at
-/// most once a second.
-actor BusFollowerStandIn {
-    /// A lease as HostBusAPI keeps it: its snapshot and its object path.
-    private struct Followed {
-        var snapshot: LeaseSnapshot
-        var path: String
+/// vigild's bus projection itself: ``HostBusAPI`` over the benchmark's
+/// registry and supervisor, exported on a private dbus-daemon, as
+/// `HostRuntime.busServices` gives it a running host's parts.
+struct BusProjection {
+    let bus: TestDBusDaemon
+    let connection: DBusConnection
+    let api: HostBusAPI
+    let directory: URL
 
-        mutating func take(_ status: [String: StatusValue]) -> String {
-            snapshot.status = status
-            return path
-        }
+    static func start(clock: any VigilClock, registry: LeaseRegistry, supervisor: Supervisor, scheduler: any WakeScheduling,
+                      clientLeases: ClientLeases, inhibits: ForeignInhibits) async throws -> BusProjection {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-voip-bench-\(getpid())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let store = try SurvivalStore(path: directory.appendingPathComponent("survival.sqlite").path)
+        let bus = try startBenchBus()
+        let connection = try await DBusConnection.connect(to: .address(bus.address))
+        let services = HostBusServices(
+            version: "bench", runId: UUID().uuidString.lowercased(), configPath: "", startedAt: clock.now,
+            startedWallMicros: Int64(Date().timeIntervalSince1970 * 1_000_000), clock: clock, logging: .discarding,
+            registry: registry, supervisor: supervisor, scheduler: scheduler, store: store, clientLeases: clientLeases,
+            inhibits: inhibits, strategyBus: StrategyBusBridge(logging: .discarding), costs: StrategyCosts(clock: clock),
+            configuredStrategy: { _ in nil }, reload: { ReloadResult(applied: false, messages: ["benchmark"]) },
+            health: { HostHealth() }, servesInhibits: { false })
+        let api = HostBusAPI(services: services, connection: connection, hostUID: getuid())
+        try await api.export()
+        return BusProjection(bus: bus, connection: connection, api: api, directory: directory)
     }
 
-    private var leases: [LeaseID: Followed] = [:]
-    private(set) var statusEvents = 0
-    private(set) var statusBatches = 0
-    private(set) var announcements = 0
-    private let limiter = LimiterStandIn()
-    private var task: Task<Void, Never>?
-
-    static func follow(_ registry: LeaseRegistry) async -> BusFollowerStandIn {
-        let follower = BusFollowerStandIn()
-        let changes = await registry.changes()
-        await follower.start(changes, clock: registry.clock)
-        return follower
+    /// The lease objects the projection shows now.
+    func shownLeases() async -> Int {
+        guard let reader = try? await DBusConnection.connect(to: .address(bus.address)) else { return 0 }
+        let client = VigilClient(connection: reader, destination: await connection.uniqueName)
+        let shown = (try? await client.host().leases.count) ?? 0
+        await reader.close()
+        return shown
     }
 
-    private func start(_ changes: AsyncStream<LeaseChange>, clock: any VigilClock) {
-        task = Task { [weak self] in
-            for await change in changes {
-                guard let self else { return }
-                await self.follow(change, now: clock.now)
-            }
-        }
-    }
-
-    nonisolated func stop() { Task { await self.cancel() } }
-    private func cancel() { task?.cancel() }
-
-    private func follow(_ change: LeaseChange, now: VigilInstant) async {
-        switch change {
-        case .event(let event):
-            switch event.kind {
-            case .acquired: leases[event.lease.id] = Followed(snapshot: event.lease, path: VigilAPI.leasePath(event.lease.id))
-            case .released, .expired: leases[event.lease.id] = nil
-            default: return
-            }
-        case .statuses(let statuses):
-            var paths: [String] = []
-            paths.reserveCapacity(statuses.count)
-            for change in statuses {
-                guard let index = leases.index(forKey: change.lease) else { continue }
-                paths.append(leases.values[index].take(change.status))
-            }
-            statusEvents += paths.count
-            statusBatches += 1
-            announcements += await limiter.changed(paths, now: now)
-        }
-    }
-}
-
-/// The rate limiter's bookkeeping (PropertiesChangedLimiter): one
-/// announcement per object per second; returns how many were announced now.
-actor LimiterStandIn {
-    private var announcedAt: [String: VigilInstant] = [:]
-    private var pending: Set<String> = []
-
-    func changed(_ paths: [String], now: VigilInstant) -> Int {
-        var announced = 0
-        for path in paths {
-            if let last = announcedAt[path], now - last < .seconds(1) {
-                pending.insert(path)
-                continue
-            }
-            announcedAt[path] = now
-            pending.remove(path)
-            announced += 1
-        }
-        return announced
+    func stop() async {
+        await api.stop()
+        await connection.close()
+        bus.stop()
+        try? FileManager.default.removeItem(at: directory)
     }
 }
 
