@@ -284,11 +284,16 @@ struct Vigild: AsyncParsableCommand {
 
     /// The `[metrics]` settings `vigilctl metrics` needs, as JSON
     /// (`{"listen": "127.0.0.1:9469", "textfile": "/path/vigil.prom"}`, each
-    /// key only when set); a config that does not parse exits 78.
+    /// key only when set); a config that does not parse, or whose
+    /// `[metrics]` has problems, exits 78 with them on standard error.
     static func printMetricsSettings(path: String) throws {
         let settings: MetricsSettings
         do {
-            settings = try ConfigLoader.loadDocument(path: path).host.metrics
+            let document = try ConfigLoader.loadDocument(path: path)
+            // The rest of the config may wait for --check; [metrics] itself must be right.
+            let problems = document.problems.filter { $0.keyPath == "metrics" || $0.keyPath.hasPrefix("metrics.") }
+            if !problems.isEmpty { throw ConfigError(path: path, problems: problems) }
+            settings = document.host.metrics
         } catch {
             writeStderr("\(error)\n")
             throw ExitCode(78)
