@@ -96,6 +96,11 @@ package final class StoreConnection: @unchecked Sendable {
         return try step(statement) ? try decode(StoreRow(statement: statement)) : nil
     }
 
+    /// A statement prepared once for many lookups (``StoreStatement``).
+    func statement(_ sql: String) throws -> StoreStatement {
+        StoreStatement(statement: try prepare(sql, []), connection: self)
+    }
+
     /// Whether the table exists.
     func tableExists(_ name: String) throws -> Bool {
         try row("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", [.text(name)]) { _ in true } ?? false
@@ -110,6 +115,16 @@ package final class StoreConnection: @unchecked Sendable {
         var statement: OpaquePointer?
         let status = sqlite3_prepare_v2(handle, sql, -1, &statement, nil)
         guard status == SQLITE_OK, let statement else { throw failure(status) }
+        do {
+            try bind(arguments, to: statement)
+        } catch {
+            sqlite3_finalize(statement)
+            throw error
+        }
+        return statement
+    }
+
+    fileprivate func bind(_ arguments: [StoreValue], to statement: OpaquePointer) throws(SQLiteError) {
         for (index, value) in zip(Int32(1)..., arguments) {
             let bound: Int32
             switch value {
@@ -117,16 +132,12 @@ package final class StoreConnection: @unchecked Sendable {
             case .integer(let number): bound = sqlite3_bind_int64(statement, index, number)
             case .text(let text): bound = vigil_sqlite_bind_text(statement, index, text)
             }
-            guard bound == SQLITE_OK else {
-                sqlite3_finalize(statement)
-                throw failure(bound)
-            }
+            guard bound == SQLITE_OK else { throw failure(bound) }
         }
-        return statement
     }
 
     /// True when a row is ready, false when done.
-    private func step(_ statement: OpaquePointer) throws(SQLiteError) -> Bool {
+    fileprivate func step(_ statement: OpaquePointer) throws(SQLiteError) -> Bool {
         switch sqlite3_step(statement) {
         case SQLITE_ROW: return true
         case SQLITE_DONE: return false
@@ -136,6 +147,29 @@ package final class StoreConnection: @unchecked Sendable {
 
     private func failure(_ status: Int32) -> SQLiteError {
         SQLiteError(code: status & 0xFF, message: String(cString: sqlite3_errmsg(handle)))
+    }
+}
+
+/// A prepared statement run again and again with new arguments (one
+/// heartbeat looked up per end of a held span), finalized when released.
+/// Used only where its connection is, and while it is open.
+final class StoreStatement {
+    private let statement: OpaquePointer
+    private let connection: StoreConnection
+
+    fileprivate init(statement: OpaquePointer, connection: StoreConnection) {
+        self.statement = statement
+        self.connection = connection
+    }
+
+    deinit { sqlite3_finalize(statement) }
+
+    /// The first row for `arguments`, decoded, or nil when there is none.
+    func row<T>(_ arguments: [StoreValue], _ decode: (StoreRow) throws -> T) throws -> T? {
+        sqlite3_reset(statement)
+        sqlite3_clear_bindings(statement)
+        try connection.bind(arguments, to: statement)
+        return try connection.step(statement) ? try decode(StoreRow(statement: statement)) : nil
     }
 }
 

@@ -86,9 +86,9 @@ public struct SurvivalPicture: Sendable, Hashable {
             }
             merged[row.strategy] = entry
         }
+        let boot = try store.statement("SELECT boot FROM heartbeat WHERE runId = ? AND seq = ?")
         func offset(_ seq: Int64) throws -> Int64? {
-            try store.row("SELECT boot FROM heartbeat WHERE runId = ? AND seq = ?", [.integer(runKey), .integer(seq)]) { try $0.int64(0) }
-                .map { max(0, $0 - startBoot) }
+            try boot.row([.integer(runKey), .integer(seq)]) { try $0.int64(0) }.map { max(0, $0 - startBoot) }
         }
         var out: [StrategyHeld] = []
         for (strategy, entry) in merged {
