@@ -180,12 +180,12 @@ let package = Package(
         ),
         .testTarget(
             name: "VigilHostTests",
-            dependencies: ["VigilHost", "VigilSurvivalReport", "VigilDBus", "VigilTestSupport", "CExecutor", "CTestExecutor", .product(name: "VigilKit", package: "VigilKit"), .product(name: "VigilKitTesting", package: "VigilKitTesting")],
+            dependencies: ["VigilHost", "VigilSurvivalReport", "VigilDBus", "VigilClient", "VigilTestSupport", "CExecutor", "CTestExecutor", .product(name: "VigilKit", package: "VigilKit"), .product(name: "VigilKitTesting", package: "VigilKitTesting")],
             swiftSettings: strict
         ),
         .testTarget(
             name: "EndToEndTests",
-            dependencies: ["VigilHost", "VigilDBus", "VigilTestSupport", .product(name: "VigilKit", package: "VigilKit"), .product(name: "VigilKitTesting", package: "VigilKitTesting")],
+            dependencies: ["VigilHost", "VigilDBus", "VigilClient", "VigilTestSupport", .product(name: "VigilKit", package: "VigilKit"), .product(name: "VigilKitTesting", package: "VigilKitTesting")],
             swiftSettings: strict
         ),
         .testTarget(

@@ -36,7 +36,7 @@ actor DownloadManager {
         self.context = context
     }
 
-    private var log: StrategyLogger { context.log }
+    private var log: Logger { context.log }
 
     // MARK: life cycle
 

@@ -135,10 +135,10 @@ public struct SilentAudio: KeepAliveStrategy {
             case .connectionLost(let reason):
                 return reason  // logged by the caller, which reconnects
             case .sinkGone(let reason):
-                context.log.warning(reason)
+                context.log.warning("\(reason)")
                 pulse.closeStream()
             case .streamEnded(let reason):
-                context.log.warning(reason)
+                context.log.warning("\(reason)")
                 pulse.closeStream()
                 // Not at once: a server that keeps killing the stream is
                 // not hammered. A sink that went meanwhile is waited for.

@@ -13,10 +13,14 @@ public struct VigilClient: Sendable {
     public let connection: DBusConnection
     /// How long each call waits for its reply.
     public var timeout: Duration
+    /// Where calls go: vigild's well-known name, or a unique name (a host
+    /// that exports its objects without owning the name, as tests do).
+    public var destination: String
 
-    public init(connection: DBusConnection, timeout: Duration = .seconds(10)) {
+    public init(connection: DBusConnection, timeout: Duration = .seconds(10), destination: String = VigilAPI.busName) {
         self.connection = connection
         self.timeout = timeout
+        self.destination = destination
     }
 
     /// Connects to `bus`; the caller closes the connection.
@@ -34,7 +38,7 @@ public struct VigilClient: Sendable {
     /// Calls a method of vigild's object at `path`.
     public func call(_ member: String, path: String = VigilAPI.rootPath, interface: String = VigilAPI.hostInterface,
                      arguments: [BusValue] = []) async throws -> DBusMessage {
-        try await connection.call(destination: VigilAPI.busName, path: path, interface: interface, member: member,
+        try await connection.call(destination: destination, path: path, interface: interface, member: member,
                                   arguments: arguments, timeout: timeout)
     }
 
@@ -82,6 +86,42 @@ public struct VigilClient: Sendable {
         return BackgroundTask(path: path, fd: fd)
     }
 
+    /// `ClientLease.Renew` of the client lease at `path`: a new budget of
+    /// `budgetMicros` microseconds from now.
+    public func renewLease(at path: String, budgetMicros: UInt64) async throws {
+        try await expectEmpty("Renew", try await call("Renew", path: path, interface: VigilAPI.clientLeaseInterface,
+                                                      arguments: [.uint64(budgetMicros)]))
+    }
+
+    /// `ClientLease.End` of the client lease at `path`.
+    public func endLease(at path: String) async throws {
+        try await expectEmpty("End", try await call("End", path: path, interface: VigilAPI.clientLeaseInterface))
+    }
+
+    // MARK: download sessions
+
+    /// `DownloadSession.Enqueue` on the download-session strategy at
+    /// `session` (its Strategy object): the new download's object path.
+    public func enqueue(on session: String, url: String, dest: String, options: [String: BusValue] = [:]) async throws -> String {
+        let reply = try await call("Enqueue", path: session, interface: VigilAPI.downloadSessionInterface,
+                                   arguments: [.string(url), .string(dest), .dictionary(options)])
+        guard reply.body.count == 1, case .objectPath(let download) = reply.body[0] else {
+            throw APIDecodingError("Enqueue returned \(reply.body.map(\.signature).joined()), not o")
+        }
+        return download
+    }
+
+    /// `DownloadSession.Cancel`, `Pause` or `Resume` of `download` on the strategy at `session`.
+    public func control(_ action: DownloadAction, _ download: String, on session: String) async throws {
+        try await expectEmpty(action.rawValue, try await call(action.rawValue, path: session, interface: VigilAPI.downloadSessionInterface,
+                                                              arguments: [.objectPath(download)]))
+    }
+
+    /// What `control(_:_:on:)` does to a download.
+    public enum DownloadAction: String, Sendable, CaseIterable {
+        case cancel = "Cancel", pause = "Pause", resume = "Resume"
+    }
+
     // MARK: any object
 
     /// Every property of `interface` at `path`, as the contract's row.
@@ -115,7 +155,7 @@ public struct VigilClient: Sendable {
     /// declared ones is skipped. The stream ends when the connection closes.
     public func hostSignals() async throws -> AsyncStream<HostSignal> {
         let messages = try await connection.signals(matching: DBusMatchRule(
-            sender: VigilAPI.busName, path: VigilAPI.rootPath, interface: VigilAPI.hostInterface))
+            sender: destination, path: VigilAPI.rootPath, interface: VigilAPI.hostInterface))
         return AsyncStream { continuation in
             let task = Task {
                 for await message in messages {
@@ -138,6 +178,13 @@ public struct VigilClient: Sendable {
                 throw APIDecodingError("expected one \(Row.arraySignature), got \(reply.body.map(\.signature).joined())")
             }
             return try Row.rows(reply.body[0])
+        }
+    }
+
+    /// A method the contract declares without out arguments must reply empty.
+    private func expectEmpty(_ member: String, _ reply: DBusMessage) async throws {
+        guard reply.body.isEmpty else {
+            throw APIDecodingError("vigild's reply to \(member) is not what the contract declares: \(reply.body.map(\.signature).joined()), not empty")
         }
     }
 

@@ -472,13 +472,13 @@ public final class DBusConnection: @unchecked Sendable {
     }
 
     /// Calls a method with typed arguments and decodes a single typed result.
-    public func call<Result: DBusDecodable>(
+    public func call<Result: BusDecodable>(
         destination: String?, path: String, interface: String?, member: String,
-        arguments: [any DBusEncodable] = [], returning: Result.Type, timeout: Duration? = nil
+        arguments: [any BusEncodable] = [], returning: Result.Type, timeout: Duration? = nil
     ) async throws -> Result {
         let reply = try await call(
             destination: destination, path: path, interface: interface, member: member,
-            arguments: arguments.map(\.dbusValue), timeout: timeout)
+            arguments: arguments.map(\.busValue), timeout: timeout)
         return try reply.argument(0, as: Result.self)
     }
 

@@ -80,8 +80,8 @@ public typealias DBusArgument = BusArgument
 
 extension BusArgument {
     /// An argument whose signature comes from a Swift type.
-    public init<T: DBusTyped>(_ name: String, _ type: T.Type) {
-        self.init(name, T.dbusSignature)
+    public init<T: BusTyped>(_ name: String, _ type: T.Type) {
+        self.init(name, T.busSignature)
     }
 }
 
@@ -103,7 +103,7 @@ public struct DBusMethodCall: Sendable {
     /// Decodes argument `index` as `T` (the signature was already checked
     /// against the declaration, so this only fails on a type mismatch in the
     /// declaration itself).
-    public func argument<T: DBusDecodable>(_ index: Int, as type: T.Type = T.self) throws(DBusError) -> T {
+    public func argument<T: BusDecodable>(_ index: Int, as type: T.Type = T.self) throws(DBusError) -> T {
         try message.argument(index, as: type)
     }
 }
@@ -235,24 +235,24 @@ public struct DBusProperty: Sendable {
     }
 
     /// A read-only property of Swift type `T`.
-    public static func readOnly<T: DBusEncodable>(
+    public static func readOnly<T: BusEncodable>(
         _ name: String, _ type: T.Type, emitsChange: EmitsChange = .true,
         get: @escaping @Sendable () async throws -> T
     ) -> DBusProperty {
-        DBusProperty(name, signature: T.dbusSignature, access: .read, emitsChange: emitsChange,
-                     get: { try await get().dbusValue })
+        DBusProperty(name, signature: T.busSignature, access: .read, emitsChange: emitsChange,
+                     get: { try await get().busValue })
     }
 
     /// A read-write property of Swift type `T`; the setter receives the
     /// decoded value and the call (for access checks).
-    public static func readWrite<T: DBusCodable>(
+    public static func readWrite<T: BusCodable>(
         _ name: String, _ type: T.Type, emitsChange: EmitsChange = .true,
         get: @escaping @Sendable () async throws -> T,
         set: @escaping @Sendable (T, DBusMethodCall) async throws -> Void
     ) -> DBusProperty {
-        DBusProperty(name, signature: T.dbusSignature, access: .readwrite, emitsChange: emitsChange,
-                     get: { try await get().dbusValue },
-                     set: { value, call in try await set(try T(dbusValue: value), call) })
+        DBusProperty(name, signature: T.busSignature, access: .readwrite, emitsChange: emitsChange,
+                     get: { try await get().busValue },
+                     set: { value, call in try await set(try value.decode(T.self), call) })
     }
 }
 

@@ -35,11 +35,11 @@ public struct DBusMessage: Sendable {
 
     /// Decodes body argument `index` as `T`; a missing argument or another
     /// signature throws `InvalidArgs`.
-    public func argument<T: DBusDecodable>(_ index: Int, as type: T.Type = T.self) throws(DBusError) -> T {
+    public func argument<T: BusDecodable>(_ index: Int, as type: T.Type = T.self) throws(DBusError) -> T {
         guard body.indices.contains(index) else {
-            throw .invalidArgs("expected an argument #\(index) of signature \"\(T.dbusSignature)\", the message has \(body.count)")
+            throw .invalidArgs("expected an argument #\(index) of signature \"\(T.busSignature)\", the message has \(body.count)")
         }
-        return try T(dbusValue: body[index])
+        do { return try T(busValue: body[index]) } catch { throw DBusError(error) }
     }
 }
 

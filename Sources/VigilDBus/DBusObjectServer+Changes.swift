@@ -53,7 +53,7 @@ extension DBusObjectServer {
                 }
                 try await connection.emitSignal(
                     path: path, interface: DBusStandardInterfaces.properties, name: "PropertiesChanged",
-                    arguments: [.string(interface), .dict(keySignature: "s", valueSignature: "v", changed), invalidated.dbusValue])
+                    arguments: [.string(interface), .dict(keySignature: "s", valueSignature: "v", changed), invalidated.busValue])
             }
         }
     }
@@ -131,7 +131,7 @@ extension DBusObjectServer {
             for manager in managers where Self.isStrictDescendant(path, of: manager) {
                 try connection.sendOnQueue(DBusConnection.signalMessage(
                     path: manager, interface: DBusStandardInterfaces.objectManager, name: "InterfacesRemoved",
-                    arguments: [.objectPath(path), removed.map(\.name).dbusValue]))
+                    arguments: [.objectPath(path), removed.map(\.name).busValue]))
             }
         case let .emit(path, interface, signal, arguments):
             // Built first: invalid names are InvalidArgs whether or not the object exists.
@@ -184,6 +184,6 @@ extension DBusObjectServer {
                                               changed: [BusDictEntry], invalidated: [String]) throws {
         try connection.sendOnQueue(DBusConnection.signalMessage(
             path: path, interface: DBusStandardInterfaces.properties, name: "PropertiesChanged",
-            arguments: [.string(interface), .dict(keySignature: "s", valueSignature: "v", changed), invalidated.dbusValue]))
+            arguments: [.string(interface), .dict(keySignature: "s", valueSignature: "v", changed), invalidated.busValue]))
     }
 }

@@ -1,5 +1,6 @@
 import CDBus
 import VigilAPI
+import VigilKit
 import CDBusShim
 
 /// Exports objects (declared `DBusInterface`s at object paths) on a
@@ -20,10 +21,24 @@ public final class DBusObjectServer: @unchecked Sendable {
     var objects: [String: [DBusInterface]] = [:]
     /// Paths where an ObjectManager lives.
     var managers: Set<String> = []
+    /// Where the server says what went wrong that no caller sees whole: a
+    /// handler that failed with something other than a `DBusError` or
+    /// returned the wrong types (error), a reply that could not be sent
+    /// (debug), a call refused as malformed or unknown (debug: a client can
+    /// send many). Nothing on the path of a call that succeeds.
+    public let logger: Logger
+
+    /// Logs nothing: the default of a library that was not given a logger
+    /// (as in AsyncHTTPClient), so a client (vigilctl, a test) that exports
+    /// an object writes no lines of its own.
+    public static var loggingDisabled: Logger {
+        Logger(label: "dbus") { _ in SwiftLogNoOpLogHandler() }
+    }
 
     /// Attaches an object server to `connection` (one per connection).
-    public init(connection: DBusConnection) async throws {
+    public init(connection: DBusConnection, logger: Logger = DBusObjectServer.loggingDisabled) async throws {
         self.connection = connection
+        self.logger = logger
         try await connection.onQueueThrowing { [self] connection in
             guard let raw = connection.raw else { throw DBusError.disconnected("the connection is closed") }
             guard !connection.hasObjectServer else {
@@ -81,7 +96,7 @@ public final class DBusObjectServer: @unchecked Sendable {
         for manager in managerPaths {
             try await connection.emitSignal(
                 path: manager, interface: DBusStandardInterfaces.objectManager, name: "InterfacesRemoved",
-                arguments: [.objectPath(path), names.dbusValue])
+                arguments: [.objectPath(path), names.busValue])
         }
     }
 
@@ -258,11 +273,13 @@ public final class DBusObjectServer: @unchecked Sendable {
         }
         switch route {
         case let .reply(result):
-            connection.replyOnQueue(to: handle, result: result)
+            if case let .failure(error) = result { refused(header, error) }
+            connection.replyOnQueue(to: handle, result: result, logger: logger)
         case let .replyPrepared(body):
-            connection.replyOnQueue(to: handle, prepared: body)
+            connection.replyOnQueue(to: handle, prepared: body, logger: logger)
         case let .run(work, onConnectionThread):
             let connection = self.connection
+            let logger = self.logger
             Task(executorPreference: onConnectionThread ? connection.queue : nil) {
                 let result: Result<[BusValue], DBusError>
                 do {
@@ -270,12 +287,30 @@ public final class DBusObjectServer: @unchecked Sendable {
                 } catch let error as DBusError {
                     result = .failure(error)
                 } catch {
+                    Self.handlerFailed(header, error, logger: logger)
                     result = .failure(.failed(String(describing: error)))
                 }
                 // Queued without waiting for it: nothing follows the reply.
-                connection.queue.async { connection.replyOnQueue(to: handle, result: result) }
+                connection.queue.async { connection.replyOnQueue(to: handle, result: result, logger: logger) }
             }
         }
+    }
+
+    /// A call answered with an error at once (unknown object, interface or
+    /// method, wrong signature, a handler's own `DBusError`): debug, since
+    /// a client can send any number of them. The path is the client's and
+    /// may be megabytes long: quoted as an excerpt, as errors quote it
+    /// (libdbus bounds names to 255 bytes; the log handler escapes it all).
+    private func refused(_ call: DBusMessage, _ error: DBusError) {
+        logger.debug("refused \(call.interface ?? "(no interface)").\(call.member ?? "") on \(ClientText.excerpt(call.path ?? "/")): \(error.name): \(error.message)",
+                     metadata: ["sender": "\(call.sender ?? "")"])
+    }
+
+    /// A handler failed with an error that is not a `DBusError`: the caller
+    /// gets `Failed` with its description, and the service's log says so.
+    static func handlerFailed(_ call: DBusMessage, _ error: any Error, logger: Logger) {
+        logger.error("\(call.interface ?? "(no interface)").\(call.member ?? "") on \(call.path ?? "/") failed: \(error)",
+                     metadata: ["sender": "\(call.sender ?? "")"])
     }
 
     private enum Route {
@@ -380,6 +415,7 @@ public final class DBusObjectServer: @unchecked Sendable {
         let handler = method.handler
         let outSignature = method.outSignature
         let qualified = "\(target.name).\(member)"
+        let logger = self.logger
         if let prepared = method.preparedHandler {
             do {
                 let body = try prepared(typedCall)
@@ -390,13 +426,17 @@ public final class DBusObjectServer: @unchecked Sendable {
             } catch let error as DBusError {
                 return .reply(.failure(error))
             } catch {
+                Self.handlerFailed(message, error, logger: logger)
                 return .reply(.failure(.failed(String(describing: error))))
             }
         }
         if let immediate = method.immediateHandler {
             return .reply(Result { () throws(DBusError) -> [BusValue] in
                 let values: [BusValue]
-                do { values = try immediate(typedCall) } catch let error as DBusError { throw error } catch { throw .failed(String(describing: error)) }
+                do { values = try immediate(typedCall) } catch let error as DBusError { throw error } catch {
+                    Self.handlerFailed(message, error, logger: logger)
+                    throw .failed(String(describing: error))
+                }
                 guard values.map(\.signature).joined() == outSignature else {
                     throw .failed("\(qualified) returned signature \"\(values.map(\.signature).joined())\" but is declared to return \"\(outSignature)\"")
                 }
@@ -407,9 +447,11 @@ public final class DBusObjectServer: @unchecked Sendable {
             let values = try await handler(typedCall)
             let actual = values.map(\.signature).joined()
             // A handler that returns the wrong types is a bug in the service:
-            // the caller gets Failed, the service keeps running.
+            // the caller gets Failed, the service keeps running and says so.
             guard actual == outSignature else {
-                throw DBusError.failed("\(qualified) returned signature \"\(actual)\" but is declared to return \"\(outSignature)\"")
+                let error = DBusError.failed("\(qualified) returned signature \"\(actual)\" but is declared to return \"\(outSignature)\"")
+                logger.error("\(error.message)")
+                throw error
             }
             return values
         }, onConnectionThread: method.runsOnConnectionThread)
@@ -585,7 +627,7 @@ private final class WeakServer {
 extension DBusConnection {
     /// Sends a method return or error for `call` (on the queue). A reply
     /// that cannot be built (invalid values) becomes a Failed error.
-    func replyOnQueue(to call: DBusMessageHandle, result: Result<[BusValue], DBusError>) {
+    func replyOnQueue(to call: DBusMessageHandle, result: Result<[BusValue], DBusError>, logger: Logger) {
         guard dbus_message_get_no_reply(call.raw) == 0 else { return }
         let reply: DBusMessageHandle?
         switch result {
@@ -596,8 +638,10 @@ extension DBusConnection {
                 try DBusMarshal.append(values, to: raw)
                 reply = handle
             } catch where error.name == DBusError.Name.limitsExceeded {
+                logger.warning("a reply to \(Self.describe(call)) exceeds D-Bus limits; the caller gets an error: \(error.message)")
                 reply = Self.makeError(for: call, error)
             } catch {
+                logger.error("the reply to \(Self.describe(call)) could not be built: \(error.message)")
                 reply = Self.makeError(for: call, .failed("the reply could not be built: \(error.message)"))
             }
         case let .failure(error):
@@ -611,22 +655,32 @@ extension DBusConnection {
             try sendOnQueue(reply, ifRefused: ifRefused)
         } catch {
             // e.g. fds on a connection that cannot pass them: tell the caller.
+            logger.debug("cannot send the reply to \(Self.describe(call)): \(error.message)")
             if let fallback = Self.makeError(for: call, error) { try? sendOnQueue(fallback) }
         }
     }
 
     /// Sends `body` as the reply to `call` (on the queue).
-    func replyOnQueue(to call: DBusMessageHandle, prepared body: DBusPreparedBody) {
+    func replyOnQueue(to call: DBusMessageHandle, prepared body: DBusPreparedBody, logger: Logger) {
         guard dbus_message_get_no_reply(call.raw) == 0 else { return }
         guard let reply = body.reply(to: call) else {
-            replyOnQueue(to: call, result: .failure(.failed("the reply could not be built")))
+            replyOnQueue(to: call, result: .failure(.failed("the reply could not be built")), logger: logger)
             return
         }
         do {
             try sendOnQueue(reply)
         } catch {
+            logger.debug("cannot send the reply to \(Self.describe(call)): \(error.message)")
             if let fallback = Self.makeError(for: call, error) { try? sendOnQueue(fallback) }
         }
+    }
+
+    /// `interface.member from sender`, for the log (escaped by the handler).
+    static func describe(_ call: DBusMessageHandle) -> String {
+        let interface = dbus_message_get_interface(call.raw).map { String(cString: $0) } ?? "(no interface)"
+        let member = dbus_message_get_member(call.raw).map { String(cString: $0) } ?? ""
+        let sender = dbus_message_get_sender(call.raw).map { String(cString: $0) } ?? "(no sender)"
+        return "\(interface).\(member) from \(sender)"
     }
 
     static let callerCannotReceiveFDs = "the reply carries a unix fd, and the bus cannot pass fds to this caller's connection: negotiate fd passing (NEGOTIATE_UNIX_FD) on a unix socket"

@@ -11,7 +11,7 @@ extension HostRuntime {
     public nonisolated var busServices: HostBusServices {
         HostBusServices(
             version: version, runId: runId, configPath: configPath, startedAt: startedAt, startedWallMicros: startedWallMicros,
-            clock: clock, logSink: logSink, registry: registry, supervisor: supervisor, scheduler: scheduler, store: store,
+            clock: clock, logging: logging, registry: registry, supervisor: supervisor, scheduler: scheduler, store: store,
             clientLeases: clientLeases, inhibits: inhibits, strategyBus: strategyBus, costs: costs,
             configuredStrategy: { [weak self] name in
                 guard let configured = await self?.configuredStrategy(named: name) else { return nil }
@@ -42,7 +42,7 @@ extension BusService {
     /// `org.vigil.Vigil1`.
     public static func start(
         runtime: HostRuntime, environment: [String: String] = ProcessInfo.processInfo.environment,
-        backoff: ReconnectBackoff = ReconnectBackoff(), log: StrategyLogger
+        backoff: ReconnectBackoff = ReconnectBackoff(), log: Logger
     ) async throws(StartError) -> BusService {
         let settings = await runtime.config.host
         return try await start(selection: settings.bus, stateDir: settings.stateDir, environment: environment, backoff: backoff, log: log) { connection in

@@ -187,11 +187,6 @@ struct VigilBusClient {
         try await mapped("GetAll") { try await client.host() }
     }
 
-    /// Every property of one interface of one object (`GetAll`), values unwrapped.
-    func properties(path: String, interface: String) async throws -> [String: BusValue] {
-        try await mapped("GetAll") { try await client.allProperties(of: path, interface: interface) }
-    }
-
     /// The active leases, each with its `Status` property (a lease that
     /// ends between the list and the read keeps an empty status).
     func leases() async throws -> [ListedLease] {

@@ -118,7 +118,6 @@ struct HoldCommand: AsyncParsableCommand {
 }
 
 extension VigilBusClient {
-    static let clientLeaseInterface = VigilAPI.clientLeaseInterface
 
     func beginBackgroundTask(name: String, reason: String, budgetMicros: UInt64) async throws -> (path: String, fd: BusFileDescriptor) {
         let task = try await mapped("BeginBackgroundTask") {
@@ -128,11 +127,11 @@ extension VigilBusClient {
     }
 
     func renewClientLease(_ path: String, budgetMicros: UInt64) async throws {
-        _ = try await call("Renew", path: path, interface: Self.clientLeaseInterface, arguments: [.uint64(budgetMicros)])
+        try await mapped("Renew") { try await client.renewLease(at: path, budgetMicros: budgetMicros) }
     }
 
     func endClientLease(_ path: String) async throws {
-        _ = try await call("End", path: path, interface: Self.clientLeaseInterface)
+        try await mapped("End") { try await client.endLease(at: path) }
     }
 }
 

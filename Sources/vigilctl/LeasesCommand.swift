@@ -186,9 +186,10 @@ struct LeasesCommand: AsyncParsableCommand {
             event.holds = acquired.holds
             // The reason and deadline are lease properties; the object may
             // already be gone for a very short lease.
-            if let properties = try? await client.properties(path: acquired.lease, interface: VigilBusClient.leaseInterface) {
-                event.reason = properties["Reason"]?.stringValue ?? ""
-                if case .uint64(let deadline)? = properties["Deadline"], deadline != 0 { event.deadline = deadline }
+            if let lease = try? await client.client.properties(of: acquired.lease, interface: VigilBusClient.leaseInterface,
+                                                               as: LeaseObjectRow.self) {
+                event.reason = lease.lease.reason
+                if lease.lease.deadline != 0 { event.deadline = lease.lease.deadline }
             }
         case .leaseRenewed(let renewed)?: (event.lease, event.deadline) = (renewed.lease, renewed.deadline)
         case .leaseExpiring(let expiring)?: (event.lease, event.remainingUsec) = (expiring.lease, expiring.remainingUsec)

@@ -67,23 +67,39 @@ struct Vigild: AsyncParsableCommand {
     /// `EX_OSERR`: the system cannot give vigild the memory or threads it needs.
     static let outOfResourcesStatus: Int32 = 71
 
-    /// Installs Vigil's global executor before any task exists, then runs
-    /// the command as ArgumentParser would. See Sources/CExecutor for why.
+    /// Where vigild's log lines go: stderr, with journald priorities when
+    /// stderr is the journal. The one handler of swift-log's LoggingSystem
+    /// writes here (bootstrapped first thing in `main`).
+    static let logOutput = LogLineWriter()
+
+    /// Bootstraps logging and installs Vigil's global executor before any
+    /// task exists, then runs the command as ArgumentParser would. See
+    /// Sources/CExecutor for why.
     static func main() async {
         // A reader of stdout/stderr that goes away must not kill the host:
-        // writes then fail with EPIPE, which the log sink counts.
+        // writes then fail with EPIPE, which the log output counts.
         signal(SIGPIPE, SIG_IGN)
+        // Once, before any Logger exists: every Logger(label:) of the
+        // process (the host's, the plugins', ServiceGroup's) writes through
+        // this handler. Its level is set from the config before the host's
+        // loggers are made.
+        let output = Self.logOutput
+        LoggingSystem.bootstrap { label in output.handler(label: label) }
         let addressSpace = vigil_fit_address_space()
         if addressSpace > 0 {
             // Below the floor vigild would fail later where it could not say
             // why (docs/deployment.md, "Memory limits").
             guard addressSpace >= Self.addressSpaceFloor else {
-                Self.writeStderr("vigild: the address-space limit (RLIMIT_AS) is \(addressSpace >> 20) MiB; vigild needs at least "
-                            + "\(Self.addressSpaceFloor >> 20) MiB (prlimit --as, ulimit -v, systemd LimitAS=): raise the limit\n")
+                Logger(label: "vigild").critical("""
+                    the address-space limit (RLIMIT_AS) is \(addressSpace >> 20) MiB; vigild needs at least \
+                    \(Self.addressSpaceFloor >> 20) MiB (prlimit --as, ulimit -v, systemd LimitAS=): raise the limit
+                    """)
                 Glibc.exit(Self.outOfResourcesStatus)
             }
-            StderrLogSink().log(.notice, source: "vigild", "the address space is limited to \(addressSpace >> 20) MiB (RLIMIT_AS): "
-                                + "threads reserve 1 MiB of stack and malloc keeps 2 arenas")
+            Logger(label: "vigild").notice("""
+                the address space is limited to \(addressSpace >> 20) MiB (RLIMIT_AS): \
+                threads reserve 1 MiB of stack and malloc keeps 2 arenas
+                """)
         }
         let workers = Int32(max(2, min(8, ProcessInfo.processInfo.activeProcessorCount)))
         // VIGIL_DEFAULT_EXECUTOR=1 keeps Swift's default executor (diagnosis).
@@ -93,8 +109,11 @@ struct Vigild: AsyncParsableCommand {
             // Most likely out of memory or threads: the default executor
             // would need threads too, and libdispatch retries a thread it
             // cannot create forever, leaving signals unserved.
-            Self.writeStderr("vigild: cannot start the executor's threads (\(String(cString: strerror(errno)))): out of memory or threads "
-                        + "(RLIMIT_AS, RLIMIT_NPROC, the cgroup's pids.max or memory.max?)\n")
+            let reason = String(cString: strerror(errno))
+            Logger(label: "vigild").critical("""
+                cannot start the executor's threads (\(reason)): out of memory or threads \
+                (RLIMIT_AS, RLIMIT_NPROC, the cgroup's pids.max or memory.max?)
+                """)
             Glibc.exit(Self.outOfResourcesStatus)
         }
         do {
@@ -134,8 +153,8 @@ struct Vigild: AsyncParsableCommand {
         var config = loaded.config
         if let stateDir { config.host.stateDir = stateDir }
         if let logLevel {
-            guard let level = LogLevel.allCases.first(where: { $0.name == logLevel }) else {
-                throw ValidationError("--log-level must be one of \(LogLevel.allCases.map(\.name).joined(separator: ", ")), not \"\(logLevel)\"")
+            guard let level = HostSettings.logLevels.first(where: { $0.rawValue == logLevel }) else {
+                throw ValidationError("--log-level must be one of \(HostSettings.logLevels.map(\.rawValue).joined(separator: ", ")), not \"\(logLevel)\"")
             }
             config.host.logLevel = level
         }
@@ -143,9 +162,11 @@ struct Vigild: AsyncParsableCommand {
             print(Self.checkSummary(path: path, config: config, plugins: loaded.plugins), terminator: "")
             return
         }
-        let sink = StderrLogSink(minimum: config.host.logLevel)
-        let log = StrategyLogger(source: "vigild", sink: sink)
-        for note in config.notes { log.notice(note) }
+        let output = Self.logOutput
+        output.level = config.host.logLevel
+        let logging = HostLogging.bootstrapped(writer: output)
+        let log = logging.logger("vigild")
+        for note in config.notes { log.notice("\(note)") }
         // Client leases each take a descriptor or two: use what the hard
         // limit allows (the units raise it), not the soft 1024.
         let files = DescriptorLimit.raiseSoftLimit()
@@ -187,7 +208,7 @@ struct Vigild: AsyncParsableCommand {
             let stateDirOverride = stateDir
             let levelOverride = logLevel == nil ? nil : config.host.logLevel
             var environment = HostRuntime.Environment(
-                clock: clock, scheduler: scheduler, logSink: sink, power: power, version: VigilVersion.string,
+                clock: clock, scheduler: scheduler, logging: logging, power: power, version: VigilVersion.string,
                 plugins: loaded.plugins,
                 configOverrides: { reloaded in
                     if let stateDirOverride { reloaded.host.stateDir = stateDirOverride }
@@ -201,7 +222,10 @@ struct Vigild: AsyncParsableCommand {
             log.error("cannot start: \(error)")
             throw ExitCode(1)
         }
-        let notifier = makeNotifier(log: log)
+        // From here on the run is known: vigild's own lines say which
+        // (`run=`, as the host's and the strategies' do).
+        let runLog = logging.adding(["run": .string(host.runId)]).logger("vigild")
+        let notifier = makeNotifier(log: runLog)
         let bus = OneShot<BusOutcome>()
         let hostEvents = host.events(for: "host")
         let settings = config.host
@@ -211,37 +235,40 @@ struct Vigild: AsyncParsableCommand {
         // stop; the runtime stops its strategies and releases every lease; the
         // bus shows that and closes; the run's record is written to its end.
         let services: [ServiceGroupConfiguration.ServiceConfiguration] = host.backgroundServices() + [
-            .init(service: HostBusService(runtime: host, log: log, outcome: bus),
+            .init(service: HostBusService(runtime: host, log: runLog, outcome: bus),
                   failureTerminationBehavior: .gracefullyShutdownGroup, serviceName: "bus"),
             .init(service: host, serviceName: "strategies"),
-            .init(service: SleepHooksService(settings: settings, power: power, log: log, events: hostEvents),
+            .init(service: SleepHooksService(settings: settings, power: power, log: runLog, events: hostEvents),
                   successTerminationBehavior: .ignore, serviceName: "sleep hooks"),
-            .init(service: WatchdogService(notifier: notifier, scheduler: scheduler, clock: clock, log: log),
+            .init(service: WatchdogService(notifier: notifier, scheduler: scheduler, clock: clock, log: runLog),
                   successTerminationBehavior: .ignore, serviceName: "watchdog"),
-            .init(service: ServiceManagerService(notifier: notifier, runtime: host, bus: bus, log: log),
+            .init(service: ServiceManagerService(notifier: notifier, runtime: host, bus: bus, log: runLog),
                   serviceName: "service manager"),
-            .init(service: StopSignalService(signals: signals.stream, log: log),
+            .init(service: StopSignalService(signals: signals.stream, log: runLog),
                   successTerminationBehavior: .gracefullyShutdownGroup, serviceName: "signals"),
         ]
-        let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: services, logger: sink.logger(source: "vigild")))
+        let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: services, logger: runLog))
         var reason = RunEndReason.stopped
         do {
             try await group.run()
         } catch {
-            log.error("\(error)")
+            runLog.error("\(error)")
             reason = .failed
         }
         await host.finish(reason: reason)
         withExtendedLifetime(signals) {}
-        sink.flush()
-        if sink.droppedLines > 0 {
-            log.notice("\(sink.droppedLines) log line\(sink.droppedLines == 1 ? "" : "s") could not be written (stderr full or closed)")
+        output.flush()
+        let dropped = output.droppedLines
+        if dropped > 0 {
+            runLog.notice("\(dropped) log line\(dropped == 1 ? "" : "s") could not be written (stderr full or closed)")
         }
         if reason == .failed { throw ExitCode(1) }
     }
 
     /// Writes to stderr without trapping on EPIPE/ENOSPC (unlike
-    /// FileHandle.write): the text is multi-line config diagnostics.
+    /// FileHandle.write): the text is multi-line config diagnostics, the
+    /// command's output as with `--check`, not a log line (those all go
+    /// through the handler bootstrapped in `main`).
     static func writeStderr(_ text: String) {
         var bytes = Array(text.utf8)[...]
         while !bytes.isEmpty {
@@ -252,11 +279,11 @@ struct Vigild: AsyncParsableCommand {
 
     /// The systemd notifier when vigild runs under a service manager
     /// (`NOTIFY_SOCKET` set), else nil.
-    func makeNotifier(log: StrategyLogger) -> SystemdNotifier? {
+    func makeNotifier(log: Logger) -> SystemdNotifier? {
         do {
             let notifier = try SystemdNotifier()
             if let notifier {
-                log.debug("notifying \(notifier.socketName)" + (notifier.watchdogInterval.map { "; watchdog every \($0)" } ?? ""))
+                log.debug("notifying \(notifier.socketName)\(notifier.watchdogInterval.map { "; watchdog every \($0)" } ?? "")")
             }
             return notifier
         } catch {

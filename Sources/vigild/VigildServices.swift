@@ -61,7 +61,7 @@ actor OneShot<Value: Sendable> {
 /// stops everything else gracefully.
 struct HostBusService: Service {
     let runtime: HostRuntime
-    let log: StrategyLogger
+    let log: Logger
     let outcome: OneShot<BusOutcome>
 
     func run() async throws {
@@ -85,7 +85,7 @@ struct ServiceManagerService: Service {
     let notifier: SystemdNotifier?
     let runtime: HostRuntime
     let bus: OneShot<BusOutcome>
-    let log: StrategyLogger
+    let log: Logger
 
     func run() async {
         let outcome = bus
@@ -147,7 +147,7 @@ struct ServiceManagerService: Service {
 /// (`received SIGTERM`), as it always has.
 struct StopSignalService: Service {
     let signals: AsyncStream<Int32>
-    let log: StrategyLogger
+    let log: Logger
 
     func run() async {
         let signals = self.signals
@@ -161,7 +161,7 @@ struct StopSignalService: Service {
 struct SleepHooksService: Service {
     let settings: HostSettings
     let power: any PowerBackend
-    let log: StrategyLogger
+    let log: Logger
     let events: any EventRecording
 
     func run() async {
@@ -178,7 +178,7 @@ struct WatchdogService: Service {
     let notifier: SystemdNotifier?
     let scheduler: any WakeScheduling
     let clock: any VigilClock
-    let log: StrategyLogger
+    let log: Logger
 
     func run() async {
         guard let watchdog = notifier?.startWatchdog(scheduler: scheduler, clock: clock, log: log) else { return }

@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import Testing
+import VigilClient
 import VigilDBus
 import VigilTestSupport
 
@@ -26,9 +27,12 @@ extension EndToEnd.DownloadSessionEndToEndTests {
         private let seen = WaitableLog<Seen>()
         private var task: Task<Void, Never>?
         let connection: DBusConnection
+        /// The typed client of vigild's API, on the same connection.
+        let client: VigilClient
 
         init(_ bus: TestDBusDaemon) async throws {
             connection = try await bus.connect()
+            client = VigilClient(connection: connection)
             let stream = try await connection.signals(matching: DBusMatchRule(sender: "org.vigil.Vigil1"))
             let seen = self.seen
             task = Task {
@@ -63,15 +67,10 @@ extension EndToEnd.DownloadSessionEndToEndTests {
             guard met else { throw DaemonError("timed out waiting for \(what); signals: \(all.map { "\($0.member) \($0.path) \($0.changed.keys.sorted())" })") }
         }
 
-        func call(_ path: String, _ interface: String, _ member: String, _ arguments: [BusValue]) async throws -> DBusMessage {
-            try await connection.call(destination: "org.vigil.Vigil1", path: path, interface: interface, member: member,
-                                      arguments: arguments, timeout: .seconds(10))
-        }
-
         /// Calls a DownloadSession method on a download; the error, if any.
-        func control(_ member: String, _ download: String) async -> DBusError? {
+        func control(_ action: VigilClient.DownloadAction, _ download: String) async -> DBusError? {
             do {
-                _ = try await call(strategyPath, sessionInterface, member, [.objectPath(download)])
+                try await client.control(action, download, on: strategyPath)
                 return nil
             } catch let error as DBusError {
                 return error
@@ -81,26 +80,16 @@ extension EndToEnd.DownloadSessionEndToEndTests {
         }
 
         func enqueue(_ url: String, _ dest: String, _ options: [String: BusValue] = [:]) async throws -> String {
-            let dict = BusValue.dict(keySignature: "s", valueSignature: "v", options.keys.sorted().map {
-                BusDictEntry(key: .string($0), value: .variant(options[$0] ?? .string("")))
-            })
-            let reply = try await call(strategyPath, sessionInterface, "Enqueue", [.string(url), .string(dest), dict])
-            guard case .objectPath(let path)? = reply.body.first else { throw DaemonError("Enqueue returned \(reply.body)") }
-            return path
+            try await client.enqueue(on: strategyPath, url: url, dest: dest, options: options)
         }
 
         func property(_ path: String, _ name: String) async throws -> BusValue {
-            let reply = try await call(path, "org.freedesktop.DBus.Properties", "Get", [.string(downloadInterface), .string(name)])
-            guard case .variant(let value)? = reply.body.first else { throw DaemonError("Get \(name) returned \(reply.body)") }
-            return value
+            try await client.property(name, of: path, interface: downloadInterface)
         }
 
         /// The paths in the host's `Leases` property.
         func leases() async throws -> [String] {
-            let reply = try await call("/org/vigil/Vigil1", "org.freedesktop.DBus.Properties", "Get",
-                                       [.string("org.vigil.Vigil1.Host"), .string("Leases")])
-            guard case .variant(.array(_, let items))? = reply.body.first else { throw DaemonError("Leases is \(reply.body)") }
-            return items.compactMap { if case .objectPath(let p) = $0 { p } else { nil } }
+            try await client.host().leases
         }
     }
 
@@ -162,7 +151,7 @@ extension EndToEnd.DownloadSessionEndToEndTests {
         #expect(try await watch.leases().count == 1)
         #expect(try await watch.property(download, "State") == .string("active"))
 
-        #expect(await watch.control("Pause", download) == nil)
+        #expect(await watch.control(.pause, download) == nil)
         // Pause returns once the transfer has stopped: the state and the
         // figure are final at once.
         #expect(try await watch.property(download, "State") == .string("paused"))
@@ -187,10 +176,10 @@ extension EndToEnd.DownloadSessionEndToEndTests {
         #expect(try await watch.property(download, "BytesDone") == .uint64(UInt64(kept)))
         #expect(Self.progress(watch.all, download).allSatisfy { (Self.bytesDone($0) ?? 0) <= UInt64(kept) }, "progress announced after Pause")
         // A paused download cannot be paused again.
-        let again = await watch.control("Pause", download)
+        let again = await watch.control(.pause, download)
         #expect(again?.name == "org.freedesktop.DBus.Error.InvalidArgs" && again?.message.contains("is paused") == true, "\(String(describing: again))")
 
-        #expect(await watch.control("Resume", download) == nil)
+        #expect(await watch.control(.resume, download) == nil)
         try await daemon.waitForLine(containing: "download 1 try 2: GET \(h.nginx.baseURL)/slow/paused.bin from byte \(kept)")
         try await daemon.waitForLine(containing: "download 1 completed", timeout: .seconds(60))
         try await daemon.waitForLine(containing: "download 1 resumed at byte \(kept)")
@@ -203,9 +192,9 @@ extension EndToEnd.DownloadSessionEndToEndTests {
         #expect(try await watch.property(download, "Sha256") == .string(digest))
         #expect(try await watch.property(download, "BytesDone") == .uint64(UInt64(size)))
         // A completed download can be neither paused nor resumed.
-        let pauseDone = await watch.control("Pause", download)
+        let pauseDone = await watch.control(.pause, download)
         #expect(pauseDone?.name == "org.freedesktop.DBus.Error.InvalidArgs" && pauseDone?.message.contains("is completed") == true, "\(String(describing: pauseDone))")
-        let resumeDone = await watch.control("Resume", download)
+        let resumeDone = await watch.control(.resume, download)
         #expect(resumeDone?.name == "org.freedesktop.DBus.Error.InvalidArgs" && resumeDone?.message.contains("is completed") == true, "\(String(describing: resumeDone))")
         await watch.close()
         daemon.signal(SIGTERM)
@@ -236,25 +225,25 @@ extension EndToEnd.DownloadSessionEndToEndTests {
         #expect(h.size(part) > 0)
 
         // Bad arguments.
-        let unknown = await watch.control("Cancel", Self.downloadPath(99))
+        let unknown = await watch.control(.cancel, Self.downloadPath(99))
         #expect(unknown?.name == "org.freedesktop.DBus.Error.UnknownObject" && unknown?.message == "no download 99", "\(String(describing: unknown))")
-        let foreign = await watch.control("Pause", "/org/vigil/Vigil1/Strategy/other/Download/1")
+        let foreign = await watch.control(.pause, "/org/vigil/Vigil1/Strategy/other/Download/1")
         #expect(foreign?.name == "org.freedesktop.DBus.Error.UnknownObject", "\(String(describing: foreign))")
         #expect(foreign?.message.contains("is not a download of this session") == true, "\(String(describing: foreign))")
-        let notANumber = await watch.control("Resume", Self.strategyPath + "/Download/abc")
+        let notANumber = await watch.control(.resume, Self.strategyPath + "/Download/abc")
         #expect(notANumber?.name == "org.freedesktop.DBus.Error.UnknownObject", "\(String(describing: notANumber))")
-        let resumeActive = await watch.control("Resume", download)
+        let resumeActive = await watch.control(.resume, download)
         #expect(resumeActive?.name == "org.freedesktop.DBus.Error.InvalidArgs" && resumeActive?.message.contains("is active") == true,
                 "\(String(describing: resumeActive))")
         do {
-            _ = try await watch.call(Self.strategyPath, Self.sessionInterface, "Cancel", [.string(download)])
+            _ = try await watch.client.call("Cancel", path: Self.strategyPath, interface: Self.sessionInterface, arguments: [.string(download)])
             Issue.record("Cancel with a string instead of an object path was accepted")
         } catch let error as DBusError {
             #expect(error.name == "org.freedesktop.DBus.Error.InvalidArgs", "\(error)")
         }
         #expect(try await watch.property(download, "State") == .string("active"))
 
-        #expect(await watch.control("Cancel", download) == nil)
+        #expect(await watch.control(.cancel, download) == nil)
         // Cancel returns once the download is gone.
         #expect(h.size(part) == -1)
         #expect(h.size(h.downloads + "/sub/cancelled.bin") == -1)
@@ -267,7 +256,7 @@ extension EndToEnd.DownloadSessionEndToEndTests {
         }
         try await watch.wait("the lease released") { $0.contains { $0.member == "LeaseReleased" } }
         #expect(try await watch.leases().isEmpty)
-        let twice = await watch.control("Cancel", download)
+        let twice = await watch.control(.cancel, download)
         #expect(twice?.name == "org.freedesktop.DBus.Error.UnknownObject" && twice?.message == "no download 1", "\(String(describing: twice))")
         try await daemon.waitForLine(containing: "download 1 cancelled")
 

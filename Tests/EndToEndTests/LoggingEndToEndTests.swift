@@ -117,6 +117,17 @@ extension EndToEnd {
             #expect(first.output.contains { $0.hasPrefix("<5>vigild: received SIGTERM") }, "\(first.output)")
         }
 
+        /// No LoggingSystem-less logging path in the sources: one
+        /// LoggingSystem.bootstrap, in vigild; no library or plugin writing
+        /// to stderr itself; swift-log a dependency of the SDK only.
+        @Test func oneLoggingPathInTheSources() throws {
+            let root = Build.packageRoot.path
+            let check = try ProcessRunner.run(Build.packageRoot.appendingPathComponent("Scripts/check-single-logging").path,
+                                              ["--sources", root])
+            #expect(check.status == 0, "\(check.stdout)\(check.stderr)")
+            #expect(check.stdout.contains("one logging path"), "\(check.stdout)")
+        }
+
         /// swift-log's Logging is linked into libVigilKit.so only: vigild,
         /// vigilctl and every plugin get it from there (one Logger type, one
         /// LoggingSystem), as Scripts/check-single-logging checks.

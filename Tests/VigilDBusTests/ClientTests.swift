@@ -23,7 +23,7 @@ struct ClientTests {
                 .dict(keySignature: "s", valueSignature: "v", [BusDictEntry(key: .string("k"), value: .variant(.uint32(1)))]),
                 .structure([.int32(1), .string("x"), .structure([.bool(false)])]),
                 .variant(.variant(.string("nested"))),
-                ["x": [1, 2] as [Int32]].dbusValue,
+                ["x": [1, 2] as [Int32]].busValue,
             ]
             for value in values {
                 let reply = try await call(client, "Roundtrip", [.variant(value)])
@@ -235,7 +235,7 @@ struct ClientTests {
             try await service.server.unexport("/org/vigil/Test/Child")
             let removed = try #require(await managerIterator.next())
             #expect(removed.member == "InterfacesRemoved")
-            #expect(removed.body == [.objectPath("/org/vigil/Test/Child"), ["org.vigil.Child1"].dbusValue])
+            #expect(removed.body == [.objectPath("/org/vigil/Test/Child"), ["org.vigil.Child1"].busValue])
 
             try await client.call(destination: TestService.name, path: TestService.path, interface: "org.freedesktop.DBus.Properties",
                                   member: "Set", arguments: [.string(TestService.interfaceName), .string("Count"), .variant(.uint32(9))])
@@ -245,7 +245,7 @@ struct ClientTests {
                                      .array(elementSignature: "s", [])])
             try await service.server.emitPropertiesChanged(path: TestService.path, interface: TestService.interfaceName, properties: ["Label"])
             let invalidated = try #require(await propertyIterator.next())
-            #expect(invalidated.body.last == ["Label"].dbusValue)
+            #expect(invalidated.body.last == ["Label"].busValue)
             await #expect(throws: DBusError.self) {
                 try await service.server.emitPropertiesChanged(path: TestService.path, interface: TestService.interfaceName, properties: ["Version"])
             }

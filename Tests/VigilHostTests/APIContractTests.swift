@@ -146,7 +146,7 @@ import VigilKitTesting
 /// A strategy cannot put a contract interface on the bus in another shape.
 @Suite struct IntrospectionContractStrategyTests {
     @Test func aStrategyCannotRegisterADeclaredInterfaceInAnotherShape() async throws {
-        let bridge = StrategyBusBridge(logSink: MemoryLogSink())
+        let bridge = StrategyBusBridge(logging: WaitableLog<LogLine>().logging)
         let bus = bridge.bus(for: "dl")
         let api = VigilAPI.downloadSession
         let handler: BusMethod.Handler = { _, _ in [] }

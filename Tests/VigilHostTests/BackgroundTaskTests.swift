@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import VigilHost
 import VigilKit
+import VigilKitTesting
 import VigilTestSupport
 
 enum BackgroundTaskPlugin {
@@ -72,7 +73,7 @@ enum BackgroundTaskPlugin {
         let registry = LeaseRegistry(clock: clock)
         let events = RecordingEvents()
         let supervisor = Supervisor(services: StrategyServices(
-            registry: registry, scheduler: try WakeScheduler.system(clock: clock), clock: clock, logSink: MemoryLogSink(),
+            registry: registry, scheduler: try WakeScheduler.system(clock: clock), clock: clock, logging: WaitableLog<LogLine>().logging,
             hooks: { name, log in HookRunner(strategy: name, log: log) }, events: { _ in events }))
         let strategy = try BackgroundTaskPlugin.make([
             "budget": .string("10s"), "command": .array(["sh", "-c", "sleep 0.3; exit 3"].map(ConfigValue.string)),

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import VigilHost
 import VigilKit
+import VigilKitTesting
 import VigilTestSupport
 
 /// Holds one lease for as long as it runs.
@@ -20,7 +21,7 @@ struct GatedSupervisor {
     let scheduler: WakeScheduler
     let monitor: ConditionMonitor
     let supervisor: Supervisor
-    let logs = MemoryLogSink()
+    let logs = WaitableLog<LogLine>()
 
     /// On `clock` (a test clock by default), or on the system clock and
     /// its timerfd scheduler when `realTime` (strategies that talk to real
@@ -30,9 +31,9 @@ struct GatedSupervisor {
         self.clock = clock
         registry = LeaseRegistry(clock: clock)
         scheduler = realTime ? try WakeScheduler.system(clock: clock) : WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock))
-        monitor = ConditionMonitor(settings: settings, registry: registry, scheduler: scheduler, clock: clock, logSink: logs)
+        monitor = ConditionMonitor(settings: settings, registry: registry, scheduler: scheduler, clock: clock, logging: logs.logging)
         var services = StrategyServices(
-            registry: registry, scheduler: scheduler, clock: clock, logSink: logs,
+            registry: registry, scheduler: scheduler, clock: clock, logging: logs.logging,
             hooks: { name, log in HookRunner(strategy: name, log: log) },
             events: { _ in RecordingEvents() }
         )

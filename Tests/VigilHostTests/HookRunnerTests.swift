@@ -4,15 +4,16 @@ import Foundation
 import Glibc
 import Testing
 import VigilKit
+import VigilKitTesting
 @testable import VigilHost
 
 /// Real processes through the real runner; timeouts are short so the suite
 /// stays fast, and the time limit turns a runner that hangs into a failure.
 @Suite(.timeLimit(.minutes(1))) struct HookRunnerTests {
-    private func makeRunner(outputCap: Int = 64 * 1024, killGrace: Duration = .seconds(2)) -> (HookRunner, MemoryLogSink) {
-        let sink = MemoryLogSink()
+    private func makeRunner(outputCap: Int = 64 * 1024, killGrace: Duration = .seconds(2)) -> (HookRunner, WaitableLog<LogLine>) {
+        let sink = WaitableLog<LogLine>()
         let runner = HookRunner(
-            strategy: "nightly-sync", log: StrategyLogger(source: "nightly-sync", sink: sink),
+            strategy: "nightly-sync", log: sink.logger("nightly-sync"),
             outputCap: outputCap, killGrace: killGrace
         )
         return (runner, sink)

@@ -1,10 +1,12 @@
 import ServiceLifecycle
 import Foundation
 import Testing
+import VigilClient
 import VigilDBus
 import VigilTestSupport
 @testable import VigilHost
 import VigilKit
+import VigilKitTesting
 
 /// A private dbus-daemon for one test (Tests/TestSupport).
 typealias HostBusDaemon = TestDBusDaemon
@@ -99,7 +101,7 @@ enum HostBusKinds {
 final class HostBusFixture: @unchecked Sendable {
     // Invariant: all stored properties are immutable after init.
     let clock: ManualClock
-    let logs: MemoryLogSink
+    let logs: WaitableLog<LogLine>
     let directory: String
     let configPath: String
     let bus: HostBusDaemon
@@ -111,7 +113,7 @@ final class HostBusFixture: @unchecked Sendable {
     let client: DBusConnection
     let hostName: String
 
-    private init(clock: ManualClock, logs: MemoryLogSink, directory: String, configPath: String, bus: HostBusDaemon,
+    private init(clock: ManualClock, logs: WaitableLog<LogLine>, directory: String, configPath: String, bus: HostBusDaemon,
                  runtime: HostRuntime, services: RunningHostServices, api: HostBusAPI, host: DBusConnection, client: DBusConnection, hostName: String) {
         self.clock = clock
         self.logs = logs
@@ -128,6 +130,9 @@ final class HostBusFixture: @unchecked Sendable {
 
     /// Runs `body` with a fixture and always stops it afterwards (the bus,
     /// the runtime and the temp dir), also when `body` throws.
+    /// The typed client of the API (the contract's rows), on `client`.
+    var typed: VigilClient { VigilClient(connection: client, destination: hostName) }
+
     static func with(strategies: String, host: String = "", hostUID: UInt32 = getuid(), stateDir: String? = nil,
                      _ body: (HostBusFixture) async throws -> Void) async throws {
         let fixture = try await make(strategies: strategies, host: host, hostUID: hostUID, stateDir: stateDir)
@@ -152,10 +157,10 @@ final class HostBusFixture: @unchecked Sendable {
         try plugins.register(HostBusKinds.all, from: "HostBusKinds")
         let loaded = try ConfigLoader.load(path: configPath, resolver: plugins)
         let clock = ManualClock()
-        let logs = MemoryLogSink()
+        let logs = WaitableLog<LogLine>()
         let runtime = try await HostRuntime.start(config: loaded, environment: HostRuntime.Environment(
             clock: clock, scheduler: WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock)),
-            logSink: logs, version: "9.9.9-test", plugins: plugins
+            logging: logs.logging, version: "9.9.9-test", plugins: plugins
         ))
         let services = RunningHostServices(runtime, logs: logs)
         let bus: HostBusDaemon
@@ -214,15 +219,15 @@ final class HostBusFixture: @unchecked Sendable {
 
     /// Calls a method of org.vigil.Vigil1.Host on the root object.
     @discardableResult
-    func hostCall(_ member: String, _ arguments: [any DBusEncodable] = []) async throws -> DBusMessage {
+    func hostCall(_ member: String, _ arguments: [any BusEncodable] = []) async throws -> DBusMessage {
         try await call(VigilAPI.rootPath, VigilAPI.hostInterface, member, arguments)
     }
 
     @discardableResult
     func call(_ path: String, _ interface: String, _ member: String,
-              _ arguments: [any DBusEncodable] = []) async throws -> DBusMessage {
+              _ arguments: [any BusEncodable] = []) async throws -> DBusMessage {
         try await client.call(destination: hostName, path: path, interface: interface, member: member,
-                              arguments: arguments.map(\.dbusValue), timeout: .seconds(10))
+                              arguments: arguments.map(\.busValue), timeout: .seconds(10))
     }
 
     func getAll(_ path: String, _ interface: String) async throws -> [String: BusValue] {
@@ -383,11 +388,11 @@ final class RunningHostServices: Sendable {
     private let group: ServiceGroup
     private let running: Task<Void, any Error>
 
-    init(_ runtime: HostRuntime, logs: MemoryLogSink) {
+    init(_ runtime: HostRuntime, logs: WaitableLog<LogLine>) {
         self.runtime = runtime
         let group = ServiceGroup(configuration: ServiceGroupConfiguration(
             services: runtime.backgroundServices() + [.init(service: runtime, serviceName: "strategies")],
-            logger: logs.logger(source: "vigild")))
+            logger: logs.logger("vigild")))
         self.group = group
         running = Task { try await group.run() }
     }

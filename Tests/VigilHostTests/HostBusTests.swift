@@ -470,8 +470,8 @@ private enum Build {
                 "PropertiesChanged \(strategy("flaky")) State",
                 "StrategyStateChanged \(strategy("flaky")) \"running\" \"boom\"",
             ])
-            let rows = try await f.hostCall("ListStrategies").body.first.map(rows)
-            #expect(rows?.first?[3] == .string("running") && rows?.first?[4] == .uint32(1) && rows?.first?[5] == .string("boom"))
+            let listed = try await f.typed.strategies()
+            #expect(listed.map { [$0.state, "\($0.restarts)", $0.lastError] } == [["running", "1", "boom"]])
         }
     }
 

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import VigilHost
 import VigilKit
+import VigilKitTesting
 import VigilTestSupport
 
 /// The real periodic-wake plugin, loaded from the build directory like the
@@ -100,7 +101,7 @@ struct Harness {
     let registry: LeaseRegistry
     let hooks: RecordingHooks
     let events = RecordingEvents()
-    let logs = MemoryLogSink()
+    let logs = WaitableLog<LogLine>()
     let supervisor: Supervisor
 
     /// `clock` and `store` may be shared with an earlier harness: a host
@@ -113,7 +114,7 @@ struct Harness {
         hooks = RecordingHooks(registry: registry)
         let hooks = self.hooks, events = self.events
         var services = StrategyServices(
-            registry: registry, scheduler: checker, clock: clock, logSink: logs,
+            registry: registry, scheduler: checker, clock: clock, logging: logs.logging,
             hooks: { _, _ in hooks }, events: { _ in events }
         )
         if let store { services.store = { _ in store } }
@@ -350,9 +351,9 @@ struct Harness {
         let scheduler = try WakeScheduler.system(clock: clock)
         let registry = LeaseRegistry(clock: clock)
         let events = RecordingEvents()
-        let logs = MemoryLogSink()
+        let logs = WaitableLog<LogLine>()
         let supervisor = Supervisor(services: StrategyServices(
-            registry: registry, scheduler: scheduler, clock: clock, logSink: logs,
+            registry: registry, scheduler: scheduler, clock: clock, logging: logs.logging,
             hooks: { name, log in HookRunner(strategy: name, log: log, killGrace: .milliseconds(200)) },
             events: { _ in events }
         ))

@@ -3,6 +3,7 @@ import VigilTestSupport
 import Testing
 import VigilHost
 import VigilKit
+import VigilKitTesting
 
 /// The real silent-audio plugin, loaded from the build directory.
 enum SilentAudioPlugin {
@@ -404,7 +405,7 @@ final class AudioHarness: @unchecked Sendable {
     let clock = SystemClock()
     let registry: LeaseRegistry
     let supervisor: Supervisor
-    let logs = MemoryLogSink()
+    let logs = WaitableLog<LogLine>()
     let events = RecordingEvents()
     private var collector: Task<Void, Never>?
 
@@ -412,7 +413,7 @@ final class AudioHarness: @unchecked Sendable {
         registry = LeaseRegistry(clock: clock, backend: backend)
         let events = self.events
         supervisor = Supervisor(services: StrategyServices(
-            registry: registry, scheduler: try WakeScheduler.system(clock: clock), clock: clock, logSink: logs,
+            registry: registry, scheduler: try WakeScheduler.system(clock: clock), clock: clock, logging: logs.logging,
             hooks: { name, log in HookRunner(strategy: name, log: log) }, events: { _ in events }))
         let stream = await registry.events()
         let leaseEvents = self.leaseEvents

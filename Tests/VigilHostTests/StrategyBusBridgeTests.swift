@@ -4,6 +4,7 @@ import VigilDBus
 import VigilTestSupport
 @testable import VigilHost
 import VigilKit
+import VigilKitTesting
 
 /// The StrategyBusBridge on a private bus and the manual clock: child
 /// objects a strategy exports announce their property changes at most once
@@ -28,8 +29,8 @@ import VigilKit
             host = try await bus.connect()
             client = try await bus.connect()
             let server = try await DBusObjectServer(connection: host)
-            bridge = StrategyBusBridge(logSink: MemoryLogSink())
-            let log = StrategyLogger(source: "dbus", sink: MemoryLogSink())
+            bridge = StrategyBusBridge(logging: WaitableLog<LogLine>().logging)
+            let log = WaitableLog<LogLine>().logger("dbus")
             let limiter = PropertiesChangedLimiter(clock: clock, log: log) { path, interface, values in
                 try await server.emitPropertiesChanged(path: path, interface: interface, values: values)
             }

@@ -60,7 +60,7 @@ struct StrategyCostsTests {
     /// A command's CPU, from its rusage, goes to its strategy.
     @Test func aCommandsCPUGoesToItsStrategy() async throws {
         let costs = StrategyCosts(clock: ManualClock())
-        let runner = HookRunner(strategy: "burn", log: StrategyLogger(source: "test", sink: MemoryLogSink()), costs: costs)
+        let runner = HookRunner(strategy: "burn", log: WaitableLog<LogLine>().logger("test"), costs: costs)
         let result = await runner.run(HookCommand(argv: ["/usr/bin/python3", "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2: pass"], timeout: .seconds(30)),
                                       event: "test", variables: [:])
         #expect(result.exit == .exited(0))

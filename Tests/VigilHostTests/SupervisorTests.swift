@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import VigilHost
 import VigilKit
+import VigilKitTesting
 import VigilTestSupport
 
 /// Records the order in which things happen across tasks.
@@ -42,9 +43,9 @@ struct WaitingStrategy: KeepAliveStrategy {
 @Suite struct SupervisorTests {
     func makeSupervisor(_ clock: ManualClock, _ registry: LeaseRegistry, backoff: Backoff) -> Supervisor {
         let scheduler = WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock))
-        let logs = MemoryLogSink()
+        let logs = WaitableLog<LogLine>()
         return Supervisor(services: StrategyServices(
-            registry: registry, scheduler: scheduler, clock: clock, logSink: logs,
+            registry: registry, scheduler: scheduler, clock: clock, logging: logs.logging,
             hooks: { name, log in HookRunner(strategy: name, log: log) },
             events: { _ in RecordingEvents() }
         ), backoff: backoff)

@@ -13,7 +13,7 @@ struct SurvivalWritersTests {
     static func group(_ services: [any Service]) -> (ServiceGroup, Task<Void, any Error>) {
         let group = ServiceGroup(configuration: ServiceGroupConfiguration(
             services: services.map { .init(service: $0, successTerminationBehavior: .ignore) },
-            logger: MemoryLogSink().logger(source: "test")))
+            logger: WaitableLog<LogLine>().logger("test")))
         return (group, Task { try await group.run() })
     }
 
@@ -26,7 +26,7 @@ struct SurvivalWritersTests {
         let (beats, beat) = AsyncStream.makeStream(of: Bool.self)
         let writer = HeartbeatWriter(
             store: store, interval: .seconds(60), scheduler: scheduler, clock: clock, readings: { ClockReadings.now() },
-            log: StrategyLogger(source: "test", sink: MemoryLogSink()),
+            log: WaitableLog<LogLine>().logger("test"),
             sources: HeartbeatWriter.Sources(
                 activeLeases: { [HeartbeatLease(id: 7, strategy: "sync", holds: "sleep", state: "active")] },
                 afterBeat: { first in beat.yield(first) }))

@@ -4,6 +4,7 @@ import Glibc
 import Testing
 import VigilHost
 import VigilKit
+import VigilKitTesting
 
 /// The real voip-socket plugin, loaded from the build directory.
 enum VoipSocketPlugin {
@@ -200,7 +201,7 @@ struct VoipHarness {
     let clock: any VigilClock
     let registry: LeaseRegistry
     let events = RecordingEvents()
-    let logs = MemoryLogSink()
+    let logs = WaitableLog<LogLine>()
     let supervisor: Supervisor
     /// What the instances cost (their bytes, as the host counts them).
     let costs: StrategyCosts
@@ -213,7 +214,7 @@ struct VoipHarness {
         let costs = StrategyCosts(clock: clock)
         self.costs = costs
         var services = StrategyServices(
-            registry: registry, scheduler: try scheduler ?? WakeScheduler.system(clock: clock), clock: clock, logSink: logs,
+            registry: registry, scheduler: try scheduler ?? WakeScheduler.system(clock: clock), clock: clock, logging: logs.logging,
             hooks: { name, log in hooks ?? HookRunner(strategy: name, log: log) }, events: { _ in events })
         services.cost = { costs.recorder(for: $0) }
         supervisor = Supervisor(services: services)

@@ -3,6 +3,7 @@ import Glibc
 import Testing
 import VigilHost
 import VigilKit
+import VigilKitTesting
 import VigilTestSupport
 
 /// voip-socket against real TCP servers on 127.0.0.1. Intervals are short
@@ -436,7 +437,7 @@ func runProcess(_ path: String, _ arguments: [String]) throws -> String {
         // tests in this process share it).
         defer { sink.open() }
         let scheduler = try WakeScheduler.system(clock: clock)
-        let logs = MemoryLogSink()
+        let logs = WaitableLog<LogLine>()
         let n = 8
         let stream = await registry.events()
         let strategies = try (0..<n).map { i -> (String, any KeepAliveStrategy) in
@@ -448,7 +449,7 @@ func runProcess(_ path: String, _ arguments: [String]) throws -> String {
         let running = Task {
             await withTaskGroup(of: Void.self) { group in
                 for (name, strategy) in strategies {
-                    let log = StrategyLogger(source: name, sink: logs)
+                    let log = logs.logger(name)
                     let context = StrategyContext(
                         name: name, kind: "voip-socket", log: log,
                         leases: GatedLeases(inner: StrategyLeases(registry: registry, strategy: name), sink: sink),

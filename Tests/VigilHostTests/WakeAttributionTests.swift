@@ -153,7 +153,7 @@ struct WakeAttributionTests {
         let readings = ClockReadings(wallMicros: 1_750_000_000_000_000, monotonicMicros: resumedAt - 300_000_000, boottimeMicros: resumedAt)
         _ = try await store.beginRun(runStart(at: ClockReadings(wallMicros: 1_749_999_000_000_000, monotonicMicros: 0, boottimeMicros: 0)))
         let recorder = ResumeRecorder(store: store, scheduler: scheduler, runStartBoottimeMicros: 0,
-                                      log: StrategyLogger(source: "test", sink: MemoryLogSink()), costs: costs, sysfsRoot: dir.path)
+                                      log: WaitableLog<LogLine>().logger("test"), costs: costs, sysfsRoot: dir.path)
         await recorder.resumed(readings, suspendedMicros: 299_000_000)
         #expect(costs.cost(of: "tick") == StrategyCostRow(wakeups: 1, systemWakes: 1))
         // Something else woke it: nobody's.

@@ -105,7 +105,7 @@ func voipSocketBench(_ arguments: [String]) async throws {
     // the followers of client leases and apps' inhibits.
     let metrics = HostMetrics()
     let clientLeases = ClientLeases(registry: registry, settings: ClientLeaseSettings())
-    let inhibits = ForeignInhibits(registry: registry, settings: InhibitSettings(), grace: .seconds(5), logSink: DiscardingLogSink())
+    let inhibits = ForeignInhibits(registry: registry, settings: InhibitSettings(), grace: .seconds(5), logging: .discarding)
     if follower {
         await registry.observe(metrics)
         await clientLeases.start()
@@ -114,7 +114,7 @@ func voipSocketBench(_ arguments: [String]) async throws {
     defer { Task { await clientLeases.stop(); await inhibits.stop() } }
     let scheduler = try WakeScheduler.system(clock: clock)
     let supervisor = Supervisor(services: StrategyServices(
-        registry: registry, scheduler: scheduler, clock: clock, logSink: DiscardingLogSink(),
+        registry: registry, scheduler: scheduler, clock: clock, logging: .discarding,
         hooks: { _, _ in NoHooks() }, events: { _ in NoEvents() }))
     var strategies: [SupervisedStrategy] = []
     strategies.reserveCapacity(n)
@@ -290,10 +290,6 @@ actor LimiterStandIn {
 struct BenchError: Error, CustomStringConvertible {
     var description: String
     init(_ d: String) { description = d }
-}
-
-private struct DiscardingLogSink: LogSink {
-    func log(_ level: LogLevel, source: String, _ message: String, metadata: Logger.Metadata) {}
 }
 
 private struct NoHooks: HookRunning {

@@ -27,7 +27,7 @@ public func fuzzDBusMessage(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt 
     for value in body {
         _ = value.description
         _ = try? value.validate()
-        _ = try? DBusVariant(dbusValue: value)
+        _ = try? DBusVariant(busValue: value)
     }
     var full = header
     full.body = body

@@ -96,7 +96,7 @@ private final class Target: @unchecked Sendable {
                 let config = try ConfigLoader.load(path: configPath, resolver: plugins)
                 let clock = SystemClock()
                 let runtime = try await HostRuntime.start(config: config, environment: HostRuntime.Environment(
-                    clock: clock, scheduler: try WakeScheduler.system(clock: clock), logSink: QuietSink(),
+                    clock: clock, scheduler: try WakeScheduler.system(clock: clock), logging: .discarding,
                     version: "fuzz", plugins: plugins))
                 let connection = try await DBusConnection.connect(to: .address(address))
                 let api = HostBusAPI(runtime: runtime, connection: connection, hostUID: getuid())
@@ -153,12 +153,6 @@ private final class Outcome: @unchecked Sendable {
         guard let result else { throw CancellationError() }
         return try result.get()
     }
-}
-
-/// The host's log lines are not findings: dropped.
-private struct QuietSink: LogSink {
-    var minimum: LogLevel { .error }
-    func log(_ level: LogLevel, source: String, _ message: String, metadata: Logger.Metadata) {}
 }
 
 private enum Answer {

@@ -23,7 +23,7 @@ public actor BusService {
     /// The private bus to stop on shutdown: started by this vigild, or
     /// adopted from one that was killed.
     private var privateBus: PrivateBus?
-    private let log: StrategyLogger
+    private let log: Logger
     private var stopped = false
     /// What reconnecting needs: how the bus was found and how to export.
     private let setup: Setup
@@ -76,7 +76,7 @@ public actor BusService {
         }
     }
 
-    private init(hostBus: BusLocator.HostBus, connection: DBusConnection, exported: (any Sendable)?, privateBus: PrivateBus?, log: StrategyLogger, setup: Setup) {
+    private init(hostBus: BusLocator.HostBus, connection: DBusConnection, exported: (any Sendable)?, privateBus: PrivateBus?, log: Logger, setup: Setup) {
         self.hostBus = hostBus
         self.privateBus = privateBus
         self.connection = connection
@@ -101,7 +101,7 @@ public actor BusService {
         selection: BusSelection, stateDir: String,
         environment: [String: String] = ProcessInfo.processInfo.environment,
         backoff: ReconnectBackoff = ReconnectBackoff(),
-        log: StrategyLogger,
+        log: Logger,
         export: @escaping @Sendable (DBusConnection) async throws -> (any Sendable)?
     ) async throws(StartError) -> BusService {
         let setup = Setup(selection: selection, stateDir: stateDir, environment: environment, backoff: backoff, export: export)
@@ -112,7 +112,7 @@ public actor BusService {
     }
 
     /// One attempt: bus, connection, export, name. Undoes what it did on failure.
-    private static func connect(_ setup: Setup, log: StrategyLogger, again: Bool) async throws(StartError)
+    private static func connect(_ setup: Setup, log: Logger, again: Bool) async throws(StartError)
         -> (BusLocator.HostBus, DBusConnection, (any Sendable)?, PrivateBus?) {
         let hostBus: BusLocator.HostBus
         do {
@@ -253,7 +253,7 @@ public actor BusService {
 
     /// Takes over a private bus whose vigild was killed: we own the name
     /// on it now, so we stop it when we stop.
-    private static func adoptPrivateBus(connection: DBusConnection, address: String, addressFile: String, log: StrategyLogger) async -> PrivateBus? {
+    private static func adoptPrivateBus(connection: DBusConnection, address: String, addressFile: String, log: Logger) async -> PrivateBus? {
         do {
             // The bus driver reports the daemon's own pid for its own name.
             let pid = try await connection.call(

@@ -135,7 +135,7 @@ public actor HostBusAPI {
     /// The freedesktop inhibit names and objects, when served.
     private var inhibitBridge: InhibitBusBridge?
     private let survival: SurvivalRunReader
-    let log: StrategyLogger
+    let log: Logger
 
     public init(services: HostBusServices, connection: DBusConnection, hostUID: UInt32) {
         self.services = services
@@ -143,7 +143,7 @@ public actor HostBusAPI {
         self.hostUID = hostUID
         self.credentials = CallerCredentials(connection: connection)
         self.survival = SurvivalRunReader(path: services.store.path)
-        self.log = StrategyLogger(source: "dbus", sink: services.logSink)
+        self.log = services.logging.logger("dbus")
     }
 
     deinit {
@@ -159,7 +159,7 @@ public actor HostBusAPI {
         // between is in both, and the handlers skip what is already shown.
         let leaseChanges = await services.registry.changes(excluding: ClientLeases.strategyName)
         let statusChanges = await services.supervisor.changes()
-        let server = try await DBusObjectServer(connection: connection)
+        let server = try await DBusObjectServer(connection: connection, logger: log)
         self.server = server
         // Client leases are shown by an observer of the registry, from the
         // moment the server is published: before the snapshot of the active
@@ -390,7 +390,7 @@ public actor HostBusAPI {
                 try await server.apply(Self.leaseEndChanges(event, path: path) + published.withLock { announceLeases(&$0) })
             }
         } catch {
-            log.warning("cannot publish lease \(id) \(event.kind.rawValue) on D-Bus: \(error)")
+            log.with(lease: id).warning("cannot publish lease \(id) \(event.kind.rawValue) on D-Bus: \(error)")
         }
     }
 
@@ -449,7 +449,7 @@ public actor HostBusAPI {
                 try await server.emitPropertiesChanged(path: VigilAPI.rootPath, interface: VigilAPI.hostInterface, properties: ["Strategies"])
             }
         } catch {
-            log.warning("cannot publish the state of strategy \(status.name) on D-Bus: \(error)")
+            log.warning("cannot publish the state of strategy \(status.name) on D-Bus: \(error)", metadata: ["strategy": "\(status.name)"])
         }
     }
 
@@ -531,7 +531,7 @@ public actor HostBusAPI {
                 return
             }
             server.applyQueued(changes) { error in
-                log.warning("cannot publish lease \(id) \(event.kind.rawValue) on D-Bus: \(error)")
+                log.with(lease: id).warning("cannot publish lease \(id) \(event.kind.rawValue) on D-Bus: \(error)")
             }
         }
     }
@@ -627,7 +627,7 @@ public actor HostBusAPI {
                 .propertiesChanged(path: path, interface: VigilAPI.leaseInterface, properties: ["Deadline", "Renewals"]),
                 Self.hostSignal("LeaseRenewed", [.objectPath(path), .uint64(HostBusValues.deadlineWallMicros(lease))]),
             ]) { error in
-                log.warning("cannot publish lease \(id) renewed on D-Bus: \(error)")
+                log.with(lease: id).warning("cannot publish lease \(id) renewed on D-Bus: \(error)")
             }
             return true
         }

@@ -17,17 +17,17 @@ enum HostBusInterfaces {
     static func host(_ api: HostBusAPI?) -> DBusInterface {
         let services = api?.services
         // A value of the host read without waiting: answered on the connection's queue.
-        func now<T: DBusEncodable>(_ value: @escaping @Sendable (HostBusServices) -> T) -> APIPropertyGetter {
+        func now<T: BusEncodable>(_ value: @escaping @Sendable (HostBusServices) -> T) -> APIPropertyGetter {
             .immediate {
                 guard let services else { throw gone() }
-                return value(services).dbusValue
+                return value(services).busValue
             }
         }
         // A value that needs a wait (the store, the health actor).
-        func awaiting<T: DBusEncodable>(_ value: @escaping @Sendable (HostBusServices) async -> T) -> APIPropertyGetter {
+        func awaiting<T: BusEncodable>(_ value: @escaping @Sendable (HostBusServices) async -> T) -> APIPropertyGetter {
             .task {
                 guard let services else { throw gone() }
-                return await value(services).dbusValue
+                return await value(services).busValue
             }
         }
         return DBusInterface(
@@ -54,7 +54,7 @@ enum HostBusInterfaces {
                     let uid = try await api.credentials.of(call.sender).uid
                     try HostBusAPI.requireMayMutate(callerUID: uid, hostUID: api.hostUID, method: "\(VigilAPI.hostInterface).Reload")
                     let result = await api.services.reload()
-                    return [.bool(result.applied), result.messages.dbusValue]
+                    return [.bool(result.applied), result.messages.busValue]
                 },
             ],
             properties: [

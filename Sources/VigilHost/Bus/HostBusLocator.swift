@@ -54,7 +54,7 @@ extension BusLocator {
     public static func hostBus(
         selection: BusSelection, stateDir: String,
         environment: [String: String] = ProcessInfo.processInfo.environment,
-        log: StrategyLogger
+        log: Logger
     ) throws -> HostBus {
         switch selection {
         case .system:

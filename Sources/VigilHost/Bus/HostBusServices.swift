@@ -24,7 +24,7 @@ public struct HostBusServices: Sendable {
     public var startedAt: VigilInstant
     public var startedWallMicros: Int64
     public var clock: any VigilClock
-    public var logSink: any LogSink
+    public var logging: HostLogging
     /// Lease events and the active leases; its power backend.
     public var registry: LeaseRegistry
     /// Strategy statuses and their changes.
@@ -49,7 +49,7 @@ public struct HostBusServices: Sendable {
     public var servesInhibits: @Sendable () async -> Bool
 
     public init(version: String, runId: String, configPath: String, startedAt: VigilInstant, startedWallMicros: Int64,
-                clock: any VigilClock, logSink: any LogSink, registry: LeaseRegistry, supervisor: Supervisor,
+                clock: any VigilClock, logging: HostLogging, registry: LeaseRegistry, supervisor: Supervisor,
                 scheduler: any WakeScheduling, store: SurvivalStore, clientLeases: ClientLeases, inhibits: ForeignInhibits,
                 strategyBus: StrategyBusBridge, costs: StrategyCosts,
                 configuredStrategy: @escaping @Sendable (_ name: String) async -> StrategyConfig?,
@@ -61,7 +61,7 @@ public struct HostBusServices: Sendable {
         self.startedAt = startedAt
         self.startedWallMicros = startedWallMicros
         self.clock = clock
-        self.logSink = logSink
+        self.logging = logging
         self.registry = registry
         self.supervisor = supervisor
         self.scheduler = scheduler

@@ -39,7 +39,7 @@ actor InhibitBusBridge {
     /// Returns once a lease's object is exported: the reply to an Inhibit
     /// comes after it, so the caller finds its lease on the bus at once.
     private let shown: Shown
-    private let log: StrategyLogger
+    private let log: Logger
     /// Portal Request objects: handle path → (cookie, owner).
     private var requests: [String: (cookie: UInt32, owner: String)] = [:]
     /// Portal monitor Session objects: path → owner.
@@ -47,7 +47,7 @@ actor InhibitBusBridge {
     /// Request handles whose Inhibit is being granted.
     private var handlesBeingGranted: Set<String> = []
 
-    init(server: DBusObjectServer, connection: DBusConnection, inhibits: ForeignInhibits, log: StrategyLogger,
+    init(server: DBusObjectServer, connection: DBusConnection, inhibits: ForeignInhibits, log: Logger,
          credentials: @escaping Credentials, shown: @escaping Shown) {
         self.server = server
         self.connection = connection

@@ -23,7 +23,7 @@ public final class PrivateBus: @unchecked Sendable {
     public let address: String
     /// The file the address was written to.
     public let addressFile: String
-    private let log: StrategyLogger
+    private let log: Logger
     /// False for a daemon adopted from a vigild that died: not our child,
     /// so its exit is seen through its pidfd and never reaped here.
     private let isChild: Bool
@@ -39,7 +39,7 @@ public final class PrivateBus: @unchecked Sendable {
         public var description: String
     }
 
-    private init(pid: pid_t, address: String, addressFile: String, log: StrategyLogger, isChild: Bool = true) {
+    private init(pid: pid_t, address: String, addressFile: String, log: Logger, isChild: Bool = true) {
         self.pid = pid
         self.isChild = isChild
         self.address = address
@@ -52,7 +52,7 @@ public final class PrivateBus: @unchecked Sendable {
     /// its directory created 0700 if missing).
     public static func start(
         socketDirectory: String, addressFile: String,
-        environment: [String: String], log: StrategyLogger,
+        environment: [String: String], log: Logger,
         timeout: Duration = .seconds(10)
     ) throws -> PrivateBus {
         guard let program = findExecutable("dbus-daemon", environment: environment) else {
@@ -110,7 +110,7 @@ public final class PrivateBus: @unchecked Sendable {
     /// new owner stops it and removes the address file on shutdown, so a
     /// `kill -9` of vigild leaks the daemon only until the next vigild ends.
     /// Returns nil when `pid` is not a `dbus-daemon` this process may watch.
-    public static func adopt(pid: pid_t, address: String, addressFile: String, log: StrategyLogger) -> PrivateBus? {
+    public static func adopt(pid: pid_t, address: String, addressFile: String, log: Logger) -> PrivateBus? {
         let comm = (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
         guard pid > 0, comm == "dbus-daemon", kill(pid, 0) == 0 else { return nil }
         let pidfd = vigil_pidfd_open(pid)

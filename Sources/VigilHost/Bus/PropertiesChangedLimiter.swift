@@ -66,11 +66,11 @@ actor PropertiesChangedLimiter {
     }
 
     private let clock: any VigilClock
-    private let log: StrategyLogger
+    private let log: Logger
     private let announce: Announce
     private var objects: [String: Object] = [:]
 
-    init(clock: any VigilClock, log: StrategyLogger, announce: @escaping Announce) {
+    init(clock: any VigilClock, log: Logger, announce: @escaping Announce) {
         self.clock = clock
         self.log = log
         self.announce = announce

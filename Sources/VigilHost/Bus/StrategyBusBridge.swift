@@ -10,7 +10,7 @@ import VigilKit
 /// when ``HostBusAPI`` attaches the object server and exports the strategy
 /// object. When a strategy's `run` ends, everything it put on the bus goes.
 public actor StrategyBusBridge {
-    private let log: StrategyLogger
+    private let log: Logger
     private var server: DBusObjectServer?
     private var hostUID: UInt32 = 0
     /// The callers' credentials on the attached connection.
@@ -40,8 +40,8 @@ public actor StrategyBusBridge {
         var exported = false
     }
 
-    public init(logSink: any LogSink) {
-        self.log = StrategyLogger(source: "dbus", sink: logSink)
+    public init(logging: HostLogging) {
+        self.log = logging.logger("dbus")
     }
 
     /// The ``StrategyBus`` a strategy's context carries.

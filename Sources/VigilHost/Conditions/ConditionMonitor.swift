@@ -37,7 +37,7 @@ public actor ConditionMonitor {
     private let registry: LeaseRegistry
     private let scheduler: any WakeScheduling
     private let clock: any VigilClock
-    private let log: StrategyLogger
+    private let log: Logger
     private let facts: AsyncStream<ConditionFact>.Continuation
     private var consumer: Task<Void, Never>?
 
@@ -70,12 +70,12 @@ public actor ConditionMonitor {
     private var nextGate: UInt64 = 0
     private var stopped = false
 
-    public init(settings: Settings, registry: LeaseRegistry, scheduler: any WakeScheduling, clock: any VigilClock, logSink: any LogSink) {
+    public init(settings: Settings, registry: LeaseRegistry, scheduler: any WakeScheduling, clock: any VigilClock, logging: HostLogging) {
         self.settings = settings
         self.registry = registry
         self.scheduler = scheduler
         self.clock = clock
-        self.log = StrategyLogger(source: "conditions", sink: logSink)
+        self.log = logging.logger("conditions")
         let (stream, continuation) = AsyncStream.makeStream(of: ConditionFact.self, bufferingPolicy: .unbounded)
         self.facts = continuation
         consumer = nil

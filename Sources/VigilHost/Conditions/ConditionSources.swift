@@ -393,7 +393,7 @@ enum NetworkManagerMetered {
     static let path = "/org/freedesktop/NetworkManager"
 
     /// Follows `Metered` until cancelled, reporting each change to `sink`.
-    static func follow(bus: DBusConnection.Bus, sink: @escaping FactSink, log: StrategyLogger) async {
+    static func follow(bus: DBusConnection.Bus, sink: @escaping FactSink, log: Logger) async {
         let connection: DBusConnection
         do {
             connection = try await DBusConnection.connect(to: bus, helloTimeout: .seconds(3), attempts: 1)

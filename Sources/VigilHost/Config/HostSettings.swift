@@ -14,8 +14,12 @@ public struct HostSettings: Sendable, Equatable {
     /// Extra directories searched for strategy plugins, in order
     /// (`plugin_path`). Empty means only the plugin loader's defaults.
     public var pluginPath: [String] = []
-    /// The least severe log level written (`log_level`).
-    public var logLevel: LogLevel = .info
+    /// The least severe log level written (`log_level`): the level of
+    /// vigild's log handler.
+    public var logLevel: Logger.Level = .info
+    /// The `log_level` values, syslog's (swift-log's `trace` and `critical`
+    /// are written, as debug and crit, but are no threshold of their own).
+    public static let logLevels: [Logger.Level] = [.debug, .info, .notice, .warning, .error]
     /// The message bus vigild serves `org.vigil.Vigil1` on (`bus`).
     public var bus: BusSelection = .session
     /// What leases hold on the system (`power`): see ``PowerChoice``.
@@ -50,7 +54,7 @@ public struct HostSettings: Sendable, Equatable {
             .path("state_dir", \.stateDir),
             .duration("survival_interval", \.survivalInterval, atLeast: .seconds(1)),
             .pathList("plugin_path", \.pluginPath),
-            .choice("log_level", \.logLevel, LogLevel.allCases, spelled: \.name),
+            .choice("log_level", \.logLevel, HostSettings.logLevels, spelled: \.rawValue),
             .busSelection("bus", \.bus),
             .choice("power", \.power, PowerChoice.allCases, spelled: \.rawValue),
             .path("wakelock_dir", \.wakelockDir),

@@ -23,7 +23,7 @@ import VigilKit
 public final class HookRunner: HookRunning {
     /// The strategy instance name, passed as `VIGIL_STRATEGY`.
     public let strategy: String
-    public let log: StrategyLogger
+    public let log: Logger
     /// Most bytes of combined output kept per run; the rest is read and dropped.
     public let outputCap: Int
     /// `PATH` for hooks (unless a command's own environment sets one); bare
@@ -44,7 +44,7 @@ public final class HookRunner: HookRunning {
 
     public init(
         strategy: String,
-        log: StrategyLogger,
+        log: Logger,
         outputCap: Int = 64 * 1024,
         basePath: String = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         killGrace: Duration = .seconds(2),
@@ -207,9 +207,9 @@ public final class HookRunner: HookRunning {
             + result.duration.components.attoseconds / 1_000_000_000_000_000
         let summary = "hook \(name) for \(event) \(result.exit) after \(milliseconds) ms"
         if result.exit.succeeded {
-            log.info(summary)
+            log.info("\(summary)")
         } else {
-            log.warning(summary)
+            log.warning("\(summary)")
         }
     }
 

@@ -88,7 +88,7 @@ public actor ForeignInhibits {
     public nonisolated let registry: LeaseRegistry
     public nonisolated let settings: InhibitSettings
     private let grace: Duration
-    private let log: StrategyLogger
+    private let log: Logger
     private var byCookie: [UInt32: Held] = [:]
     private var cookieOfLease: [LeaseID: UInt32] = [:]
     private var generator = SystemRandomNumberGenerator()
@@ -101,11 +101,11 @@ public actor ForeignInhibits {
     /// Told when the set of held inhibits goes from empty to not, or back.
     private var onHasInhibitChanged: (@Sendable (Bool) -> Void)?
 
-    public init(registry: LeaseRegistry, settings: InhibitSettings, grace: Duration, logSink: any LogSink) {
+    public init(registry: LeaseRegistry, settings: InhibitSettings, grace: Duration, logging: HostLogging) {
         self.registry = registry
         self.settings = settings
         self.grace = grace
-        self.log = StrategyLogger(source: "inhibit", sink: logSink)
+        self.log = logging.logger("inhibit")
     }
 
     /// Follows the registry, so inhibits it ends on its own (expired after
@@ -159,7 +159,7 @@ public actor ForeignInhibits {
             budget: settings.maxDuration, grace: grace,
             power: what.isEmpty ? nil : PowerHold(what: what, mode: "block"),
             onExpire: { expiry in
-                log.with(lease: expiry.lease).warning("inhibit by \"\(TerminalText.escaped(name))\" ran for inhibit_max; releasing lease \(expiry.lease) in \(expiry.grace.vigilDescription)")
+                log.with(lease: expiry.lease).warning("inhibit by \"\(name)\" ran for inhibit_max; releasing lease \(expiry.lease) in \(expiry.grace.vigilDescription)")
             }
         )
         let id: LeaseID
@@ -179,7 +179,7 @@ public actor ForeignInhibits {
         let wasEmpty = byCookie.isEmpty
         pending.release(ticket)
         byCookie[cookie] = Held(lease: id, caller: caller, source: source)
-        log.with(lease: id).info("lease \(id): inhibit by \"\(TerminalText.escaped(name))\" (uid \(caller.uid), pid \(caller.pid)) through \(source.rawValue) holds \(request.holds)")
+        log.with(lease: id).info("lease \(id): inhibit by \"\(name)\" (uid \(caller.uid), pid \(caller.pid)) through \(source.rawValue) holds \(request.holds)")
         cookieOfLease[id] = cookie
         if wasEmpty { onHasInhibitChanged?(true) }
         if vanished.contains(caller.owner) { await end(cookie, detail: "the app left the bus") }

@@ -7,7 +7,7 @@ public enum SleepHooks {
     /// Starts watching for sleep when `on_sleep` is set and the backend is
     /// logind; returns the watching task, or nil (with the reason logged)
     /// when there is nothing to run or no way to run it in time.
-    public static func start(settings: HostSettings, backend: any PowerBackend, log: StrategyLogger,
+    public static func start(settings: HostSettings, backend: any PowerBackend, log: Logger,
                              events: (any EventRecording)? = nil) async -> Task<Void, Never>? {
         guard let argv = settings.onSleep else { return nil }
         guard let logind = backend as? LogindPowerBackend else {

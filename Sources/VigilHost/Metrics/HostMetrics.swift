@@ -191,7 +191,7 @@ public final class HostMetrics: LeaseObserver {
         do {
             survival = try await host.store.metricTotals()
         } catch {
-            StrategyLogger(source: "metrics", sink: host.logSink).error("cannot read the survival totals: \(error)")
+            host.logging.logger("metrics").error("cannot read the survival totals: \(error)")
             survival = nil
         }
         return Snapshot(

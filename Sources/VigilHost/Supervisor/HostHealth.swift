@@ -44,7 +44,7 @@ public struct HostHealth: Sendable, Hashable {
 extension HostRuntime {
     /// The host's health now.
     public func health() async -> HostHealth {
-        HostHealth(storeUnwritable: await store.unwritableState, droppedLogLines: (((logSink as? MetadataLogSink)?.base ?? logSink) as? StderrLogSink)?.droppedLines ?? 0)
+        HostHealth(storeUnwritable: await store.unwritableState, droppedLogLines: logging.droppedLines)
     }
 
     /// The health each time the survival store stops or starts being

@@ -1,69 +1,93 @@
 import Foundation
 import VigilKit
 
-/// Log lines to a file descriptor (stderr by default), `<level> source:
-/// message key=value...`, or `<N>source: message key=value...` with
-/// sd-daemon's priority prefix when that descriptor is the journal (see
-/// `JournalStream`). The key=value fields are the swift-log metadata of the
-/// logger that wrote the line (`strategy`, `lease`, `run`, ...), sorted by key.
+/// vigild's log output: the one writer of log lines, behind the one
+/// swift-log handler (``VigilLogHandler``) that vigild installs with
+/// `LoggingSystem.bootstrap`. Lines go to a file descriptor (stderr by
+/// default) as `<level> label: message key=value...`, or as
+/// `<N>label: message key=value...` with sd-daemon's priority prefix when
+/// that descriptor is the journal (see `JournalStream`). The key=value
+/// fields are the swift-log metadata of the logger that wrote the line
+/// (`run`, `strategy`, `lease`, ...), sorted by key.
 ///
 /// Logging never stops the host: a line that cannot be written (EPIPE from
 /// a reader that went away, ENOSPC, EIO, a non-blocking descriptor that is
 /// full) is dropped and counted in `droppedLines`, and a run of identical
 /// lines is written once, then summarised as "suppressed N identical lines".
-/// Control characters in messages and metadata are escaped (`TerminalText`),
-/// so one log call is one line (and one journal entry) and nothing from
-/// outside reaches a terminal raw.
-public final class StderrLogSink: LogSink, @unchecked Sendable {
+/// Control characters in the label, the message and the metadata are
+/// escaped (`ClientText.escaped`, the one escaping of outside text), so one
+/// log call is one line (and one journal entry) and nothing from outside
+/// reaches a terminal raw.
+public final class LogLineWriter: @unchecked Sendable {
     // Invariant: `state` and the writes to `fd` are only touched while
     // holding `lock`, so lines never interleave and the counters are exact.
     private let lock = NSLock()
-    public let minimum: LogLevel
     private let fd: Int32
     private let journal: Bool
     private let repeatWindow: Duration
-    private var state = State()
+    private var state: State
 
     private struct State {
+        var level: Logger.Level
         var dropped = 0
         var written = 0
-        var last: (level: LogLevel, source: String, message: String, metadata: Logger.Metadata)?
+        var last: (level: Logger.Level, label: String, message: String, metadata: Logger.Metadata)?
         var lastShownAt = ContinuousClock.Instant.now
         var suppressed = 0
     }
 
     /// - Parameters:
+    ///   - level: the level handlers made from now on start at (the
+    ///     config's `log_level`); see ``level``.
     ///   - fd: where lines go; stderr unless a test says otherwise.
     ///   - journal: whether to write priority prefixes; by default, whether
-    ///     `fd` is the stream named by `JOURNAL_STREAM`.
+    ///     `fd` is the stream named by `JOURNAL_STREAM` in `environment`.
     ///   - repeatWindow: identical consecutive lines within this time of the
     ///     last one written are counted, not written.
-    public init(minimum: LogLevel = .info, fd: Int32 = STDERR_FILENO, journal: Bool? = nil,
+    public init(level: Logger.Level = .info, fd: Int32 = STDERR_FILENO, journal: Bool? = nil,
+                environment: [String: String] = ProcessInfo.processInfo.environment,
                 repeatWindow: Duration = .seconds(10)) {
-        self.minimum = minimum
+        self.state = State(level: level)
         self.fd = fd
-        self.journal = journal ?? JournalStream.isJournal(fd: fd, environment: ProcessInfo.processInfo.environment)
+        self.journal = journal ?? JournalStream.isJournal(fd: fd, environment: environment)
         self.repeatWindow = repeatWindow
     }
+
+    /// The level of the handlers made from now on: vigild bootstraps
+    /// swift-log before it has read its config, and sets this to the
+    /// config's `log_level` before it makes the host's loggers.
+    public var level: Logger.Level {
+        get { lock.withLock { state.level } }
+        set { lock.withLock { state.level = newValue } }
+    }
+
+    /// Whether lines carry sd-daemon priority prefixes (the descriptor is the journal).
+    public var writesJournalPriorities: Bool { journal }
 
     /// Lines that could not be written (and were dropped) since start.
     public var droppedLines: Int { lock.withLock { state.dropped } }
     /// Lines written since start (summary lines included).
     public var writtenLines: Int { lock.withLock { state.written } }
 
-    public func log(_ level: LogLevel, source: String, _ message: String, metadata: Logger.Metadata) {
-        guard level >= minimum else { return }
+    /// The handler `LoggingSystem.bootstrap` installs: one per logger, all
+    /// writing here.
+    public func handler(label: String, metadataProvider: Logger.MetadataProvider? = nil) -> VigilLogHandler {
+        VigilLogHandler(label: label, writer: self, metadataProvider: metadataProvider)
+    }
+
+    /// Writes one line (the handler has checked its level).
+    public func write(_ level: Logger.Level, label: String, _ message: String, metadata: Logger.Metadata) {
         let now = ContinuousClock.Instant.now
         lock.withLock {
-            if let last = state.last, last.level == level, last.source == source, last.message == message,
+            if let last = state.last, last.level == level, last.label == label, last.message == message,
                last.metadata == metadata, now - state.lastShownAt < repeatWindow {
                 state.suppressed += 1
                 return
             }
             flushSuppressedLocked()
-            state.last = (level, source, message, metadata)
+            state.last = (level, label, message, metadata)
             state.lastShownAt = now
-            writeLocked(format(level, source: source, message, metadata: metadata))
+            writeLocked(format(level, label: label, message, metadata: metadata))
         }
     }
 
@@ -76,17 +100,32 @@ public final class StderrLogSink: LogSink, @unchecked Sendable {
         guard let last = state.last, state.suppressed > 0 else { return }
         let n = state.suppressed
         state.suppressed = 0
-        writeLocked(format(last.level, source: last.source, "suppressed \(n) identical line\(n == 1 ? "" : "s")", metadata: last.metadata))
+        writeLocked(format(last.level, label: last.label, "suppressed \(n) identical line\(n == 1 ? "" : "s")", metadata: last.metadata))
     }
 
-    private func format(_ level: LogLevel, source: String, _ message: String, metadata: Logger.Metadata) -> [UInt8] {
-        var line = journal ? "<\(level.syslogPriority)>" : "\(level.name) "
-        line += TerminalText.escaped(source)
+    private func format(_ level: Logger.Level, label: String, _ message: String, metadata: Logger.Metadata) -> [UInt8] {
+        var line = journal ? "<\(Self.syslogPriority(level))>" : "\(level.rawValue) "
+        line += ClientText.escaped(label)
         line += ": "
-        line += TerminalText.escaped(message)
+        line += ClientText.escaped(message)
         LogMetadataText.append(metadata, to: &line)
         line += "\n"
         return Array(line.utf8)
+    }
+
+    /// sd-daemon(3) / syslog priority: trace and debug 7, info 6, notice 5,
+    /// warning 4, error 3, critical 2. (Not an extension of `Logger.Level`:
+    /// its symbols would be named after Logging and look like a second copy
+    /// of it to Scripts/check-single-logging.)
+    static func syslogPriority(_ level: Logger.Level) -> Int {
+        switch level {
+        case .trace, .debug: 7
+        case .info: 6
+        case .notice: 5
+        case .warning: 4
+        case .error: 3
+        case .critical: 2
+        }
     }
 
     /// Writes all of `bytes` or counts the line as dropped; never traps,
@@ -111,9 +150,36 @@ public final class StderrLogSink: LogSink, @unchecked Sendable {
     }
 }
 
-extension LogLevel {
-    /// sd-daemon(3) / syslog priority: debug 7, info 6, notice 5, warning 4, error 3.
-    public var syslogPriority: Int { [7, 6, 5, 4, 3][rawValue] }
+/// The swift-log handler of vigild (installed by `LoggingSystem.bootstrap`
+/// in vigild's startup): the logger's label starts the line, and its
+/// metadata (a value, as swift-log requires) goes with every line, merged
+/// with the metadata provider's and the call's own; ``LogLineWriter`` writes
+/// it. Its level starts at the writer's ``LogLineWriter/level``.
+public struct VigilLogHandler: LogHandler {
+    public let label: String
+    public let writer: LogLineWriter
+    public var metadata: Logger.Metadata = [:]
+    public var metadataProvider: Logger.MetadataProvider?
+    public var logLevel: Logger.Level
+
+    public init(label: String, writer: LogLineWriter, metadataProvider: Logger.MetadataProvider? = nil) {
+        self.label = label
+        self.writer = writer
+        self.metadataProvider = metadataProvider
+        self.logLevel = writer.level
+    }
+
+    public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    public func log(event: LogEvent) {
+        var merged = metadata
+        if let provided = metadataProvider?.get() { merged.merge(provided) { _, new in new } }
+        if let own = event.metadata { merged.merge(own) { _, new in new } }
+        writer.write(event.level, label: label, event.message.description, metadata: merged)
+    }
 }
 
 /// Whether a descriptor is the journal: systemd sets `JOURNAL_STREAM` to
@@ -132,16 +198,16 @@ public enum JournalStream {
 }
 
 /// swift-log metadata as ` key=value` fields after a log line's message,
-/// sorted by key. Keys and values are escaped (`TerminalText`); a value that
+/// sorted by key. Keys and values are escaped (`ClientText.escaped`); a value that
 /// is empty or holds a space, a quote or `=` is quoted, with `"` as `\"`.
 public enum LogMetadataText {
     public static func append(_ metadata: Logger.Metadata, to line: inout String) {
         for key in metadata.keys.sorted() {
             guard let value = metadata[key] else { continue }
             line += " "
-            line += TerminalText.escaped(key)
+            line += ClientText.escaped(key)
             line += "="
-            line += quoted(TerminalText.escaped(value.description))
+            line += quoted(ClientText.escaped(value.description))
         }
     }
 
@@ -156,40 +222,59 @@ public enum LogMetadataText {
     }
 }
 
-/// Another sink with fields added to every line: the host's run id on every
-/// line of a run (`run=...`). A logger's own fields win over these.
-public struct MetadataLogSink: LogSink {
-    public let inner: any LogSink
-    public let metadata: Logger.Metadata
+/// How the host's parts make their `Logger`s, each labelled for what it is
+/// (`vigild`, `dbus`, `conditions`, a strategy's name) and carrying the
+/// host's fields (`run=`). In vigild they come from swift-log's
+/// `LoggingSystem`, bootstrapped once with ``VigilLogHandler``
+/// (``bootstrapped(writer:)``); a test names its handler explicitly
+/// (``init(metadata:handlers:)``), so no test depends on the process-wide
+/// bootstrap. This is not a second way to write lines: it only chooses the
+/// factory swift-log's `Logger(label:)` would use.
+public struct HostLogging: Sendable {
+    /// Nil: `LoggingSystem`'s factory.
+    private let handlers: (@Sendable (_ label: String) -> any LogHandler)?
+    /// Fields every logger made here starts with; a logger's own win.
+    public var metadata: Logger.Metadata
+    /// The writer the bootstrapped handler writes to, for its counters
+    /// (HostHealth's dropped lines); nil when lines go elsewhere.
+    public let writer: LogLineWriter?
 
-    public init(_ inner: any LogSink, metadata: Logger.Metadata) {
-        self.inner = inner
+    /// Loggers from `LoggingSystem`, which vigild bootstrapped with
+    /// `writer`'s handler.
+    public static func bootstrapped(writer: LogLineWriter, metadata: Logger.Metadata = [:]) -> HostLogging {
+        HostLogging(handlers: nil, metadata: metadata, writer: writer)
+    }
+
+    /// Loggers whose handler is `handlers(label)` (tests, tools).
+    public init(metadata: Logger.Metadata = [:], handlers: @escaping @Sendable (_ label: String) -> any LogHandler) {
+        self.init(handlers: handlers, metadata: metadata, writer: nil)
+    }
+
+    /// Loggers that write nothing (benchmarks, fuzzers).
+    public static var discarding: HostLogging {
+        HostLogging { _ in SwiftLogNoOpLogHandler() }
+    }
+
+    private init(handlers: (@Sendable (String) -> any LogHandler)?, metadata: Logger.Metadata, writer: LogLineWriter?) {
+        self.handlers = handlers
         self.metadata = metadata
+        self.writer = writer
     }
 
-    public var minimum: LogLevel { inner.minimum }
-
-    /// The sink that writes the lines, under any number of these.
-    public var base: any LogSink { (inner as? MetadataLogSink)?.base ?? inner }
-
-    public func log(_ level: LogLevel, source: String, _ message: String, metadata: Logger.Metadata) {
-        inner.log(level, source: source, message, metadata: self.metadata.merging(metadata) { _, own in own })
-    }
-}
-
-/// Keeps log lines in memory; for tests.
-public final class MemoryLogSink: LogSink, @unchecked Sendable {
-    // Invariant: `lines` is only touched while holding `lock`.
-    private let lock = NSLock()
-    private var lines: [String] = []
-
-    public init() {}
-
-    public func log(_ level: LogLevel, source: String, _ message: String, metadata: Logger.Metadata) {
-        var line = "\(level.name) \(source): \(message)"
-        LogMetadataText.append(metadata, to: &line)
-        lock.withLock { lines.append(line) }
+    /// A logger labelled `label` with the host's fields and `metadata`.
+    public func logger(_ label: String, metadata: Logger.Metadata = [:]) -> Logger {
+        var logger = handlers.map { Logger(label: label, factory: $0) } ?? Logger(label: label)
+        for (key, value) in self.metadata.merging(metadata, uniquingKeysWith: { _, own in own }) {
+            logger[metadataKey: key] = value
+        }
+        return logger
     }
 
-    public var entries: [String] { lock.withLock { lines } }
+    /// These loggers with more fields (the run's id on every line of a run).
+    public func adding(_ metadata: Logger.Metadata) -> HostLogging {
+        HostLogging(handlers: handlers, metadata: self.metadata.merging(metadata) { _, new in new }, writer: writer)
+    }
+
+    /// Lines the writer could not write since start (0 without a writer).
+    public var droppedLines: Int { writer?.droppedLines ?? 0 }
 }

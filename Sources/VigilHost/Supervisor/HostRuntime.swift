@@ -43,8 +43,11 @@ public actor HostRuntime: Service {
     public nonisolated let clock: any VigilClock
     /// What `beginRun` found about the previous run.
     public nonisolated let began: RunBegan
-    /// Where the host and its strategies log.
-    public nonisolated let logSink: any LogSink
+    /// How the host and its strategies make their loggers; every logger
+    /// says `run=<run id>`.
+    public nonisolated let logging: HostLogging
+    /// The host's own lines (`vigild: ...`).
+    nonisolated let log: Logger
     /// The Prometheus metrics (docs/metrics.md).
     public nonisolated let metrics: HostMetrics
     /// What each strategy has cost since this run started.
@@ -79,7 +82,9 @@ public actor HostRuntime: Service {
         /// ``AwakeClock`` in vigild; `clock` when nil.
         public var budgetClock: (any VigilClock)? = nil
         public var scheduler: any WakeScheduling
-        public var logSink: any LogSink
+        /// How the host makes its loggers: `.bootstrapped(writer:)` in
+        /// vigild, an explicit handler in tests.
+        public var logging: HostLogging
         public var readings: @Sendable () -> ClockReadings
         public var power: any PowerBackend
         public var version: String
@@ -97,14 +102,14 @@ public actor HostRuntime: Service {
         public var networkNamespace: String? = nil
 
         public init(
-            clock: any VigilClock, scheduler: any WakeScheduling, logSink: any LogSink,
+            clock: any VigilClock, scheduler: any WakeScheduling, logging: HostLogging,
             readings: @escaping @Sendable () -> ClockReadings = { ClockReadings.now() },
             power: any PowerBackend = NoPowerBackend(), version: String,
             plugins: PluginLoader? = nil, configOverrides: @escaping @Sendable (inout VigilConfig) -> Void = { _ in }
         ) {
             self.clock = clock
             self.scheduler = scheduler
-            self.logSink = logSink
+            self.logging = logging
             self.readings = readings
             self.power = power
             self.version = version
@@ -125,8 +130,9 @@ public actor HostRuntime: Service {
         self.scheduler = env.scheduler
         // Every line of this run, the host's and its strategies', says
         // which run it belongs to (`run=` as in the survival log).
-        let logSink = MetadataLogSink(env.logSink, metadata: ["run": .string(runId)])
-        self.logSink = logSink
+        let logging = env.logging.adding(["run": .string(runId)])
+        self.logging = logging
+        self.log = logging.logger("vigild")
         self.readings = env.readings
         self.survivalInterval = config.host.survivalInterval
         self.leaseEvents = LeaseEventWriter(store: store, readings: env.readings)
@@ -136,18 +142,18 @@ public actor HostRuntime: Service {
         let registry = LeaseRegistry(clock: env.clock, budgetClock: env.budgetClock, backend: env.power)
         self.registry = registry
         self.clientLeases = ClientLeases(registry: registry, settings: config.host.clientLeases)
-        self.inhibits = ForeignInhibits(registry: registry, settings: config.host.inhibits, grace: config.host.clientLeases.grace, logSink: logSink)
+        self.inhibits = ForeignInhibits(registry: registry, settings: config.host.inhibits, grace: config.host.clientLeases.grace, logging: logging)
         let metrics = HostMetrics()
         self.metrics = metrics
         let costs = StrategyCosts(clock: env.clock)
         self.costs = costs
-        let strategyBus = StrategyBusBridge(logSink: logSink)
+        let strategyBus = StrategyBusBridge(logging: logging)
         self.strategyBus = strategyBus
         var services = StrategyServices(
-            registry: registry, scheduler: env.scheduler, clock: env.clock, logSink: logSink,
+            registry: registry, scheduler: env.scheduler, clock: env.clock, logging: logging,
             hooks: { name, log in HookRunner(strategy: name, log: log, costs: costs) },
             events: { name in MetricsCountedEvents(
-                inner: StoreEvents(store: store, strategy: name, readings: env.readings, log: StrategyLogger(source: name, sink: logSink, metadata: ["strategy": .string(name)])),
+                inner: StoreEvents(store: store, strategy: name, readings: env.readings, log: logging.logger(name, metadata: ["strategy": .string(name)])),
                 metrics: metrics, strategy: name) }
         )
         services.store = { name in HostStrategyStore(store: store, strategy: name) }
@@ -156,7 +162,7 @@ public actor HostRuntime: Service {
         services.cost = { name in costs.recorder(for: name) }
         let conditions = ConditionMonitor(
             settings: ConditionMonitor.Settings(powerSupplyDir: config.host.powerSupplyDir, timeZone: env.timeZone, networkNamespace: env.networkNamespace),
-            registry: registry, scheduler: env.scheduler, clock: env.clock, logSink: logSink)
+            registry: registry, scheduler: env.scheduler, clock: env.clock, logging: logging)
         self.conditions = conditions
         services.conditions = conditions
         self.supervisor = Supervisor(services: services)
@@ -164,7 +170,7 @@ public actor HostRuntime: Service {
 
     /// Opens the survival store, begins a run and starts everything.
     public static func start(config: VigilConfig, environment env: Environment) async throws -> HostRuntime {
-        let log = StrategyLogger(source: "vigild", sink: env.logSink)
+        let log = env.logging.logger("vigild")
         try FileManager.default.createDirectory(atPath: config.host.stateDir, withIntermediateDirectories: true)
         // Bound before the run begins, so a taken port fails the start cleanly.
         let listener = try config.host.metrics.listen.map { address throws(MetricsListenerError) in try MetricsListener(address: address) }
@@ -220,7 +226,7 @@ public actor HostRuntime: Service {
         if let listener {
             listener.start { [weak self] in await self?.metricsExposition() ?? [] }
             metricsListener = listener
-            StrategyLogger(source: "vigild", sink: logSink).notice("metrics on http://\(MetricsListenAddress(host: listener.address.host, port: listener.port))/metrics")
+            log.notice("metrics on http://\(MetricsListenAddress(host: listener.address.host, port: listener.port))/metrics")
         }
     }
 
@@ -235,7 +241,7 @@ public actor HostRuntime: Service {
         do {
             try MetricsTextfile.write(await metricsExposition(), to: path)
         } catch {
-            StrategyLogger(source: "vigild", sink: logSink).error("\(error)")
+            log.error("\(error)")
         }
     }
 
@@ -245,7 +251,6 @@ public actor HostRuntime: Service {
     /// that they stop after it: the lease events and costs of the stopping
     /// strategies are still written.
     public nonisolated func backgroundServices() -> [ServiceGroupConfiguration.ServiceConfiguration] {
-        let log = StrategyLogger(source: "vigild", sink: logSink)
         let registry = self.registry, costs = self.costs
         let heartbeat = HeartbeatWriter(
             store: store, interval: survivalInterval, scheduler: scheduler, clock: clock, readings: readings, log: log,
@@ -285,7 +290,6 @@ public actor HostRuntime: Service {
     /// Watches for resumes (see ``ResumeWatcher``); without the timerfd the
     /// host runs on and the survival log still shows suspends, without cause.
     private func startResumeWatch(startBoottimeMicros: Int64) {
-        let log = StrategyLogger(source: "vigild", sink: logSink)
         let recorder = ResumeRecorder(
             store: store, scheduler: scheduler as? WakeScheduler, runStartBoottimeMicros: startBoottimeMicros, log: log, costs: costs)
         do {
@@ -322,7 +326,6 @@ public actor HostRuntime: Service {
     }
 
     private func applyReload() async -> ReloadResult {
-        let log = StrategyLogger(source: "vigild", sink: logSink)
         guard !stopped else {
             return ReloadResult(applied: false, messages: ["vigild is shutting down; nothing was reloaded"])
         }
@@ -370,7 +373,7 @@ public actor HostRuntime: Service {
 
     /// Records events in the survival log under `source` (e.g. "host").
     public nonisolated func events(for source: String) -> any EventRecording {
-        StoreEvents(store: store, strategy: source, readings: readings, log: StrategyLogger(source: source, sink: logSink))
+        StoreEvents(store: store, strategy: source, readings: readings, log: logging.logger(source))
     }
 
     /// Runs until the group shuts down gracefully (or the task is
@@ -387,7 +390,6 @@ public actor HostRuntime: Service {
     private func stopStrategies() async {
         guard !stopped else { return }
         stopped = true
-        let log = StrategyLogger(source: "vigild", sink: logSink)
         log.notice("shutting down")
         await clientLeases.refuseNewLeases()
         await supervisor.stopAll()
@@ -407,7 +409,6 @@ public actor HostRuntime: Service {
     public func finish(reason: RunEndReason = .stopped) async {
         guard !finished else { return }
         finished = true
-        let log = StrategyLogger(source: "vigild", sink: logSink)
         // Log lines that could not be written (stderr full or closed) are
         // counted in the survival log, which outlives the lost lines.
         let dropped = await health().droppedLogLines
@@ -428,7 +429,7 @@ struct StoreEvents: EventRecording {
     let store: SurvivalStore
     let strategy: String
     let readings: @Sendable () -> ClockReadings
-    let log: StrategyLogger
+    let log: Logger
 
     func record(_ event: String, _ fields: [String: String]) async {
         do {

@@ -62,9 +62,11 @@ public struct StrategyServices: Sendable {
     public var registry: LeaseRegistry
     public var scheduler: any WakeScheduling
     public var clock: any VigilClock
-    public var logSink: any LogSink
+    /// How strategies' loggers are made (labelled with the strategy's name,
+    /// `strategy=<name>` on every line).
+    public var logging: HostLogging
     /// Builds the hook runner for a strategy.
-    public var hooks: @Sendable (_ strategy: String, _ log: StrategyLogger) -> any HookRunning
+    public var hooks: @Sendable (_ strategy: String, _ log: Logger) -> any HookRunning
     /// Builds the event recorder for a strategy.
     public var events: @Sendable (_ strategy: String) -> any EventRecording
     /// Builds the persistent record store for a strategy.
@@ -80,14 +82,14 @@ public struct StrategyServices: Sendable {
     public var conditions: ConditionMonitor?
 
     public init(
-        registry: LeaseRegistry, scheduler: any WakeScheduling, clock: any VigilClock, logSink: any LogSink,
-        hooks: @escaping @Sendable (String, StrategyLogger) -> any HookRunning,
+        registry: LeaseRegistry, scheduler: any WakeScheduling, clock: any VigilClock, logging: HostLogging,
+        hooks: @escaping @Sendable (String, Logger) -> any HookRunning,
         events: @escaping @Sendable (String) -> any EventRecording
     ) {
         self.registry = registry
         self.scheduler = scheduler
         self.clock = clock
-        self.logSink = logSink
+        self.logging = logging
         self.hooks = hooks
         self.events = events
     }
@@ -171,7 +173,7 @@ public actor Supervisor {
         task.cancel()
         let clock = services.clock
         let timeout = stopTimeout
-        let log = StrategyLogger(source: name, sink: services.logSink, metadata: ["strategy": .string(name)])
+        let log = services.logging.logger(name, metadata: ["strategy": .string(name)])
         let finished = await withTaskGroup(of: Bool.self) { group in
             group.addTask { await task.value; return true }
             group.addTask {
@@ -194,7 +196,7 @@ public actor Supervisor {
     }
 
     private func supervise(_ s: SupervisedStrategy) async {
-        let log = StrategyLogger(source: s.name, sink: services.logSink, metadata: ["strategy": .string(s.name)])
+        let log = services.logging.logger(s.name, metadata: ["strategy": .string(s.name)])
         let context = StrategyContext(
             name: s.name, kind: s.kind, log: log,
             leases: StrategyLeases(registry: services.registry, strategy: s.name) { [errors] in errors.leaseTaken(by: s.name) },
@@ -233,7 +235,7 @@ public actor Supervisor {
 
     /// Runs the strategy, restarting it with backoff when it throws, until
     /// it finishes or is cancelled.
-    private func runWithRestarts(_ s: SupervisedStrategy, context: StrategyContext, log: StrategyLogger) async {
+    private func runWithRestarts(_ s: SupervisedStrategy, context: StrategyContext, log: Logger) async {
         var attempt = 0
         while !Task.isCancelled {
             let started = services.clock.now

@@ -100,7 +100,7 @@ public final class SystemdNotifier: Sendable {
     /// requests on `scheduler` (windows of the last quarter of each
     /// interval, so they coalesce with other wakes), on a grid from now.
     /// Returns nil when no watchdog was asked for; cancel the task to stop.
-    public func startWatchdog(scheduler: any WakeScheduling, clock: any VigilClock, log: StrategyLogger) -> Task<Void, Never>? {
+    public func startWatchdog(scheduler: any WakeScheduling, clock: any VigilClock, log: Logger) -> Task<Void, Never>? {
         guard let interval = watchdogInterval else { return nil }
         let tolerance = interval / 4
         return Task {

@@ -44,11 +44,11 @@ public struct HeartbeatWriter: Service {
     let scheduler: any WakeScheduling
     let clock: any VigilClock
     let readings: @Sendable () -> ClockReadings
-    let log: StrategyLogger
+    let log: Logger
     let sources: Sources
 
     public init(store: SurvivalStore, interval: Duration, scheduler: any WakeScheduling, clock: any VigilClock,
-                readings: @escaping @Sendable () -> ClockReadings, log: StrategyLogger, sources: Sources) {
+                readings: @escaping @Sendable () -> ClockReadings, log: Logger, sources: Sources) {
         self.store = store
         self.interval = interval
         self.scheduler = scheduler

@@ -116,12 +116,12 @@ actor ResumeRecorder {
     private let store: SurvivalStore
     private let scheduler: WakeScheduler?
     private let runStartBoottimeMicros: Int64
-    private let log: StrategyLogger
+    private let log: Logger
     private var kernel: KernelWakeSources
     /// Counts a wake by a strategy's alarm as that strategy's system wake.
     private let costs: StrategyCosts?
 
-    init(store: SurvivalStore, scheduler: WakeScheduler?, runStartBoottimeMicros: Int64, log: StrategyLogger,
+    init(store: SurvivalStore, scheduler: WakeScheduler?, runStartBoottimeMicros: Int64, log: Logger,
          costs: StrategyCosts? = nil, sysfsRoot: String = "/sys") {
         self.costs = costs
         self.store = store

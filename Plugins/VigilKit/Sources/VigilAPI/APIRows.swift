@@ -71,43 +71,6 @@ public struct APIDecodingError: Error, Hashable, Sendable, CustomStringConvertib
     public init(_ description: String) { self.description = description }
 }
 
-/// A Swift type a row field can have, with its D-Bus type.
-public protocol APIFieldValue: Sendable {
-    static var busSignature: String { get }
-    var busValue: BusValue { get }
-    init?(busValue: BusValue)
-}
-
-extension String: APIFieldValue {
-    public static var busSignature: String { "s" }
-    public var busValue: BusValue { .string(self) }
-    public init?(busValue: BusValue) { guard case .string(let v) = busValue else { return nil }; self = v }
-}
-
-extension UInt64: APIFieldValue {
-    public static var busSignature: String { "t" }
-    public var busValue: BusValue { .uint64(self) }
-    public init?(busValue: BusValue) { guard case .uint64(let v) = busValue else { return nil }; self = v }
-}
-
-extension UInt32: APIFieldValue {
-    public static var busSignature: String { "u" }
-    public var busValue: BusValue { .uint32(self) }
-    public init?(busValue: BusValue) { guard case .uint32(let v) = busValue else { return nil }; self = v }
-}
-
-extension Double: APIFieldValue {
-    public static var busSignature: String { "d" }
-    public var busValue: BusValue { .double(self) }
-    public init?(busValue: BusValue) { guard case .double(let v) = busValue else { return nil }; self = v }
-}
-
-extension Bool: APIFieldValue {
-    public static var busSignature: String { "b" }
-    public var busValue: BusValue { .bool(self) }
-    public init?(busValue: BusValue) { guard case .bool(let v) = busValue else { return nil }; self = v }
-}
-
 /// One field of a row: its name, signature and how it is read from and
 /// written to the row.
 public struct APIField<Row>: Sendable {
@@ -117,12 +80,12 @@ public struct APIField<Row>: Sendable {
     let decode: @Sendable (inout Row, BusValue) -> Bool
 
     /// A field of a basic type.
-    public init<Value: APIFieldValue>(_ name: String, _ keyPath: WritableKeyPath<Row, Value> & Sendable) {
+    public init<Value: BusCodable>(_ name: String, _ keyPath: WritableKeyPath<Row, Value> & Sendable) {
         self.name = name
         self.signature = Value.busSignature
         self.encode = { $0[keyPath: keyPath].busValue }
         self.decode = { row, value in
-            guard let decoded = Value(busValue: value) else { return false }
+            guard let decoded = try? Value(busValue: value) else { return false }
             row[keyPath: keyPath] = decoded
             return true
         }
@@ -155,6 +118,13 @@ public struct APIField<Row>: Sendable {
             row[keyPath: keyPath] = strings
             return true
         })
+    }
+
+    /// This field of a row held at `keyPath` of another row, named `name` there.
+    public func field<Outer>(of keyPath: WritableKeyPath<Outer, Row> & Sendable, named name: String) -> APIField<Outer> {
+        let (encode, decode) = (self.encode, self.decode)
+        return APIField<Outer>(name: name, signature: signature, encode: { encode($0[keyPath: keyPath]) },
+                               decode: { outer, value in decode(&outer[keyPath: keyPath], value) })
     }
 
     private init(name: String, signature: String, encode: @escaping @Sendable (Row) -> BusValue,
@@ -316,4 +286,23 @@ public struct DownloadRow: APIRow {
 
     /// The properties that never change while the object exists.
     static let constant: Set<String> = ["Url", "Dest"]
+}
+
+/// The properties of a `org.vigil.Vigil1.Lease` object (``VigilAPI/lease``)
+/// besides `Status` (a dictionary of the strategy's own, read on its own):
+/// the lease's ``LeaseRow`` but its path, each field under its property
+/// name (`acquired_at` is `AcquiredAt`), read from its object (`GetAll`).
+public struct LeaseObjectRow: APIRow {
+    public var lease = LeaseRow()
+
+    public init() {}
+
+    public static let fields: [APIField<LeaseObjectRow>] = LeaseRow.fields.filter { $0.name != "path" }.map {
+        $0.field(of: \.lease, named: propertyName($0.name))
+    }
+
+    /// `acquired_at` as a property: `AcquiredAt`.
+    static func propertyName(_ field: String) -> String {
+        field.split(separator: "_").map { $0.prefix(1).uppercased() + $0.dropFirst() }.joined()
+    }
 }

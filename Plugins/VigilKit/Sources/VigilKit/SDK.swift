@@ -23,7 +23,7 @@ public enum VigilSDK {
     /// be loaded next to. Bump it on every change to a public type's layout or
     /// a protocol's requirements.
     @_alwaysEmitIntoClient
-    public static var version: UInt32 { 4 }
+    public static var version: UInt32 { 5 }
 
     /// First four bytes of a plugin header: "VIGL" little-endian.
     @_alwaysEmitIntoClient

@@ -39,7 +39,11 @@ public struct StrategyContext: Sendable {
     public let name: String
     /// The instance's `kind`.
     public let kind: String
-    public let log: StrategyLogger
+    /// Where the strategy logs: a swift-log `Logger` labelled with the
+    /// instance's name, whose metadata says `strategy=<name>` (and, in the
+    /// host, `run=<run id>`). Add `lease=<id>` for the lines about one
+    /// lease with `log.with(lease:)`.
+    public let log: Logger
     /// Acquire leases: the host's single record of what is being kept alive.
     public let leases: any LeaseProvider
     /// Ask for wakes; shared by the whole host so wakes coalesce.
@@ -62,7 +66,7 @@ public struct StrategyContext: Sendable {
     public let cost: any CostRecording
 
     public init(
-        name: String, kind: String, log: StrategyLogger, leases: any LeaseProvider,
+        name: String, kind: String, log: Logger, leases: any LeaseProvider,
         scheduler: any WakeScheduling, hooks: any HookRunning, clock: any VigilClock,
         events: any EventRecording, store: any StrategyStore = MemoryStrategyStore(),
         bus: any StrategyBus = DetachedStrategyBus(), cost: any CostRecording = UncountedCost()

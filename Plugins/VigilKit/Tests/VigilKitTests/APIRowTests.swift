@@ -26,6 +26,21 @@ import VigilKit
         #expect(Set(download.properties.keys) == Set(VigilAPI.download.properties.map(\.name)))
     }
 
+    /// The lease object's row is the Lease interface's properties, each with
+    /// its declared type, but Status (read on its own).
+    @Test func theLeaseObjectRowIsTheLeaseInterface() throws {
+        let declared = Dictionary(uniqueKeysWithValues: VigilAPI.lease.properties.map { ($0.name, $0.signature) })
+        let fields = Dictionary(uniqueKeysWithValues: LeaseObjectRow.fields.map { ($0.name, $0.signature) })
+        #expect(fields == declared.filter { $0.key != "Status" })
+        var row = LeaseObjectRow()
+        row.lease = Self.lease
+        row.lease.path = ""
+        var properties = row.properties
+        #expect(properties["Reason"] == .string(Self.lease.reason) && properties["AcquiredAt"] == .uint64(1))
+        properties["Status"] = .dict(keySignature: "s", valueSignature: "v", [])
+        #expect(try LeaseObjectRow(properties: properties) == row)
+    }
+
     @Test func anotherShapeIsRefusedNamingTheField() {
         guard case .structure(var fields) = Self.lease.busValue else { Issue.record("not a struct"); return }
         fields[8] = .uint64(3)

@@ -2,48 +2,49 @@ import Synchronization
 import Testing
 import VigilKit
 
-/// A sink that keeps what it was given, fields apart from the message.
-private final class RecordingSink: LogSink {
-    struct Line: Equatable { var level: LogLevel, source: String, message: String, metadata: Logger.Metadata }
-    let minimum: LogLevel
+/// A handler that keeps what it was given, fields apart from the message
+/// (no LoggingSystem.bootstrap: the test's loggers name it explicitly).
+private final class Recorder: Sendable {
+    struct Line: Equatable { var level: Logger.Level, label: String, message: String, metadata: Logger.Metadata }
     let lines = Mutex<[Line]>([])
-    init(minimum: LogLevel = .debug) { self.minimum = minimum }
-    func log(_ level: LogLevel, source: String, _ message: String, metadata: Logger.Metadata) {
-        lines.withLock { $0.append(Line(level: level, source: source, message: message, metadata: metadata)) }
-    }
     var all: [Line] { lines.withLock { $0 } }
+
+    func logger(_ label: String, level: Logger.Level = .trace) -> Logger {
+        var logger = Logger(label: label) { Handler(label: $0, recorder: self) }
+        logger.logLevel = level
+        return logger
+    }
+
+    struct Handler: LogHandler {
+        let label: String
+        let recorder: Recorder
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .trace
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+        func log(event: LogEvent) {
+            let merged = metadata.merging(event.metadata ?? [:]) { _, own in own }
+            recorder.lines.withLock { $0.append(Line(level: event.level, label: label, message: "\(event.message)", metadata: merged)) }
+        }
+    }
 }
 
-/// StrategyLogger is a value over a swift-log Logger bound to the sink it
-/// was made with (no LoggingSystem.bootstrap): its metadata and lease
-/// fields reach the sink, copies do not share changes, and swift-log's
-/// seven levels map onto the host's five.
-@Test func strategyLoggerCarriesItsFieldsToTheSink() {
-    let sink = RecordingSink()
-    let log = StrategyLogger(source: "nightly", sink: sink, metadata: ["strategy": "nightly"])
+/// `with(lease:)` adds `lease=<id>` to a copy: the original's lines do not
+/// carry it, the copy's carry it with the strategy's own fields.
+@Test func withLeaseAddsTheLeaseToACopy() {
+    let recorder = Recorder()
+    var log = recorder.logger("nightly")
+    log[metadataKey: "strategy"] = "nightly"
     var copy = log.with(lease: LeaseID(42))
     copy[metadataKey: "peer"] = "a"
     log.info("plain")
     copy.warning("about a lease")
-    copy.logger.critical("via swift-log", metadata: ["peer": "b"])
-    copy.logger.trace("traced")
-    #expect(log.source == "nightly")
-    #expect(log.metadata == ["strategy": "nightly"])
-    #expect(sink.all == [
-        .init(level: .info, source: "nightly", message: "plain", metadata: ["strategy": "nightly"]),
-        .init(level: .warning, source: "nightly", message: "about a lease", metadata: ["strategy": "nightly", "lease": "42", "peer": "a"]),
-        .init(level: .error, source: "nightly", message: "via swift-log", metadata: ["strategy": "nightly", "lease": "42", "peer": "b"]),
-        .init(level: .debug, source: "nightly", message: "traced", metadata: ["strategy": "nightly", "lease": "42", "peer": "a"]),
+    copy.critical("with its own field", metadata: ["peer": "b"])
+    #expect(recorder.all == [
+        .init(level: .info, label: "nightly", message: "plain", metadata: ["strategy": "nightly"]),
+        .init(level: .warning, label: "nightly", message: "about a lease", metadata: ["strategy": "nightly", "lease": "42", "peer": "a"]),
+        .init(level: .critical, label: "nightly", message: "with its own field", metadata: ["strategy": "nightly", "lease": "42", "peer": "b"]),
     ])
-}
-
-/// The handler takes the sink's minimum as its level, so lines below it are
-/// not even built.
-@Test func handlerLevelFollowsTheSinkMinimum() {
-    let sink = RecordingSink(minimum: .notice)
-    let log = StrategyLogger(source: "x", sink: sink)
-    #expect(log.logger.logLevel == .notice)
-    log.info("dropped")
-    log.notice("kept")
-    #expect(sink.all.map(\.message) == ["kept"])
 }

@@ -5,8 +5,10 @@ import VigilKit
 /// instead of sleeping.
 ///
 /// It is also a strategy's test `EventRecording` (items ``RecordedEvent``)
-/// and `LogSink` (items ``LogLine``): give it to a `StrategyContext` and wait
-/// for the event or line the strategy should produce.
+/// and a swift-log backend (items ``LogLine``): give it, or a `Logger` made
+/// with ``logger(_:metadata:level:)``, to a `StrategyContext` and wait for the
+/// event or line the strategy should produce. Its loggers name their handler
+/// explicitly, so a test never depends on `LoggingSystem.bootstrap`.
 public final class WaitableLog<Item: Sendable>: Sendable {
     private struct Waiter {
         var id: UInt64
@@ -115,16 +117,77 @@ extension WaitableLog: EventRecording where Item == RecordedEvent {
 }
 
 /// A line a strategy logged (`StrategyContext.log`).
-public struct LogLine: Sendable, Hashable {
-    public var level: LogLevel
+public struct LogLine: Sendable, Equatable {
+    public var level: Logger.Level
+    /// The logger's label (the host's lines start with it).
     public var source: String
     public var message: String
+    /// The logger's fields merged with the call's own.
+    public var metadata: Logger.Metadata
+
+    public init(level: Logger.Level, source: String, message: String, metadata: Logger.Metadata = [:]) {
+        self.level = level
+        self.source = source
+        self.message = message
+        self.metadata = metadata
+    }
+
+    /// `<level> <source>: <message> key=value...`, the fields sorted by key:
+    /// the shape of vigild's plain lines, unescaped (for tests to match).
+    public var text: String {
+        var line = "\(level.rawValue) \(source): \(message)"
+        for key in metadata.keys.sorted() {
+            if let value = metadata[key] { line += " \(key)=\(value)" }
+        }
+        return line
+    }
 }
 
-extension WaitableLog: LogSink where Item == LogLine {
-    public func log(_ level: LogLevel, source: String, _ message: String, metadata: Logger.Metadata) {
-        append(LogLine(level: level, source: source, message: message))
+/// The swift-log handler of a ``WaitableLog`` of ``LogLine``s: every line
+/// at or above its level is appended.
+public struct WaitableLogHandler: LogHandler {
+    public let label: String
+    public let lines: WaitableLog<LogLine>
+    public var metadata: Logger.Metadata = [:]
+    public var logLevel: Logger.Level
+    public var metadataProvider: Logger.MetadataProvider?
+
+    public init(label: String, lines: WaitableLog<LogLine>, level: Logger.Level = .trace,
+                metadataProvider: Logger.MetadataProvider? = nil) {
+        self.label = label
+        self.lines = lines
+        self.logLevel = level
+        self.metadataProvider = metadataProvider
     }
+
+    public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    public func log(event: LogEvent) {
+        var merged = metadata
+        if let provided = metadataProvider?.get() { merged.merge(provided) { _, new in new } }
+        if let own = event.metadata { merged.merge(own) { _, new in new } }
+        lines.append(LogLine(level: event.level, source: label, message: event.message.description, metadata: merged))
+    }
+}
+
+extension WaitableLog where Item == LogLine {
+    /// A handler that appends here, for `Logger(label:factory:)`.
+    public func handler(label: String) -> any LogHandler {
+        WaitableLogHandler(label: label, lines: self)
+    }
+
+    /// A logger labelled `label` whose lines are appended here.
+    public func logger(_ label: String, metadata: Logger.Metadata = [:], level: Logger.Level = .trace) -> Logger {
+        var logger = Logger(label: label) { WaitableLogHandler(label: $0, lines: self, level: level) }
+        for (key, value) in metadata { logger[metadataKey: key] = value }
+        return logger
+    }
+
+    /// Every line so far as ``LogLine/text``.
+    public var entries: [String] { all.map(\.text) }
 
     /// Waits until a line containing `text` was logged.
     @discardableResult

@@ -34,7 +34,7 @@ enum HelloChecks {
         let events = WaitableLog<RecordedEvent>()
         let lines = WaitableLog<LogLine>()
         let context = StrategyContext(
-            name: "greeter", kind: "hello", log: StrategyLogger(source: "greeter", sink: lines),
+            name: "greeter", kind: "hello", log: lines.logger("greeter"),
             leases: leases, scheduler: ClockDrivenScheduler(clock: clock), hooks: RecordingHookRunner(),
             clock: clock, events: events)
         let run = Task { try await Hello(file: file, every: .seconds(1), greeting: "hi").run(in: context) }
