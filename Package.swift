@@ -20,7 +20,7 @@ let package = Package(
         .library(name: "vigil-silent-audio", type: .dynamic, targets: ["SilentAudio"]),
         // The host's modules for the fuzzers (Fuzz/, a package of its own so a
         // plain build never builds them); not an API for anyone else.
-        .library(name: "VigilHostModules", targets: ["VigilHost", "VigilDBus"]),
+        .library(name: "VigilHostModules", targets: ["VigilHost", "VigilDBus", "VigilSurvivalReport"]),
         // What vigil-bench (Benchmarks/, a package of its own) needs besides
         // those: the test helpers (private buses, stand-ins, servers) and
         // voip-socket's C sockets and TLS for its bare reference loop. Not an
@@ -64,6 +64,30 @@ let package = Package(
         ),
         // The typed client of the org.vigil.Vigil1 API (vigilctl, vigil-bench, tests).
         .target(name: "VigilClient", dependencies: ["VigilDBus"], swiftSettings: strict),
+        // What vigild and vigilctl share without the host: default paths,
+        // finding the bus, the version, terminal escaping, the display time
+        // zone, the metrics address and its one-shot scrape.
+        .target(
+            name: "VigilCommon",
+            dependencies: ["VigilDBus", .product(name: "VigilKit", package: "VigilKit")],
+            swiftSettings: strict
+        ),
+        // libsqlite3 (libsqlite3-dev), for the survival log's reader.
+        .systemLibrary(
+            name: "CSQLite",
+            path: "Sources/CSQLite",
+            providers: [.apt(["libsqlite3-dev"])]
+        ),
+        // The survival log's read side (reports, picture, costs, the bus's
+        // runs), on libsqlite3 alone: vigilctl reads the store through it
+        // without linking the host or GRDB. The writer (VigilHost/Survival)
+        // reads through it too, on its own connection.
+        .target(
+            name: "VigilSurvivalReport",
+            dependencies: ["CSQLite", "VigilCommon", "VigilDBus", .product(name: "VigilKit", package: "VigilKit")],
+            path: "Sources/Survival/Report",
+            swiftSettings: strict
+        ),
         .target(
             name: "VigilHost",
             dependencies: [
@@ -73,6 +97,8 @@ let package = Package(
                 "CExecutor",
                 "CConditions",
                 "VigilDBus",
+                "VigilCommon",
+                "VigilSurvivalReport",
                 .product(name: "TOMLKit", package: "TOMLKit"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
@@ -88,7 +114,11 @@ let package = Package(
         ),
         .executableTarget(
             name: "vigilctl",
-            dependencies: ["VigilHost", "VigilClient", .product(name: "ArgumentParser", package: "swift-argument-parser"), .product(name: "VigilKit", package: "VigilKit")],
+            // Not VigilHost: vigilctl links neither GRDB, TOMLKit nor
+            // Prometheus. check-config and metrics ask vigild (--check,
+            // --print-metrics-settings); the store is read through
+            // VigilSurvivalReport.
+            dependencies: ["VigilClient", "VigilCommon", "VigilSurvivalReport", .product(name: "ArgumentParser", package: "swift-argument-parser"), .product(name: "VigilKit", package: "VigilKit")],
             swiftSettings: strict
         ),
         .target(
@@ -150,7 +180,7 @@ let package = Package(
         ),
         .testTarget(
             name: "VigilHostTests",
-            dependencies: ["VigilHost", "VigilDBus", "VigilClient", "VigilTestSupport", "CExecutor", "CTestExecutor", .product(name: "VigilKit", package: "VigilKit"), .product(name: "VigilKitTesting", package: "VigilKitTesting")],
+            dependencies: ["VigilHost", "VigilSurvivalReport", "VigilDBus", "VigilClient", "VigilTestSupport", "CExecutor", "CTestExecutor", .product(name: "VigilKit", package: "VigilKit"), .product(name: "VigilKitTesting", package: "VigilKitTesting")],
             swiftSettings: strict
         ),
         .testTarget(

@@ -48,7 +48,7 @@ let package = Package(
         // raw framing, checked byte-exact: data plus the pong give back the stream.
         fuzzer("fuzz-raw", [.product(name: "vigil-voip-socket", package: vigil)]),
         fuzzer("fuzz-http", [.product(name: "vigil-download-session", package: vigil)]),
-        fuzzer("fuzz-survival", [host]),
+        fuzzer("fuzz-survival", [host, kit]),
     ],
     swiftLanguageModes: [.v6]
 )

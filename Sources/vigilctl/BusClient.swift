@@ -2,7 +2,7 @@ import ArgumentParser
 import Foundation
 import VigilClient
 import VigilDBus
-import VigilHost
+import VigilCommon
 import VigilKit
 
 /// Options of every command that talks to a running vigild over D-Bus.

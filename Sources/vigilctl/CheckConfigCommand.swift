@@ -1,6 +1,6 @@
 import ArgumentParser
 import Foundation
-import VigilHost
+import VigilCommon
 
 struct CheckConfigCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -11,6 +11,9 @@ struct CheckConfigCommand: ParsableCommand {
         (and no other), and lets each strategy validate its table. Every problem is printed \
         as file:line:column: key.path: message, with did-you-mean suggestions for misspelled \
         keys and kinds.
+
+        The check is vigild's own (`vigild --check --config FILE`): vigilctl runs the vigild \
+        beside it, else the one on PATH.
 
         Exit status: 0 when the config is valid, 1 when it has problems.
         """
@@ -23,21 +26,18 @@ struct CheckConfigCommand: ParsableCommand {
     var quiet = false
 
     func run() throws {
+        let status: Int32
         do {
-            let (config, plugins) = try ConfigLoader.loadWithPlugins(path: file)
-            guard !quiet else { return }
-            print("\(file): OK")
-            print("  state_dir \(config.host.stateDir), survival_interval \(config.host.survivalInterval.vigilDescription)")
-            let files = plugins.registeredKinds
-            for s in config.strategies {
-                print("  strategy \"\(s.name)\": \(s.kind) — \(s.strategyKind.summary) [\(files[s.kind] ?? "built in")]")
-                if let conditions = s.conditions {
-                    print("    runs only while: \(TerminalText.escaped(conditions.written))")
-                }
-            }
-            for note in config.notes { print("note: \(note)") }
+            status = try VigildTool.run(["--check", "--config", file], quiet: quiet)
         } catch {
-            FileHandle.standardError.write(Data("\(error)\n".utf8))
+            FileHandle.standardError.write(Data("vigilctl check-config: \(TerminalText.escaped("\(error)"))\n".utf8))
+            throw ExitCode(1)
+        }
+        switch status {
+        case 0: return
+        case VigildTool.configProblems: throw ExitCode(1)
+        default:
+            FileHandle.standardError.write(Data("vigilctl check-config: vigild --check ended with status \(status)\n".utf8))
             throw ExitCode(1)
         }
     }

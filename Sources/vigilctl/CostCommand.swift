@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
-import VigilHost
+import VigilCommon
+import VigilSurvivalReport
 import VigilKit
 
 /// `vigilctl cost`: what each strategy cost over a period, from the survival

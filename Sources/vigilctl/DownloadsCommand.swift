@@ -1,6 +1,6 @@
 import ArgumentParser
 import Foundation
-import VigilHost
+import VigilCommon
 import VigilDBus
 import VigilKit
 

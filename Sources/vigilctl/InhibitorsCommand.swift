@@ -1,7 +1,7 @@
 import ArgumentParser
 import Foundation
 import VigilDBus
-import VigilHost
+import VigilCommon
 
 /// `vigilctl inhibitors`: everything holding the machine awake, in one list:
 /// vigild's leases (its strategies', clients' and apps' inhibits through the

@@ -1,5 +1,5 @@
 import Foundation
-import VigilHost
+import VigilCommon
 import VigilDBus
 
 /// Keeps a client lease for `vigilctl hold` while the command runs, across

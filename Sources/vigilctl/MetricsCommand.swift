@@ -1,15 +1,17 @@
 import ArgumentParser
 import Foundation
-import VigilHost
+import VigilCommon
 
 struct MetricsCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "metrics",
         abstract: "Print the host's Prometheus metrics.",
         discussion: """
-        Reads the config's [metrics] table: with listen, fetches http://ADDRESS/metrics from \
-        the running vigild; else with textfile, prints the file vigild wrote at its last \
-        heartbeat. --listen fetches from an address without reading a config. See docs/metrics.md.
+        Reads the config's [metrics] table (through `vigild --print-metrics-settings`, the \
+        vigild beside vigilctl, else the one on PATH): with listen, fetches \
+        http://ADDRESS/metrics from the running vigild; else with textfile, prints the file \
+        vigild wrote at its last heartbeat. --listen fetches from an address without reading a \
+        config. See docs/metrics.md.
 
         Exit status: 0 on success, 1 when no metrics can be read.
         """
@@ -43,7 +45,7 @@ struct MetricsCommand: ParsableCommand {
             }
         }
         let path = try configPath()
-        let settings = try ConfigLoader.loadDocument(path: path).host.metrics
+        let settings = try Self.settings(config: path)
         if let address = settings.listen {
             do {
                 return try fetch(address)
@@ -59,6 +61,33 @@ struct MetricsCommand: ParsableCommand {
             return data
         }
         throw MetricsScrapeError("\(path) has no [metrics] listen or textfile: add one (docs/metrics.md), or pass --listen ADDRESS")
+    }
+
+    /// The config's `[metrics]` listen and textfile, as vigild reads them.
+    static func settings(config path: String) throws -> (listen: MetricsListenAddress?, textfile: String?) {
+        struct Answer: Decodable {
+            var listen: String?
+            var textfile: String?
+        }
+        let (status, stdout, stderr) = try VigildTool.output(["--print-metrics-settings", "--config", path])
+        guard status == 0 else {
+            let problems = stderr.trimmingCharacters(in: .whitespacesAndNewlines)
+            throw MetricsScrapeError(problems.isEmpty ? "vigild --print-metrics-settings ended with status \(status)" : problems)
+        }
+        let answer: Answer
+        do {
+            answer = try JSONDecoder().decode(Answer.self, from: stdout)
+        } catch {
+            throw MetricsScrapeError("vigild --print-metrics-settings answered what is not its JSON: \(error)")
+        }
+        var listen: MetricsListenAddress?
+        if let text = answer.listen {
+            switch MetricsListenAddress.parse(text) {
+            case .success(let address): listen = address
+            case .failure(let error): throw MetricsScrapeError("\(path): [metrics] listen: \(error)")
+            }
+        }
+        return (listen, answer.textfile)
     }
 
     private func fetch(_ address: MetricsListenAddress) throws -> Data {

@@ -1,6 +1,6 @@
 import ArgumentParser
 import Foundation
-import VigilHost
+import VigilCommon
 
 /// `vigilctl reload`: asks vigild to re-read its config.
 struct ReloadCommand: AsyncParsableCommand {

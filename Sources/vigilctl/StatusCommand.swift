@@ -1,6 +1,6 @@
 import ArgumentParser
 import Foundation
-import VigilHost
+import VigilCommon
 import VigilDBus
 
 /// `vigilctl status`: the running host at a glance, from its D-Bus properties.

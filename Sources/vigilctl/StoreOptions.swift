@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
-import VigilHost
+import VigilCommon
+import VigilSurvivalReport
 
 /// Where the survival log is, for the commands that read it without a host
 /// (`vigilctl survival`, `vigilctl cost`).

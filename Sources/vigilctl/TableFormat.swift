@@ -1,5 +1,6 @@
 import Foundation
-import VigilHost
+import VigilCommon
+import VigilSurvivalReport
 
 /// Plain-text tables and the time formats vigilctl prints.
 enum TableFormat {

@@ -1,5 +1,5 @@
 import ArgumentParser
-import VigilHost
+import VigilCommon
 
 @main
 struct Vigilctl: AsyncParsableCommand {

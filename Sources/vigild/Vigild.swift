@@ -45,8 +45,15 @@ struct Vigild: AsyncParsableCommand {
     @Option(name: .customLong("log-level"), help: ArgumentHelp("Override [host] log_level: debug, info, notice, warning or error.", valueName: "level"))
     var logLevel: String?
 
-    @Flag(name: .customLong("check"), help: "Validate the config, load its plugins, print a summary and exit; start nothing.")
+    @Flag(name: .customLong("check"), help: ArgumentHelp(
+        "Validate the config, load its plugins, print a summary and exit; start nothing.",
+        discussion: "Problems go to standard error alone, one per line (`vigilctl check-config` runs this)."))
     var checkOnly = false
+
+    @Flag(name: .customLong("print-metrics-settings"), help: ArgumentHelp(
+        "Print the config's [metrics] listen and textfile as one JSON object and exit; start nothing.",
+        discussion: "Reads the config without loading plugins (`vigilctl metrics` runs this)."))
+    var printMetricsSettings = false
 
     @Flag(name: .customLong("print-introspection"), help: "Print the D-Bus introspection XML of the org.vigil.Vigil1 API (docs/org.vigil.Vigil1.xml) and exit.")
     var printIntrospection = false
@@ -131,11 +138,16 @@ struct Vigild: AsyncParsableCommand {
             return
         }
         let path = try resolveConfigPath()
+        if printMetricsSettings {
+            try Self.printMetricsSettings(path: path)
+            return
+        }
         let loaded: (config: VigilConfig, plugins: PluginLoader)
         do {
             loaded = try ConfigLoader.loadWithPlugins(path: path)
         } catch {
-            Self.writeStderr("vigild: invalid config\n\(error)\n")
+            // --check: the problems alone, as `vigilctl check-config` shows them.
+            Self.writeStderr(checkOnly ? "\(error)\n" : "vigild: invalid config\n\(error)\n")
             throw ExitCode(78)
         }
         var config = loaded.config
@@ -147,9 +159,7 @@ struct Vigild: AsyncParsableCommand {
             config.host.logLevel = level
         }
         if checkOnly {
-            print("\(path): OK, \(config.strategies.count) strateg\(config.strategies.count == 1 ? "y" : "ies")")
-            for s in config.strategies { print("  \(s.name) (\(s.kind))") }
-            for note in config.notes { print("note: \(note)") }
+            print(Self.checkSummary(path: path, config: config, plugins: loaded.plugins), terminator: "")
             return
         }
         let output = Self.logOutput
@@ -282,10 +292,55 @@ struct Vigild: AsyncParsableCommand {
         }
     }
 
+    /// What `--check` prints for a valid config: the host settings that
+    /// matter most, each strategy with its kind and the plugin that
+    /// provides it, its `when` condition, and the config's notes.
+    static func checkSummary(path: String, config: VigilConfig, plugins: PluginLoader) -> String {
+        var out = "\(path): OK\n"
+        out += "  state_dir \(config.host.stateDir), survival_interval \(config.host.survivalInterval.vigilDescription)\n"
+        let files = plugins.registeredKinds
+        for s in config.strategies {
+            out += "  strategy \"\(s.name)\": \(s.kind) — \(s.strategyKind.summary) [\(files[s.kind] ?? "built in")]\n"
+            if let conditions = s.conditions {
+                out += "    runs only while: \(TerminalText.escaped(conditions.written))\n"
+            }
+        }
+        for note in config.notes { out += "note: \(note)\n" }
+        return out
+    }
+
+    /// The `[metrics]` settings `vigilctl metrics` needs, as JSON
+    /// (`{"listen": "127.0.0.1:9469", "textfile": "/path/vigil.prom"}`, each
+    /// key only when set); a config that does not parse, or whose
+    /// `[metrics]` has problems, exits 78 with them on standard error.
+    static func printMetricsSettings(path: String) throws {
+        let settings: MetricsSettings
+        do {
+            let document = try ConfigLoader.loadDocument(path: path)
+            // The rest of the config may wait for --check; [metrics] itself must be right.
+            let problems = document.problems.filter { $0.keyPath == "metrics" || $0.keyPath.hasPrefix("metrics.") }
+            if !problems.isEmpty { throw ConfigError(path: path, problems: problems) }
+            settings = document.host.metrics
+        } catch {
+            writeStderr("\(error)\n")
+            throw ExitCode(78)
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        let data = try encoder.encode(MetricsSettingsText(listen: settings.listen?.description, textfile: settings.textfile))
+        print(String(decoding: data, as: UTF8.self))
+    }
+
     func resolveConfigPath() throws -> String {
         if let config { return config }
         let (found, candidates) = HostPaths.defaultConfig()
         if let found { return found }
         throw ValidationError("no config file: pass --config FILE (looked for \(candidates.joined(separator: ", ")))")
     }
+}
+
+/// `--print-metrics-settings`' answer; vigilctl decodes the same keys.
+private struct MetricsSettingsText: Encodable {
+    var listen: String?
+    var textfile: String?
 }

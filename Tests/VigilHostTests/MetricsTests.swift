@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import VigilHost
+@testable import VigilSurvivalReport
 import VigilKit
 import VigilKitTesting
 

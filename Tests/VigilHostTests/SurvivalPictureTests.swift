@@ -4,6 +4,7 @@ import Testing
 import VigilDBus
 import VigilTestSupport
 @testable import VigilHost
+@testable import VigilSurvivalReport
 
 /// `vigilctl survival --html/--svg`: the picture drawn from a real store,
 /// parsed as XML, and rendered by headless Chromium.

@@ -1,13 +1,17 @@
-// The survival store reader (Sources/VigilHost/Survival) on damaged
-// databases: a valid store, written once by SurvivalStore (runs killed,
-// suspended and stopped, heartbeats with leases, wake events), gets the
-// input's bytes written over it, then is read as `vigilctl survival` and
-// the bus read it. Any damage must end in a report or an error.
+// The survival store reader (VigilSurvivalReport, Sources/Survival/Report:
+// libsqlite3 through typed, throwing column reads) on damaged databases: a
+// valid store, written once by SurvivalStore (runs killed, suspended and
+// stopped, heartbeats with leases, wake events, costs), gets the input's
+// bytes written over it, then is read as `vigilctl survival` (text, JSON,
+// picture), `vigilctl cost` and the bus (SurvivalRunReader) read it. Any
+// damage must end in a report or an error.
 // Input: records of a 3-byte offset (big-endian, modulo the file's size),
 // a length byte and that many bytes to write there.
 import Dispatch
 import Foundation
 import VigilHost
+import VigilKit
+import VigilSurvivalReport
 
 /// The valid store's bytes and the file each input is written to.
 /// `@unchecked Sendable`: written once, before the first input, by
@@ -49,7 +53,11 @@ final class Base: @unchecked Sendable {
                         if run == 1 && beat == 3 {
                             try await store.recordEvent(SystemWake.eventName, strategy: "tick", fields: ["cause": "vigil-alarm", "alarmStrategy": "tick", "alarmKind": "periodic-wake"], readings: readings())
                         }
-                        try await store.heartbeat(readings(), leases: [HeartbeatLease(id: UInt64(beat), strategy: "task", holds: "logind", state: "active")])
+                        var cost = StrategyCostRow()
+                        cost.wakeups = UInt64(beat)
+                        cost.sleepHeldUsec = UInt64(beat) * 60_000_000
+                        try await store.heartbeat(readings(), leases: [HeartbeatLease(id: UInt64(beat), strategy: "task", holds: "logind", state: "active")],
+                                                  costs: ["task": cost])
                     }
                     if run == 2 { try await store.endRun(reason: .stopped, readings: readings()) }
                     tick(5_000_000)
@@ -68,6 +76,7 @@ final class Base: @unchecked Sendable {
 final class Failure: @unchecked Sendable { var error: (any Error)? }
 
 let base = Base()
+let utc = TimeZone(identifier: "UTC") ?? .current
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzSurvival(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
@@ -84,12 +93,18 @@ public func fuzzSurvival(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     guard FileManager.default.createFile(atPath: base.path, contents: Data(bytes)) else { fatalError("cannot write \(base.path)") }
     for warning in SurvivalReport.warnings(path: base.path) { _ = warning }
     guard let summaries = try? SurvivalReport.load(path: base.path, runs: nil, sinceWallMicros: nil) else { return 0 }
-    _ = SurvivalReportFormat.text(summaries, width: 80, nowWall: 1_700_000_000_000_000, timeZone: TimeZone(identifier: "UTC") ?? .current)
+    _ = SurvivalReportFormat.text(summaries, width: 80, nowWall: 1_700_000_000_000_000, timeZone: utc)
     _ = SurvivalReportFormat.json(summaries)
     for summary in summaries.prefix(1) {
         _ = try? SurvivalReport.heartbeats(path: base.path, runId: summary.runId)
         _ = try? SurvivalReport.events(path: base.path, runId: summary.runId)
     }
     _ = try? SurvivalReport.recount(path: base.path)
+    _ = try? CostReport.load(path: base.path, sinceWallMicros: nil)
+    if let picture = try? SurvivalPicture.load(path: base.path, runs: nil, sinceWallMicros: nil) {
+        _ = SurvivalPictureFormat.svg(picture, timeZone: utc, nowWall: 1_700_000_000_000_000)
+    }
+    // The bus's reader: a connection of its own, kept while it lives.
+    _ = try? SurvivalRunReader(path: base.path).runs(startedSince: 0)
     return 0
 }

@@ -2,21 +2,7 @@ import CTimer
 import Foundation
 import VigilKit
 
-/// Readings of the three clocks the survival log compares.
-public struct ClockReadings: Sendable, Hashable, Codable {
-    /// Wall clock, microseconds since the Unix epoch.
-    public var wallMicros: Int64
-    /// CLOCK_MONOTONIC, microseconds; stops during system suspend.
-    public var monotonicMicros: Int64
-    /// CLOCK_BOOTTIME, microseconds; keeps counting during suspend.
-    public var boottimeMicros: Int64
-
-    public init(wallMicros: Int64, monotonicMicros: Int64, boottimeMicros: Int64) {
-        self.wallMicros = wallMicros
-        self.monotonicMicros = monotonicMicros
-        self.boottimeMicros = boottimeMicros
-    }
-
+extension ClockReadings {
     /// Reads the real clocks now.
     public static func now() -> ClockReadings {
         ClockReadings(

@@ -45,8 +45,9 @@ struct RunRecord: Codable, FetchableRecord, MutablePersistableRecord, Sendable {
     }
 }
 
-/// A row of `heartbeat`. Written on the hot path, so encoded by hand.
-struct HeartbeatRecord: FetchableRecord, PersistableRecord, Sendable, Hashable {
+/// A row of `heartbeat`. Written on the hot path, so encoded by hand; read
+/// back by the reader (SurvivalReport.heartbeats).
+struct HeartbeatRecord: PersistableRecord, Sendable, Hashable {
     static let databaseTableName = "heartbeat"
 
     var runId: Int64
@@ -63,26 +64,12 @@ struct HeartbeatRecord: FetchableRecord, PersistableRecord, Sendable, Hashable {
         self.boot = readings.boottimeMicros
     }
 
-    /// Throws on a damaged row (a NULL or mistyped column) instead of
-    /// trapping, as GRDB's subscript would: the file may not be ours.
-    init(row: Row) throws {
-        runId = try row.decode(forColumn: "runId")
-        seq = try row.decode(forColumn: "seq")
-        wall = try row.decode(forColumn: "wall")
-        mono = try row.decode(forColumn: "mono")
-        boot = try row.decode(forColumn: "boot")
-    }
-
     func encode(to container: inout PersistenceContainer) {
         container["runId"] = runId
         container["seq"] = seq
         container["wall"] = wall
         container["mono"] = mono
         container["boot"] = boot
-    }
-
-    var readings: ClockReadings {
-        ClockReadings(wallMicros: wall, monotonicMicros: mono, boottimeMicros: boot)
     }
 }
 
@@ -138,7 +125,8 @@ struct StrategyCostRecord: Codable, FetchableRecord, PersistableRecord, Sendable
     var bytesSent: Int64 = 0
     var bytesReceived: Int64 = 0
 
-    /// Each column and the row's field it keeps, once for both directions.
+    /// Each column and the row's field it keeps (the reader, CostReport,
+    /// reads the same columns by name).
     private static let columns: [(column: any WritableKeyPath<Self, Int64> & Sendable, field: any WritableKeyPath<StrategyCostRow, UInt64> & Sendable)] = [
         (\.wakeups, \.wakeups), (\.systemWakes, \.systemWakes), (\.sleepHeldMicros, \.sleepHeldUsec),
         (\.idleHeldMicros, \.idleHeldUsec), (\.childCPUMicros, \.childCPUUsec), (\.bytesSent, \.bytesSent),
@@ -149,12 +137,6 @@ struct StrategyCostRecord: Codable, FetchableRecord, PersistableRecord, Sendable
         self.runId = runId
         self.strategy = strategy
         for (column, field) in Self.columns { self[keyPath: column] = Int64(clamping: cost[keyPath: field]) }
-    }
-
-    var cost: StrategyCostRow {
-        var row = StrategyCostRow()
-        for (column, field) in Self.columns { row[keyPath: field] = UInt64(clamping: self[keyPath: column]) }
-        return row
     }
 }
 

@@ -19,9 +19,9 @@ import GRDB
 /// - `strategyCost`: (run, strategy) → what the strategy cost in that run,
 ///   as of the run's last heartbeat (`v4-strategyCost`).
 enum SurvivalSchema {
-    /// `PRAGMA application_id` of a Vigil survival store ("Vigl"): tells our
-    /// file apart from any other SQLite database.
-    static let applicationID: Int32 = 0x5669_676C
+    /// `PRAGMA application_id` of a Vigil survival store ("Vigl"), which the
+    /// reader checks too (``SurvivalStoreIdentity``).
+    static let applicationID = SurvivalStoreIdentity.applicationID
 
     /// Every migration name this build knows, in order.
     static var migrationNames: [String] { migrator.migrations }
@@ -151,24 +151,5 @@ enum SurvivalSchema {
             try db.execute(sql: "UPDATE run SET costsRecorded = 0")
         }
         return migrator
-    }
-
-    /// Checks that `db` is a Vigil survival store, or an empty database that
-    /// may become one. Throws `.notAVigilStore` otherwise.
-    static func checkIdentity(_ db: Database, path: String) throws {
-        let appID = try Int32.fetchOne(db, sql: "PRAGMA application_id") ?? 0
-        if appID == applicationID { return }
-        let tables = try String.fetchAll(db, sql: """
-            SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name
-            """)
-        if appID != 0 {
-            throw SurvivalStoreError(.notAVigilStore, path: path, String(
-                format: "an SQLite database with application_id 0x%08X, expected 0x%08X (a Vigil survival store)",
-                UInt32(bitPattern: appID), UInt32(bitPattern: applicationID)))
-        }
-        if !tables.isEmpty {
-            throw SurvivalStoreError(.notAVigilStore, path: path,
-                "an SQLite database that is not a Vigil survival store (it has tables \(tables.joined(separator: ", ")) and no Vigil application_id)")
-        }
     }
 }

@@ -2,20 +2,6 @@ import Foundation
 import GRDB
 import VigilKit
 
-/// How a run ended. `running` means no end has been recorded yet.
-public enum RunEndReason: String, Codable, Sendable, CaseIterable {
-    /// No end recorded: the run is alive, or died and no later run has started yet.
-    case running
-    /// Clean shutdown.
-    case stopped
-    /// No clean end, and the next run started in the same boot.
-    case killed
-    /// No clean end, and the next run started in a different boot.
-    case rebooted
-    /// The host ended on an error it recorded itself.
-    case failed
-}
-
 /// What the host knows when a run starts.
 public struct RunStart: Sendable, Hashable {
     /// Unique id of this run (a UUID string).
@@ -52,24 +38,6 @@ public struct RunBegan: Sendable {
     public var closedRuns: [RunSummary]
     /// The run before this one, however it ended (nil for the first run).
     public var previousRun: RunSummary?
-}
-
-/// A lease as recorded in a heartbeat.
-public struct HeartbeatLease: Sendable, Hashable, Codable {
-    public var id: UInt64
-    /// The strategy instance holding it.
-    public var strategy: String
-    /// What it holds on the system (logind, wakelock, none, ...).
-    public var holds: String
-    /// Its state (active, expiring, ...).
-    public var state: String
-
-    public init(id: UInt64, strategy: String, holds: String, state: String) {
-        self.id = id
-        self.strategy = strategy
-        self.holds = holds
-        self.state = state
-    }
 }
 
 /// One heartbeat for `SurvivalStore.appendHeartbeats`.
@@ -239,15 +207,15 @@ public actor SurvivalStore {
 
                 return (key, RunBegan(
                     runId: start.runId,
-                    closedRuns: try SurvivalReport.summaries(closed, db),
-                    previousRun: try previous.map { try SurvivalReport.summaries([$0], db)[0] }))
+                    closedRuns: try SurvivalReport.summaries(ofRunKeys: closed.compactMap(\.id), connection: Self.connection(db, path: path)),
+                    previousRun: try previous?.id.flatMap { try SurvivalReport.summaries(ofRunKeys: [$0], connection: Self.connection(db, path: path)).first }))
             }
             active = ActiveRun(
                 key: key, uuid: start.runId, rule: GapRule(intervalMicros: intervalMicros),
                 startBoot: start.readings.boottimeMicros, lastSeq: 0, last: start.readings, openSpans: [:])
             return began
         } catch {
-            throw SurvivalStoreError.wrap(error, path: path, doing: "beginning run \(start.runId)")
+            throw SurvivalStoreError.wrapGRDB(error, path: path, doing: "beginning run \(start.runId)")
         }
     }
 
@@ -282,7 +250,7 @@ public actor SurvivalStore {
 
     /// Wraps a write error; disk-full and I/O errors mark the store unwritable.
     private func failed(_ error: any Error, doing action: String, heartbeat: Bool = false) -> SurvivalStoreError {
-        let wrapped = SurvivalStoreError.wrap(error, path: path, doing: action)
+        let wrapped = SurvivalStoreError.wrapGRDB(error, path: path, doing: action)
         if wrapped.code == .unwritable, let run = active {
             if unwritable == nil {
                 unwritable = Unwritable(lastWritten: run.last, firstError: wrapped.message, failedWrites: 0)
@@ -535,7 +503,7 @@ public actor SurvivalStore {
             let queue = try DatabaseQueue(path: path, configuration: config)
             if existing {
                 try queue.read { db in
-                    try SurvivalSchema.checkIdentity(db, path: path)
+                    try SurvivalStoreIdentity.check(connection: Self.connection(db, path: path), path: path)
                     let check = try String.fetchAll(db, sql: "PRAGMA quick_check")
                     if check != ["ok"] {
                         throw SurvivalStoreError(.corrupt, path: path,
@@ -551,7 +519,7 @@ public actor SurvivalStore {
             }
             let migrator = SurvivalSchema.migrator
             try queue.read { db in
-                try SurvivalSchema.checkIdentity(db, path: path)
+                try SurvivalStoreIdentity.check(connection: Self.connection(db, path: path), path: path)
                 if try migrator.hasBeenSuperseded(db) {
                     let known = Set(migrator.migrations)
                     let unknown = try migrator.appliedIdentifiers(db).subtracting(known).sorted()
@@ -562,7 +530,26 @@ public actor SurvivalStore {
             try migrator.migrate(queue)
             return queue
         } catch {
-            throw SurvivalStoreError.wrap(error, path: path, doing: "opening the store")
+            throw SurvivalStoreError.wrapGRDB(error, path: path, doing: "opening the store")
+        }
+    }
+
+    /// The SQLite connection under GRDB's `db`, for the survival reader
+    /// (VigilSurvivalReport), which reads what this writer wrote through it.
+    static func connection(_ db: Database, path: String) throws -> OpaquePointer {
+        guard let connection = db.sqliteConnection else {
+            throw SurvivalStoreError(.database, path: path, "the database connection is closed")
+        }
+        return connection
+    }
+
+    /// Sums every run in the store (see ``SurvivalTotals``).
+    public func metricTotals() throws -> SurvivalTotals {
+        let runId = activeRunId
+        do {
+            return try database.read { db in try SurvivalTotals.read(connection: Self.connection(db, path: path), activeRunId: runId) }
+        } catch {
+            throw SurvivalStoreError.wrapGRDB(error, path: path, doing: "summing the runs")
         }
     }
 }

@@ -1,5 +1,5 @@
 import Foundation
-import GRDB
+import VigilKit
 
 /// One heartbeat read back from the store, with the leases active at it
 /// (ordered by lease id).
@@ -23,80 +23,60 @@ extension SurvivalReport {
     /// Every heartbeat of run `runId`, oldest first, with its leases
     /// (rebuilt from the lease spans).
     public static func heartbeats(path: String, runId: String) throws -> [HeartbeatEntry] {
-        try readRun(path: path, runId: runId) { db, key in
-            let beats = try HeartbeatRecord.filter(Column("runId") == key).order(Column("seq")).fetchAll(db)
-            let spans = try LeaseSpanRecord.filter(Column("runId") == key).order(Column("firstSeq"), Column("leaseId")).fetchAll(db)
+        try readRun(path: path, runId: runId) { store, key in
+            let beats = try store.rows("SELECT seq, wall, mono, boot FROM heartbeat WHERE runId = ? ORDER BY seq", [.integer(key)]) { row in
+                try (seq: row.int64(0), readings: ClockReadings(wallMicros: row.int64(1), monotonicMicros: row.int64(2), boottimeMicros: row.int64(3)))
+            }
+            let spans = try store.rows("""
+                SELECT firstSeq, lastSeq, leaseId, strategy, holds, state FROM leaseSpan
+                WHERE runId = ? ORDER BY firstSeq, leaseId
+                """, [.integer(key)]) { row in
+                try (firstSeq: row.int64(0), lastSeq: row.int64(1),
+                     lease: HeartbeatLease(id: UInt64(bitPattern: row.int64(2)), strategy: row.string(3), holds: row.string(4), state: row.string(5)))
+            }
             var next = 0
-            var open: [LeaseSpanRecord] = []
+            var open: [(firstSeq: Int64, lastSeq: Int64, lease: HeartbeatLease)] = []
             return beats.map { beat in
                 while next < spans.count, spans[next].firstSeq <= beat.seq {
                     open.append(spans[next])
                     next += 1
                 }
                 open.removeAll { $0.lastSeq < beat.seq }
-                return HeartbeatEntry(
-                    seq: Int(beat.seq), readings: beat.readings,
-                    leases: open
-                        .map { HeartbeatLease(id: UInt64(bitPattern: $0.leaseId), strategy: $0.strategy, holds: $0.holds, state: $0.state) }
-                        .sorted { $0.id < $1.id })
+                return HeartbeatEntry(seq: Int(beat.seq), readings: beat.readings, leases: open.map(\.lease).sorted { $0.id < $1.id })
             }
         }
     }
 
     /// Every event of run `runId`, in the order recorded.
     public static func events(path: String, runId: String) throws -> [EventEntry] {
-        try readRun(path: path, runId: runId) { db, key in
-            try EventRecord.filter(Column("runId") == key).order(Column("id")).fetchAll(db).map { event in
+        try readRun(path: path, runId: runId) { store, key in
+            try store.rows("""
+                SELECT seq, wall, mono, boot, name, strategy, fields FROM event WHERE runId = ? ORDER BY id
+                """, [.integer(key)]) { row in
                 var fields: [String: String] = [:]
-                if let text = event.fields {
+                if let text = try row.optionalString(6) {
                     fields = try JSONDecoder().decode([String: String].self, from: Data(text.utf8))
                 }
                 return EventEntry(
-                    afterSeq: Int(event.seq), name: event.name, strategy: event.strategy, fields: fields,
-                    readings: ClockReadings(wallMicros: event.wall, monotonicMicros: event.mono, boottimeMicros: event.boot))
+                    afterSeq: Int(try row.int64(0)), name: try row.string(4), strategy: try row.optionalString(5), fields: fields,
+                    readings: ClockReadings(wallMicros: try row.int64(1), monotonicMicros: try row.int64(2), boottimeMicros: try row.int64(3)))
             }
         }
     }
 
-    private static func readRun<T>(path: String, runId: String, _ body: (Database, Int64) throws -> T) throws -> T {
-        guard let reader = try openReader(path: path) else {
+    private static func readRun<T>(path: String, runId: String, _ body: (StoreConnection, Int64) throws -> T) throws -> T {
+        guard let store = try openReader(path: path) else {
             throw SurvivalStoreError(.invalidArgument, path: path, "no run \(runId): the store is empty")
         }
-        defer { try? reader.close() }
         do {
-            return try reader.read { db in
-                guard let key = try Int64.fetchOne(db, sql: "SELECT id FROM run WHERE uuid = ?", arguments: [runId]) else {
+            return try store.read {
+                guard let key = try store.row("SELECT id FROM run WHERE uuid = ?", [.text(runId)], { try $0.int64(0) }) else {
                     throw SurvivalStoreError(.invalidArgument, path: path, "no run \(runId) in the store")
                 }
-                return try body(db, key)
+                return try body(store, key)
             }
         } catch {
             throw SurvivalStoreError.wrap(error, path: path, doing: "reading run \(runId)")
-        }
-    }
-}
-
-/// Direct SQL on a store file, for tests and benchmarks that check the schema
-/// or build unusual files. Not part of the public API.
-enum SurvivalStoreInspector {
-    /// Runs `sql` (one or more statements) on `path`, creating the file if needed.
-    static func execute(path: String, sql: String) throws {
-        let queue = try DatabaseQueue(path: path)
-        try queue.write { try $0.execute(sql: sql) }
-        try queue.close()
-    }
-
-    /// The first column of every row `sql` returns, as text (NULL as "NULL").
-    static func strings(path: String, sql: String) throws -> [String] {
-        var config = Configuration()
-        config.readonly = true
-        let queue = try DatabaseQueue(path: path, configuration: config)
-        defer { try? queue.close() }
-        return try queue.read { db in
-            try Row.fetchAll(db, sql: sql).map { row in
-                let value: DatabaseValue = try row.decode(atIndex: 0)
-                return value.isNull ? "NULL" : (String.fromDatabaseValue(value) ?? value.description)
-            }
         }
     }
 }
@@ -128,13 +108,12 @@ extension SurvivalReport {
     /// run first. An audit of the aggregates that `load` reads: the two must
     /// agree. Its cost grows with the log; `load`'s does not.
     public static func recount(path: String) throws -> [RunRecount] {
-        guard let reader = try openReader(path: path) else { return [] }
-        defer { try? reader.close() }
+        guard let store = try openReader(path: path) else { return [] }
         do {
-            return try reader.read { db in
+            return try store.read {
                 let stall = "d.mono > r.intervalMicros + MAX(r.intervalMicros / 2, \(GapRule.minimumStallSlackMicros))"
                 let sleep = "(d.boot - d.mono) > \(GapRule.suspendThresholdMicros)"
-                let rows = try Row.fetchAll(db, sql: """
+                return try store.rows("""
                     WITH d AS (
                         SELECT runId,
                             MAX(0, mono - LAG(mono, 1, mono) OVER beats) AS mono,
@@ -151,14 +130,13 @@ extension SurvivalReport {
                         MAX(CASE WHEN \(stall) THEN d.mono ELSE 0 END) AS longestStallMicros
                     FROM d JOIN run r ON r.id = d.runId
                     GROUP BY d.runId ORDER BY d.runId DESC
-                    """)
-                return try rows.map { row in
+                    """) { row in
                     try RunRecount(
-                        runId: row.decode(forColumn: "runId"), heartbeats: row.decode(forColumn: "heartbeats"),
-                        aliveMicros: row.decode(forColumn: "aliveMicros"), awakeMicros: row.decode(forColumn: "awakeMicros"),
-                        suspends: row.decode(forColumn: "suspends"), suspendedMicros: row.decode(forColumn: "suspendedMicros"),
-                        stalls: row.decode(forColumn: "stalls"), stalledMicros: row.decode(forColumn: "stalledMicros"),
-                        longestStallMicros: row.decode(forColumn: "longestStallMicros"))
+                        runId: row.string(0), heartbeats: row.int(1),
+                        aliveMicros: row.int64(2), awakeMicros: row.int64(3),
+                        suspends: row.int(4), suspendedMicros: row.int64(5),
+                        stalls: row.int(6), stalledMicros: row.int64(7),
+                        longestStallMicros: row.int64(8))
                 }
             }
         } catch {

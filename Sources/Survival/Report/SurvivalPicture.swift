@@ -1,5 +1,4 @@
 import Foundation
-import GRDB
 
 /// When a strategy held leases in one run, as the survival log saw it: the
 /// store keeps each lease as a span of heartbeats (`leaseSpan`), so a held
@@ -58,39 +57,38 @@ public struct SurvivalPicture: Sendable, Hashable {
     /// resume `event` and `leaseSpan` rows, and one heartbeat row per end of
     /// a merged span (by primary key): never the whole heartbeat table.
     public static func load(path: String, runs: Int?, sinceWallMicros: Int64?) throws -> SurvivalPicture {
-        try SurvivalReport.read(path: path, runs: runs, sinceWallMicros: sinceWallMicros) { db, records in
-            let summaries = try SurvivalReport.summaries(records, db)
+        try SurvivalReport.read(path: path, runs: runs, sinceWallMicros: sinceWallMicros) { store, records in
+            let summaries = try SurvivalReport.summaries(records, store)
             return SurvivalPicture(runs: try zip(records, summaries).map { record, summary in
-                Run(summary: summary, strategies: try held(runKey: record.id ?? -1, startBoot: record.startBoot, db))
+                Run(summary: summary, strategies: try held(runKey: record.id, startBoot: record.startBoot, store))
             }, sinceWallMicros: sinceWallMicros)
         } ?? SurvivalPicture(runs: [], sinceWallMicros: sinceWallMicros)
     }
 
     /// The lease spans of one run merged per strategy: spans whose heartbeat
     /// ranges touch or overlap become one.
-    static func held(runKey: Int64, startBoot: Int64, _ db: Database) throws -> [StrategyHeld] {
-        let rows = try Row.fetchCursor(db, sql: """
+    static func held(runKey: Int64, startBoot: Int64, _ store: StoreConnection) throws -> [StrategyHeld] {
+        let rows = try store.rows("""
             SELECT strategy, holds, firstSeq, lastSeq FROM leaseSpan
             WHERE runId = ? ORDER BY strategy, firstSeq
-            """, arguments: [runKey])
+            """, [.integer(runKey)]) { row in
+            try (strategy: row.string(0), holds: row.string(1), first: row.int64(2), last: row.int64(3))
+        }
         var merged: [String: (holds: Set<String>, ranges: [ClosedRange<Int64>])] = [:]
-        while let row = try rows.next() {
-            let strategy: String = try row.decode(atIndex: 0)
-            let holds: String = try row.decode(atIndex: 1)
-            let first: Int64 = try row.decode(atIndex: 2)
-            let range: ClosedRange<Int64> = first...max(first, try row.decode(atIndex: 3))
-            var entry = merged[strategy] ?? (holds: [], ranges: [])
-            entry.holds.insert(holds)
+        for row in rows {
+            let range: ClosedRange<Int64> = row.first...max(row.first, row.last)
+            var entry = merged[row.strategy] ?? (holds: [], ranges: [])
+            entry.holds.insert(row.holds)
             if let last = entry.ranges.last, range.lowerBound <= last.upperBound + 1 {
                 entry.ranges[entry.ranges.count - 1] = last.lowerBound...max(last.upperBound, range.upperBound)
             } else {
                 entry.ranges.append(range)
             }
-            merged[strategy] = entry
+            merged[row.strategy] = entry
         }
-        let boot = try db.cachedStatement(sql: "SELECT boot FROM heartbeat WHERE runId = ? AND seq = ?")
+        let boot = try store.statement("SELECT boot FROM heartbeat WHERE runId = ? AND seq = ?")
         func offset(_ seq: Int64) throws -> Int64? {
-            try Int64.fetchOne(boot, arguments: [runKey, seq]).map { max(0, $0 - startBoot) }
+            try boot.row([.integer(runKey), .integer(seq)]) { try $0.int64(0) }.map { max(0, $0 - startBoot) }
         }
         var out: [StrategyHeld] = []
         for (strategy, entry) in merged {

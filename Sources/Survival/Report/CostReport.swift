@@ -1,5 +1,4 @@
 import Foundation
-import GRDB
 import VigilKit
 
 /// What each strategy cost over the runs of a period, read from the
@@ -30,21 +29,33 @@ public struct CostReport: Codable, Sendable, Hashable {
     /// counted in ``runsWithoutCost``. Throws `.missing` when there is no
     /// store at `path`.
     public static func load(path: String, sinceWallMicros: Int64?) throws -> CostReport {
-        let reader = try SurvivalReport.openReader(path: path)
-        defer { try? reader?.close() }
-        guard let reader else { return CostReport(sinceWallMicros: sinceWallMicros, runs: 0, runsWithoutCost: 0, strategies: []) }
+        guard let store = try SurvivalReport.openReader(path: path) else {
+            return CostReport(sinceWallMicros: sinceWallMicros, runs: 0, runsWithoutCost: 0, strategies: [])
+        }
         do {
-            return try reader.read { db in
-                let runs = try Int64.fetchAll(db, sql: """
+            return try store.read {
+                let runs = try store.rows("""
                     SELECT id FROM run WHERE ?1 IS NULL OR COALESCE(endWall, lastWall) >= ?1
-                    """, arguments: [sinceWallMicros])
+                    """, [.optional(sinceWallMicros)]) { try $0.int64(0) }
                 // The migration marks the runs it found: they have no costs.
-                let withCost: Set<Int64> = try db.tableExists(StrategyCostRecord.databaseTableName)
-                    ? Set(Int64.fetchAll(db, sql: "SELECT id FROM run WHERE costsRecorded = 1"))
+                let withCost: Set<Int64> = try store.tableExists("strategyCost")
+                    ? Set(store.rows("SELECT id FROM run WHERE costsRecorded = 1") { try $0.int64(0) })
                     : []
-                let records = withCost.isEmpty ? [] : try StrategyCostRecord
-                    .filter(runs.filter(withCost.contains).contains(Column("runId")))
-                    .fetchAll(db)
+                let counted = runs.filter(withCost.contains)
+                let records = counted.isEmpty ? [] : try store.rows("""
+                    SELECT strategy, wakeups, systemWakes, sleepHeldMicros, idleHeldMicros, childCPUMicros, bytesSent, bytesReceived
+                    FROM strategyCost WHERE runId IN (\(counted.map(String.init).joined(separator: ", ")))
+                    """) { row -> (strategy: String, cost: StrategyCostRow) in
+                    var cost = StrategyCostRow()
+                    cost.wakeups = UInt64(clamping: try row.int64(1))
+                    cost.systemWakes = UInt64(clamping: try row.int64(2))
+                    cost.sleepHeldUsec = UInt64(clamping: try row.int64(3))
+                    cost.idleHeldUsec = UInt64(clamping: try row.int64(4))
+                    cost.childCPUUsec = UInt64(clamping: try row.int64(5))
+                    cost.bytesSent = UInt64(clamping: try row.int64(6))
+                    cost.bytesReceived = UInt64(clamping: try row.int64(7))
+                    return (strategy: try row.string(0), cost: cost)
+                }
                 var byStrategy: [String: Strategy] = [:]
                 for record in records {
                     var total = byStrategy[record.strategy] ?? Strategy(strategy: record.strategy, runs: 0, cost: StrategyCostRow())

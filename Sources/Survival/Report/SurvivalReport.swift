@@ -1,5 +1,5 @@
 import Foundation
-import GRDB
+import VigilKit
 
 /// A stretch of a run's life on its boottime axis, for the timeline.
 public struct TimelineSegment: Codable, Sendable, Hashable {
@@ -80,6 +80,86 @@ public struct RunSummary: Codable, Sendable, Hashable {
     public var longestStall: Duration { .microseconds(longestStallMicros) }
 }
 
+/// A row of `run` as the reader sees it (the columns a report needs).
+package struct StoredRun: Sendable, Hashable {
+    package var id: Int64
+    package var uuid: String
+    package var pid: Int64
+    package var bootId: String
+    package var version: String
+    package var configPath: String
+    package var intervalMicros: Int64
+    package var startWall: Int64
+    package var startMono: Int64
+    package var startBoot: Int64
+    package var lastSeq: Int64
+    package var lastWall: Int64
+    package var lastMono: Int64
+    package var lastBoot: Int64
+    package var endReason: String
+    package var endWall: Int64?
+    package var endNote: String?
+    package var suspendCount: Int64
+    package var suspendedMicros: Int64
+    package var stallCount: Int64
+    package var stalledMicros: Int64
+    package var longestStallMicros: Int64
+    package var eventCount: Int64
+
+    /// The columns ``init(_:)`` reads, in its order.
+    static let columns = """
+        id, uuid, pid, bootId, version, configPath, intervalMicros, startWall, startMono, startBoot,
+        lastSeq, lastWall, lastMono, lastBoot, endReason, endWall, endNote,
+        suspendCount, suspendedMicros, stallCount, stalledMicros, longestStallMicros, eventCount
+        """
+
+    init(_ row: StoreRow) throws {
+        id = try row.int64(0)
+        uuid = try row.string(1)
+        pid = try row.int64(2)
+        bootId = try row.string(3)
+        version = try row.string(4)
+        configPath = try row.string(5)
+        intervalMicros = try row.int64(6)
+        startWall = try row.int64(7)
+        startMono = try row.int64(8)
+        startBoot = try row.int64(9)
+        lastSeq = try row.int64(10)
+        lastWall = try row.int64(11)
+        lastMono = try row.int64(12)
+        lastBoot = try row.int64(13)
+        endReason = try row.string(14)
+        endWall = try row.optionalInt64(15)
+        endNote = try row.optionalString(16)
+        suspendCount = try row.int64(17)
+        suspendedMicros = try row.int64(18)
+        stallCount = try row.int64(19)
+        stalledMicros = try row.int64(20)
+        longestStallMicros = try row.int64(21)
+        eventCount = try row.int64(22)
+    }
+}
+
+/// A row of `gap`: one suspension, stall or unwritable stretch.
+package struct StoredGap: Sendable, Hashable {
+    package var runId: Int64
+    package var seq: Int64
+    /// "suspended", "stalled" or "unwritable".
+    package var kind: String
+    package var startWall: Int64
+    package var startOffsetMicros: Int64
+    package var durationMicros: Int64
+
+    package init(runId: Int64, seq: Int64, kind: String, startWall: Int64, startOffsetMicros: Int64, durationMicros: Int64) {
+        self.runId = runId
+        self.seq = seq
+        self.kind = kind
+        self.startWall = startWall
+        self.startOffsetMicros = startOffsetMicros
+        self.durationMicros = durationMicros
+    }
+}
+
 /// Reads the survival log for people and tools. Opens the store read-only, so
 /// it works with or without a running host.
 public struct SurvivalReport {
@@ -87,60 +167,80 @@ public struct SurvivalReport {
     /// limited to runs still alive at or after `sinceWallMicros` when given.
     /// Throws `.missing` when there is no store at `path`.
     public static func load(path: String, runs: Int?, sinceWallMicros: Int64?) throws -> [RunSummary] {
-        try read(path: path, runs: runs, sinceWallMicros: sinceWallMicros) { db, records in
-            try summaries(records, db)
+        try read(path: path, runs: runs, sinceWallMicros: sinceWallMicros) { store, records in
+            try summaries(records, store)
         } ?? []
     }
 
     /// Reads the newest `runs` run rows (all when nil), newest first, alive
     /// at or after `sinceWallMicros`, and hands them to `body` in the same
     /// read transaction; nil for an empty store.
-    static func read<T>(path: String, runs: Int?, sinceWallMicros: Int64?, _ body: (Database, [RunRecord]) throws -> T) throws -> T? {
+    static func read<T>(path: String, runs: Int?, sinceWallMicros: Int64?, _ body: (StoreConnection, [StoredRun]) throws -> T) throws -> T? {
         if let runs, runs < 0 {
             throw SurvivalStoreError(.invalidArgument, path: path, "number of runs must be 0 or more, got \(runs)")
         }
-        let reader = try openReader(path: path)
-        defer { try? reader?.close() }
-        guard let reader else { return nil }
+        guard let store = try openReader(path: path) else { return nil }
         do {
-            return try reader.read { db in
-                let records = try RunRecord.fetchAll(db, sql: """
-                    SELECT * FROM run
+            return try store.read {
+                let records = try store.rows("""
+                    SELECT \(StoredRun.columns) FROM run
                     WHERE ?1 IS NULL OR COALESCE(endWall, lastWall) >= ?1
                     ORDER BY id DESC LIMIT ?2
-                    """, arguments: [sinceWallMicros, runs ?? -1])
-                return try body(db, records)
+                    """, [.optional(sinceWallMicros), .integer(Int64(runs ?? -1))], StoredRun.init)
+                return try body(store, records)
             }
         } catch {
             throw SurvivalStoreError.wrap(error, path: path, doing: "reading the report")
         }
     }
 
+    /// Run rows, newest first, of the runs started at or after `sinceWallMicros`.
+    static func runs(startedSince sinceWallMicros: Int64, _ store: StoreConnection) throws -> [StoredRun] {
+        try store.rows("SELECT \(StoredRun.columns) FROM run WHERE startWall >= ? ORDER BY id DESC", [.integer(sinceWallMicros)], StoredRun.init)
+    }
+
+    /// Summaries of the runs with these keys (`run.id`), in the order given,
+    /// read through the writer's own connection inside its transaction (a
+    /// GRDB `Database.sqliteConnection`), so they include what it just wrote.
+    package static func summaries(ofRunKeys keys: [Int64], connection: OpaquePointer) throws -> [RunSummary] {
+        guard !keys.isEmpty else { return [] }
+        let store = StoreConnection(borrowing: connection)
+        let rows = try store.rows("SELECT \(StoredRun.columns) FROM run WHERE id IN (\(keys.map(String.init).joined(separator: ", ")))", [], StoredRun.init)
+        let byKey = Dictionary(rows.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+        return try summaries(keys.compactMap { byKey[$0] }, store)
+    }
+
     /// Builds summaries (in the order given) from run rows and their gaps.
-    static func summaries(_ records: [RunRecord], _ db: Database) throws -> [RunSummary] {
-        let keys = records.compactMap(\.id)
-        let gaps = try GapRecord
-            .filter(keys.contains(GapRecord.Columns.runId))
-            .order(GapRecord.Columns.runId, Column("startOffsetMicros"), GapRecord.Columns.seq)
-            .fetchAll(db)
+    static func summaries(_ records: [StoredRun], _ store: StoreConnection) throws -> [RunSummary] {
+        guard !records.isEmpty else { return [] }
+        let keys = records.map { String($0.id) }.joined(separator: ", ")
+        let gaps = try store.rows("""
+            SELECT runId, seq, kind, startWall, startOffsetMicros, durationMicros FROM gap
+            WHERE runId IN (\(keys)) ORDER BY runId, startOffsetMicros, seq
+            """) { row in
+            try StoredGap(runId: row.int64(0), seq: row.int64(1), kind: row.string(2), startWall: row.int64(3),
+                       startOffsetMicros: row.int64(4), durationMicros: row.int64(5))
+        }
         let gapsByRun = Dictionary(grouping: gaps, by: \.runId)
-        let resumes = try EventRecord
-            .filter(keys.contains(Column("runId")) && Column("name") == SystemWake.eventName)
-            .order(Column("runId"), Column("id"))
-            .fetchAll(db)
+        let resumes = try store.rows("""
+            SELECT runId, wall, boot, fields FROM event
+            WHERE runId IN (\(keys)) AND name = ? ORDER BY runId, id
+            """, [.text(SystemWake.eventName)]) { row in
+            try (runId: row.int64(0), wall: row.int64(1), boot: row.int64(2), fields: row.optionalString(3))
+        }
         let resumesByRun = Dictionary(grouping: resumes, by: \.runId)
         return records.map { run in
-            let wakes = (resumesByRun[run.id ?? -1] ?? []).compactMap { event -> SystemWake? in
+            let wakes = (resumesByRun[run.id] ?? []).compactMap { event -> SystemWake? in
                 let fields = event.fields.flatMap { try? JSONDecoder().decode([String: String].self, from: Data($0.utf8)) } ?? [:]
                 return SystemWake(fields: fields, wall: event.wall, startOffsetMicros: max(0, event.boot - run.startBoot))
             }
-            var summary = summary(of: run, gaps: gapsByRun[run.id ?? -1] ?? [], wakes: wakes)
+            var summary = summary(of: run, gaps: gapsByRun[run.id] ?? [], wakes: wakes)
             summary.wakes = wakes.isEmpty ? nil : wakes
             return summary
         }
     }
 
-    static func summary(of run: RunRecord, gaps: [GapRecord], wakes: [SystemWake] = []) -> RunSummary {
+    static func summary(of run: StoredRun, gaps: [StoredGap], wakes: [SystemWake] = []) -> RunSummary {
         let alive = max(0, run.lastBoot - run.startBoot)
         return RunSummary(
             runId: run.uuid,
@@ -176,7 +276,7 @@ public struct SurvivalReport {
     /// start plus its length, and within an interval (plus the stall slack)
     /// after that. Its start moves to the wake's offset less the time slept,
     /// never before the gap's own start.
-    static func placed(_ gaps: [GapRecord], wakes: [SystemWake], intervalMicros: Int64) -> [GapRecord] {
+    package static func placed(_ gaps: [StoredGap], wakes: [SystemWake], intervalMicros: Int64) -> [StoredGap] {
         guard !wakes.isEmpty else { return gaps }
         let slack = intervalMicros + max(intervalMicros / 2, GapRule.minimumStallSlackMicros)
         var used = Set<Int>()
@@ -196,7 +296,7 @@ public struct SurvivalReport {
     }
 
     /// Fills the time between gaps with awake segments.
-    static func timeline(gaps: [GapRecord], aliveMicros: Int64, startWall: Int64) -> [TimelineSegment] {
+    static func timeline(gaps: [StoredGap], aliveMicros: Int64, startWall: Int64) -> [TimelineSegment] {
         var segments: [TimelineSegment] = []
         var cursor: Int64 = 0
         for gap in gaps {
@@ -221,17 +321,15 @@ public struct SurvivalReport {
     /// newer Vigil wrote it, so figures it added are not shown). Empty when
     /// all is well or there is no store.
     public static func warnings(path: String) -> [String] {
-        guard let reader = try? openReader(path: path) else { return [] }
-        defer { try? reader.close() }
+        guard let store = try? openReader(path: path) else { return [] }
         var out: [String] = []
         do {
-            try reader.read { db in
-                let check = try String.fetchAll(db, sql: "PRAGMA quick_check")
+            try store.read {
+                let check = try store.rows("PRAGMA quick_check") { try $0.string(0) }
                 if check != ["ok"] {
                     out.append("the store is damaged (quick_check: \(check.prefix(3).joined(separator: "; "))\(check.count > 3 ? "; ..." : "")); the figures below may be wrong or incomplete; move it aside and vigild starts a new one")
                 }
-                let migrator = SurvivalSchema.migrator
-                let unknown = try migrator.appliedIdentifiers(db).subtracting(migrator.migrations).sorted()
+                let unknown = try SurvivalStoreIdentity.unknownMigrations(store)
                 if !unknown.isEmpty {
                     out.append("the store was written by a newer Vigil (unknown migrations: \(unknown.joined(separator: ", "))); what that version added is not shown")
                 }
@@ -244,21 +342,18 @@ public struct SurvivalReport {
 
     /// Opens the store read-only; nil for an empty SQLite file (nothing
     /// recorded yet). `immutable` skips straight to the fallback (for tests).
-    static func openReader(path: String, immutable: Bool = false) throws -> DatabaseQueue? {
+    package static func openReader(path: String, immutable: Bool = false) throws -> StoreConnection? {
         guard FileManager.default.fileExists(atPath: path) else {
             throw SurvivalStoreError(.missing, path: path, "no survival store here; vigild creates it when it first runs (or pass --store / --state-dir)")
         }
-        var config = Configuration()
-        config.readonly = true
-        config.label = "vigil.survival.report"
         do {
-            if immutable { return try openImmutable(path, config) }
-            return try open(path, config, path: path)
-        } catch let error as DatabaseError where [.SQLITE_CANTOPEN, .SQLITE_READONLY].contains(error.resultCode) {
+            if immutable { return try openImmutable(path) }
+            return try open(path, path: path)
+        } catch let error as SQLiteError where [SurvivalStoreError.sqliteCantOpen, SurvivalStoreError.sqliteReadOnly].contains(error.code) {
             // A WAL store whose -shm file we may not create (another user's
             // store while its host is stopped): read the main file as is.
             do {
-                return try openImmutable(path, config)
+                return try openImmutable(path)
             } catch {
                 throw SurvivalStoreError.wrap(error, path: path, doing: "opening the store read-only")
             }
@@ -267,23 +362,19 @@ public struct SurvivalReport {
         }
     }
 
-    private static func openImmutable(_ path: String, _ config: Configuration) throws -> DatabaseQueue? {
+    private static func openImmutable(_ path: String) throws -> StoreConnection? {
         var allowed = CharacterSet.urlPathAllowed
         allowed.remove(charactersIn: "?#%")
         let uri = "file:" + (path.addingPercentEncoding(withAllowedCharacters: allowed) ?? path) + "?immutable=1"
-        return try open(uri, config, path: path)
+        return try open(uri, path: path)
     }
 
-    private static func open(_ name: String, _ config: Configuration, path: String) throws -> DatabaseQueue? {
-        let queue = try DatabaseQueue(path: name, configuration: config)
-        let isEmpty = try queue.read { db in
-            try SurvivalSchema.checkIdentity(db, path: path)
-            return try Int32.fetchOne(db, sql: "PRAGMA application_id") != SurvivalSchema.applicationID
+    private static func open(_ name: String, path: String) throws -> StoreConnection? {
+        let store = try StoreConnection(readOnly: name)
+        let isEmpty = try store.read {
+            try SurvivalStoreIdentity.check(store, path: path)
+            return try SurvivalStoreIdentity.applicationID(store) != SurvivalStoreIdentity.applicationID
         }
-        if isEmpty {
-            try queue.close()
-            return nil
-        }
-        return queue
+        return isEmpty ? nil : store
     }
 }

@@ -1,5 +1,5 @@
+import CSQLite
 import Foundation
-import GRDB
 
 /// An error from the survival store or its report. `code` says what kind of
 /// failure it is; `description` says which file and what was expected.
@@ -55,26 +55,42 @@ public struct SurvivalStoreError: Error, CustomStringConvertible, Sendable {
 
     public var description: String { "survival store \(path): \(message)" }
 
-    /// Maps an SQLite error to a store error with a message that names the file.
-    static func wrap(_ error: any Error, path: String, doing action: String) -> SurvivalStoreError {
-        if let error = error as? SurvivalStoreError { return error }
-        guard let dbError = error as? DatabaseError else {
-            return SurvivalStoreError(.database, path: path, "\(action): \(error)")
+    /// Maps an error met while using the store to a store error with a
+    /// message that names the file: SQLite's by its result code, a damaged
+    /// column as corrupt. The writer maps GRDB's errors through
+    /// ``init(sqliteCode:message:path:doing:)``.
+    package static func wrap(_ error: any Error, path: String, doing action: String) -> SurvivalStoreError {
+        switch error {
+        case let error as SurvivalStoreError: error
+        case let error as SQLiteError: SurvivalStoreError(sqliteCode: error.code, message: error.message, path: path, doing: action)
+        case let error as StoreColumnError:
+            SurvivalStoreError(.corrupt, path: path, "a damaged row (\(action)): \(error); move the store aside and a new one will be created")
+        default: SurvivalStoreError(.database, path: path, "\(action): \(error)")
         }
-        switch dbError.resultCode {
-        case .SQLITE_NOTADB:
-            return SurvivalStoreError(.notAVigilStore, path: path, "not an SQLite database, so not a Vigil survival store (\(action))")
-        case .SQLITE_CORRUPT:
-            return SurvivalStoreError(.corrupt, path: path, "the database is corrupt (\(action)): \(dbError.message ?? "SQLITE_CORRUPT"); move it aside and a new store will be created")
-        case .SQLITE_CANTOPEN, .SQLITE_PERM, .SQLITE_READONLY, .SQLITE_AUTH:
-            return SurvivalStoreError(.unreadable, path: path, "cannot open (\(action)): \(dbError.message ?? "\(dbError.resultCode)")")
-        case .SQLITE_FULL:
+    }
+
+    /// `SQLITE_CANTOPEN` and `SQLITE_READONLY`: a read-only open of a WAL
+    /// store whose `-shm` file cannot be made.
+    static let sqliteCantOpen = SQLITE_CANTOPEN
+    static let sqliteReadOnly = SQLITE_READONLY
+
+    /// A store error for an SQLite primary result code and its message.
+    package init(sqliteCode code: Int32, message: String?, path: String, doing action: String) {
+        let message = message ?? "SQLite error \(code)"
+        switch code {
+        case SQLITE_NOTADB:
+            self.init(.notAVigilStore, path: path, "not an SQLite database, so not a Vigil survival store (\(action))")
+        case SQLITE_CORRUPT:
+            self.init(.corrupt, path: path, "the database is corrupt (\(action)): \(message); move it aside and a new store will be created")
+        case SQLITE_CANTOPEN, SQLITE_PERM, SQLITE_READONLY, SQLITE_AUTH:
+            self.init(.unreadable, path: path, "cannot open (\(action)): \(message)")
+        case SQLITE_FULL:
             let directory = (path as NSString).deletingLastPathComponent
-            return SurvivalStoreError(.unwritable, path: path, "cannot write (\(action)): the filesystem of \(directory) is full; free some space there (writing resumes by itself)")
-        case .SQLITE_IOERR:
-            return SurvivalStoreError(.unwritable, path: path, "cannot write (\(action)): I/O error (\(dbError.message ?? "SQLITE_IOERR")); check the disk under \((path as NSString).deletingLastPathComponent)")
+            self.init(.unwritable, path: path, "cannot write (\(action)): the filesystem of \(directory) is full; free some space there (writing resumes by itself)")
+        case SQLITE_IOERR:
+            self.init(.unwritable, path: path, "cannot write (\(action)): I/O error (\(message)); check the disk under \((path as NSString).deletingLastPathComponent)")
         default:
-            return SurvivalStoreError(.database, path: path, "\(action): \(dbError.message ?? "\(dbError.resultCode)")")
+            self.init(.database, path: path, "\(action): \(message)")
         }
     }
 }

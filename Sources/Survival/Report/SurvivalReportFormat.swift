@@ -1,4 +1,5 @@
 import Foundation
+import VigilCommon
 import VigilKit
 
 /// Renders survival summaries for a terminal (`text`) or for tools (`json`).
