@@ -31,11 +31,11 @@ enum StoreValue {
 /// opened read-only; the writer lends its GRDB connection to read what it
 /// just wrote in the same transaction (``init(borrowing:)``).
 ///
-/// `@unchecked Sendable`: the `sqlite3*` handle is used by one thread at a
-/// time. An owned connection is either local to one call or kept behind a
-/// lock (``SurvivalRunReader``); a borrowed one lives only inside the
-/// writer's serialized database access.
-package final class StoreConnection: @unchecked Sendable {
+/// Not Sendable: the `sqlite3*` handle is used by one thread at a time. An
+/// owned connection is local to one call or kept inside a lock
+/// (``SurvivalRunReader``); a borrowed one lives only inside the writer's
+/// serialized database access.
+package final class StoreConnection {
     private let handle: OpaquePointer
     private let owned: Bool
 
