@@ -94,7 +94,9 @@ enum RetryAfter {
         formatter.timeZone = TimeZone(identifier: "GMT")
         formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
         guard let date = formatter.date(from: trimmed) else { return nil }
-        let micros = Int64(date.timeIntervalSince1970 * 1_000_000) - nowWallMicros
-        return .microseconds(max(0, micros))
+        // Clamped in Double first: Int64(_: Double) traps past Int64.max, and
+        // the year is the server's. The caller caps the wait (max_retry_after).
+        let micros = date.timeIntervalSince1970 * 1_000_000 - Double(nowWallMicros)
+        return .microseconds(Int64(min(max(0, micros), 1e18)))
     }
 }

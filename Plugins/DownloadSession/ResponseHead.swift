@@ -36,7 +36,9 @@ struct ResponseHead: Sendable {
             return "asked for bytes \(resumeFrom)- and the server sent Content-Range \"\(range)\""
         }
         let complete = Self.completeLength(range)
-        if let complete, let end = Self.rangeEnd(range), end + 1 != complete {
+        // `complete - 1`, not `end + 1`: the end is the server's number and
+        // may be Int64.max; a length is never negative (see `length`).
+        if let complete, let end = Self.rangeEnd(range), end != complete - 1 {
             return "asked for bytes \(resumeFrom)- (to the end) and the server sent Content-Range \"\(range)\", which ends before the total"
         }
         if let expectedTotal, let complete, complete != expectedTotal {
@@ -47,9 +49,21 @@ struct ResponseHead: Sendable {
 
     /// The resource's full length, from Content-Range or, for a body that
     /// starts at `resumeFrom`, Content-Length; nil when the server did not say.
+    /// A Content-Length that, added to `resumeFrom`, passes Int64.max is
+    /// not a length either.
     func totalLength(resumeFrom: Int64) -> Int64? {
-        fields["content-range"].flatMap(Self.completeLength)
-            ?? fields["content-length"].flatMap { Int64($0) }.map { $0 + resumeFrom }
+        if let complete = fields["content-range"].flatMap(Self.completeLength) { return complete }
+        guard let length = fields["content-length"].flatMap({ Self.length($0[...]) }) else { return nil }
+        let (total, overflow) = length.addingReportingOverflow(resumeFrom)
+        return overflow ? nil : total
+    }
+
+    /// A length or a position as HTTP writes it: ASCII digits only (no sign,
+    /// no space inside), within Int64; nil for anything else.
+    static func length(_ text: Substring) -> Int64? {
+        let digits = text.trimmingCharacters(in: .whitespaces)
+        guard !digits.isEmpty, digits.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else { return nil }
+        return Int64(digits)
     }
 
     /// `bytes 100-199/1000` → 100.
@@ -57,7 +71,7 @@ struct ResponseHead: Sendable {
         guard header.lowercased().hasPrefix("bytes ") else { return nil }
         let spec = header.dropFirst(6)
         guard let dash = spec.firstIndex(of: "-") else { return nil }
-        return Int64(spec[..<dash].trimmingCharacters(in: .whitespaces))
+        return length(spec[..<dash])
     }
 
     /// `bytes 100-199/1000` → 199; nil for `bytes */1000` or garbage.
@@ -65,12 +79,12 @@ struct ResponseHead: Sendable {
         guard header.lowercased().hasPrefix("bytes "), let dash = header.firstIndex(of: "-") else { return nil }
         let rest = header[header.index(after: dash)...]
         let end = rest.firstIndex(of: "/").map { rest[..<$0] } ?? rest
-        return Int64(end.trimmingCharacters(in: .whitespaces))
+        return length(end)
     }
 
     /// `bytes 100-199/1000` or `bytes */1000` → 1000; nil for `*` or garbage.
     static func completeLength(_ header: String?) -> Int64? {
         guard let header, let slash = header.lastIndex(of: "/") else { return nil }
-        return Int64(header[header.index(after: slash)...].trimmingCharacters(in: .whitespaces))
+        return length(header[header.index(after: slash)...])
     }
 }

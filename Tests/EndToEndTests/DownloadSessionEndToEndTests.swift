@@ -447,6 +447,72 @@ extension EndToEnd {
             #expect(await daemon.waitForExit() == 0)
         }
 
+        /// A server's numbers at Int64's edge: a 206 whose Content-Range ends
+        /// at Int64.max, or whose Content-Length, added to the resume offset,
+        /// passes it. Both trapped vigild (arithmetic overflow in the
+        /// plugin, found by fuzz-http); now the first is a discarded answer
+        /// and the second a length not known, and vigild carries on.
+        @Test(arguments: ["end", "length"])
+        func numbersPastInt64FromTheServerDoNotStopVigild(mode: String) async throws {
+            let h = try Harness()
+            defer { h.stop() }
+            let server = try Daemon(arguments: [mode], executable: ["/usr/bin/python3", "-c", """
+                import http.server, sys
+                FULL, MAX = 2 << 20, (1 << 63) - 1
+                MODE = sys.argv[1]
+                class H(http.server.BaseHTTPRequestHandler):
+                    protocol_version = "HTTP/1.1"
+                    def log_message(self, *a): pass
+                    def do_GET(self):
+                        r = self.headers.get("Range")
+                        self.close_connection = True
+                        if r is None:
+                            # Half the body, then the connection ends: the
+                            # next try resumes with a Range.
+                            self.send_response(200)
+                            self.send_header("Content-Length", str(FULL))
+                            self.send_header("ETag", '"v1"')
+                            self.end_headers()
+                            self.wfile.write(b"a" * (1 << 20))
+                            return
+                        start = int(r.split("=")[1].split("-")[0])
+                        self.send_response(206)
+                        if MODE == "end":
+                            self.send_header("Content-Range", "bytes %d-%d/%d" % (start, MAX, FULL))
+                            self.send_header("Content-Length", "16")
+                        else:
+                            self.send_header("Content-Range", "bytes %d-" % start)
+                            self.send_header("Content-Length", str(MAX))
+                        self.send_header("ETag", '"v1"')
+                        self.end_headers()
+                        sys.stderr.write("served %s from %d\\n" % (MODE, start))
+                        sys.stderr.flush()
+                        try:
+                            self.wfile.write(b"a" * 16)
+                        except (ConnectionResetError, BrokenPipeError):
+                            pass
+                s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+                sys.stderr.write("port %d\\n" % s.server_address[1])
+                sys.stderr.flush()
+                s.serve_forever()
+                """])
+            defer { server.signal(SIGTERM) }
+            let portLine = try await server.waitForLine(containing: "port ")
+            let url = "http://127.0.0.1:\(portLine.split(separator: " ")[1])/edge.bin"
+            try h.config("max_tries = 2\ndownloads = [{ url = \"\(url)\", dest = \"edge.bin\" }]")
+            let daemon = try h.start()
+            _ = try await server.waitForLine(containing: "served \(mode) from ")
+            if mode == "end" {
+                let discarded = try await daemon.waitForLine(containing: "discarded a 206 answer")
+                #expect(discarded.contains("-9223372036854775807/2097152\", which ends before the total"), "\(discarded)")
+            }
+            // Still here, and still answering for the download it gave up.
+            _ = try await daemon.waitForLine(containing: "download 1 failed")
+            #expect(try h.property(1, "State") == "s \"failed\"")
+            daemon.signal(SIGTERM)
+            #expect(await daemon.waitForExit() == 0)
+        }
+
         /// A real full filesystem (a 4 MiB tmpfs over the download dir, in
         /// vigild's own mount namespace): the download fails saying so and
         /// its part is removed, so the filesystem is not left full.
