@@ -28,7 +28,9 @@ struct Vigild: AsyncParsableCommand {
         /usr/lib/vigil/plugins, in that order.
 
         SIGTERM and SIGINT stop the host cleanly: strategies are cancelled in reverse start \
-        order, every lease is released, and the final heartbeat records a clean end.
+        order, every lease is released, and the final heartbeat records a clean end. \
+        SIGHUP re-reads the config, as the D-Bus method Host.Reload does: strategies \
+        added, removed or changed start and stop; an invalid config changes nothing.
 
         Exit status: 0 after a clean stop, 1 on a runtime error, 64 on bad usage, \
         78 on an invalid config.
@@ -182,6 +184,7 @@ struct Vigild: AsyncParsableCommand {
         defer { lock.release() }
 
         let signals = SignalStream([SIGTERM, SIGINT])
+        let reloadSignals = SignalStream([SIGHUP])
         let clock = SystemClock()
         let scheduler: WakeScheduler
         do {
@@ -244,6 +247,8 @@ struct Vigild: AsyncParsableCommand {
                   successTerminationBehavior: .ignore, serviceName: "watchdog"),
             .init(service: ServiceManagerService(notifier: notifier, runtime: host, bus: bus, log: runLog),
                   serviceName: "service manager"),
+            .init(service: ReloadSignalService(signals: reloadSignals.stream, runtime: host, log: runLog),
+                  serviceName: "reload signal"),
             .init(service: StopSignalService(signals: signals.stream, log: runLog),
                   successTerminationBehavior: .gracefullyShutdownGroup, serviceName: "signals"),
         ]
@@ -256,7 +261,7 @@ struct Vigild: AsyncParsableCommand {
             reason = .failed
         }
         await host.finish(reason: reason)
-        withExtendedLifetime(signals) {}
+        withExtendedLifetime((signals, reloadSignals)) {}
         output.flush()
         let dropped = output.droppedLines
         if dropped > 0 {

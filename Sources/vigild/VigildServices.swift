@@ -156,6 +156,23 @@ struct StopSignalService: Service {
     }
 }
 
+/// SIGHUP re-reads the config, as `Host.Reload` does (``HostRuntime/reload()``,
+/// which logs what changed, or the problems and that nothing changed): what a
+/// daemon's SIGHUP is for. Until this service runs, a SIGHUP waits in the
+/// stream (the signal is ignored from the start, so it never kills vigild).
+struct ReloadSignalService: Service {
+    let signals: AsyncStream<Int32>
+    let runtime: HostRuntime
+    let log: Logger
+
+    func run() async {
+        for await _ in signals.cancelOnGracefulShutdown() {
+            log.notice("received SIGHUP: reloading the config")
+            _ = await runtime.reload()
+        }
+    }
+}
+
 /// `[host] on_sleep` (``SleepHooks``): watches for sleep from the start of
 /// the group until it stops; ends at once when there is nothing to watch.
 struct SleepHooksService: Service {

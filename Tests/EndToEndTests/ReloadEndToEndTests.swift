@@ -76,5 +76,47 @@ extension EndToEnd {
             daemon.signal(SIGTERM)
             #expect(await daemon.waitForExit() == 0)
         }
+
+        /// SIGHUP is the same reload: it no longer kills vigild. An invalid
+        /// config changes nothing; a valid one starts the added strategy.
+        @Test func sighupReloadsTheConfig() async throws {
+            let bus = try BusTestDaemon()
+            defer { bus.stop() }
+            let dir = try TempDir("vigil-sighup")
+            let host = hostConfig(stateDir: dir.file("state"), interval: "60s", extra: "bus = \"\(bus.address)\"")
+            let first = """
+                [[strategy]]
+                name = "hourly"
+                kind = "periodic-wake"
+                every = "1h"
+                run = ["/bin/true"]
+                """
+            let config = try dir.write("vigil.toml", host + "\n" + first)
+            let daemon = try Daemon(arguments: ["--config", config])
+            try await daemon.waitForLine(containing: "serving org.vigil.Vigil1")
+
+            try dir.write("vigil.toml", host + "\n" + first + "\nevry = \"2h\"\n")
+            daemon.signal(SIGHUP)
+            let invalid = try await daemon.waitForLine(containing: "reload: ")
+            #expect(invalid.contains("reload: \(config) is invalid; nothing changed"), "\(invalid)")
+            #expect(daemon.output.contains { $0.contains("received SIGHUP: reloading the config") })
+
+            try dir.write("vigil.toml", host + "\n" + first + """
+
+                [[strategy]]
+                name = "mail-sync"
+                kind = "periodic-wake"
+                every = "15m"
+                run = ["/bin/true"]
+                """)
+            daemon.signal(SIGHUP)
+            try await daemon.waitForLine(containing: "reload: started strategy \"mail-sync\"")
+            let list = try ProcessRunner.run("/usr/bin/busctl", [
+                "--address=\(bus.address)", "call", "org.vigil.Vigil1", "/org/vigil/Vigil1", "org.vigil.Vigil1.Host", "ListStrategies"])
+            #expect(list.stdout.contains("\"mail-sync\" \"periodic-wake\" \"running\""), "\(list.stdout)")
+
+            daemon.signal(SIGTERM)
+            #expect(await daemon.waitForExit() == 0)
+        }
     }
 }
