@@ -78,6 +78,22 @@ extension EndToEnd {
             }
         }
 
+        /// `python3 -c script arguments...`, where the script imports
+        /// http.server and sys and defines the handler class `H`: served on
+        /// 127.0.0.1 at an ephemeral port (`handler` makes each request's
+        /// handler). Returns the server and the URL of `path` on it.
+        static func serveHTTP(_ script: String, handler: String = "H", arguments: [String] = [], path: String) async throws -> (Daemon, String) {
+            let server = try Daemon(arguments: arguments, executable: ["/usr/bin/python3", "-c", script + """
+
+                s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), \(handler))
+                sys.stderr.write("port %d\\n" % s.server_address[1])
+                sys.stderr.flush()
+                s.serve_forever()
+                """])
+            let portLine = try await server.waitForLine(containing: "port ")
+            return (server, "http://127.0.0.1:\(portLine.split(separator: " ")[1])\(path)")
+        }
+
         static func sha256(_ path: String) throws -> String {
             String(try ProcessRunner.run("/usr/bin/sha256sum", [path]).stdout.prefix(64))
         }
@@ -192,7 +208,7 @@ extension EndToEnd {
             let digest = try Self.sha256(file)
             // SimpleHTTPRequestHandler as shipped, its body slowed to about
             // 8 MB/s so that a kill lands mid-download.
-            let server = try Daemon(arguments: [], executable: ["/usr/bin/python3", "-c", """
+            let (server, url) = try await Self.serveHTTP("""
                 import functools, http.server, sys, time
                 class H(http.server.SimpleHTTPRequestHandler):
                     def log_message(self, fmt, *a):
@@ -205,14 +221,9 @@ extension EndToEnd {
                                 break
                             destination.write(chunk)
                             time.sleep(0.008)
-                s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(H, directory=sys.argv[1]))
-                sys.stderr.write("port %d\\n" % s.server_address[1])
-                sys.stderr.flush()
-                s.serve_forever()
-                """, served])
+                """, handler: "functools.partial(H, directory=sys.argv[1])", arguments: [served], path: "/norange.bin")
             defer { server.signal(SIGTERM) }
-            let portLine = try await server.waitForLine(containing: "port ")
-            try h.config("downloads = [{ url = \"http://127.0.0.1:\(portLine.split(separator: " ")[1])/norange.bin\", sha256 = \"\(digest)\" }]")
+            try h.config("downloads = [{ url = \"\(url)\", sha256 = \"\(digest)\" }]")
             let part = h.downloads + "/norange.bin.part"
             let first = try h.start()
             try await h.waitForSize(part, atLeast: 4 << 20)
@@ -384,7 +395,7 @@ extension EndToEnd {
         func a206WhoseTotalContradictsTheFirstLengthIsNeverPublished() async throws {
             let h = try Harness()
             defer { h.stop() }
-            let server = try Daemon(arguments: [], executable: ["/usr/bin/python3", "-c", """
+            let (server, url) = try await Self.serveHTTP("""
                 import http.server, sys
                 FULL, SHORT = 8 << 20, 4 << 20
                 class H(http.server.BaseHTTPRequestHandler):
@@ -416,14 +427,8 @@ extension EndToEnd {
                             self.wfile.write(b"a" * (SHORT - start))
                         except (ConnectionResetError, BrokenPipeError):
                             self.close_connection = True
-                s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-                sys.stderr.write("port %d\\n" % s.server_address[1])
-                sys.stderr.flush()
-                s.serve_forever()
-                """])
+                """, path: "/liar.bin")
             defer { server.signal(SIGTERM) }
-            let portLine = try await server.waitForLine(containing: "port ")
-            let url = "http://127.0.0.1:\(portLine.split(separator: " ")[1])/liar.bin"
             // On a loaded machine the first answer can be cut before its 1 MiB
             // arrives (the suite runs in parallel), so the resume may start
             // elsewhere and a try may go to a plain 200: wait for the discard
@@ -456,7 +461,7 @@ extension EndToEnd {
         func numbersPastInt64FromTheServerDoNotStopVigild(mode: String) async throws {
             let h = try Harness()
             defer { h.stop() }
-            let server = try Daemon(arguments: [mode], executable: ["/usr/bin/python3", "-c", """
+            let (server, url) = try await Self.serveHTTP("""
                 import http.server, sys
                 FULL, MAX = 2 << 20, (1 << 63) - 1
                 MODE = sys.argv[1]
@@ -491,14 +496,8 @@ extension EndToEnd {
                             self.wfile.write(b"a" * 16)
                         except (ConnectionResetError, BrokenPipeError):
                             pass
-                s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-                sys.stderr.write("port %d\\n" % s.server_address[1])
-                sys.stderr.flush()
-                s.serve_forever()
-                """])
+                """, arguments: [mode], path: "/edge.bin")
             defer { server.signal(SIGTERM) }
-            let portLine = try await server.waitForLine(containing: "port ")
-            let url = "http://127.0.0.1:\(portLine.split(separator: " ")[1])/edge.bin"
             try h.config("max_tries = 2\ndownloads = [{ url = \"\(url)\", dest = \"edge.bin\" }]")
             let daemon = try h.start()
             _ = try await server.waitForLine(containing: "served \(mode) from ")
