@@ -118,6 +118,40 @@ struct ConfigLimitsTests {
         #expect(problem.message.contains("a table header must start with a key"), "\(problem)")
     }
 
+    /// Fuzz/Corpus/fuzz-config/regression-array-value-terminator: toml++
+    /// asserts that an array element does not start with `}` or a Unicode
+    /// line break; vigild (release builds too) aborted on `a = [ }`.
+    @Test(arguments: [
+        ("a = [ }\n", 1, 7, "\"}\""),
+        ("a = [ 1, }, 2 ]\n", 1, 10, "\"}\""),
+        ("a = [\n  # a comment\n  }\n]\n", 3, 3, "\"}\""),
+        ("[host]\nplugin_path = [[ }]]\n", 2, 18, "\"}\""),
+        ("a = [\u{2028} 1]\n", 1, 6, "U+2028"),
+        ("a = [1,\u{2029}]\n", 1, 8, "U+2029"),
+        ("a = [\u{85} 1]\n", 1, 6, "U+0085"),
+    ])
+    func arrayElementsMustStartWithAValue(text: String, line: Int, column: Int, found: String) throws {
+        let problem = try Self.onlyProblem(text)
+        #expect(problem.location?.line == line && problem.location?.column == column, "\(problem)")
+        #expect(problem.message.hasPrefix("an array holds \(found)"), "\(problem)")
+        #expect(problem.message.hasSuffix("where a value or \"]\" belongs"), "\(problem)")
+    }
+
+    /// What TOML allows is still parsed: braces and line separators in
+    /// strings and comments, inline tables in arrays, empty arrays.
+    @Test func bracesAndLineSeparatorsInStringsAndCommentsPass() throws {
+        let config = try TempConfig("""
+            [host]
+            plugin_path = ["}", '}', \"\"\"}\u{2028}\"\"\", [] ] # } \u{2028}
+            [[strategy]]
+            name = "a"
+            kind = "test-echo"
+            message = "[ }"
+            """)
+        let error = loadProblems(config.path)
+        #expect(error == nil || !error!.problems.contains { $0.message.contains("an array holds") }, "\(String(describing: error))")
+    }
+
     @Test(arguments: [
         ("a\\nnotice vigild: run 1 ended: stopped", "a newline (U+000A) at character 2"),
         ("bell\\u001b[31m", "an escape character (U+001B) at character 5"),

@@ -29,7 +29,9 @@ public enum ConfigLimits {
 /// - a raw control character (TOML allows only tab, LF and CR before LF): a
 ///   NUL byte would cut the whole document short the same way, and others
 ///   reach assertions of toml++ (`parse_key`: a debug build aborts, a
-///   release build assumes they cannot happen). Found by Fuzz/fuzz-config.
+///   release build assumes they cannot happen). Found by Fuzz/fuzz-config;
+/// - an array element starting with `}` or a Unicode line break, which
+///   reaches another assertion of toml++ (`parse_value`).
 ///
 /// It reads bytes in one pass and recurses only into inline tables and
 /// arrays, at most `maxDepth` levels (it stops at the first level past the
@@ -214,6 +216,12 @@ struct TOMLPrecheck {
                 guard let e = current else { return }
                 if e == UInt8(ascii: "]") { advance(); return }
                 if e == UInt8(ascii: ",") { advance(); continue }
+                if let found = valueTerminator() {
+                    problem = ConfigProblem(
+                        location: ConfigLocation(file: file, line: here.line, column: here.column), keyPath: "",
+                        message: "an array holds \(found) where a value or \"]\" belongs")
+                    return
+                }
                 let before = position
                 scanValue(depth: depth + 1)
                 if position == before { advance() }
@@ -237,6 +245,19 @@ struct TOMLPrecheck {
                 advance()
             }
         }
+    }
+
+    /// At an array element: what toml++ counts as ending a value but does
+    /// not skip there: `}`, or a Unicode line break (U+0085, U+2028,
+    /// U+2029), which it counts as whitespace. Its parse_value asserts that
+    /// none is there: `a = [ }` aborted vigild, debug and release builds
+    /// alike (found by Fuzz/fuzz-config). No TOML value starts so.
+    private func valueTerminator() -> String? {
+        if current == UInt8(ascii: "}") { return "\"}\"" }
+        if starts(with: "\u{85}") { return "U+0085 (a Unicode line break, not whitespace TOML allows)" }
+        if starts(with: "\u{2028}") { return "U+2028 (a Unicode line separator, not whitespace TOML allows)" }
+        if starts(with: "\u{2029}") { return "U+2029 (a Unicode paragraph separator, not whitespace TOML allows)" }
+        return nil
     }
 
     // MARK: strings, blanks
