@@ -28,8 +28,8 @@ public enum ConfigLimits {
 ///   would silently cut the string (a strategy name, an argv element) short;
 /// - a raw control character (TOML allows only tab, LF and CR before LF): a
 ///   NUL byte would cut the whole document short the same way, and others
-///   reach assertions of toml++ (`parse_key`: a debug build aborts, a
-///   release build assumes they cannot happen). Found by Fuzz/fuzz-config;
+///   reach assertions of toml++ (`parse_key`: vigild aborts, release builds
+///   too, as SwiftPM defines no NDEBUG for toml++). Found by Fuzz/fuzz-config;
 /// - an array element starting with `}` or a Unicode line break, which
 ///   reaches another assertion of toml++ (`parse_value`).
 ///
@@ -141,8 +141,8 @@ struct TOMLPrecheck {
         if isArray { advance() }
         skipSpaces()
         // toml++ asserts that a header's first key starts with a bare-key
-        // character or a quote (`[!]`, `[.]`, `[é]` abort a debug build
-        // and are undefined behaviour in a release one; found by
+        // character or a quote (`[!]`, `[.]`, `[é]` abort vigild, release
+        // builds too: SwiftPM defines no NDEBUG for toml++; found by
         // Fuzz/fuzz-config): say so first. TOML's bare keys are ASCII.
         if let c = current, !isASCIIKeyByte(c), c != UInt8(ascii: "\""), c != UInt8(ascii: "'"), c != UInt8(ascii: "]") {
             let end = bytes[position...].firstIndex { $0 == UInt8(ascii: "]") || $0 == UInt8(ascii: "\n") } ?? bytes.endIndex
