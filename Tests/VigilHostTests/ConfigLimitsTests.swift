@@ -111,7 +111,9 @@ struct ConfigLimitsTests {
     /// Fuzz/Corpus/fuzz-config/regression-header-first-character: toml++
     /// asserts that a table header's first key starts with a bare-key
     /// character or a quote.
-    @Test(arguments: ["[!]\n", "[.]\n", "[ =]\n", "[[\u{E9}]]\n", "[\u{FFFD}strategy]\nname = \"a\"\n"])
+    /// After a byte-order mark too (regression-header-after-bom: the
+    /// precheck read the mark as a key and skipped the line).
+    @Test(arguments: ["[!]\n", "[.]\n", "[ =]\n", "[[\u{E9}]]\n", "[\u{FFFD}strategy]\nname = \"a\"\n", "\u{FEFF} [ }\n", "\u{FEFF}[!]\n"])
     func tableHeadersMustStartWithAKey(text: String) throws {
         let problem = try Self.onlyProblem(text)
         #expect(problem.location?.line == 1, "\(problem)")

@@ -54,6 +54,14 @@ struct TOMLPrecheck {
         let bytes = Array(text.utf8)
         if let problem = controlCharacter(in: bytes, file: file) { return problem }
         var check = TOMLPrecheck(bytes: bytes, file: file, limit: limit)
+        // A byte-order mark, as toml++ skips it (and as the source locator
+        // does, so columns match): read as the start of a key, it hid a
+        // header on the first line (`\u{FEFF}[ }` aborted vigild; found by
+        // Fuzz/fuzz-config).
+        if bytes.starts(with: [0xEF, 0xBB, 0xBF]) {
+            check.position = 3
+            check.lineStart = 3
+        }
         check.scanDocument()
         return check.problem
     }
