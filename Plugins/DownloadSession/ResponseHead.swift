@@ -29,10 +29,11 @@ struct ResponseHead: Sendable {
     }
 
     /// For a 206 to a request for bytes `resumeFrom`- (to the end): nil when
-    /// its Content-Range is that range, else why it is not.
+    /// its Content-Range is that range, else why it is not. The range must be
+    /// whole, `bytes first-last/total` or `bytes first-last/*` (RFC 9110).
     func partialContentProblem(resumeFrom: Int64, expectedTotal: Int64?) -> String? {
         let range = fields["content-range"] ?? ""
-        guard let start = Self.rangeStart(range), start == resumeFrom else {
+        guard let start = Self.rangeStart(range), start == resumeFrom, Self.rangeEnd(range) != nil, range.contains("/") else {
             return "asked for bytes \(resumeFrom)- and the server sent Content-Range \"\(range)\""
         }
         let complete = Self.completeLength(range)
