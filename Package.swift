@@ -189,6 +189,11 @@ let package = Package(
             swiftSettings: strict
         ),
         .testTarget(
+            name: "DownloadSessionTests",
+            dependencies: ["DownloadSession"],
+            swiftSettings: strict
+        ),
+        .testTarget(
             name: "VigilDBusTests",
             dependencies: ["VigilDBus", "VigilTestSupport", .product(name: "VigilKit", package: "VigilKit"), .product(name: "VigilKitTesting", package: "VigilKitTesting")],
             swiftSettings: strict

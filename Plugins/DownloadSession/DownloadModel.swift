@@ -84,19 +84,18 @@ enum Hex {
     }
 }
 
-/// `Retry-After`: delay-seconds or an HTTP date.
+/// `Retry-After` (RFC 9110 §10.2.3): delay-seconds or an HTTP date
+/// (``HTTPDate``); nil for anything else.
 enum RetryAfter {
     static func parse(_ value: String, nowWallMicros: Int64) -> Duration? {
         let trimmed = value.trimmingCharacters(in: .whitespaces)
-        if let seconds = Int64(trimmed) { return .seconds(max(0, seconds)) }
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
-        guard let date = formatter.date(from: trimmed) else { return nil }
-        // Clamped in Double first: Int64(_: Double) traps past Int64.max, and
-        // the year is the server's. The caller caps the wait (max_retry_after).
-        let micros = date.timeIntervalSince1970 * 1_000_000 - Double(nowWallMicros)
-        return .microseconds(Int64(min(max(0, micros), 1e18)))
+        if !trimmed.isEmpty, trimmed.utf8.allSatisfy({ (48...57).contains($0) }) {
+            // Digits past Int64 are a very long wait; the caller caps it.
+            return .seconds(Int64(trimmed) ?? Int64.max)
+        }
+        guard let seconds = HTTPDate.secondsSinceEpoch(trimmed) else { return nil }
+        // A four-digit year keeps seconds * 1e6 far inside Int64.
+        let micros = seconds * 1_000_000 - nowWallMicros
+        return .microseconds(max(0, micros))
     }
 }

@@ -278,6 +278,14 @@ struct SurvivalPictureTests {
         #expect(try SurvivalSince.wallMicros("2025-02-06 01:30", nowWall: 0, timeZone: Self.utc) == since + 5_400_000_000)
         #expect(throws: SurvivalSince.Invalid.self) { try SurvivalSince.wallMicros("last tuesday", nowWall: 0, timeZone: Self.utc) }
         #expect(throws: SurvivalSince.Invalid.self) { try SurvivalSince.wallMicros("7x", nowWall: 0, timeZone: Self.utc) }
+        #expect(try SurvivalSince.wallMicros("2025-2-6T01:30:15", nowWall: 0, timeZone: Self.utc) == since + 5_415_000_000)
+        #expect(try SurvivalSince.wallMicros(" 2024-02-29 ", nowWall: 0, timeZone: Self.utc) == since - 343 * 86_400_000_000)
+        #expect(try SurvivalSince.wallMicros("2025-02-06", nowWall: 0, timeZone: TimeZone(secondsFromGMT: 3600) ?? Self.utc) == since - 3_600_000_000)
+        // Non-ASCII in a date stopped vigilctl inside DateFormatter.
+        for bad in ["2026-11-2\u{07B0} 09:00", "2026-\u{07B0}-21", "2025-02-29", "2025-13-01", "2025-02-06 24:00",
+                    "2025-02-06 01:60", "2025-02-06 01:30:60", "2025-02-06 01", "2025-02-06T", "25-02-06", "2025-02-06 01:30x"] {
+            #expect(throws: SurvivalSince.Invalid.self, "\(bad)") { try SurvivalSince.wallMicros(bad, nowWall: 0, timeZone: Self.utc) }
+        }
     }
 
     @Test func outsideStringsCannotBreakTheDocument() throws {
