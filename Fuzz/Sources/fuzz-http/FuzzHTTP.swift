@@ -1,7 +1,7 @@
 // download-session's reading of an HTTP response (Plugins/DownloadSession/
 // ResponseHead.swift): the status line and header fields as libcurl hands
 // them over one line at a time, Content-Range and Content-Length against a
-// resume, and Retry-After. Input: lines separated by LF; a line "@N" sets
+// resume, and Retry-After (HTTPDate). Input: lines separated by LF; a line "@N" sets
 // the resume offset to N.
 @testable import DownloadSession
 
@@ -27,6 +27,10 @@ public func fuzzHTTP(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     _ = ResponseHead.completeLength(head["content-range"])
     if let retryAfter = head["retry-after"] {
         _ = RetryAfter.parse(retryAfter, nowWallMicros: 1_700_000_000_000_000)
+        // A date reads as a second of years 1 to 9999, nothing else.
+        if let seconds = HTTPDate.secondsSinceEpoch(retryAfter) {
+            precondition((-62_135_596_800...253_402_300_799).contains(seconds), "\(retryAfter) read as \(seconds)")
+        }
     }
     return 0
 }
