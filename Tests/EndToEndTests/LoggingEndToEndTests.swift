@@ -70,6 +70,7 @@ extension EndToEnd {
             defer { daemon.signal(SIGKILL) }
             let started = try await daemon.waitForLine(containing: "vigild: run ")
             let runId = try #require(started.split(separator: " ").drop { $0 != "run" }.dropFirst().first.map(String.init), "\(started)")
+            #expect(started.hasSuffix(" run=\(runId)"), "\(started)")
             let done = try await daemon.waitForLine(containing: "nightly job: command ")
             #expect(done.hasPrefix("info nightly job: command exited with status 0 "), "\(done)")
             // Sorted fields; the name has a space, so it is quoted.
@@ -100,6 +101,8 @@ extension EndToEnd {
             let first = try Daemon(arguments: ["--config", config], executable: journal)
             let warning = try await first.waitForLine(containing: "had no clean end")
             #expect(warning.hasPrefix("<4>vigild: previous run"), "\(warning)")
+            // Logged by the new run, so it carries the new run's id.
+            #expect(warning.range(of: #" run=[0-9a-f-]+$"#, options: .regularExpression) != nil, "\(warning)")
             let debug = try await first.waitForLine(containing: "heartbeat 1 written")
             #expect(debug.hasPrefix("<7>"), "\(debug)")
             // The run's metadata follows the message under the journal too.

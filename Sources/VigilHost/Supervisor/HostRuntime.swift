@@ -170,19 +170,20 @@ public actor HostRuntime: Service {
 
     /// Opens the survival store, begins a run and starts everything.
     public static func start(config: VigilConfig, environment env: Environment) async throws -> HostRuntime {
-        let log = env.logging.logger("vigild")
         try FileManager.default.createDirectory(atPath: config.host.stateDir, withIntermediateDirectories: true)
         // Bound before the run begins, so a taken port fails the start cleanly.
         let listener = try config.host.metrics.listen.map { address throws(MetricsListenerError) in try MetricsListener(address: address) }
         let store = try SurvivalStore(path: HostPaths.survivalStore(stateDir: config.host.stateDir))
         let runId = try RunID.generate()
+        // From here on the run has its id, and its lines say so (`run=`).
+        let runLog = env.logging.adding(["run": .string(runId)]).logger("vigild")
         let startReadings = env.readings()
         let began = try await store.beginRun(RunStart(
             runId: runId, pid: getpid(), bootID: (try? BootID.current()) ?? "unknown", version: env.version,
             configPath: config.path, interval: config.host.survivalInterval, readings: startReadings
         ))
         for run in began.closedRuns {
-            log.warning("previous run \(run.runId) (pid \(run.pid)) had no clean end: \(run.endReason.rawValue); it was alive for \(run.alive.vigilDescription)")
+            runLog.warning("previous run \(run.runId) (pid \(run.pid)) had no clean end: \(run.endReason.rawValue); it was alive for \(run.alive.vigilDescription)")
         }
         let host = HostRuntime(config: config, env: env, store: store, began: began, runId: runId, startedWallMicros: startReadings.wallMicros)
         await host.startCosts()
@@ -195,7 +196,7 @@ public actor HostRuntime: Service {
         await host.supervisor.start(config.strategies.map {
             SupervisedStrategy(name: $0.name, kind: $0.kind, strategy: $0.strategy, conditions: $0.conditions)
         })
-        log.notice("run \(runId) started with \(config.strategies.count) strateg\(config.strategies.count == 1 ? "y" : "ies"); wake clock \(env.scheduler.clockInfo.clock) (\(env.scheduler.clockInfo.reason)); power backend \(env.power.name) (\(env.power.reason))")
+        runLog.notice("run \(runId) started with \(config.strategies.count) strateg\(config.strategies.count == 1 ? "y" : "ies"); wake clock \(env.scheduler.clockInfo.clock) (\(env.scheduler.clockInfo.reason)); power backend \(env.power.name) (\(env.power.reason))")
         return host
     }
 
