@@ -194,7 +194,9 @@ public actor BusService {
         var lastFailure = ""
         var attempts = 0
         while !stopped {
-            do { try await Task.sleep(for: delay) } catch { return }
+            // Awake time on the host's own timer, not Task.sleep
+            // (docs/architecture.md, "No polling").
+            do { try await AwakeClock().sleep(for: delay) } catch { return }
             guard !stopped else { return }
             attempts += 1
             do {

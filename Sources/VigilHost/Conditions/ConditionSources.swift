@@ -219,8 +219,9 @@ extension UnsafeRawBufferPointer {
 /// the interfaces are read again. Online means a non-loopback interface is
 /// up and running (has carrier) and has an IPv4 or a non-link-local IPv6 address.
 final class LinkWatcher: @unchecked Sendable {
-    // Invariant: `socket` is set on the poll thread in `prepare`, before any
-    // `readable` call, and closed only after the thread stopped.
+    // Invariant: `thread` is set in init and only stopped afterwards. The
+    // socket is opened on the poll thread in `prepare` (inside the network
+    // namespace) and closed only after the thread stopped.
     private let socketBox = SocketBox()
     private var thread: PollThread?
     /// The first reading.
@@ -237,17 +238,21 @@ final class LinkWatcher: @unchecked Sendable {
             }
             let fd = vigil_netlink_open(vigil_netlink_route, vigil_rtmgrp_link | vigil_rtmgrp_ipv4_ifaddr | vigil_rtmgrp_ipv6_ifaddr)
             guard fd >= 0 else { return .failure(ConditionWatchError("rtnetlink socket", errno)) }
-            box.fd = fd
-            first.online = LinkWatcher.isOnline()
-            first.last = LastValue(first.online)
+            box.fd.withLock { $0 = fd }
+            let online = LinkWatcher.isOnline()
+            first.online.withLock { $0 = online }
             return .success([fd])
         }) { fd in
             drain(fd)
             let online = LinkWatcher.isOnline()
             // Only changes: address and link events that leave the answer as it was cost the monitor nothing.
-            if first.last.exchange(online) != online { sink(.online(online)) }
+            let changed = first.online.withLock { last in
+                defer { last = online }
+                return last != online
+            }
+            if changed { sink(.online(online)) }
         }
-        initial = first.online
+        initial = first.online.withLock { $0 }
     }
 
     static func isOnline() -> Bool {
@@ -277,20 +282,19 @@ final class LinkWatcher: @unchecked Sendable {
 
     func stop() {
         thread?.stop()
-        if socketBox.fd >= 0 { close(socketBox.fd) }
+        let fd = socketBox.fd.withLock { $0 }
+        if fd >= 0 { close(fd) }
     }
 }
 
-private final class SocketBox: @unchecked Sendable {
-    // Invariant: written once on the poll thread before PollThread.init returns.
-    var fd: Int32 = -1
+/// The netlink socket, opened on the poll thread and closed by `stop()`.
+private final class SocketBox: Sendable {
+    let fd = Lock<Int32>(-1)
 }
 
-private final class OnlineBox: @unchecked Sendable {
-    // Invariant: written on the poll thread before PollThread.init returns,
-    // then only read.
-    var online = false
-    var last = LastValue(false)
+/// The last answer: the first reading on the poll thread, then each change.
+private final class OnlineBox: Sendable {
+    let online = Lock(false)
 }
 
 /// The last value a watcher reported, so that it reports only changes.

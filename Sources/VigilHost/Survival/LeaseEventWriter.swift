@@ -31,14 +31,17 @@ public struct LeaseEventWriter: Service {
     public func run() async {
         let store = self.store, pending = self.pending
         await cancelWhenGracefulShutdown {
-            var lastWrite: ContinuousClock.Instant?
+            // The host's own timer (docs/architecture.md, "No polling"),
+            // not Task.sleep.
+            let clock = SystemClock()
+            var lastWrite: VigilInstant?
             for await _ in pending.arrivals {
-                if let lastWrite, ContinuousClock.now < lastWrite + Self.writeGap {
+                if let lastWrite, clock.now < lastWrite + Self.writeGap {
                     // Cancelled at shutdown: the sleep ends at once, this
                     // batch is written, and the stream ends the loop.
-                    try? await Task.sleep(until: lastWrite + Self.writeGap, clock: .continuous)
+                    try? await clock.sleep(until: lastWrite + Self.writeGap)
                 }
-                lastWrite = .now
+                lastWrite = clock.now
                 try? await store.recordEvents(pending.take())
             }
         }
