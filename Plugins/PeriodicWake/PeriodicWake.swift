@@ -161,14 +161,20 @@ public struct PeriodicWake: KeepAliveStrategy {
             context.log.notice("persistent: \(overdueAtStart) run(s) fell due while the host was stopped; catch_up = \(catchUp.rawValue)")
         }
         var sequence = 0
+        // run_at_start: the first run is due now (`start`).
+        var dueNow = nominal <= context.clock.now
         while true {
             try Task.checkCancellation()
             // Overdue at start: at once, without a random delay.
             let catchingUp = overdueAtStart > 0
-            let delay = catchingUp ? .zero : extraDelay()
-            let earliest = catchingUp ? context.clock.now : nominal + delay
+            // Overdue, or the run at start: at once, without a random delay
+            // and not moved to a slot (which could be a whole tolerance away).
+            let immediate = catchingUp || dueNow
+            dueNow = false
+            let delay = immediate ? .zero : extraDelay()
+            let earliest = immediate ? context.clock.now : nominal + delay
             let firing = try await context.scheduler.wake(WakeRequest(
-                earliest: earliest, latest: earliest + (catchingUp ? .zero : tolerance), align: catchingUp ? nil : align,
+                earliest: earliest, latest: earliest + (immediate ? .zero : tolerance), align: immediate ? nil : align,
                 wakeSystem: wakeSystem, label: "\(context.name) periodic-wake"
             ))
             let now = context.clock.now

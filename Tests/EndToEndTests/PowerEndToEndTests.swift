@@ -25,7 +25,8 @@ extension EndToEnd {
                 reason = "focus session"
                 """))
             let daemon = try Daemon(arguments: ["--config", config], environment: ["DBUS_SYSTEM_BUS_ADDRESS": bus.address])
-            let started = try await daemon.waitForLine(containing: "power backend logind")
+            // The reason is on the debug line (the start-up notice names the backend only).
+            let started = try await daemon.waitForLine(containing: "power backend logind (")
             #expect(started.contains("power = \"logind\" in [host]"))
 
             func standInCall(_ interface: String, _ member: String, _ args: [String] = []) throws -> CommandResult {

@@ -123,6 +123,32 @@ struct Harness {
 }
 
 @Suite struct PeriodicWakeTests {
+    /// `run_at_start` runs at once: not on an `align` slot inside the
+    /// tolerance, nor after a random delay (Configs/default.toml relies on
+    /// it to show a run within seconds). The next run keeps the grid.
+    @Test func runAtStartRunsAtOnceThenOnTheGrid() async throws {
+        // 100 s past a 5-minute slot of the wall clock: the next slot is
+        // 200 s away, beyond the 30 s tolerance.
+        let h = Harness(clock: ManualClock(start: VigilInstant(nanoseconds: 1_100_000_000_000)))
+        let started = h.clock.now
+        let s = try PeriodicWakePlugin.make([
+            "every": .string("5m"), "tolerance": .string("30s"), "align": .boolean(true), "randomized_delay": .string("1m"),
+            "run_at_start": .boolean(true), "run": .array([.string("true")]),
+        ])
+        await h.supervisor.start([SupervisedStrategy(name: "pw", kind: "periodic-wake", strategy: s)])
+        // The test clock does not move: the run cannot wait for any instant.
+        #expect(await h.hooks.waitForCount(atLeast: 1) == 1)
+        #expect(h.clock.now == started)
+        #expect(h.hooks.runs.first?.variables["sequence"] == "1")
+        // The second: 5 min on (+ at most the delay and the tolerance).
+        await h.clock.advance(by: .seconds(300 - 1))
+        #expect(h.hooks.count == 1)
+        await h.clock.advance(by: .seconds(91))
+        #expect(await h.hooks.waitForCount(atLeast: 2) == 2)
+        #expect(h.checker.violations.isEmpty, "\(h.checker.violations)")
+        await h.supervisor.stopAll()
+    }
+
     @Test func overlappingInstancesCoalesceAndNeverFireOutsideTheirWindows() async throws {
         let h = Harness()
         // Five instances, every 10 minutes with a 3-minute window, started

@@ -149,7 +149,10 @@ public actor BusService {
             }
         }
         let uniqueName = await connection.uniqueName
-        log.notice("serving \(wellKnownName)\(again ? " again" : "") as \(uniqueName) on \(busName); try: \(hostBus.busctlCommand)")
+        // The address goes to the debug level: a private bus's is long, and
+        // vigilctl finds it in the address file.
+        log.notice("serving \(wellKnownName)\(again ? " again" : "") as \(uniqueName) on \(hostBus.origin); look at it with: \(hostBus.lookCommand)")
+        log.debug("bus: \(busName); busctl: \(hostBus.busctlCommand)")
         var privateBus = hostBus.privateBus
         if let file = hostBus.reusedAddressFile, case let .address(address) = hostBus.bus {
             privateBus = await adoptPrivateBus(connection: connection, address: address, addressFile: file, log: log)

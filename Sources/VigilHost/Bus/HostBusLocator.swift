@@ -28,6 +28,18 @@ extension BusLocator {
             self.reusedAddressFile = reusedAddressFile
         }
 
+        /// How a person looks at the host on this bus, short enough for
+        /// the start-up line: `vigilctl status` finds the session, system
+        /// and private buses by itself; a bus named in the config needs
+        /// busctl with its address.
+        public var lookCommand: String {
+            switch bus {
+            case .session: return "vigilctl status, or busctl --user tree org.vigil.Vigil1"
+            case .system: return "vigilctl status, or busctl --system tree org.vigil.Vigil1"
+            case .address: return privateBus != nil || reusedAddressFile != nil ? "vigilctl status" : busctlCommand
+            }
+        }
+
         /// A `busctl` command line that reaches this bus.
         public var busctlCommand: String {
             switch bus {

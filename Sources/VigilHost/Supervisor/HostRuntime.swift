@@ -196,7 +196,14 @@ public actor HostRuntime: Service {
         await host.supervisor.start(config.strategies.map {
             SupervisedStrategy(name: $0.name, kind: $0.kind, strategy: $0.strategy, conditions: $0.conditions)
         })
-        runLog.notice("run \(runId) started with \(config.strategies.count) strateg\(config.strategies.count == 1 ? "y" : "ies"); wake clock \(env.scheduler.clockInfo.clock) (\(env.scheduler.clockInfo.reason)); power backend \(env.power.name) (\(env.power.reason))")
+        // One short line for the terminal (what runs, and where to look);
+        // why the clock and the backend are what they are is long, and
+        // `vigilctl status` shows it too.
+        let names = config.strategies.map(\.name).joined(separator: ", ")
+        let what = "\(config.strategies.count) strateg\(config.strategies.count == 1 ? "y" : "ies")"
+            + (config.strategies.isEmpty || names.count > 40 ? "" : " (\(names))")
+        runLog.notice("run \(runId) started with \(what), power backend \(env.power.name); see vigilctl status")
+        runLog.debug("wake clock \(env.scheduler.clockInfo.clock) (\(env.scheduler.clockInfo.reason)); power backend \(env.power.name) (\(env.power.reason))")
         return host
     }
 
