@@ -18,7 +18,7 @@ qemu is killed in every case (finally).
 
 What each check stands on (and how it was seen to fail while this test was
 written on 2026-11-27, before the fixes it now guards were in place):
-- "woken run within 2 s" and "run number continues" need logind's
+- "woken run within 1 s of logind's resume" and "run number continues" need logind's
   OperationInProgress, answered right after every resume, to be waited out
   (LogindPowerBackend.inhibit): a run whose lease is refused is skipped and
   its strategy restarted from run #1;
@@ -52,7 +52,15 @@ import time
 TOTAL_BOUND = 1500         # whole run, seconds (about 400 s on an idle 2-core machine)
 SELF_WAKE_BOUND = 60       # alarm and rtc suspends: the guest must wake by itself within this
 QUIET_ASLEEP = 20          # the suspend with no alarm: must still sleep this long, then the driver wakes it
-WOKEN_RUN_BOUND = 2.0      # seconds from WAKEUP to the woken run
+# The woken run is read against logind's own resume, in the same guest run:
+# its "Operation 'sleep' finished" journal line is the floor (vigild cannot
+# take the run's lease before, logind answers OperationInProgress), and the
+# run must start within this many seconds of it. The seconds from qemu's
+# WAKEUP to the run's first output are printed too, but not bounded: they
+# measure how fast qemu runs the guest's kernel resume and `sh` on this
+# machine (developers' runs: median 1.0 s, max 1.65 s; a fresh CI machine:
+# max 2.67 s, of which the run's `sh -c echo` took 1.76 s).
+WOKEN_RUN_AFTER_LOGIND = 1.0
 ALARM_WAKES = 10
 
 # Every verdict the guest must report as ok (a missing one fails too).
@@ -281,16 +289,26 @@ def check(g, work):
     alarm = [s for s in g.suspends if s["kind"] == "alarm"]
     expect(len(alarm) == ALARM_WAKES, f"{len(alarm)} alarm suspends, expected {ALARM_WAKES}")
     latencies = []
+    relative = []
+    finished, run_started = resume_times(g.blocks.get("resume-journal", ""))
     before = lease_words(g, "hold-lease-before")
-    for s in alarm:
+    for k, s in enumerate(alarm):
         i = s["index"]
         expect("asleep" in s, f"alarm suspend {i}: no SUSPEND from qemu")
         expect("awake" in s and not s["by_driver"], f"alarm suspend {i}: not woken by vigild's alarm")
         tick = s.get("tick")
         if "awake" in s and tick:
-            latency = tick[0] - s["awake"]
-            latencies.append(latency)
-            expect(latency <= WOKEN_RUN_BOUND, f"alarm suspend {i}: the woken run came {latency:.2f} s after WAKEUP (bound {WOKEN_RUN_BOUND} s)")
+            latencies.append(tick[0] - s["awake"])
+            # The alarm suspends are the guest's first sleep operations.
+            floor = finished[k] if k < len(finished) else None
+            start = run_started.get(tick[1])
+            if floor is None or start is None:
+                fails.append(f"alarm suspend {i}: no logind 'Operation finished' ({floor}) or no start of run #{tick[1]} ({start}) in the guest journal")
+            else:
+                s["relative"] = start - floor
+                relative.append(start - floor)
+                expect(start - floor <= WOKEN_RUN_AFTER_LOGIND,
+                       f"alarm suspend {i}: woken run #{tick[1]} started {start - floor:.2f} s after logind finished its sleep operation (bound {WOKEN_RUN_AFTER_LOGIND} s)")
             if s["after_tick"] is not None:
                 expect(tick[1] == s["after_tick"] + 1, f"alarm suspend {i}: woken run #{tick[1]} after run #{s['after_tick']}: the run number did not continue")
         else:
@@ -364,11 +382,15 @@ def check(g, work):
     for s in alarm:
         tick = s.get("tick")
         lat = f"{tick[0] - s['awake']:.2f} s to woken run #{tick[1]}" if tick and "awake" in s else "no woken run"
+        if "relative" in s:
+            lat += f" (started {s['relative']:.2f} s after logind's resume)"
         asleep = f"asleep {s['awake'] - s['asleep']:.1f} s" if "awake" in s and "asleep" in s else "no wake"
         after = lease_words(g, "lease-after-suspend", str(s["index"]))
         print(f"  alarm wake {s['index']:2}: {asleep}, WAKEUP -> {lat}; hold lease after: {' '.join(after or ['?'])}")
     if latencies:
-        print(f"  resume to woken run: median {statistics.median(latencies):.2f} s, max {max(latencies):.2f} s over {len(latencies)} wakes")
+        print(f"  WAKEUP to the woken run's output (absolute, qemu's speed): median {statistics.median(latencies):.2f} s, max {max(latencies):.2f} s over {len(latencies)} wakes")
+    if relative:
+        print(f"  logind's resume to the woken run's start (relative, bound {WOKEN_RUN_AFTER_LOGIND} s): median {statistics.median(relative):.2f} s, max {max(relative):.2f} s over {len(relative)} wakes")
     print(f"  hold lease lapses: {lapses} over {len(alarm)} suspends")
     for s in rtc + quiet:
         if "awake" in s and "asleep" in s:
@@ -383,6 +405,36 @@ def check(g, work):
         return 1
     print("guest test passed")
     return 0
+
+
+def resume_times(journal):
+    """From the guest's `journalctl -o short-monotonic` dump: the guest
+    uptimes at which logind finished each sleep operation, in order, and the
+    uptime at which each run of the tick strategy started, by run number
+    (its "run #N exited ... after D ms" line's time less D)."""
+    finished, started = [], {}
+    for line in journal.splitlines():
+        if not line.startswith("[") or "]" not in line:
+            continue
+        try:
+            t = float(line[1:line.index("]")])
+        except ValueError:
+            continue
+        if "systemd-logind" in line and "Operation 'sleep' finished" in line:
+            finished.append(t)
+            continue
+        at = line.find("tick: run #")
+        if at < 0 or " exited " not in line or " after " not in line:
+            continue
+        words = line[at + len("tick: run #"):].split()
+        after = line[line.index(" after ") + len(" after "):].split()
+        try:
+            number, ms = int(words[0]), float(after[0])
+        except (ValueError, IndexError):
+            continue
+        if len(after) > 1 and after[1] == "ms":
+            started[number] = t - ms / 1000
+    return finished, started
 
 
 def lease_words(g, word, index=None):
