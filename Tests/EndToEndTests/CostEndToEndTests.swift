@@ -152,11 +152,13 @@ extension EndToEnd {
                 #expect(report.status == 0, "\(report.stderr)")
                 let stored = try JSONDecoder().decode(CostReport.self, from: Data(report.stdout.utf8))
                 #expect(stored.runs == 1 && stored.runsWithoutCost == 0)
-                // Sorted by time holding sleep off: the task's 3 s, the client's 1 s, the burn's two runs.
+                // Sorted by time holding sleep off. Which comes first is not
+                // fixed: the task holds 3 s, but the burn's two runs of 0.3 s
+                // of CPU hold 1 to 5 s between them, by how busy the machine
+                // is (a stress run saw 4.6 s).
                 #expect(Set(stored.strategies.map(\.strategy)) == ["task", "burn", "client"], "\(report.stdout)")
                 let storedHeld = stored.strategies.map(\.cost.sleepHeldUsec)
                 #expect(storedHeld == storedHeld.sorted(by: >), "\(report.stdout)")
-                #expect(stored.strategies.first?.strategy == "task", "\(report.stdout)")
                 let client = stored.strategies.first { $0.strategy == "client" }?.cost.sleepHeldUsec ?? 0
                 #expect(abs(Double(client) / 1e6 - clientMetric) < 1e-6, "stored \(client), metric \(clientMetric)")
                 #expect(stored.strategies.first { $0.strategy == "burn" }?.cost == burn)
