@@ -21,6 +21,12 @@ let benchmarks: [String: (_ arguments: [String]) async throws -> Void] = [
     "release-compare": releaseCompareBench,
 ]
 
+// Every vigild a benchmark starts finds its plugins beside itself (the
+// directory of hostBuildDirectory(), or the other build's for
+// release-compare and idle-cost --previous), never in a VIGIL_PLUGIN_PATH
+// left in the caller's environment: host and plugins come from one build.
+unsetenv("VIGIL_PLUGIN_PATH")
+
 let arguments = Array(CommandLine.arguments.dropFirst())
 guard let name = arguments.first, let run = benchmarks[name] else {
     print("usage: vigil-bench NAME [ARGS...]\nbenchmarks: \(benchmarks.keys.sorted().joined(separator: ", "))")
