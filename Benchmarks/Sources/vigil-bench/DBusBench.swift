@@ -1,6 +1,7 @@
 // dbus: round-trip latency of the VigilDBus object server against the C
 // libdbus reference service (dbus-test-tool echo) on the same private bus,
 // and wakeups of an idle exported connection against a 100 ms polling loop.
+// vigil-bench dbus [calls] [idle-seconds]: 5,000 calls, 3 s idle by default.
 import Foundation
 import Glibc
 import VigilDBus
@@ -10,7 +11,7 @@ import VigilTestSupport
 
 func dbusBench(_ args: [String]) async throws {
     let calls = args.first.flatMap(Int.init) ?? 5000
-    let idleSeconds = 3.0
+    let idleSeconds = args.dropFirst().first.flatMap(Double.init) ?? 3
 
     // A private bus.
     let bus = try TestDBusDaemon()

@@ -3,7 +3,7 @@ import Glibc
 import VigilTestSupport
 
 /// `vigil-bench download [SIZE_MIB]`: the download-session strategy in a
-/// real vigild against nginx on loopback.
+/// real vigild (the one of `hostBuildDirectory()`) against nginx on loopback.
 ///
 /// 1. Throughput: a SIZE_MIB (default 1024) file, timed from vigild's
 ///    "try 1: GET" log line to its "completed" line (so vigild's start-up is
@@ -18,7 +18,7 @@ import VigilTestSupport
 func downloadBench(_ arguments: [String]) async throws {
     let sizeMiB = arguments.first.flatMap(Int.init) ?? 1024
     let size = sizeMiB << 20
-    let bin = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+    let bin = try hostBuildDirectory()
     let nginx = try TestNginx(slowRate: "64m")
     defer { nginx.stop() }
     let work = FileManager.default.temporaryDirectory.appendingPathComponent("vigil-download-bench-\(UUID().uuidString)").path

@@ -100,7 +100,15 @@ func idleCostBench(_ args: [String]) async throws {
     try swiftReference.run()
     try reference.run()
     defer {
-        for p in [host, gated, swiftReference, reference] + (previous.map { [$0] } ?? []) { p.terminate(); p.waitUntilExit() }
+        for p in [host, gated] + (previous.map { [$0] } ?? []) { p.terminate(); p.waitUntilExit() }
+        // The references hold nothing worth a clean stop: SIGKILL, and the
+        // sh loop's sleep too before waiting. Foundation's Process reported
+        // sh's end only once that sleep had ended as well, whether sh got
+        // SIGTERM or SIGKILL: up to a minute after the figures.
+        let loopSleep = childProcesses(of: reference.processIdentifier)
+        for p in [swiftReference, reference] { kill(p.processIdentifier, SIGKILL) }
+        for child in loopSleep { kill(child, SIGKILL) }
+        for p in [swiftReference, reference] { p.waitUntilExit() }
     }
     // Let start-up finish (plugin loading, store migration) before measuring.
     try await Task.sleep(for: .seconds(3))
@@ -158,6 +166,12 @@ func idleCostBench(_ args: [String]) async throws {
     // Before the deferred stops: a child that is slow to be reaped must not
     // keep the figures in the buffer.
     fflush(nil)
+}
+
+/// The children of `pid` (its main thread's, as /proc lists them).
+func childProcesses(of pid: Int32) -> [Int32] {
+    let list = (try? String(contentsOfFile: "/proc/\(pid)/task/\(pid)/children", encoding: .utf8)) ?? ""
+    return list.split(separator: " ").compactMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
 }
 
 /// Five periodic-wake instances at 10-minute intervals: the idle host's

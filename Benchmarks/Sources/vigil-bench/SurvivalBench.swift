@@ -1,7 +1,8 @@
-// vigil-bench survival-report [--keep FILE] [--iterations N]
+// vigil-bench survival-report [--keep FILE] [--iterations N] [--heartbeats N] [--single N]
 //
 // Builds a store holding one year of minute heartbeats (525,600 rows, in 12
-// runs with suspends, stalls, killed/rebooted ends and a lease), through the
+// runs with suspends, stalls, killed/rebooted ends and a lease; --heartbeats:
+// another number of rows, at least 120), through the
 // store's real write path, then times what `vigilctl survival` does
 // (SurvivalReport.load + text formatting) against a reference measured in
 // the same run: recounting the same figures with one full scan of the
@@ -15,13 +16,24 @@ import VigilHost
 func survivalReportBench(_ arguments: [String]) async throws {
     var keep: String?
     var iterations = 15
+    var rows = 525_600  // a year of minute heartbeats
+    var single = 200
+    let usage = "usage: vigil-bench survival-report [--keep FILE] [--iterations N] [--heartbeats N (>= 120)] [--single N]"
     var rest = arguments[...]
+    func count(_ flag: String, atLeast minimum: Int) throws -> Int {
+        guard let value = rest.popFirst().flatMap(Int.init), value >= minimum else {
+            throw BenchUsageError("\(flag) takes a number of at least \(minimum)\n\(usage)")
+        }
+        return value
+    }
     while let argument = rest.popFirst() {
         switch argument {
         case "--keep": keep = rest.popFirst()
-        case "--iterations": iterations = rest.popFirst().flatMap(Int.init) ?? iterations
+        case "--iterations": iterations = try count(argument, atLeast: 1)
+        case "--heartbeats": rows = try count(argument, atLeast: 120)
+        case "--single": single = try count(argument, atLeast: 1)
         default:
-            print("usage: vigil-bench survival-report [--keep FILE] [--iterations N]")
+            print(usage)
             return
         }
     }
@@ -31,11 +43,10 @@ func survivalReportBench(_ arguments: [String]) async throws {
     let path = keep ?? directory + "/survival.sqlite"
     if keep != nil { try? FileManager.default.removeItem(atPath: path) }
 
-    let year = 525_600
     let writeStart = ContinuousClock.now
-    let shape = try await writeYear(path: path, heartbeats: year)
+    let shape = try await writeYear(path: path, heartbeats: rows)
     let writeTime = ContinuousClock.now - writeStart
-    let singleBeat = try await timeSingleHeartbeats(path: directory + "/single.sqlite", count: 200)
+    let singleBeat = try await timeSingleHeartbeats(path: directory + "/single.sqlite", count: single)
 
     let attributes = try FileManager.default.attributesOfItem(atPath: path)
     let mainBytes = (attributes[.size] as? Int) ?? 0

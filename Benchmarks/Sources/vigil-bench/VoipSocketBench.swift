@@ -128,7 +128,7 @@ func voipSocketBench(_ arguments: [String]) async throws {
     for i in 0..<n {
         var values: [String: ConfigValue] = [
             "connect": .string(target), "keepalive_interval": .integer(interval), "align": .boolean(true),
-            "handler_timeout": .string("\(max(1, interval / 2))s"), "expect": .string("\r\n"), "connect_timeout": .string("30s"),
+            "handler_timeout": .string("\(interval * 500)ms"), "expect": .string("\r\n"), "connect_timeout": .string("30s"),
         ]
         if let terminator { values["tls"] = .boolean(true); values["ca_file"] = .string(terminator.certificates.caCertificate) }
         let reader = ConfigReader(strategyName: "voip\(i)", keyPath: "strategy[\(i)]", values: values)

@@ -1,33 +1,65 @@
 // vigil-bench NAME: runs one benchmark and prints its figures next to the
 // reference it is compared with, measured in the same run.
+// vigil-bench smoke: runs every benchmark in its brief form (Smoke.swift).
 import Foundation
+import Glibc
 
-let benchmarks: [String: (_ arguments: [String]) async throws -> Void] = [
-    "wake-latency": wakeLatencyBench,
-    "survival-report": survivalReportBench,
-    "idle-cost": idleCostBench,
-    "idle-reference": idleReference,
-    "idle-memory": idleMemoryBench,
-    "dbus": dbusBench,
-    "dbus-api": dbusAPIBench,
-    "dbus-huge-call": dbusHugeCallBench,
-    "background-task": backgroundTaskBench,
-    "download": downloadBench,
-    "voip-socket": voipSocketBench,
-    "silent-audio": silentAudioBench,
-    "store-wal": storeWALBench,
-    "config-check": configCheckBench,
-    "metrics": metricsBench,
-    "release-compare": releaseCompareBench,
+/// A benchmark: what runs it, and its brief form for `vigil-bench smoke`
+/// (every benchmark says how it runs in seconds, or why it is left out).
+struct Benchmark {
+    enum Smoke: Sendable {
+        /// The arguments of each brief form (most have one); given the host
+        /// directory (`hostBuildDirectory()`) for benchmarks that take a
+        /// second build.
+        case runs(@Sendable (_ host: String) -> [[String]])
+        /// Not run by `smoke`, for this reason.
+        case skipped(String)
+    }
+
+    var run: (_ arguments: [String]) async throws -> Void
+    var smoke: Smoke
+}
+
+let benchmarks: [String: Benchmark] = [
+    "wake-latency": Benchmark(run: wakeLatencyBench, smoke: .runs { _ in [["--requesters", "4", "--seconds", "1"]] }),
+    "survival-report": Benchmark(run: survivalReportBench, smoke: .runs { _ in [["--heartbeats", "6000", "--iterations", "1", "--single", "20"]] }),
+    "idle-cost": Benchmark(run: idleCostBench, smoke: .runs { host in [["2", "--previous", host]] }),
+    "idle-reference": Benchmark(run: idleReference, smoke: .skipped("idle-cost's reference process: sleeps until it is killed")),
+    "idle-memory": Benchmark(run: idleMemoryBench, smoke: .runs { _ in [["1"]] }),
+    "dbus": Benchmark(run: dbusBench, smoke: .runs { _ in [["200", "1"]] }),
+    "dbus-api": Benchmark(run: dbusAPIBench, smoke: .runs { _ in [["200", "50", "--rounds", "1"]] }),
+    "dbus-huge-call": Benchmark(run: dbusHugeCallBench, smoke: .runs { _ in [["4"]] }),
+    "background-task": Benchmark(run: backgroundTaskBench, smoke: .runs { _ in [["200", "--rounds", "1"]] }),
+    "download": Benchmark(run: downloadBench, smoke: .runs { _ in [["8"]] }),
+    "voip-socket": Benchmark(run: voipSocketBench, smoke: .runs { _ in [["50", "1", "--rounds", "1"], ["50", "1", "--rounds", "1", "--tls"]] }),
+    "silent-audio": Benchmark(run: silentAudioBench, smoke: .runs { _ in [["1"]] }),
+    "store-wal": Benchmark(run: storeWALBench, smoke: .runs { _ in [["20"]] }),
+    "config-check": Benchmark(run: configCheckBench, smoke: .runs { _ in [["100", "800"]] }),
+    "metrics": Benchmark(run: metricsBench, smoke: .runs { _ in [["200", "5", "4"]] }),
+    // The host against itself: the second build is the same directory.
+    "release-compare": Benchmark(run: releaseCompareBench, smoke: .runs { host in [[host, "200", "--rounds", "1"]] }),
 ]
 
+// Every vigild a benchmark starts finds its plugins beside itself (the
+// directory of hostBuildDirectory(), or the other build's for
+// release-compare and idle-cost --previous), never in a VIGIL_PLUGIN_PATH
+// left in the caller's environment: host and plugins come from one build.
+unsetenv("VIGIL_PLUGIN_PATH")
+
 let arguments = Array(CommandLine.arguments.dropFirst())
-guard let name = arguments.first, let run = benchmarks[name] else {
-    print("usage: vigil-bench NAME [ARGS...]\nbenchmarks: \(benchmarks.keys.sorted().joined(separator: ", "))")
-    exit(arguments.isEmpty ? 0 : 2)
+if arguments.first == "smoke" {
+    exit(await runSmoke(Array(arguments.dropFirst()), forms: benchmarks.mapValues(\.smoke)))
+}
+guard let name = arguments.first, let benchmark = benchmarks[name] else {
+    print("""
+        usage: vigil-bench NAME [ARGS...]
+               vigil-bench smoke [NAME...] [--timeout SECONDS]   (every benchmark, briefly; Benchmarks/README.md)
+        benchmarks: \(benchmarks.keys.sorted().joined(separator: ", "))
+        """)
+    exit(arguments.isEmpty || arguments.first == "--help" ? 0 : 2)
 }
 do {
-    try await run(Array(arguments.dropFirst()))
+    try await benchmark.run(Array(arguments.dropFirst()))
 } catch {
     // A benchmark that cannot run says why, without a crash report.
     FileHandle.standardError.write(Data("vigil-bench \(name): \(error)\n".utf8))
