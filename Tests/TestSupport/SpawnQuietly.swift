@@ -10,12 +10,22 @@ import Glibc
 /// Returns the pid; the caller kills and reaps it.
 public func spawnQuietly(_ program: String, _ arguments: [String], environment: [String: String],
                          stdout: String = "/dev/null", stderr: String = "/dev/null") throws -> pid_t {
+    try spawnQuietly(program, arguments, environment: environment) { actions in
+        posix_spawn_file_actions_addopen(&actions, 1, stdout, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        posix_spawn_file_actions_addopen(&actions, 2, stderr, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+    }
+}
+
+/// The same, with the child's output set up by `outputs` (descriptors 1 and
+/// 2; those it leaves alone are inherited), and with `newProcessGroup` in a
+/// process group of its own (its pid), which `kill(-pid, ...)` ends whole.
+public func spawnQuietly(_ program: String, _ arguments: [String], environment: [String: String], newProcessGroup: Bool = false,
+                         outputs: (inout posix_spawn_file_actions_t) -> Void) throws -> pid_t {
     var actions = posix_spawn_file_actions_t()
     posix_spawn_file_actions_init(&actions)
     defer { posix_spawn_file_actions_destroy(&actions) }
     posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-    posix_spawn_file_actions_addopen(&actions, 1, stdout, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
-    posix_spawn_file_actions_addopen(&actions, 2, stderr, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+    outputs(&actions)
     var attributes = posix_spawnattr_t()
     posix_spawnattr_init(&attributes)
     defer { posix_spawnattr_destroy(&attributes) }
@@ -26,7 +36,12 @@ public func spawnQuietly(_ program: String, _ arguments: [String], environment: 
     for sig in [SIGINT, SIGTERM, SIGPIPE, SIGCHLD] { sigaddset(&defaults, sig) }
     posix_spawnattr_setsigmask(&attributes, &noSignals)
     posix_spawnattr_setsigdefault(&attributes, &defaults)
-    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+    var flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF
+    if newProcessGroup {
+        posix_spawnattr_setpgroup(&attributes, 0)
+        flags |= POSIX_SPAWN_SETPGROUP
+    }
+    posix_spawnattr_setflags(&attributes, Int16(flags))
     let argv = ([program] + arguments).map { strdup($0) } + [nil]
     let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
     defer { for p in argv + envp { free(p) } }

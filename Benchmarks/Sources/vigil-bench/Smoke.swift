@@ -11,6 +11,7 @@ import Foundation
 import Glibc
 import VigilHost
 import VigilKit
+import VigilTestSupport
 
 /// One benchmark's outcome in a smoke run.
 private struct SmokeOutcome {
@@ -118,32 +119,18 @@ private func runSmokeChild(_ program: String, _ arguments: [String], environment
     }
     let (readEnd, writeEnd) = (fds[0], fds[1])
     defer { close(readEnd) }
-    var actions = posix_spawn_file_actions_t()
-    posix_spawn_file_actions_init(&actions)
-    defer { posix_spawn_file_actions_destroy(&actions) }
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-    posix_spawn_file_actions_adddup2(&actions, writeEnd, 1)
-    var attributes = posix_spawnattr_t()
-    posix_spawnattr_init(&attributes)
-    defer { posix_spawnattr_destroy(&attributes) }
-    var noSignals = sigset_t()
-    sigemptyset(&noSignals)
-    var defaults = sigset_t()
-    sigemptyset(&defaults)
-    for sig in [SIGINT, SIGTERM, SIGPIPE, SIGCHLD] { sigaddset(&defaults, sig) }
-    posix_spawnattr_setsigmask(&attributes, &noSignals)
-    posix_spawnattr_setsigdefault(&attributes, &defaults)
-    posix_spawnattr_setpgroup(&attributes, 0)
-    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP))
-    let argv = ([program] + arguments).map { strdup($0) } + [nil]
-    let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
-    defer { for p in argv + envp { free(p) } }
     let started = ContinuousClock.now
-    var pid: pid_t = 0
-    let rc = posix_spawn(&pid, program, &actions, &attributes, argv, envp)
+    let spawned = Result {
+        try spawnQuietly(program, arguments, environment: environment, newProcessGroup: true) { actions in
+            posix_spawn_file_actions_adddup2(&actions, writeEnd, 1)
+        }
+    }
     close(writeEnd)
-    guard rc == 0 else {
-        outcome.status = "failed: cannot start \(program): \(String(cString: strerror(rc)))"
+    let pid: pid_t
+    switch spawned {
+    case let .success(child): pid = child
+    case let .failure(error):
+        outcome.status = "failed: \(error.localizedDescription)"
         return outcome
     }
 
