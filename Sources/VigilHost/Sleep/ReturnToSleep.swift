@@ -1,0 +1,264 @@
+import Foundation
+import VigilKit
+import VigilSurvivalReport
+
+/// `[host] return_to_sleep` and `return_to_sleep_grace`.
+public struct ReturnToSleepSettings: Sendable, Equatable {
+    /// Return the system to sleep after vigild's own alarm woke it.
+    public var enabled = true
+    /// How long after the work's end vigild waits before it asks logind to
+    /// suspend: a run that starts right after another (catch-up runs) is
+    /// still the same work.
+    public var grace: Duration = .seconds(1)
+    public init() {}
+}
+
+/// What the host asks of the system when it decides about a dark wake:
+/// logind in vigild (``LogindSleepSystem``), a fake in tests.
+public protocol SleepSystem: Sendable {
+    /// Other programs' `sleep` inhibitors in block mode (not vigild's own),
+    /// each described for people ("who: why").
+    func sleepBlockers() async throws -> [String]
+    /// Sessions a person is using since `resumeMonotonicMicros`: user
+    /// sessions that are not idle, each described ("session 3 of alice").
+    func busySessions(since resumeMonotonicMicros: Int64) async throws -> [String]
+    /// Whether logind reports a sleep operation in progress.
+    func sleepInProgress() async throws -> Bool
+    /// logind's Suspend.
+    func suspend() async throws
+}
+
+/// Input from a person (keys, pointer, lid, power button) since a moment.
+public protocol InputActivity: Sendable {
+    /// Starts watching (at the start of a dark wake).
+    func begin() async
+    /// What was seen since ``begin()``, for people ("keys pressed"), or nil.
+    func seen() async -> String?
+    /// Stops watching.
+    func end() async
+}
+
+/// No input devices to watch (tests, or none readable).
+public struct NoInputActivity: InputActivity {
+    public init() {}
+    public func begin() async {}
+    public func seen() async -> String? { nil }
+    public func end() async {}
+}
+
+/// Wake, work, sleep again: after a resume that vigild's own alarm caused
+/// (``SystemWake/Cause/vigilAlarm``), waits until the work that alarm was
+/// for has ended (the leases its strategy began, the woken runs hold one
+/// each) and then, a grace later, asks logind to suspend, unless something
+/// needs the machine. Each refusal is logged once, at info, with its reason;
+/// every dark wake ends in one ``DarkWake`` given to `outcome`.
+///
+/// The grace is waited on the host's clock, so tests drive it with a
+/// ManualClock.
+public actor ReturnToSleep {
+    public nonisolated let settings: ReturnToSleepSettings
+    private let registry: LeaseRegistry
+    private let system: any SleepSystem
+    private let input: any InputActivity
+    private let clock: any VigilClock
+    private let log: Logger
+    private let outcome: @Sendable (_ dark: DarkWake, _ resume: ClockReadings, _ at: ClockReadings) async -> Void
+    private let readings: @Sendable () -> ClockReadings
+
+    /// The dark wake being followed.
+    private struct Episode {
+        var number: UInt64
+        var wake: SystemWake
+        var resumedAt: VigilInstant
+        var resume: ClockReadings
+        /// The woken strategy's leases still active.
+        var work: Set<LeaseID> = []
+        var runs = 0
+        var workEndedAt: VigilInstant
+    }
+    private var episode: Episode?
+    private var nextEpisode: UInt64 = 0
+    private var following: Task<Void, Never>?
+    private var check: Task<Void, Never>?
+
+    public init(settings: ReturnToSleepSettings, registry: LeaseRegistry, system: any SleepSystem,
+                input: any InputActivity = NoInputActivity(), clock: any VigilClock, logging: HostLogging,
+                readings: @escaping @Sendable () -> ClockReadings = { ClockReadings.now() },
+                outcome: @escaping @Sendable (_ dark: DarkWake, _ resume: ClockReadings, _ at: ClockReadings) async -> Void) {
+        self.settings = settings
+        self.registry = registry
+        self.system = system
+        self.input = input
+        self.clock = clock
+        self.log = logging.logger("sleep")
+        self.readings = readings
+        self.outcome = outcome
+    }
+
+    /// Follows the registry's lease events. Call once, before the first resume.
+    public func start() async {
+        let events = await registry.events(LeaseEventFilter(kinds: LeaseEventFilter.endings.union([.acquired])))
+        following = Task { [weak self] in
+            for await event in events { await self?.leaseEvent(event) }
+        }
+    }
+
+    public func stop() async {
+        following?.cancel()
+        check?.cancel()
+        if episode != nil { await input.end() }
+        episode = nil
+    }
+
+    /// A resume, as ``SystemWake/attribute`` explained it.
+    public func resumed(_ wake: SystemWake, readings resume: ClockReadings) async {
+        if let previous = episode {
+            // Woken again before the last one was decided: that one is over.
+            episode = nil
+            check?.cancel()
+            await input.end()
+            log.debug("dark wake #\(previous.number) ended by another suspend")
+        }
+        guard wake.cause == .vigilAlarm else {
+            log.info("staying awake: the wake was not vigild's (\(SurvivalReportFormat.wakeCause(wake)))")
+            return
+        }
+        nextEpisode += 1
+        let now = clock.now
+        var fresh = Episode(number: nextEpisode, wake: wake, resumedAt: now, resume: resume, workEndedAt: now)
+        guard settings.enabled else {
+            log.info("staying awake after vigild's alarm woke the system: [host] return_to_sleep is off")
+            await finish(fresh, outcome: .stayedAwake, reason: "return_to_sleep is off", refusal: .settingOff, workEnded: false)
+            return
+        }
+        // The woken run may have begun its lease before the resume was seen.
+        if let strategy = wake.alarmStrategy {
+            for lease in await registry.active where lease.strategy == strategy {
+                fresh.work.insert(lease.id)
+                fresh.runs += 1
+            }
+        }
+        episode = fresh
+        await input.begin()
+        log.debug("dark wake #\(fresh.number) for \(wake.alarm ?? "?"): waiting for \(fresh.work.count) lease(s) of its work")
+        if fresh.work.isEmpty { scheduleCheck() }
+    }
+
+    private func leaseEvent(_ event: LeaseEvent) {
+        guard var current = episode, let strategy = current.wake.alarmStrategy, event.lease.strategy == strategy else { return }
+        switch event.kind {
+        case .acquired:
+            guard current.work.insert(event.lease.id).inserted else { return }
+            current.runs += 1
+            check?.cancel()
+            check = nil
+        case .expired, .released, .failed:
+            guard current.work.remove(event.lease.id) != nil else { return }
+            current.workEndedAt = max(current.workEndedAt, event.at)
+        default:
+            return
+        }
+        episode = current
+        if current.work.isEmpty { scheduleCheck() }
+    }
+
+    /// After the grace, if no work began meanwhile, decides.
+    private func scheduleCheck() {
+        guard let current = episode else { return }
+        check?.cancel()
+        let deadline = current.workEndedAt + settings.grace
+        let number = current.number
+        let clock = self.clock
+        check = Task { [weak self] in
+            do { try await clock.sleep(until: deadline) } catch { return }
+            await self?.decide(number)
+        }
+    }
+
+    private func decide(_ number: UInt64) async {
+        guard var current = episode, current.number == number, current.work.isEmpty else { return }
+        // A lease of the woken strategy whose event is still on its way is
+        // work too: wait for its end.
+        if let strategy = current.wake.alarmStrategy {
+            let late = await registry.active.filter { $0.strategy == strategy }
+            guard episode?.number == number else { return }
+            if !late.isEmpty {
+                for lease in late where current.work.insert(lease.id).inserted { current.runs += 1 }
+                episode = current
+                return
+            }
+        }
+        if let (refusal, reason) = await refusal(current) {
+            guard episode?.number == number else { return }
+            log.info("staying awake after vigild's alarm woke the system for \(current.wake.alarmStrategy ?? current.wake.alarm ?? "?"): \(reason)")
+            await finish(current, outcome: .stayedAwake, reason: reason, refusal: refusal, workEnded: true)
+            return
+        }
+        guard episode?.number == number else { return }
+        let awake = (clock.now - current.resumedAt).vigilDescription
+        do {
+            let at = readings()
+            try await system.suspend()
+            log.info("returning the system to sleep: the work of \(current.wake.alarm ?? "?") is done (\(current.runs) lease\(current.runs == 1 ? "" : "s"), awake \(awake))")
+            await finish(current, outcome: .asleepAgain, reason: nil, refusal: nil, workEnded: true, at: at)
+        } catch {
+            let reason = "logind refused Suspend: \(ClientText.excerpt("\(error)"))"
+            log.info("staying awake after vigild's alarm woke the system: \(reason)")
+            await finish(current, outcome: .stayedAwake, reason: reason, refusal: .suspendFailed, workEnded: true)
+        }
+    }
+
+    /// The first reason to stay awake, in the order the docs list them.
+    private func refusal(_ current: Episode) async -> (DarkWake.Refusal, String)? {
+        let holding = await registry.active.filter { lease in
+            guard let hold = lease.hold else { return false }
+            return hold.mode == "block" && hold.what.contains("sleep")
+        }
+        if let lease = holding.first {
+            let holder = lease.client?.name ?? lease.strategy
+            return (.vigilLease, "lease \(lease.id) of \(ClientText.excerpt(holder)) holds sleep (\(ClientText.excerpt(lease.reason)))")
+        }
+        do {
+            if let blocker = try await system.sleepBlockers().first {
+                return (.inhibitor, "another program holds a sleep inhibitor: \(ClientText.excerpt(blocker))")
+            }
+        } catch {
+            log.debug("cannot list logind's inhibitors: \(error)")
+        }
+        if let input = await input.seen() {
+            return (.person, input)
+        }
+        do {
+            if let session = try await system.busySessions(since: current.resume.monotonicMicros).first {
+                return (.person, "\(ClientText.excerpt(session)) is not idle")
+            }
+        } catch {
+            log.debug("cannot read logind's sessions: \(error)")
+        }
+        do {
+            if try await system.sleepInProgress() {
+                return (.sleepInProgress, "logind already has a sleep operation in progress")
+            }
+        } catch {
+            log.debug("cannot read logind's PreparingForSleep: \(error)")
+        }
+        return nil
+    }
+
+    private func finish(_ ended: Episode, outcome kind: DarkWake.Outcome, reason: String?, refusal: DarkWake.Refusal?,
+                        workEnded: Bool, at given: ClockReadings? = nil) async {
+        if episode?.number == ended.number {
+            episode = nil
+            check?.cancel()
+            check = nil
+            await input.end()
+        }
+        let now = given ?? readings()
+        let dark = DarkWake(
+            wall: ended.resume.wallMicros, startOffsetMicros: 0, alarm: ended.wake.alarm, alarmStrategy: ended.wake.alarmStrategy,
+            alarmKind: ended.wake.alarmKind, runs: ended.runs,
+            workEndedAfterMicros: workEnded ? max(0, (ended.workEndedAt - ended.resumedAt).microseconds) : nil,
+            awakeMicros: max(0, (clock.now - ended.resumedAt).microseconds), outcome: kind, reason: reason, refusal: refusal?.rawValue)
+        await outcome(dark, ended.resume, now)
+    }
+}

@@ -1,0 +1,234 @@
+import Foundation
+import Testing
+import VigilKit
+@testable import VigilHost
+import VigilKitTesting
+
+/// Wake, work, sleep again (``ReturnToSleep``) on the test clock: which
+/// wake, which work, which refusal, and when Suspend is called.
+@Suite("Return to sleep")
+struct ReturnToSleepTests {
+    /// A logind that answers as told and records each Suspend with the
+    /// test clock's time.
+    final class FakeSleepSystem: SleepSystem, @unchecked Sendable {
+        // Invariant: every field is read and written under `state`'s lock.
+        struct State {
+            var blockers: [String] = []
+            var sessions: [String] = []
+            var inProgress = false
+            var refuseSuspend = false
+            var suspends: [VigilInstant] = []
+        }
+        let state = Lock(State())
+        let clock: ManualClock
+        init(clock: ManualClock) { self.clock = clock }
+
+        func sleepBlockers() async throws -> [String] { state.withLock { $0.blockers } }
+        func busySessions(since resumeMonotonicMicros: Int64) async throws -> [String] { state.withLock { $0.sessions } }
+        func sleepInProgress() async throws -> Bool { state.withLock { $0.inProgress } }
+        func suspend() async throws {
+            let now = clock.now
+            let refused = state.withLock { s in
+                if !s.refuseSuspend { s.suspends.append(now) }
+                return s.refuseSuspend
+            }
+            if refused { throw PowerBackendError("org.freedesktop.login1.OperationInProgress") }
+        }
+        var suspends: [VigilInstant] { state.withLock { $0.suspends } }
+    }
+
+    final class FakeInput: InputActivity, @unchecked Sendable {
+        // Invariant: guarded by its lock.
+        let seenText = Lock<String?>(nil)
+        func begin() async {}
+        func seen() async -> String? { seenText.withLock { $0 } }
+        func end() async {}
+    }
+
+    struct Rig {
+        let clock = ManualClock()
+        let registry: LeaseRegistry
+        let system: FakeSleepSystem
+        let input = FakeInput()
+        let logs = WaitableLog<LogLine>()
+        let outcomes = WaitableLog<DarkWake>()
+        let cycle: ReturnToSleep
+
+        init(settings: ReturnToSleepSettings = ReturnToSleepSettings()) async {
+            registry = LeaseRegistry(clock: clock)
+            system = FakeSleepSystem(clock: clock)
+            let outcomes = self.outcomes
+            cycle = ReturnToSleep(
+                settings: settings, registry: registry, system: system, input: input, clock: clock, logging: logs.logging,
+                readings: { ClockReadings(wallMicros: 1, monotonicMicros: 2, boottimeMicros: 3) },
+                outcome: { dark, _, _ in outcomes.append(dark) })
+            await cycle.start()
+        }
+
+        func wake(_ cause: SystemWake.Cause = .vigilAlarm, strategy: String = "tick") async {
+            let wake = SystemWake(wall: 1_750_000_000_000_000, startOffsetMicros: 0, suspendedMicros: 60_000_000, cause: cause,
+                                  alarm: cause == .vigilAlarm ? "\(strategy) periodic-wake" : nil,
+                                  alarmStrategy: cause == .vigilAlarm ? strategy : nil, alarmKind: cause == .vigilAlarm ? "periodic-wake" : nil)
+            await cycle.resumed(wake, readings: ClockReadings(wallMicros: 1, monotonicMicros: 2, boottimeMicros: 3))
+        }
+
+        func run(_ strategy: String = "tick") async throws -> LeaseID {
+            try await registry.acquire(strategy: strategy, LeaseRequest(
+                holds: "command", reason: "periodic-wake run", power: PowerHold(what: ["sleep"], mode: "block")))
+        }
+
+        func outcome() async -> DarkWake? {
+            _ = await outcomes.wait(forCount: 1)
+            return outcomes.all.first
+        }
+
+        /// The info lines saying why it stayed awake.
+        var refusalLines: [LogLine] { logs.all.filter { $0.level == .info && $0.message.contains("staying awake") } }
+    }
+
+    @Test func suspendsAGraceAfterTheWokenRunEnds() async throws {
+        let rig = await Rig()
+        await rig.wake()
+        let run = try await rig.run()
+        await rig.clock.advance(by: .seconds(9))
+        let ended = rig.clock.now
+        await rig.registry.release(run)
+        await rig.clock.advance(by: .seconds(1) - .milliseconds(1))
+        #expect(rig.system.suspends.isEmpty, "not before the grace has passed")
+        await rig.clock.advance(by: .milliseconds(1))
+        let dark = try #require(await rig.outcome())
+        #expect(dark.outcome == .asleepAgain)
+        #expect(rig.system.suspends == [ended + .seconds(1)], "Suspend exactly a grace after the work's end")
+        #expect(dark.runs == 1)
+        #expect(dark.workEndedAfterMicros == 9_000_000)
+        #expect(dark.awakeMicros == 10_000_000)
+        #expect(dark.alarmStrategy == "tick")
+        #expect(rig.refusalLines.isEmpty)
+    }
+
+    @Test func aRunThatStartsDuringTheGraceIsTheSameWork() async throws {
+        var settings = ReturnToSleepSettings()
+        settings.grace = .seconds(2)
+        let rig = await Rig(settings: settings)
+        await rig.wake()
+        let first = try await rig.run()
+        await rig.clock.advance(by: .seconds(3))
+        await rig.registry.release(first)
+        await rig.clock.advance(by: .seconds(1))
+        let second = try await rig.run()  // a catch-up run
+        await rig.clock.advance(by: .seconds(5))
+        #expect(rig.system.suspends.isEmpty, "the second run is still going")
+        let ended = rig.clock.now
+        await rig.registry.release(second)
+        await rig.clock.advance(by: .seconds(2))
+        let dark = try #require(await rig.outcome())
+        #expect(dark.outcome == .asleepAgain && dark.runs == 2)
+        #expect(rig.system.suspends == [ended + .seconds(2)])
+    }
+
+    @Test func aWakeWithNoWorkSleepsAfterTheGrace() async throws {
+        let rig = await Rig()
+        let woke = rig.clock.now
+        await rig.wake()
+        await rig.clock.advance(by: .seconds(1))
+        let dark = try #require(await rig.outcome())
+        #expect(dark.outcome == .asleepAgain && dark.runs == 0)
+        #expect(rig.system.suspends == [woke + .seconds(1)])
+    }
+
+    /// One refusal: the outcome, its reason, one info line, and no Suspend.
+    func expectStaysAwake(_ rig: Rig, refusal: DarkWake.Refusal, reason: String) async throws {
+        await rig.wake()
+        let run = try await rig.run()
+        await rig.clock.advance(by: .seconds(4))
+        await rig.registry.release(run)
+        await rig.clock.advance(by: .seconds(1))
+        let dark = try #require(await rig.outcome())
+        #expect(dark.outcome == .stayedAwake)
+        #expect(dark.refusal == refusal.rawValue)
+        #expect(dark.reason?.contains(reason) == true, "\(dark.reason ?? "")")
+        await rig.clock.advance(by: .seconds(60))
+        #expect(rig.system.suspends.isEmpty)
+        #expect(rig.refusalLines.count == 1, "\(rig.logs.all.map(\.message))")
+        #expect(rig.refusalLines.first?.message.contains(reason) == true)
+    }
+
+    @Test func anotherVigilLeaseHoldingSleepKeepsItAwake() async throws {
+        let rig = await Rig()
+        _ = try await rig.registry.acquire(strategy: "download", LeaseRequest(
+            holds: "download", reason: "big file", power: PowerHold(what: ["sleep"], mode: "block")))
+        try await expectStaysAwake(rig, refusal: .vigilLease, reason: "holds sleep (big file)")
+    }
+
+    @Test func anotherProgramsBlockInhibitorKeepsItAwake() async throws {
+        let rig = await Rig()
+        rig.system.state.withLock { $0.blockers = ["backup (pid 42): copying"] }
+        try await expectStaysAwake(rig, refusal: .inhibitor, reason: "backup (pid 42): copying")
+    }
+
+    @Test func inputSinceTheResumeKeepsItAwake() async throws {
+        let rig = await Rig()
+        rig.input.seenText.withLock { $0 = "keys pressed" }
+        try await expectStaysAwake(rig, refusal: .person, reason: "keys pressed")
+    }
+
+    @Test func aSessionThatIsNotIdleKeepsItAwake() async throws {
+        let rig = await Rig()
+        rig.system.state.withLock { $0.sessions = ["session 3 of alice"] }
+        try await expectStaysAwake(rig, refusal: .person, reason: "session 3 of alice is not idle")
+    }
+
+    @Test func neverSuspendsWhileLogindHasASleepInProgress() async throws {
+        let rig = await Rig()
+        rig.system.state.withLock { $0.inProgress = true }
+        try await expectStaysAwake(rig, refusal: .sleepInProgress, reason: "sleep operation in progress")
+    }
+
+    @Test func aRefusedSuspendIsRecorded() async throws {
+        let rig = await Rig()
+        rig.system.state.withLock { $0.refuseSuspend = true }
+        await rig.wake()
+        await rig.clock.advance(by: .seconds(1))
+        let dark = try #require(await rig.outcome())
+        #expect(dark.outcome == .stayedAwake && dark.refusal == DarkWake.Refusal.suspendFailed.rawValue)
+        #expect(rig.refusalLines.count == 1)
+    }
+
+    @Test func aWakeThatWasNotVigildsIsLeftAlone() async throws {
+        let rig = await Rig()
+        await rig.wake(.other)
+        await rig.clock.advance(by: .seconds(60))
+        #expect(rig.system.suspends.isEmpty)
+        #expect(rig.outcomes.all.isEmpty)
+        #expect(rig.refusalLines.count == 1)
+        #expect(rig.refusalLines.first?.message.contains("the wake was not vigild's") == true)
+    }
+
+    @Test func theSettingOffKeepsItAwake() async throws {
+        var settings = ReturnToSleepSettings()
+        settings.enabled = false
+        let rig = await Rig(settings: settings)
+        await rig.wake()
+        let dark = try #require(await rig.outcome())
+        #expect(dark.outcome == .stayedAwake && dark.refusal == DarkWake.Refusal.settingOff.rawValue)
+        await rig.clock.advance(by: .seconds(60))
+        #expect(rig.system.suspends.isEmpty)
+        #expect(rig.refusalLines.count == 1 && rig.refusalLines[0].message.contains("return_to_sleep is off"))
+    }
+
+    @Test func theOtherLeasesOfTheWokenStrategyAreItsWork() async throws {
+        // A lease of the woken strategy begun before the resume was seen
+        // (the run started the moment the alarm fired) is its work too.
+        let rig = await Rig()
+        let early = try await rig.run()
+        await rig.wake()
+        await rig.clock.advance(by: .seconds(3))
+        #expect(rig.system.suspends.isEmpty)
+        let ended = rig.clock.now
+        await rig.registry.release(early)
+        await rig.clock.advance(by: .seconds(1))
+        let dark = try #require(await rig.outcome())
+        #expect(dark.outcome == .asleepAgain && dark.runs == 1)
+        #expect(rig.system.suspends == [ended + .seconds(1)])
+    }
+}
