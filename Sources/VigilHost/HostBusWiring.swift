@@ -9,7 +9,7 @@ import VigilKit
 extension HostRuntime {
     /// What the D-Bus objects are given of this host.
     public nonisolated var busServices: HostBusServices {
-        HostBusServices(
+        var services = HostBusServices(
             version: version, runId: runId, configPath: configPath, startedAt: startedAt, startedWallMicros: startedWallMicros,
             clock: clock, logging: logging, registry: registry, supervisor: supervisor, scheduler: scheduler, store: store,
             clientLeases: clientLeases, inhibits: inhibits, strategyBus: strategyBus, costs: costs,
@@ -25,6 +25,8 @@ extension HostRuntime {
                 guard let host = await self?.config.host else { return false }
                 return host.inhibits.mode == .auto && host.bus != .system
             })
+        services.sleepBreaks = { [weak self] in await self?.sleepBreakStream() ?? AsyncStream { $0.finish() } }
+        return services
     }
 }
 

@@ -83,5 +83,77 @@ extension EndToEnd {
             let waitedAgain = UInt64(again.stdout.split(separator: " ").dropFirst().first ?? "") ?? 0
             #expect(waitedAgain >= 300_000, "\(again.stdout)\(again.stderr)")
         }
-    }
+    
+        /// A suspend forced past a lease's block inhibitor (the stand-in
+        /// emits PrepareForSleep(true) as logind does for root's
+        /// `systemctl suspend -i` or the lid switch, then (false)): vigild
+        /// says so on every channel: a warning line, the survival log, the
+        /// metric, and the SleepBrokeLease signal a third-party subscriber
+        /// (gdbus monitor) receives.
+        @Test func sleepThatBreaksALeaseIsToldEverywhere() async throws {
+            let bus = try BusTestDaemon()
+            defer { bus.stop() }
+            let standIn = try LogindStandInProcess(busAddress: bus.address)
+            defer { standIn.stop() }
+
+            let dir = try TempDir()
+            let state = dir.file("state")
+            let config = try dir.write("vigil.toml", hostConfig(stateDir: state, extra: """
+                bus = "\(bus.address)"
+                power = "logind"
+
+                [[strategy]]
+                name = "focus"
+                kind = "background-task"
+                what = ["sleep"]
+                budget = "3m"
+                reason = "focus session"
+
+                [metrics]
+                listen = "127.0.0.1:0"
+                """))
+            let daemon = try Daemon(arguments: ["--config", config], environment: ["DBUS_SYSTEM_BUS_ADDRESS": bus.address])
+            defer { daemon.signal(SIGKILL) }
+            let metricsLine = try await daemon.waitForLine(containing: "metrics on http://")
+            _ = try await daemon.waitForLine(containing: "serving org.vigil.Vigil1")
+            func ask(_ member: String, _ args: [String] = []) throws -> CommandResult {
+                try ProcessRunner.run("/usr/bin/busctl", ["--address=\(bus.address)", "call", "org.freedesktop.login1",
+                                                          "/org/freedesktop/login1", "org.vigil.Test.LogindStandIn", member] + args)
+            }
+            let held = try ask("WaitForCount", ["ut", "1", "5000000"])
+            #expect(held.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "b true", "\(held.stdout)\(held.stderr)")
+
+            // A subscriber that is not vigilctl: gdbus, line-buffered.
+            let monitor = try Daemon(arguments: [bus.address], executable: [
+                "/bin/sh", "-c", "exec stdbuf -oL /usr/bin/gdbus monitor --address \"$0\" --dest org.vigil.Vigil1 1>&2"])
+            defer { monitor.signal(SIGKILL) }
+            _ = try await monitor.waitForLine(containing: "is owned by")
+
+            _ = try ask("EmitPrepareForSleep", ["b", "true"])
+            _ = try ask("EmitPrepareForSleep", ["b", "false"])
+
+            let signal = try await monitor.waitForLine(containing: "SleepBrokeLease")
+            #expect(signal.contains("'/org/vigil/Vigil1/Lease/"), "\(signal)")
+            #expect(signal.contains("'focus'") && signal.contains("'focus session'"), "\(signal)")
+            #expect(signal.contains("'unknown'"), "no resume was seen, so the cause is unknown: \(signal)")
+
+            let warning = try await daemon.waitForLine(containing: "although a lease held sleep")
+            #expect(warning.contains("focus session"), "\(warning)")
+
+            let port = metricsLine.split(separator: ":").last.flatMap { $0.split(separator: "/").first }.map(String.init) ?? ""
+            let scrape = try ProcessRunner.run("/usr/bin/curl", ["-sf", "http://127.0.0.1:\(port)/metrics"])
+            #expect(scrape.stdout.contains("vigil_sleep_broke_leases_total 1"), "\(scrape.stdout.prefix(400))")
+            #expect(scrape.stdout.contains("vigil_broken_leases_total 1"))
+
+            // The event is written in the next batch of the store (within 50 ms of the warning).
+            daemon.signal(SIGTERM)
+            _ = await daemon.waitForExit()
+            let report = try ProcessRunner.run(Build.vigilctl, ["survival", "--state-dir", state, "--json"])
+            #expect(report.stdout.contains("\"brokenSleeps\""), "\(report.stdout.prefix(2_000))")
+            #expect(report.stdout.contains("\"holder\" : \"focus\""), "\(report.stdout.prefix(2_000))")
+            let text = try ProcessRunner.run(Build.vigilctl, ["survival", "--state-dir", state])
+            #expect(text.stdout.contains("SLEEP BROKE LEASES"), "\(text.stdout)")
+            #expect(text.stdout.contains("(focus session) held sleep"), "\(text.stdout)")
+        }
+}
 }

@@ -6,6 +6,10 @@ Implements the documented parts of org.freedesktop.login1.Manager
   Inhibit(s what, s who, s why, s mode) -> h   the inhibitor lives while any copy of the fd is open
   ListInhibitors() -> a(ssssuu)                 what, who, why, mode, uid, pid
   signal PrepareForSleep(b start)
+  Suspend(b interactive)                        recorded as "suspend" in History (nothing sleeps)
+  ListSessions() -> a(susso)                    id, uid, user, seat, path
+  Properties.Get: the Manager's PreparingForSleep; a session's Class, IdleHint,
+      IdleSinceHintMonotonic
 and a test-only interface org.vigil.Test.LogindStandIn:
   SimulateSleep(t max_delay_usec) -> (t waited_usec, b timed_out)
       emits PrepareForSleep(true), waits until every sleep delay lock is closed
@@ -17,6 +21,11 @@ and a test-only interface org.vigil.Test.LogindStandIn:
       own sleep operation is finishing (right after a resume)
   DenyInhibits(b deny)                          Inhibit fails with AccessDenied, as logind
       answers an unprivileged user without polkit's consent
+  AddSession(s id, s user, s class, b idle, t idle_since_monotonic_usec)
+  SetPreparingForSleep(b preparing)             what PreparingForSleep reads
+  EmitPrepareForSleep(b start)                  only the signal (a sleep forced past
+      every block inhibitor, as root's `systemctl suspend -i` or the lid switch)
+  WaitForSuspend(t timeout_usec) -> b           returns once Suspend was called
 Usage: logind-standin.py BUS_ADDRESS   (prints "ready" once it owns the name)
 """
 import os
@@ -29,6 +38,8 @@ import dbus.service
 from gi.repository import GLib
 
 MANAGER = "org.freedesktop.login1.Manager"
+PROPERTIES = "org.freedesktop.DBus.Properties"
+SESSION = "org.freedesktop.login1.Session"
 TEST = "org.vigil.Test.LogindStandIn"
 WHATS = {"shutdown", "sleep", "idle", "handle-power-key", "handle-suspend-key",
          "handle-hibernate-key", "handle-lid-switch"}
@@ -44,6 +55,10 @@ class Manager(dbus.service.Object):
         self.sleep = None  # (started, reply, timeout source) while a sleep is pending
         self.refusals = 0  # Inhibit calls still to refuse as "operation in progress"
         self.deny = False  # refuse every Inhibit as AccessDenied
+        self.sessions = []  # Session objects
+        self.preparing = False
+        self.suspends = 0
+        self.suspend_waiters = []
 
     def _invalid(self, message):
         return dbus.exceptions.DBusException(message, name="org.freedesktop.DBus.Error.InvalidArgs")
@@ -140,6 +155,52 @@ class Manager(dbus.service.Object):
         waiter[3] = GLib.timeout_add(max(1, int(timeout_usec / 1000)), expire)
         self.count_waiters.append(waiter)
 
+    @dbus.service.method(MANAGER, in_signature="b", out_signature="")
+    def Suspend(self, interactive):
+        self.suspends += 1
+        self.history.append("suspend")
+        for reply in self.suspend_waiters:
+            reply(True)
+        self.suspend_waiters = []
+
+    @dbus.service.method(TEST, in_signature="t", out_signature="b", async_callbacks=("reply", "error"))
+    def WaitForSuspend(self, timeout_usec, reply, error):
+        if self.suspends > 0:
+            reply(True)
+            return
+        self.suspend_waiters.append(reply)
+
+        def expire():
+            if reply in self.suspend_waiters:
+                self.suspend_waiters.remove(reply)
+                reply(False)
+            return False
+
+        GLib.timeout_add(max(1, int(timeout_usec / 1000)), expire)
+
+    @dbus.service.method(MANAGER, in_signature="", out_signature="a(susso)")
+    def ListSessions(self):
+        return dbus.Array([dbus.Struct((s.id, dbus.UInt32(1000), s.user, "seat0", dbus.ObjectPath(s.path)), signature="susso")
+                           for s in self.sessions], signature="(susso)")
+
+    @dbus.service.method(PROPERTIES, in_signature="ss", out_signature="v")
+    def Get(self, interface, name):
+        if interface == MANAGER and name == "PreparingForSleep":
+            return dbus.Boolean(self.preparing)
+        raise dbus.exceptions.DBusException("no property %s" % name, name="org.freedesktop.DBus.Error.UnknownProperty")
+
+    @dbus.service.method(TEST, in_signature="sssbt", out_signature="")
+    def AddSession(self, id, user, klass, idle, since):
+        self.sessions.append(Session(self.bus, str(id), str(user), str(klass), bool(idle), int(since)))
+
+    @dbus.service.method(TEST, in_signature="b", out_signature="")
+    def SetPreparingForSleep(self, preparing):
+        self.preparing = bool(preparing)
+
+    @dbus.service.method(TEST, in_signature="b", out_signature="")
+    def EmitPrepareForSleep(self, start):
+        self.PrepareForSleep(bool(start))
+
     @dbus.service.method(TEST, in_signature="b", out_signature="")
     def DenyInhibits(self, deny):
         self.deny = bool(deny)
@@ -151,6 +212,21 @@ class Manager(dbus.service.Object):
     @dbus.service.method(TEST, in_signature="", out_signature="as")
     def History(self):
         return dbus.Array(self.history, signature="s")
+
+
+class Session(dbus.service.Object):
+    def __init__(self, bus, id, user, klass, idle, since):
+        self.id, self.user, self.klass, self.idle, self.since = id, user, klass, idle, since
+        self.path = "/org/freedesktop/login1/session/_3" + id
+        super().__init__(bus, self.path)
+
+    @dbus.service.method(PROPERTIES, in_signature="ss", out_signature="v")
+    def Get(self, interface, name):
+        values = {"Class": dbus.String(self.klass), "IdleHint": dbus.Boolean(self.idle),
+                  "IdleSinceHintMonotonic": dbus.UInt64(self.since)}
+        if interface != SESSION or name not in values:
+            raise dbus.exceptions.DBusException("no property %s" % name, name="org.freedesktop.DBus.Error.UnknownProperty")
+        return values[name]
 
 
 def main():

@@ -391,7 +391,7 @@ struct ConfigTests {
         ("inhibit_max = \"0s\"", "host.inhibit_max", "expected a duration of at least 1s, found \"0s\""),
         ("inhibit_deny = [\"firefox*\", \"\"]", "host.inhibit_deny", "element 1: expected a shell pattern of 1 to 256 bytes such as \"firefox*\" or \"/usr/bin/*\""),
         ("inhibit_allow = \"mpv\"", "host.inhibit_allow", "expected an array of strings, found a string"),
-        ("colour = \"red\"", "host.colour", "unknown key \"colour\"; known keys: bus, client_grace, client_leases, client_max_budget_per_uid, client_max_leases_per_uid, freedesktop_inhibit, inhibit_allow, inhibit_deny, inhibit_max, log_level, on_sleep, on_sleep_timeout, plugin_path, power, power_supply_dir, state_dir, survival_interval, wakelock_dir"),
+        ("colour = \"red\"", "host.colour", "unknown key \"colour\"; known keys: bus, client_grace, client_leases, client_max_budget_per_uid, client_max_leases_per_uid, freedesktop_inhibit, inhibit_allow, inhibit_deny, inhibit_max, log_level, on_sleep, on_sleep_timeout, plugin_path, power, power_supply_dir, return_to_sleep, return_to_sleep_grace, state_dir, survival_interval, wakelock_dir"),
     ])
     func hostProblems(_ line: String, _ keyPath: String, _ message: String) throws {
         let temp = try TempConfig("[host]\n\(line)\n")

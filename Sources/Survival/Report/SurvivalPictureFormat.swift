@@ -75,6 +75,7 @@ public enum SurvivalPictureFormat {
         .held{fill:#9467bd}.lane{fill:#f6f6f6}\
         .wa{fill:#14306b;stroke:#fff;stroke-width:0.8}.wo{fill:#222;stroke:#fff;stroke-width:0.8}\
         .wm{fill:#c2185b;stroke:#fff;stroke-width:0.8}\
+        .dk{fill:#0d47a1}.dka{fill:#ef6c00}.bk{stroke:#b00020;stroke-width:2.2;fill:none}\
         .end-stopped{fill:#555}.end-rebooted{fill:#e07b00}\
         .end-running{fill:#2e7d32}\
         .cross-killed{stroke:#d9413b;stroke-width:2.5;fill:none}.cross-failed{stroke:#8b0000;stroke-width:2.5;fill:none}
@@ -175,6 +176,21 @@ public enum SurvivalPictureFormat {
                 var title = "woke \(dates(wake.wall)) after \(SurvivalReportFormat.duration(wake.suspendedMicros)) suspended: \(SurvivalReportFormat.wakeCause(wake))"
                 if let strategy = wake.alarmStrategy { title += "; strategy \(strategy)" + (wake.alarmKind.map { " (\($0))" } ?? "") }
                 wakeMark(WakeClass(wake), x: layout.x(summary.startWall + wake.startOffsetMicros), y: top + wakeRow / 2, radius: 4, title: title, into: &svg)
+            }
+            // A dark wake: a bar along the lane's top from the wake to the
+            // return to sleep (dark blue) or to the decision to stay awake (orange).
+            for dark in summary.darkWakes ?? [] {
+                let x = layout.x(summary.startWall + dark.startOffsetMicros)
+                let width = max(2, layout.x(summary.startWall + dark.startOffsetMicros + dark.awakeMicros) - x)
+                svg.rect(x: x, y: laneTop, width: width, height: 4, cls: dark.outcome == .asleepAgain ? "dk" : "dka",
+                         title: "dark wake \(dates(dark.wall)): \(SurvivalReportFormat.darkWake(dark))")
+            }
+            // A sleep that broke leases: a red cross above the lane where it began.
+            for broken in summary.brokenSleeps ?? [] {
+                let x = layout.x(summary.startWall + broken.startOffsetMicros), y = top + wakeRow / 2
+                svg.open("g", title: "sleep broke leases \(dates(broken.wall)): \(SurvivalReportFormat.brokenSleep(broken))")
+                svg.path("M\(n(x - 4)) \(n(y - 4))l8 8m0 -8l-8 8", cls: "bk")
+                svg.close("g")
             }
         case .columns(let length):
             drawColumns(summary, layout: layout, length: length, laneTop: laneTop, columnLabel: columnLabel, wakeRowY: top + wakeRow / 2, into: &svg)

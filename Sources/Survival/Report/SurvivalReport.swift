@@ -73,6 +73,12 @@ public struct RunSummary: Codable, Sendable, Hashable {
     /// What woke the system after each suspend the running host saw
     /// (`system-resumed` events), oldest first; nil when there were none.
     public var wakes: [SystemWake]? = nil
+    /// Each wake by vigild's own alarm and what followed it (`dark-wake`
+    /// events), oldest first; nil when there were none.
+    public var darkWakes: [DarkWake]? = nil
+    /// Suspends that began while Vigil leases held sleep
+    /// (`sleep-broke-leases` events), oldest first; nil when there were none.
+    public var brokenSleeps: [BrokenSleep]? = nil
 
     public var alive: Duration { .microseconds(aliveMicros) }
     public var awake: Duration { .microseconds(awakeMicros) }
@@ -223,19 +229,30 @@ public struct SurvivalReport {
         }
         let gapsByRun = Dictionary(grouping: gaps, by: \.runId)
         let resumes = try store.rows("""
-            SELECT runId, wall, boot, fields FROM event
-            WHERE runId IN (\(keys)) AND name = ? ORDER BY runId, id
-            """, [.text(SystemWake.eventName)]) { row in
-            try (runId: row.int64(0), wall: row.int64(1), boot: row.int64(2), fields: row.optionalString(3))
+            SELECT runId, wall, boot, fields, name FROM event
+            WHERE runId IN (\(keys)) AND name IN (?, ?, ?) ORDER BY runId, id
+            """, [.text(SystemWake.eventName), .text(DarkWake.eventName), .text(BrokenSleep.eventName)]) { row in
+            try (runId: row.int64(0), wall: row.int64(1), boot: row.int64(2), fields: row.optionalString(3), name: row.string(4))
         }
         let resumesByRun = Dictionary(grouping: resumes, by: \.runId)
         return records.map { run in
-            let wakes = (resumesByRun[run.id] ?? []).compactMap { event -> SystemWake? in
+            var wakes: [SystemWake] = [], dark: [DarkWake] = [], broken: [BrokenSleep] = []
+            for event in resumesByRun[run.id] ?? [] {
                 let fields = event.fields.flatMap { try? JSONDecoder().decode([String: String].self, from: Data($0.utf8)) } ?? [:]
-                return SystemWake(fields: fields, wall: event.wall, startOffsetMicros: max(0, event.boot - run.startBoot))
+                let offset = max(0, event.boot - run.startBoot)
+                switch event.name {
+                case SystemWake.eventName:
+                    if let wake = SystemWake(fields: fields, wall: event.wall, startOffsetMicros: offset) { wakes.append(wake) }
+                case DarkWake.eventName:
+                    if let wake = DarkWake(fields: fields, runStartBoot: run.startBoot) { dark.append(wake) }
+                default:
+                    if let sleep = BrokenSleep(fields: fields, wall: event.wall, startOffsetMicros: offset) { broken.append(sleep) }
+                }
             }
             var summary = summary(of: run, gaps: gapsByRun[run.id] ?? [], wakes: wakes)
             summary.wakes = wakes.isEmpty ? nil : wakes
+            summary.darkWakes = dark.isEmpty ? nil : dark
+            summary.brokenSleeps = broken.isEmpty ? nil : broken
             return summary
         }
     }

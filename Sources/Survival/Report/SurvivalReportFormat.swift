@@ -74,6 +74,20 @@ public enum SurvivalReportFormat {
             if wakes.count > maxWakeLines {
                 out += "  (\(wakes.count - maxWakeLines) earlier wake\(wakes.count - maxWakeLines == 1 ? "" : "s") not shown; --json lists all)\n"
             }
+            let dark = run.darkWakes ?? []
+            for wake in dark.suffix(maxWakeLines) {
+                out += "  dark wake \(wall(wake.wall)): \(darkWake(wake))\n"
+            }
+            if dark.count > maxWakeLines {
+                out += "  (\(dark.count - maxWakeLines) earlier dark wake\(dark.count - maxWakeLines == 1 ? "" : "s") not shown; --json lists all)\n"
+            }
+            let broken = run.brokenSleeps ?? []
+            for sleep in broken.suffix(maxWakeLines) {
+                out += "  SLEEP BROKE LEASES \(wall(sleep.wall)): \(brokenSleep(sleep))\n"
+            }
+            if broken.count > maxWakeLines {
+                out += "  (\(broken.count - maxWakeLines) earlier broken sleep\(broken.count - maxWakeLines == 1 ? "" : "s") not shown; --json lists all)\n"
+            }
         }
         return out
     }
@@ -103,6 +117,27 @@ public enum SurvivalReportFormat {
             }
             return text
         }
+    }
+
+    /// A dark wake for people: "woke for sync, asleep again after 9.2s" or
+    /// "woke for sync, stayed awake: keys pressed". Stored strings are
+    /// escaped for the terminal.
+    public static func darkWake(_ wake: DarkWake) -> String {
+        let what = TerminalText.escaped(wake.alarmStrategy ?? wake.alarm ?? "?")
+        switch wake.outcome {
+        case .asleepAgain:
+            let work = wake.workEndedAfterMicros.map { ", work done after \(duration($0))" } ?? ""
+            return "woke for \(what), asleep again after \(duration(wake.awakeMicros))\(work)"
+        case .stayedAwake:
+            return "woke for \(what), stayed awake: \(TerminalText.escaped(wake.reason ?? "?"))"
+        }
+    }
+
+    /// A sleep that broke leases, for people.
+    public static func brokenSleep(_ sleep: BrokenSleep) -> String {
+        let leases = sleep.leases.prefix(4).map { "lease \($0.id) \(TerminalText.escaped($0.holder)) (\(TerminalText.escaped($0.name)))" }
+            .joined(separator: ", ") + (sleep.leases.count > 4 ? ", …" : "")
+        return "slept \(duration(sleep.sleptMicros)) (woken by \(TerminalText.escaped(sleep.wakeCause))) although \(leases) held sleep"
     }
 
     /// The runs as a JSON array of `RunSummary` (pretty, keys sorted).

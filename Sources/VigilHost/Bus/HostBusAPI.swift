@@ -211,6 +211,27 @@ public actor HostBusAPI {
         }
         self.statusFollower = statusFollower
         followers.append(statusFollower)
+        let breaks = await services.sleepBreaks()
+        followers.append(Task { [weak self] in
+            for await broken in breaks {
+                guard let self else { return }
+                await self.tell(broken)
+            }
+        })
+    }
+
+    /// `SleepBrokeLease`, once per lease the suspend broke.
+    private func tell(_ broken: BrokenSleep) async {
+        for lease in broken.leases {
+            do {
+                try await emit("SleepBrokeLease", [
+                    .objectPath(VigilAPI.leasePath(LeaseID(lease.id))), .string(lease.holder), .string(lease.name),
+                    .uint64(UInt64(max(0, broken.sleptMicros))), .string(broken.wakeCause),
+                ])
+            } catch {
+                log.warning("cannot announce that sleep broke lease \(lease.id): \(error)")
+            }
+        }
     }
 
     /// Lets the followers show what the host published before it stopped:

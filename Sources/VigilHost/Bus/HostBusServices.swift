@@ -47,6 +47,9 @@ public struct HostBusServices: Sendable {
     public var readHealth: @Sendable () async -> HostHealth
     /// Whether vigild serves the freedesktop inhibit names on this bus.
     public var servesInhibits: @Sendable () async -> Bool
+    /// Suspends that broke leases, from the moment asked (the
+    /// `SleepBrokeLease` signal); an ended stream when there are none to tell.
+    public var sleepBreaks: @Sendable () async -> AsyncStream<BrokenSleep> = { AsyncStream { $0.finish() } }
 
     public init(version: String, runId: String, configPath: String, startedAt: VigilInstant, startedWallMicros: Int64,
                 clock: any VigilClock, logging: HostLogging, registry: LeaseRegistry, supervisor: Supervisor,

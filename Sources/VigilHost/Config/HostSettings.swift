@@ -39,6 +39,9 @@ public struct HostSettings: Sendable, Equatable {
     /// Apps' keep-awake requests through the freedesktop inhibit APIs
     /// (`freedesktop_inhibit`, `inhibit_max`, `inhibit_allow`, `inhibit_deny`).
     public var inhibits = InhibitSettings()
+    /// Wake, work, sleep again (`return_to_sleep`, `return_to_sleep_grace`):
+    /// after vigild's own alarm woke the system and its work is done.
+    public var returnToSleep = ReturnToSleepSettings()
     /// The `[metrics]` table (its own table, kept here so reload compares it
     /// like a `[host]` key: a change needs a restart).
     public var metrics = MetricsSettings()
@@ -69,6 +72,8 @@ public struct HostSettings: Sendable, Equatable {
             .duration("inhibit_max", \.inhibits.maxDuration, atLeast: .seconds(1)),
             .patterns("inhibit_allow", \.inhibits.allow),
             .patterns("inhibit_deny", \.inhibits.deny),
+            .flag("return_to_sleep", \.returnToSleep.enabled),
+            .duration("return_to_sleep_grace", \.returnToSleep.grace, atLeast: .zero),
         ]
     }
 

@@ -44,6 +44,13 @@ public final class HostMetrics: LeaseObserver {
         /// trip once per ping, and its strategy's histogram once known.
         var pings: [LeaseID: PingCount] = [:]
         var rtt: [String: ValueHistogram] = [:]
+        /// Dark wakes by outcome, and their awake time (µs).
+        var darkWakes: [DarkWake.Outcome: Int] = [:]
+        var darkWakeAwakeMicros: Int64 = 0
+        var returnsToSleep: Int { darkWakes[.asleepAgain] ?? 0 }
+        /// Suspends that broke leases, and the leases they broke.
+        var brokenSleeps = 0
+        var brokenLeases = 0
     }
 
     /// A VoIP lease's pings as the metrics saw them. The histogram is found
@@ -139,6 +146,22 @@ public final class HostMetrics: LeaseObserver {
         }
         let key = Pair(strategy: Self.label(strategy), name: name)
         counted.withLock { $0.strategyEvents[key, default: 0] += 1 }
+    }
+
+    /// A dark wake ended (``ReturnToSleep``).
+    public func darkWake(_ wake: DarkWake) {
+        counted.withLock {
+            $0.darkWakes[wake.outcome, default: 0] += 1
+            $0.darkWakeAwakeMicros += wake.awakeMicros
+        }
+    }
+
+    /// A suspend broke leases (``SleepBreaks``).
+    public func sleepBroke(_ broken: BrokenSleep) {
+        counted.withLock {
+            $0.brokenSleeps += 1
+            $0.brokenLeases += broken.leases.count
+        }
     }
 
     /// One batch of the wake scheduler fired `lateness` late.
@@ -320,6 +343,25 @@ public final class HostMetrics: LeaseObserver {
             let (metric, help) = Self.eventMetrics[pair.name] ?? ("vigil_strategy_events_total", "")
             r.counter(metric, labels: [("strategy", pair.strategy)], help: help).increment(by: Int64(count))
         }
+
+        let sleep = counted.withLock { ($0.darkWakes, $0.darkWakeAwakeMicros, $0.returnsToSleep, $0.brokenSleeps, $0.brokenLeases) }
+        r.counter("vigil_returns_to_sleep_total",
+                  help: "Times vigild returned the system to sleep after its own alarm's wake, since it started.")
+            .increment(by: Int64(sleep.2))
+        for outcome in [DarkWake.Outcome.asleepAgain, .stayedAwake] {
+            r.counter("vigil_dark_wakes_total", labels: [("outcome", outcome.rawValue)],
+                      help: "Wakes by vigild's own alarm since it started, by what followed (the count of the awake seconds' sum).")
+                .increment(by: Int64(sleep.0[outcome] ?? 0))
+        }
+        r.counter("vigil_dark_wake_awake_seconds_total",
+                  help: "Seconds awake from each wake by vigild's own alarm to the return to sleep or the decision to stay awake, summed.")
+            .increment(by: Double(sleep.1) / 1e6)
+        r.counter("vigil_sleep_broke_leases_total",
+                  help: "Suspends that began while Vigil leases held sleep in block mode, since vigild started.")
+            .increment(by: Int64(sleep.3))
+        r.counter("vigil_broken_leases_total",
+                  help: "Leases such suspends broke (one suspend may break several).")
+            .increment(by: Int64(sleep.4))
 
         exposeCosts(s, kinds: kinds, into: r)
 

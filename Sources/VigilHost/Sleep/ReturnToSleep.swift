@@ -199,8 +199,8 @@ public actor ReturnToSleep {
         do {
             let at = readings()
             try await system.suspend()
-            log.info("returning the system to sleep: the work of \(current.wake.alarm ?? "?") is done (\(current.runs) lease\(current.runs == 1 ? "" : "s"), awake \(awake))")
             await finish(current, outcome: .asleepAgain, reason: nil, refusal: nil, workEnded: true, at: at)
+            log.info("returned the system to sleep: the work of \(current.wake.alarm ?? "?") is done (\(current.runs) lease\(current.runs == 1 ? "" : "s"), awake \(awake))")
         } catch {
             let reason = "logind refused Suspend: \(ClientText.excerpt("\(error)"))"
             log.info("staying awake after vigild's alarm woke the system: \(reason)")

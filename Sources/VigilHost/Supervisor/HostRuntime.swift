@@ -62,6 +62,12 @@ public actor HostRuntime: Service {
     private let leaseEvents: LeaseEventWriter
     /// Sees each system resume and records what woke the system.
     private var resumeWatcher: ResumeWatcher?
+    /// Wake, work, sleep again; nil without logind (docs/survival.md).
+    public private(set) var returnToSleep: ReturnToSleep?
+    /// Suspends that broke leases; nil without logind.
+    public private(set) var sleepBreaks: SleepBreaks?
+    private let power: any PowerBackend
+    private let inputDirectory: String
     /// The strategies are stopping or stopped (``run()`` was shut down).
     private var stopped = false
     /// ``finish(reason:)`` ran.
@@ -100,6 +106,9 @@ public actor HostRuntime: Service {
         public var timeZone: TimeZone = .current
         /// A network namespace the `network` watcher enters; tests only.
         public var networkNamespace: String? = nil
+        /// Where the input event devices are (a person at the machine
+        /// during a dark wake); tests point it elsewhere.
+        public var inputDirectory: String = "/dev/input"
 
         public init(
             clock: any VigilClock, scheduler: any WakeScheduling, logging: HostLogging,
@@ -134,6 +143,8 @@ public actor HostRuntime: Service {
         self.logging = logging
         self.log = logging.logger("vigild")
         self.readings = env.readings
+        self.power = env.power
+        self.inputDirectory = env.inputDirectory
         self.survivalInterval = config.host.survivalInterval
         self.leaseEvents = LeaseEventWriter(store: store, readings: env.readings)
         self.store = store
@@ -190,6 +201,7 @@ public actor HostRuntime: Service {
         await host.startMetrics(listener: listener)
         await host.registry.observe(host.leaseEvents.observer)
         await host.followStrategyErrors()
+        await host.startSleepCycle(startBoottimeMicros: startReadings.boottimeMicros)
         await host.startResumeWatch(startBoottimeMicros: startReadings.boottimeMicros)
         await host.clientLeases.start()
         await host.inhibits.start()
@@ -286,8 +298,57 @@ public actor HostRuntime: Service {
         metricsListener?.stop()
     }
 
-    private func stopResumeWatch() {
+    private func stopResumeWatch() async {
         resumeWatcher?.invalidate()
+        await returnToSleep?.stop()
+        await sleepBreaks?.stop()
+    }
+
+    /// Wake, work, sleep again, and sleep that broke a lease: both need
+    /// logind (its Suspend, inhibitors, sessions and PrepareForSleep).
+    private func startSleepCycle(startBoottimeMicros: Int64) async {
+        guard let logind = power as? LogindPowerBackend else {
+            if config.host.returnToSleep.enabled {
+                log.debug("return_to_sleep and broken-lease reports need the logind power backend; the backend is \(power.name)")
+            }
+            return
+        }
+        let store = self.store, metrics = self.metrics, log = self.log
+        let breaks = SleepBreaks(
+            registry: registry, clock: clock, readings: readings, runStartBoottimeMicros: startBoottimeMicros, logging: logging,
+            record: { broken, at in
+                metrics.sleepBroke(broken)
+                do { try await store.recordEvent(BrokenSleep.eventName, strategy: nil, fields: broken.fields, readings: at) } catch {
+                    log.error("cannot record the sleep that broke leases: \(error)")
+                }
+            })
+        do {
+            try await breaks.watch(logind.connection)
+            sleepBreaks = breaks
+        } catch {
+            log.warning("cannot follow logind's PrepareForSleep, so sleep that breaks a lease is not reported: \(error)")
+        }
+        let input = InputActivityWatcher(directory: inputDirectory, log: logging.logger("sleep"))
+        let cycle = ReturnToSleep(
+            settings: config.host.returnToSleep, registry: registry, system: LogindSleepSystem(connection: logind.connection),
+            input: input, clock: clock, logging: logging, readings: readings,
+            outcome: { dark, resume, at in
+                metrics.darkWake(dark)
+                do {
+                    try await store.recordEvent(DarkWake.eventName, strategy: nil, fields: dark.fields(wokeBootMicros: resume.boottimeMicros), readings: at)
+                } catch {
+                    log.error("cannot record the dark wake: \(error)")
+                }
+            })
+        await cycle.start()
+        returnToSleep = cycle
+    }
+
+    /// The broken sleeps from now on (the D-Bus signal's source); an
+    /// ended stream without logind.
+    public func sleepBreakStream() async -> AsyncStream<BrokenSleep> {
+        guard let sleepBreaks else { return AsyncStream { $0.finish() } }
+        return await sleepBreaks.breaks()
     }
 
     /// After each heartbeat: the metrics textfile.
@@ -301,9 +362,12 @@ public actor HostRuntime: Service {
         let recorder = ResumeRecorder(
             store: store, scheduler: scheduler as? WakeScheduler, runStartBoottimeMicros: startBoottimeMicros, log: log, costs: costs)
         do {
+            let cycle = returnToSleep, breaks = sleepBreaks
             resumeWatcher = try ResumeWatcher(readings: readings) { [registry] resume, slept in
                 await registry.systemResumed()
-                await recorder.resumed(resume, suspendedMicros: slept)
+                let wake = await recorder.resumed(resume, suspendedMicros: slept)
+                await breaks?.resumed(wake, boottimeMicros: resume.boottimeMicros)
+                await cycle?.resumed(wake, readings: resume)
             }
         } catch {
             log.warning("cannot watch for system resumes, so wakes are not attributed: \(error)")

@@ -131,7 +131,8 @@ actor ResumeRecorder {
         self.kernel = KernelWakeSources(root: sysfsRoot)
     }
 
-    func resumed(_ readings: ClockReadings, suspendedMicros: Int64) async {
+    @discardableResult
+    func resumed(_ readings: ClockReadings, suspendedMicros: Int64) async -> SystemWake {
         let asleepSince = VigilInstant(nanoseconds: (readings.boottimeMicros - suspendedMicros) * 1_000)
         let alarms = await scheduler?.systemWakeAlarms(since: asleepSince) ?? []
         let wake = SystemWake.attribute(
@@ -144,5 +145,6 @@ actor ResumeRecorder {
         } catch {
             log.error("cannot record the resume: \(error)")
         }
+        return wake
     }
 }

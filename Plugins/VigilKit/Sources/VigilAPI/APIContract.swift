@@ -177,6 +177,8 @@ public enum VigilAPI {
             APISignal("LeaseExpired", [BusArgument("lease", "o"), BusArgument("forced", "b")]),
             APISignal("LeaseReleased", [BusArgument("lease", "o"), BusArgument("reason", "s")]),
             APISignal("StrategyStateChanged", [BusArgument("strategy", "o"), BusArgument("state", "s"), BusArgument("last_error", "s")]),
+            APISignal("SleepBrokeLease", [BusArgument("lease", "o"), BusArgument("holder", "s"), BusArgument("name", "s"),
+                                          BusArgument("slept_usec", "t"), BusArgument("wake_cause", "s")]),
         ]
     )
 

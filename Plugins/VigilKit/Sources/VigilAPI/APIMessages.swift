@@ -59,6 +59,24 @@ public struct LeaseAcquiredSignal: APIRow {
     public static let fields: [APIField<LeaseAcquiredSignal>] = [.objectPath("lease", \.lease), APIField("strategy", \.strategy), APIField("holds", \.holds)]
 }
 
+/// `Host.SleepBrokeLease`: the system slept although this lease held
+/// `sleep` in block mode; sent after the resume, once per lease.
+public struct SleepBrokeLeaseSignal: APIRow {
+    public var lease = ""
+    /// The strategy, or `client` / `inhibit` for a D-Bus client's lease.
+    public var holder = ""
+    /// The client's name, else the lease's reason.
+    public var name = ""
+    public var sleptUsec: UInt64 = 0
+    /// `vigil-alarm`, `other`, or `unknown` (no resume seen).
+    public var wakeCause = ""
+    public init() {}
+    public static let fields: [APIField<SleepBrokeLeaseSignal>] = [
+        .objectPath("lease", \.lease), APIField("holder", \.holder), APIField("name", \.name),
+        APIField("slept_usec", \.sleptUsec), APIField("wake_cause", \.wakeCause),
+    ]
+}
+
 /// `Host.LeaseRenewed`: the lease's new deadline (µs since the epoch).
 public struct LeaseRenewedSignal: APIRow {
     public var lease = ""
@@ -110,6 +128,7 @@ public enum HostSignal: Sendable, Equatable {
     case leaseExpired(LeaseExpiredSignal)
     case leaseReleased(LeaseReleasedSignal)
     case strategyStateChanged(StrategyStateChangedSignal)
+    case sleepBrokeLease(SleepBrokeLeaseSignal)
 
     /// The signal `member` with arguments `body`; nil for a member the
     /// contract does not declare. Throws when the arguments are not the
@@ -122,12 +141,13 @@ public enum HostSignal: Sendable, Equatable {
         case "LeaseExpired": self = .leaseExpired(try LeaseExpiredSignal(arguments: body))
         case "LeaseReleased": self = .leaseReleased(try LeaseReleasedSignal(arguments: body))
         case "StrategyStateChanged": self = .strategyStateChanged(try StrategyStateChangedSignal(arguments: body))
+        case "SleepBrokeLease": self = .sleepBrokeLease(try SleepBrokeLeaseSignal(arguments: body))
         default: return nil
         }
     }
 
     /// The member names this type decodes, as the contract declares them.
-    public static let members = ["LeaseAcquired", "LeaseRenewed", "LeaseExpiring", "LeaseExpired", "LeaseReleased", "StrategyStateChanged"]
+    public static let members = ["LeaseAcquired", "LeaseRenewed", "LeaseExpiring", "LeaseExpired", "LeaseReleased", "StrategyStateChanged", "SleepBrokeLease"]
 }
 
 extension APIRow {

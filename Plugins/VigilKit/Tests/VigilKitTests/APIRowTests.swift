@@ -109,6 +109,7 @@ import VigilKit
             ("LeaseAcquired", Self.shape(LeaseAcquiredSignal.self)), ("LeaseRenewed", Self.shape(LeaseRenewedSignal.self)),
             ("LeaseExpiring", Self.shape(LeaseExpiringSignal.self)), ("LeaseExpired", Self.shape(LeaseExpiredSignal.self)),
             ("LeaseReleased", Self.shape(LeaseReleasedSignal.self)), ("StrategyStateChanged", Self.shape(StrategyStateChangedSignal.self)),
+            ("SleepBrokeLease", Self.shape(SleepBrokeLeaseSignal.self)),
         ]
         for (member, shape) in signals {
             #expect(shape == Self.shape(VigilAPI.host.signal(member).arguments), "\(member)")

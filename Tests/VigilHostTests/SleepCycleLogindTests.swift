@@ -1,0 +1,167 @@
+import Foundation
+import Testing
+import VigilDBus
+@testable import VigilHost
+import VigilKit
+import VigilKitTesting
+import VigilTestSupport
+
+/// The sleep cycle's logind side against the logind stand-in on a real
+/// dbus-daemon: what ``LogindSleepSystem`` reads and calls, and
+/// ``SleepBreaks`` following PrepareForSleep.
+@Suite(.serialized) struct SleepCycleLogindTests {
+    @Test func theSleepSystemReadsInhibitorsSessionsAndCallsSuspend() async throws {
+        let standIn = try LogindStandIn()
+        defer { standIn.stop() }
+        let host = try await standIn.bus.connect()
+        let other = try await standIn.bus.connect()
+        // This process's own inhibitors are vigild's: never another program's.
+        let own = LogindSleepSystem(connection: host)
+        let backend = LogindPowerBackend(connection: other)
+        let block = try await backend.inhibit(PowerHold(what: ["sleep", "idle"], mode: "block"), who: "backup", why: "copying")
+        defer { block.close() }
+        let delay = try await backend.inhibit(PowerHold(what: ["sleep"], mode: "delay"), who: "player", why: "pause first")
+        defer { delay.close() }
+        let idleOnly = try await backend.inhibit(PowerHold(what: ["idle"], mode: "block"), who: "video", why: "playing")
+        defer { idleOnly.close() }
+        #expect(try await own.sleepBlockers().isEmpty)
+        // The same inhibitors seen as another process's: only the sleep block one counts.
+        let seenAsOthers = LogindSleepSystem(connection: host, ownPID: 1)
+        let blockers = try await seenAsOthers.sleepBlockers()
+        #expect(blockers.count == 1)
+        #expect(blockers.first?.hasPrefix("backup (pid ") == true && blockers.first?.hasSuffix("): copying") == true, "\(blockers)")
+
+        // Sessions: a person's session that is not idle since the resume.
+        let resumeMono: Int64 = 5_000_000
+        func add(_ id: String, _ klass: String, idle: Bool, since: UInt64) async throws {
+            _ = try await standIn.call(other, "AddSession", [.string(id), .string("alice"), .string(klass), .bool(idle), .uint64(since)], test: true)
+        }
+        #expect(try await own.busySessions(since: resumeMono).isEmpty)
+        try await add("1", "user", idle: true, since: 9_000_000)
+        try await add("2", "manager", idle: false, since: 9_000_000)
+        try await add("3", "user", idle: false, since: 1_000_000)  // active since before the suspend
+        #expect(try await own.busySessions(since: resumeMono).isEmpty)
+        try await add("4", "user", idle: false, since: 6_000_000)
+        #expect(try await own.busySessions(since: resumeMono) == ["session 4 of alice"])
+
+        #expect(try await own.sleepInProgress() == false)
+        _ = try await standIn.call(other, "SetPreparingForSleep", [.bool(true)], test: true)
+        #expect(try await own.sleepInProgress() == true)
+
+        try await own.suspend()
+        #expect(try await standIn.history(other).contains("suspend"))
+    }
+
+    /// Clock readings whose boottime − monotonic grows by `slept` from the
+    /// second reading on (the system slept in between).
+    final class SleepingReadings: @unchecked Sendable {
+        // Invariant: guarded by its lock.
+        let calls = Lock(0)
+        let slept: Int64
+        init(slept: Int64) { self.slept = slept }
+        func read() -> ClockReadings {
+            let n = calls.withLock { c in
+                c += 1
+                return c
+            }
+            return ClockReadings(wallMicros: 1_750_000_000_000_000 + Int64(n), monotonicMicros: 100_000_000 + Int64(n),
+                                 boottimeMicros: 200_000_000 + Int64(n) + (n > 1 ? slept : 0))
+        }
+    }
+
+    @Test func aSleepWhileALeaseHoldsSleepIsReportedWithTimeSleptAndCause() async throws {
+        let standIn = try LogindStandIn()
+        defer { standIn.stop() }
+        let host = try await standIn.bus.connect()
+        let other = try await standIn.bus.connect()
+        let clock = ManualClock()
+        let registry = LeaseRegistry(clock: clock, backend: LogindPowerBackend(connection: host))
+        let held = try await registry.acquire(strategy: "focus", LeaseRequest(
+            holds: "focus", reason: "focus session", power: PowerHold(what: ["sleep"], mode: "block")))
+        // Not broken: an idle-only lease and a tracked one.
+        _ = try await registry.acquire(strategy: "video", LeaseRequest(holds: "screen", reason: "film", power: PowerHold(what: ["idle"], mode: "block")))
+        _ = try await registry.acquire(strategy: "track", LeaseRequest(holds: "nothing", reason: "tracked"))
+        let readings = SleepingReadings(slept: 30_000_000)
+        let recorded = WaitableLog<BrokenSleep>()
+        let breaks = SleepBreaks(registry: registry, clock: clock, readings: { readings.read() }, runStartBoottimeMicros: 100_000_000,
+                                 logging: WaitableLog<LogLine>().logging, record: { broken, _ in recorded.append(broken) })
+        try await breaks.watch(host)
+        var told = await breaks.breaks().makeAsyncIterator()
+
+        _ = try await standIn.call(other, "EmitPrepareForSleep", [.bool(true)], test: true)
+        _ = try await standIn.call(other, "EmitPrepareForSleep", [.bool(false)], test: true)
+        // The resume watcher explains the resume (its order against
+        // PrepareForSleep(false) is not fixed; either way it is joined).
+        let wake = SystemWake(wall: 0, startOffsetMicros: 0, suspendedMicros: 30_000_000, cause: .vigilAlarm, alarm: "tick periodic-wake")
+        await breaks.resumed(wake, boottimeMicros: 230_000_100)
+        let broken = try #require(await told.next())
+        #expect(broken.leases == [BrokenSleep.Lease(id: held.rawValue, holder: "focus", name: "focus session")])
+        #expect(broken.sleptMicros == 30_000_000)
+        #expect(broken.wakeCause == "vigil-alarm")
+        #expect(broken.startOffsetMicros == 100_000_001)
+        #expect(recorded.all == [broken])
+        #expect(BrokenSleep(fields: broken.fields, wall: broken.wall, startOffsetMicros: broken.startOffsetMicros) == broken)
+    }
+
+    @Test func aSleepWithoutASleepLeaseIsNotReported() async throws {
+        let standIn = try LogindStandIn()
+        defer { standIn.stop() }
+        let host = try await standIn.bus.connect()
+        let other = try await standIn.bus.connect()
+        let clock = ManualClock()
+        let registry = LeaseRegistry(clock: clock, backend: LogindPowerBackend(connection: host))
+        let recorded = WaitableLog<BrokenSleep>()
+        let breaks = SleepBreaks(registry: registry, clock: clock, readings: { ClockReadings.now() }, runStartBoottimeMicros: 0,
+                                 logging: WaitableLog<LogLine>().logging, record: { broken, _ in recorded.append(broken) })
+        try await breaks.watch(host)
+        var told = await breaks.breaks().makeAsyncIterator()
+        _ = try await standIn.call(other, "EmitPrepareForSleep", [.bool(true)], test: true)
+        _ = try await standIn.call(other, "EmitPrepareForSleep", [.bool(false)], test: true)
+        // A lease taken after that sleep, then a second sleep: only that one is told.
+        let later = try await registry.acquire(strategy: "focus", LeaseRequest(
+            holds: "focus", reason: "later", power: PowerHold(what: ["sleep"], mode: "block")))
+        _ = try await standIn.call(other, "EmitPrepareForSleep", [.bool(true)], test: true)
+        _ = try await standIn.call(other, "EmitPrepareForSleep", [.bool(false)], test: true)
+        let broken = try #require(await told.next())
+        #expect(broken.leases.map(\.id) == [later.rawValue])
+        #expect(broken.wakeCause == "unknown")
+        #expect(recorded.count == 1)
+    }
+
+    /// The runtime with the logind backend: a dark wake by a strategy's
+    /// alarm ends in logind's Suspend, a `dark-wake` event the report reads,
+    /// and the return-to-sleep counter.
+    @Test func theRuntimeReturnsToSleepThroughLogindAndRecordsIt() async throws {
+        let standIn = try LogindStandIn()
+        defer { standIn.stop() }
+        let host = try await standIn.bus.connect()
+        let other = try await standIn.bus.connect()
+        var template = Array("/tmp/vigil-sleep-cycle-XXXXXX".utf8CString)
+        let directory = String(cString: try #require(mkdtemp(&template)))
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let configPath = directory + "/vigil.toml"
+        try "[host]\nstate_dir = \"\(directory)/state\"\nreturn_to_sleep_grace = \"2s\"\n".write(toFile: configPath, atomically: true, encoding: .utf8)
+        let plugins = PluginLoader(searchPath: [])
+        let loaded = try ConfigLoader.load(path: configPath, resolver: plugins)
+        let clock = ManualClock()
+        let logs = WaitableLog<LogLine>()
+        let runtime = try await HostRuntime.start(config: loaded, environment: HostRuntime.Environment(
+            clock: clock, scheduler: WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock)),
+            logging: logs.logging, power: LogindPowerBackend(connection: host), version: "9.9.9-test", plugins: plugins))
+        let services = RunningHostServices(runtime, logs: logs)
+        let cycle = try #require(await runtime.returnToSleep)
+        let woke = ClockReadings.now()
+        await cycle.resumed(SystemWake(wall: woke.wallMicros, startOffsetMicros: 0, suspendedMicros: 60_000_000, cause: .vigilAlarm,
+                                       alarm: "tick periodic-wake", alarmStrategy: "tick", alarmKind: "periodic-wake"), readings: woke)
+        await clock.advance(by: .seconds(2))
+        #expect(try await standIn.call(other, "WaitForSuspend", [.uint64(5_000_000)], test: true).argument(0, as: Bool.self))
+        #expect(await logs.wait { $0.contains { $0.message.contains("returned the system to sleep") } })
+        let metrics = String(decoding: await runtime.metricsExposition(), as: UTF8.self)
+        #expect(metrics.contains("vigil_returns_to_sleep_total 1"), "\(metrics.prefix(300))")
+        #expect(metrics.contains("vigil_dark_wake_awake_seconds_total 2"))
+        await services.stop()
+        let run = try #require(try SurvivalReport.load(path: HostPaths.survivalStore(stateDir: directory + "/state"), runs: 1, sinceWallMicros: nil).first)
+        let dark = try #require(run.darkWakes?.first)
+        #expect(dark.outcome == .asleepAgain && dark.alarmStrategy == "tick" && dark.awakeMicros == 2_000_000)
+    }
+}
