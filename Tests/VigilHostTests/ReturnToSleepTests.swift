@@ -157,6 +157,7 @@ struct ReturnToSleepTests {
         let rig = await Rig()
         _ = try await rig.registry.acquire(strategy: "download", LeaseRequest(
             holds: "download", reason: "big file", power: PowerHold(what: ["sleep"], mode: "block")))
+        await rig.clock.advance(by: .seconds(1))  // held since before the suspend
         try await expectStaysAwake(rig, refusal: .vigilLease, reason: "holds sleep (big file)")
     }
 
@@ -230,5 +231,25 @@ struct ReturnToSleepTests {
         let dark = try #require(await rig.outcome())
         #expect(dark.outcome == .asleepAgain && dark.runs == 1)
         #expect(rig.system.suspends == [ended + .seconds(1)])
+    }
+
+    @Test func aLeaseBegunDuringTheDarkWakeIsPartOfTheWork() async throws {
+        // The run's command takes a client lease (`vigilctl hold`) that
+        // outlives the run: the return to sleep waits for it too.
+        let rig = await Rig()
+        await rig.wake()
+        let run = try await rig.run()
+        let hold = try await rig.run("client")
+        await rig.clock.advance(by: .seconds(2))
+        await rig.registry.release(run)
+        await rig.clock.advance(by: .seconds(5))
+        #expect(rig.system.suspends.isEmpty, "the client lease is still held")
+        let ended = rig.clock.now
+        await rig.registry.release(hold)
+        await rig.clock.advance(by: .seconds(1))
+        let dark = try #require(await rig.outcome())
+        #expect(dark.outcome == .asleepAgain && dark.runs == 1)
+        #expect(rig.system.suspends == [ended + .seconds(1)])
+        #expect(rig.refusalLines.isEmpty)
     }
 }

@@ -48,9 +48,10 @@ public struct NoInputActivity: InputActivity {
 
 /// Wake, work, sleep again: after a resume that vigild's own alarm caused
 /// (``SystemWake/Cause/vigilAlarm``), waits until the work that alarm was
-/// for has ended (the leases its strategy began, the woken runs hold one
-/// each) and then, a grace later, asks logind to suspend, unless something
-/// needs the machine. Each refusal is logged once, at info, with its reason;
+/// for has ended (the leases its strategy holds or begins, the woken runs
+/// hold one each, and any lease begun since the resume: a run's `vigilctl
+/// hold`, a download it started) and then, a grace later, asks logind to
+/// suspend, unless something needs the machine. Each refusal is logged once, at info, with its reason;
 /// every dark wake ends in one ``DarkWake`` given to `outcome`.
 ///
 /// The grace is waited on the host's clock, so tests drive it with a
@@ -71,8 +72,9 @@ public actor ReturnToSleep {
         var wake: SystemWake
         var resumedAt: VigilInstant
         var resume: ClockReadings
-        /// The woken strategy's leases still active.
+        /// The work's leases still active.
         var work: Set<LeaseID> = []
+        /// The woken strategy's leases (its runs).
         var runs = 0
         var workEndedAt: VigilInstant
     }
@@ -144,12 +146,18 @@ public actor ReturnToSleep {
         if fresh.work.isEmpty { scheduleCheck() }
     }
 
+    /// Whether `lease` is part of the episode's work: its strategy's, or
+    /// begun since the resume.
+    private static func isWork(_ lease: LeaseSnapshot, of episode: Episode) -> Bool {
+        lease.strategy == episode.wake.alarmStrategy || lease.acquiredAt >= episode.resumedAt
+    }
+
     private func leaseEvent(_ event: LeaseEvent) {
-        guard var current = episode, let strategy = current.wake.alarmStrategy, event.lease.strategy == strategy else { return }
+        guard var current = episode else { return }
         switch event.kind {
         case .acquired:
-            guard current.work.insert(event.lease.id).inserted else { return }
-            current.runs += 1
+            guard Self.isWork(event.lease, of: current), current.work.insert(event.lease.id).inserted else { return }
+            if event.lease.strategy == current.wake.alarmStrategy { current.runs += 1 }
             check?.cancel()
             check = nil
         case .expired, .released, .failed:
@@ -177,16 +185,15 @@ public actor ReturnToSleep {
 
     private func decide(_ number: UInt64) async {
         guard var current = episode, current.number == number, current.work.isEmpty else { return }
-        // A lease of the woken strategy whose event is still on its way is
-        // work too: wait for its end.
-        if let strategy = current.wake.alarmStrategy {
-            let late = await registry.active.filter { $0.strategy == strategy }
-            guard episode?.number == number else { return }
-            if !late.isEmpty {
-                for lease in late where current.work.insert(lease.id).inserted { current.runs += 1 }
-                episode = current
-                return
+        // Work whose event is still on its way: wait for its end.
+        let late = await registry.active.filter { Self.isWork($0, of: current) }
+        guard episode?.number == number else { return }
+        if !late.isEmpty {
+            for lease in late where current.work.insert(lease.id).inserted {
+                if lease.strategy == current.wake.alarmStrategy { current.runs += 1 }
             }
+            episode = current
+            return
         }
         if let (refusal, reason) = await refusal(current) {
             guard episode?.number == number else { return }
