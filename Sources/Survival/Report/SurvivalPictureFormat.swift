@@ -55,7 +55,9 @@ public enum SurvivalPictureFormat {
         out += """
             <p>A run's lane goes from its start to its last heartbeat. Awake, suspended, frozen or stalled, and store \
             unwritable come from the gaps between heartbeats; marks above a lane are the system's wakes, coloured by \
-            what woke it; the thin lanes under a run show when each strategy held leases (seen at heartbeats). \
+            what woke it; a bar along a lane's top is a wake by vigild's own alarm, dark blue until it returned the \
+            system to sleep, orange until it decided to stay awake; a red cross is a sleep that broke leases; \
+            the thin lanes under a run show when each strategy held leases (seen at heartbeats). \
             Hover over anything for its times. See docs/survival.md.</p>
             </body>
             </html>
