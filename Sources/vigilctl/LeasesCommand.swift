@@ -195,7 +195,7 @@ struct LeasesCommand: AsyncParsableCommand {
         case .leaseExpiring(let expiring)?: (event.lease, event.remainingUsec) = (expiring.lease, expiring.remainingUsec)
         case .leaseExpired(let expired)?: (event.lease, event.forced) = (expired.lease, expired.forced)
         case .leaseReleased(let released)?: (event.lease, event.reason) = (released.lease, released.reason)
-        case .strategyStateChanged?, .sleepBrokeLease?, nil: break
+        case .strategyStateChanged?, nil: break
         }
         event.id = event.lease.split(separator: "/").last.flatMap { UInt64($0) }
         return event

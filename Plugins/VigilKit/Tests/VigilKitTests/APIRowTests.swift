@@ -114,7 +114,7 @@ import VigilKit
         for (member, shape) in signals {
             #expect(shape == Self.shape(VigilAPI.host.signal(member).arguments), "\(member)")
         }
-        #expect(HostSignal.members == VigilAPI.host.signals.map(\.name))
+        #expect(HostSignal.members + HostSignal.notDecoded == VigilAPI.host.signals.map(\.name))
     }
 
     @Test func signalsDecodeByMemberAndRefuseAnotherShape() throws {
