@@ -16,7 +16,7 @@ and a test-only interface org.vigil.Test.LogindStandIn:
       (or max_delay_usec, like InhibitDelayMaxUSec), then PrepareForSleep(false)
   WaitForCount(u n, t timeout_usec) -> b       returns when n inhibitors exist
   History() -> as                               "add N" / "remove N" after each change
-  RefuseInhibits(u n)                           the next n Inhibit calls fail with
+  RefuseInhibits(u n)                           the next n Inhibit (or Suspend) calls fail with
       org.freedesktop.login1.OperationInProgress, as real logind answers while its
       own sleep operation is finishing (right after a resume)
   DenyInhibits(b deny)                          Inhibit fails with AccessDenied, as logind
@@ -157,6 +157,12 @@ class Manager(dbus.service.Object):
 
     @dbus.service.method(MANAGER, in_signature="b", out_signature="")
     def Suspend(self, interactive):
+        if self.refusals > 0:
+            self.refusals -= 1
+            self.history.append("suspend refused")
+            raise dbus.exceptions.DBusException(
+                "There's already a shutdown or sleep operation in progress",
+                name="org.freedesktop.login1.OperationInProgress")
         self.suspends += 1
         self.history.append("suspend")
         for reply in self.suspend_waiters:

@@ -17,6 +17,8 @@ struct ReturnToSleepTests {
             var sessions: [String] = []
             var inProgress = false
             var refuseSuspend = false
+            /// Suspend calls answered "busy" before one succeeds.
+            var busy = 0
             var suspends: [VigilInstant] = []
         }
         let state = Lock(State())
@@ -28,11 +30,16 @@ struct ReturnToSleepTests {
         func sleepInProgress() async throws -> Bool { state.withLock { $0.inProgress } }
         func suspend() async throws {
             let now = clock.now
-            let refused = state.withLock { s in
+            let (refused, busy) = state.withLock { s in
+                if s.busy > 0 {
+                    s.busy -= 1
+                    return (false, true)
+                }
                 if !s.refuseSuspend { s.suspends.append(now) }
-                return s.refuseSuspend
+                return (s.refuseSuspend, false)
             }
-            if refused { throw PowerBackendError("org.freedesktop.login1.OperationInProgress") }
+            if busy { throw SleepSystemBusy("operation in progress") }
+            if refused { throw PowerBackendError("org.freedesktop.DBus.Error.AccessDenied") }
         }
         var suspends: [VigilInstant] { state.withLock { $0.suspends } }
     }
@@ -251,5 +258,20 @@ struct ReturnToSleepTests {
         #expect(dark.outcome == .asleepAgain && dark.runs == 1)
         #expect(rig.system.suspends == [ended + .seconds(1)])
         #expect(rig.refusalLines.isEmpty)
+    }
+
+    @Test func logindStillFinishingItsLastSleepIsWaitedFor() async throws {
+        // Right after a resume logind answers Suspend with
+        // OperationInProgress until its sleep operation has finished.
+        let rig = await Rig()
+        rig.system.state.withLock { $0.busy = 3 }
+        let woke = rig.clock.now
+        await rig.wake()
+        await rig.clock.advance(by: .seconds(1))
+        #expect(rig.system.suspends.isEmpty)
+        for _ in 0..<3 { await rig.clock.advance(by: .milliseconds(100)) }
+        let dark = try #require(await rig.outcome())
+        #expect(dark.outcome == .asleepAgain)
+        #expect(rig.system.suspends == [woke + .seconds(1) + .milliseconds(300)])
     }
 }

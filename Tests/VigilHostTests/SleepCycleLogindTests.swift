@@ -48,8 +48,10 @@ import VigilTestSupport
         _ = try await standIn.call(other, "SetPreparingForSleep", [.bool(true)], test: true)
         #expect(try await own.sleepInProgress() == true)
 
+        _ = try await standIn.call(other, "RefuseInhibits", [.uint32(1)], test: true)
+        await #expect(throws: SleepSystemBusy.self) { try await own.suspend() }
         try await own.suspend()
-        #expect(try await standIn.history(other).contains("suspend"))
+        #expect(try await standIn.history(other).suffix(2) == ["suspend refused", "suspend"])
     }
 
     /// Clock readings whose boottime − monotonic grows by `slept` from the

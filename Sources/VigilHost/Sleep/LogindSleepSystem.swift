@@ -74,6 +74,10 @@ public struct LogindSleepSystem: SleepSystem {
     }
 
     public func suspend() async throws {
-        _ = try await manager("Suspend", [.bool(false)])
+        do {
+            _ = try await manager("Suspend", [.bool(false)])
+        } catch let error as DBusError where error.name == LogindPowerBackend.operationInProgress {
+            throw SleepSystemBusy("\(error)")
+        }
     }
 }

@@ -24,8 +24,16 @@ public protocol SleepSystem: Sendable {
     func busySessions(since resumeMonotonicMicros: Int64) async throws -> [String]
     /// Whether logind reports a sleep operation in progress.
     func sleepInProgress() async throws -> Bool
-    /// logind's Suspend.
+    /// logind's Suspend; throws ``SleepSystemBusy`` while logind is still
+    /// finishing a sleep operation (right after a resume).
     func suspend() async throws
+}
+
+/// logind's `OperationInProgress`: its own sleep operation has not finished
+/// yet (right after a resume); the same call succeeds a moment later.
+public struct SleepSystemBusy: Error, Sendable, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
 }
 
 /// Input from a person (keys, pointer, lid, power button) since a moment.
@@ -82,6 +90,10 @@ public actor ReturnToSleep {
     private var nextEpisode: UInt64 = 0
     private var following: Task<Void, Never>?
     private var check: Task<Void, Never>?
+    /// How long Suspend is retried while logind says its previous sleep
+    /// operation is still in progress, and the pause between tries.
+    static let busyRetryBound: Duration = .seconds(10)
+    static let busyRetryPause: Duration = .milliseconds(100)
 
     public init(settings: ReturnToSleepSettings, registry: LeaseRegistry, system: any SleepSystem,
                 input: any InputActivity = NoInputActivity(), clock: any VigilClock, logging: HostLogging,
@@ -202,12 +214,34 @@ public actor ReturnToSleep {
             return
         }
         guard episode?.number == number else { return }
-        let awake = (clock.now - current.resumedAt).vigilDescription
+        let giveUp = clock.now + Self.busyRetryBound
         do {
-            let at = readings()
-            try await system.suspend()
+            var at = readings()
+            while true {
+                do {
+                    try await system.suspend()
+                    break
+                } catch let busy as SleepSystemBusy where clock.now + Self.busyRetryPause <= giveUp {
+                    // logind's own sleep operation (the one that just ended)
+                    // is still finishing: try again shortly, unless a new
+                    // sleep began meanwhile or the episode ended.
+                    log.debug("logind is busy (\(busy)); asking again in \(Self.busyRetryPause.vigilDescription)")
+                    try await clock.sleep(for: Self.busyRetryPause)
+                    guard episode?.number == number else { return }
+                    if (try? await system.sleepInProgress()) == true {
+                        let reason = "logind already has a sleep operation in progress"
+                        log.info("staying awake after vigild's alarm woke the system for \(current.wake.alarmStrategy ?? current.wake.alarm ?? "?"): \(reason)")
+                        await finish(current, outcome: .stayedAwake, reason: reason, refusal: .sleepInProgress, workEnded: true)
+                        return
+                    }
+                    at = readings()
+                }
+            }
+            let awake = (clock.now - current.resumedAt).vigilDescription
             await finish(current, outcome: .asleepAgain, reason: nil, refusal: nil, workEnded: true, at: at)
             log.info("returned the system to sleep: the work of \(current.wake.alarm ?? "?") is done (\(current.runs) lease\(current.runs == 1 ? "" : "s"), awake \(awake))")
+        } catch is CancellationError {
+            return
         } catch {
             let reason = "logind refused Suspend: \(ClientText.excerpt("\(error)"))"
             log.info("staying awake after vigild's alarm woke the system: \(reason)")
