@@ -92,12 +92,28 @@ struct HoldCommand: AsyncParsableCommand {
             first: LeaseKeeper.Held(client: client, path: lease.path, fd: lease.fd))
         let renewing = Task { await keeper.renewLoop(every: budgetValue * 3 / 4) }
         let keeping = Task { await keeper.keepLoop() }
+        // A suspend that breaks the lease (the lid, `systemctl suspend -i`)
+        // is said on stderr: the command ran on, but the machine slept.
+        let watcher = try? await VigilBusClient.connect(busOptions)
+        let brokenSleeps = try? await watcher?.connection.signals(matching: DBusMatchRule(
+            sender: VigilBusClient.busName, path: VigilBusClient.rootPath, interface: VigilBusClient.hostInterface,
+            member: "SleepBrokeLease"))
+        let telling = Task {
+            guard let brokenSleeps else { return }
+            for await signal in brokenSleeps {
+                guard let broken = try? SleepBrokeLeaseSignal(arguments: signal.body), await keeper.holds(broken.lease) else { continue }
+                LeaseKeeper.say("the system slept \(LeaseKeeper.seconds(.microseconds(Int64(clamping: broken.sleptUsec)))) although lease \(broken.lease) held sleep (woken by \(broken.wakeCause)); the lease goes on")
+            }
+        }
         let status = await ChildProcess.run(argv)
         await keeper.requestStop()
         renewing.cancel()
         keeping.cancel()
+        telling.cancel()
         await renewing.value
         await keeping.value
+        await telling.value
+        await watcher?.close()
         let gaps = await keeper.finish()
         if status.spawnError != nil {
             FileHandle.standardError.write(Data("vigilctl hold: cannot run \(argv[0]): \(status.spawnError ?? "")\n".utf8))

@@ -103,6 +103,9 @@ actor LeaseKeeper {
 
     private func lease(of held: Held?) -> String { held?.path ?? "?" }
 
+    /// Whether `path` is the lease held now.
+    func holds(_ path: String) -> Bool { held?.path == path }
+
     /// Makes both loops return soon (wakes the hang-up wait).
     func requestStop() {
         guard !stopped else { return }
