@@ -87,6 +87,8 @@ public actor ForeignInhibits {
 
     public nonisolated let registry: LeaseRegistry
     public nonisolated let settings: InhibitSettings
+    /// Caps, budgets and live rules, shared with client leases.
+    public nonisolated let policy: AppPolicy
     private let grace: Duration
     private let log: Logger
     private var byCookie: [UInt32: Held] = [:]
@@ -101,9 +103,10 @@ public actor ForeignInhibits {
     /// Told when the set of held inhibits goes from empty to not, or back.
     private var onHasInhibitChanged: (@Sendable (Bool) -> Void)?
 
-    public init(registry: LeaseRegistry, settings: InhibitSettings, grace: Duration, logging: HostLogging) {
+    public init(registry: LeaseRegistry, settings: InhibitSettings, grace: Duration, logging: HostLogging, policy: AppPolicy? = nil) {
         self.registry = registry
         self.settings = settings
+        self.policy = policy ?? AppPolicy(settings: AppLimitSettings(), clock: registry.budgetClock)
         self.grace = grace
         self.log = logging.logger("inhibit")
     }
@@ -112,8 +115,10 @@ public actor ForeignInhibits {
     /// `inhibit_max`, released at shutdown) are forgotten here too. Call once.
     public func start() async {
         let events = await registry.events(LeaseEventFilter(kinds: LeaseEventFilter.endings, strategy: Self.strategyName))
+        let policy = self.policy
         following = Task { [weak self] in
             for await event in events {
+                await policy.ended(event.lease.id, expired: event.kind == .expired)
                 await self?.registryEnded(event.lease.id)
             }
         }
@@ -141,7 +146,18 @@ public actor ForeignInhibits {
         } catch {
             throw ClientLeaseError(.invalidArgument, error.message)
         }
-        try checkPolicy(app: app, executable: caller.executable)
+        let name = app.isEmpty ? "unnamed app" : app
+        let subjects = [app] + (caller.executable.map { [$0] } ?? [])
+        let who = "inhibit by \"\(ClientText.excerpt(app))\" (\(caller.executable.map { ClientText.excerpt($0) } ?? "executable unknown"))"
+        let grant = try await policy.admit(app: name, subjects: subjects, who: who)
+        if !grant.liveAllowed {
+            do {
+                try checkPolicy(subjects: subjects, who: who)
+            } catch {
+                await policy.refused(app: name)
+                throw error
+            }
+        }
         let beingGranted = pending.count(uid: caller.uid)
         let mine = byCookie.values.filter { $0.caller.uid == caller.uid }.count + beingGranted
         guard mine < InhibitSettings.maxPerUID else {
@@ -151,15 +167,18 @@ public actor ForeignInhibits {
         // Counted against the limit from here, before the first suspension
         // point, until the inhibit is held or refused.
         let ticket = pending.reserve(uid: caller.uid)
-        let name = app.isEmpty ? "unnamed app" : app
         let log = self.log
+        // inhibit_max is this app's cap unless app_max names one.
+        let asked = grant.cap == nil ? settings.maxDuration : nil
+        let rule = grant.limitingRule(asked) ?? "inhibit_max (\(settings.maxDuration.vigilDescription))"
+        let shown = ClientText.excerpt(name)
         let request = LeaseRequest(
             holds: what.isEmpty ? "nothing (tracked only)" : what.joined(separator: "+"),
             reason: reason.isEmpty ? name : reason,
-            budget: settings.maxDuration, grace: grace,
+            budget: grant.limit(asked), grace: grace,
             power: what.isEmpty ? nil : PowerHold(what: what, mode: "block"),
             onExpire: { expiry in
-                log.with(lease: expiry.lease).warning("inhibit by \"\(name)\" ran for inhibit_max; releasing lease \(expiry.lease) in \(expiry.grace.vigilDescription)")
+                log.with(lease: expiry.lease).warning("inhibit by \"\(shown)\" reached \(rule); releasing lease \(expiry.lease) in \(expiry.grace.vigilDescription)")
             }
         )
         let id: LeaseID
@@ -178,8 +197,9 @@ public actor ForeignInhibits {
         while cookie == 0 || byCookie[cookie] != nil { cookie = generator.next() }
         let wasEmpty = byCookie.isEmpty
         pending.release(ticket)
+        await policy.began(id, grant: grant, subjects: subjects)
         byCookie[cookie] = Held(lease: id, caller: caller, source: source)
-        log.with(lease: id).info("lease \(id): inhibit by \"\(name)\" (uid \(caller.uid), pid \(caller.pid)) through \(source.rawValue) holds \(request.holds)")
+        log.with(lease: id).info("lease \(id): inhibit by \"\(shown)\" (uid \(caller.uid), pid \(caller.pid)) through \(source.rawValue) holds \(request.holds)")
         cookieOfLease[id] = cookie
         if wasEmpty { onHasInhibitChanged?(true) }
         if vanished.contains(caller.owner) { await end(cookie, detail: "the app left the bus") }
@@ -207,9 +227,21 @@ public actor ForeignInhibits {
         for cookie in byCookie.keys.sorted() { await end(cookie, detail: "the bus connection was lost") }
     }
 
+    /// Ends the inhibit that is lease `id` (`vigilctl inhibitors --release`
+    /// or `--deny`); false when no inhibit is that lease.
+    public func release(_ id: LeaseID, detail: String) async -> Bool {
+        guard let cookie = cookieOfLease[id] else { return false }
+        await end(cookie, detail: detail)
+        return true
+    }
+
+    /// Whether lease `id` is an app's inhibit.
+    public func holds(_ id: LeaseID) -> Bool { cookieOfLease[id] != nil }
+
     private func end(_ cookie: UInt32, detail: String) async {
         guard let held = byCookie.removeValue(forKey: cookie) else { return }
         cookieOfLease[held.lease] = nil
+        await policy.ended(held.lease)
         log.with(lease: held.lease).info("lease \(held.lease): inhibit of pid \(held.caller.pid) ended: \(detail)")
         if byCookie.isEmpty { onHasInhibitChanged?(false) }
         await registry.release(held.lease, detail: detail)
@@ -222,10 +254,8 @@ public actor ForeignInhibits {
     }
 
     /// `inhibit_deny` first, then `inhibit_allow` when it is not empty.
-    private func checkPolicy(app: String, executable: String?) throws(ClientLeaseError) {
-        let subjects = [app] + (executable.map { [$0] } ?? [])
+    private func checkPolicy(subjects: [String], who: String) throws(ClientLeaseError) {
         func matches(_ pattern: String) -> Bool { subjects.contains { fnmatch(pattern, $0, 0) == 0 } }
-        let who = "inhibit by \"\(ClientText.excerpt(app))\" (\(executable.map { ClientText.excerpt($0) } ?? "executable unknown"))"
         if let rule = settings.deny.first(where: matches) {
             throw ClientLeaseError(.accessDenied, "\(who) is denied by inhibit_deny pattern \"\(rule)\"")
         }

@@ -141,8 +141,10 @@ public actor HostRuntime: Service {
         self.runId = runId
         let registry = LeaseRegistry(clock: env.clock, budgetClock: env.budgetClock, backend: env.power)
         self.registry = registry
-        self.clientLeases = ClientLeases(registry: registry, settings: config.host.clientLeases)
-        self.inhibits = ForeignInhibits(registry: registry, settings: config.host.inhibits, grace: config.host.clientLeases.grace, logging: logging)
+        // One policy for apps' inhibits and clients' leases: an app's budget counts both.
+        let appPolicy = AppPolicy(settings: config.host.appLimits, clock: registry.budgetClock)
+        self.clientLeases = ClientLeases(registry: registry, settings: config.host.clientLeases, policy: appPolicy, logging: logging)
+        self.inhibits = ForeignInhibits(registry: registry, settings: config.host.inhibits, grace: config.host.clientLeases.grace, logging: logging, policy: appPolicy)
         let metrics = HostMetrics()
         self.metrics = metrics
         let costs = StrategyCosts(clock: env.clock)
