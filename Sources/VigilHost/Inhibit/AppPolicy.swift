@@ -205,10 +205,13 @@ public actor AppPolicy {
         }
     }
 
+    /// A lease of `app` reached its limit and is expiring (counted for
+    /// `vigilctl cost --apps` and the metrics).
+    public func expiring(app: String) { count(app) { $0.expired += 1 } }
+
     /// A lease ended (any way): the app's budget stops counting when it held its last.
-    public func ended(_ lease: LeaseID, expired: Bool = false) {
+    public func ended(_ lease: LeaseID) {
         guard let entry = held.removeValue(forKey: lease) else { return }
-        if expired { count(entry.app) { $0.expired += 1 } }
         let now = clock.now
         guard var usage = usage[entry.app] else { return }
         usage.holding -= 1
@@ -318,6 +321,9 @@ public actor AppPolicy {
         if let since = usage.openSince { total += now - max(since, windowStart) }
         return total
     }
+
+    /// Spans of holding time kept for `app` (bounded by ``maxSpansPerApp``).
+    func spanCount(_ app: String) -> Int { usage[app]?.spans.count ?? 0 }
 
     // MARK: internals
 

@@ -118,7 +118,7 @@ public actor ForeignInhibits {
         let policy = self.policy
         following = Task { [weak self] in
             for await event in events {
-                await policy.ended(event.lease.id, expired: event.kind == .expired)
+                await policy.ended(event.lease.id)
                 await self?.registryEnded(event.lease.id)
             }
         }
@@ -172,12 +172,14 @@ public actor ForeignInhibits {
         let asked = grant.cap == nil ? settings.maxDuration : nil
         let rule = grant.limitingRule(asked) ?? "inhibit_max (\(settings.maxDuration.vigilDescription))"
         let shown = ClientText.excerpt(name)
+        let policy = self.policy
         let request = LeaseRequest(
             holds: what.isEmpty ? "nothing (tracked only)" : what.joined(separator: "+"),
             reason: reason.isEmpty ? name : reason,
             budget: grant.limit(asked), grace: grace,
             power: what.isEmpty ? nil : PowerHold(what: what, mode: "block"),
             onExpire: { expiry in
+                await policy.expiring(app: name)
                 log.with(lease: expiry.lease).warning("inhibit by \"\(shown)\" reached \(rule); releasing lease \(expiry.lease) in \(expiry.grace.vigilDescription)")
             }
         )

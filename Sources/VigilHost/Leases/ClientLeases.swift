@@ -146,11 +146,14 @@ public actor ClientLeases {
         let ticket = pending.reserve(uid: uid, budget: budget)
         let log = self.log
         let shown = ClientText.excerpt(identity.name)
+        let policy = self.policy
+        let app = identity.name
         let request = LeaseRequest(
             holds: "background task \"\(identity.name)\" of \(identity.owner) (uid \(identity.uid), pid \(identity.pid))",
             reason: reason.isEmpty ? identity.name : reason,
             budget: budget, grace: settings.grace, power: settings.hold,
             onExpire: { [weak self] expiry in
+                await policy.expiring(app: app)
                 if let rule {
                     log?.with(lease: expiry.lease).warning("background task \"\(shown)\" reached \(rule); releasing lease \(expiry.lease) in \(expiry.grace.vigilDescription) unless it ends first")
                 }
@@ -248,7 +251,7 @@ public actor ClientLeases {
 
     /// The registry ended a lease on its own: forget it.
     private func registryEnded(_ id: LeaseID) async {
-        await policy.ended(id, expired: true)
+        await policy.ended(id)
         guard let entry = held.removeValue(forKey: id) else { return }
         watcher?.forget(entry.watch)
         entry.endedWhileExpiring?.resume()
