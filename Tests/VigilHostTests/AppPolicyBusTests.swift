@@ -129,7 +129,7 @@ import VigilKit
 
     @Test func denyReleasesAtOnceAndRefusesAllowLetsInAgainReleaseEndsOne() async throws {
         try await HostBusFixture.with(strategies: "", host: "inhibit_deny = [\"blocked\"]") { f in
-            _ = try await Self.inhibit(f, "steam")
+            let steamCookie = try await Self.inhibit(f, "steam")
             _ = try await Self.inhibit(f, "steam")
             _ = try await Self.inhibit(f, "mpv")
             let task1 = try await f.typed.beginBackgroundTask(name: "steam", reason: "", budgetMicros: 60_000_000)
@@ -139,6 +139,17 @@ import VigilKit
             let reasons = await f.runtime.registry.history.filter { $0.kind == .released && $0.lease.client?.name == "steam" }.map(\.detail)
             #expect(reasons.count == 3 && reasons.allSatisfy { $0 == "denied by vigilctl inhibitors --deny \"ste*\" (uid \(getuid()))" }, "\(reasons)")
             _ = task1
+            // The app's own UnInhibit of a cookie vigild ended succeeds (wakepy
+            // raises on a failed one); another connection's is refused as ever.
+            let other = try await f.bus.connect()
+            let foreign = await Self.dbusError {
+                _ = try await other.call(destination: f.hostName, path: Self.pmPath, interface: Self.pm, member: "UnInhibit",
+                                         arguments: [.uint32(steamCookie)])
+            }
+            await other.close()
+            #expect(foreign?.name == DBusError.Name.invalidArgs)
+            try await f.call(Self.pmPath, Self.pm, "UnInhibit", [steamCookie])
+            #expect(await Self.dbusError { try await f.call(Self.pmPath, Self.pm, "UnInhibit", [steamCookie]) }?.name == DBusError.Name.invalidArgs)
             let denied = await Self.dbusError { _ = try await Self.inhibit(f, "steam") }
             #expect(denied?.name == DBusError.Name.accessDenied, "\(String(describing: denied))")
             #expect(denied?.message.contains("denied by vigilctl inhibitors --deny \"ste*\" until vigild restarts") == true, "\(denied?.message ?? "")")

@@ -98,6 +98,14 @@ public actor ForeignInhibits {
     /// Unique names that left the bus recently (an inhibit racing its
     /// caller's departure is ended at once); bounded, names are never reused.
     private var vanished = VanishedNames()
+    /// Inhibits vigild ended itself (at a cap or budget, by `--deny` or
+    /// `--release`) whose connection has not said UnInhibit yet: cookie and
+    /// connection, oldest first, bounded. That connection's UnInhibit of it
+    /// succeeds, as if it came first (wakepy takes a failed UnInhibit for a
+    /// bug and raises); any other connection's is refused as before.
+    private var endedByHost: [UInt32: String] = [:]
+    private var endedOrder: [UInt32] = []
+    static let endedCookiesKept = 4096
     /// Inhibits being granted, counted against the per-uid limit.
     private var pending = PendingGrants()
     /// Told when the set of held inhibits goes from empty to not, or back.
@@ -196,7 +204,7 @@ public actor ForeignInhibits {
             "Pid": .uint(UInt64(caller.pid)), "Uid": .uint(UInt64(caller.uid)),
         ])
         var cookie: UInt32 = 0
-        while cookie == 0 || byCookie[cookie] != nil { cookie = generator.next() }
+        while cookie == 0 || byCookie[cookie] != nil || endedByHost[cookie] != nil { cookie = generator.next() }
         let wasEmpty = byCookie.isEmpty
         pending.release(ticket)
         await policy.began(id, grant: grant, subjects: subjects)
@@ -210,6 +218,10 @@ public actor ForeignInhibits {
 
     /// Ends the inhibit `cookie` for the connection that got it.
     public func uninhibit(_ cookie: UInt32, caller owner: String) async throws(ClientLeaseError) {
+        if endedByHost[cookie] == owner {
+            endedByHost[cookie] = nil
+            return
+        }
         guard byCookie[cookie]?.caller.owner == owner else {
             throw ClientLeaseError(.invalidArgument, "this connection holds no inhibit with cookie \(cookie)")
         }
@@ -232,8 +244,9 @@ public actor ForeignInhibits {
     /// Ends the inhibit that is lease `id` (`vigilctl inhibitors --release`
     /// or `--deny`); false when no inhibit is that lease.
     public func release(_ id: LeaseID, detail: String) async -> Bool {
-        guard let cookie = cookieOfLease[id] else { return false }
+        guard let cookie = cookieOfLease[id], let owner = byCookie[cookie]?.caller.owner else { return false }
         await end(cookie, detail: detail)
+        rememberEnded(cookie, owner: owner)
         return true
     }
 
@@ -251,8 +264,16 @@ public actor ForeignInhibits {
 
     private func registryEnded(_ id: LeaseID) {
         guard let cookie = cookieOfLease.removeValue(forKey: id) else { return }
-        byCookie[cookie] = nil
+        if let owner = byCookie.removeValue(forKey: cookie)?.caller.owner, !vanished.contains(owner) {
+            rememberEnded(cookie, owner: owner)
+        }
         if byCookie.isEmpty { onHasInhibitChanged?(false) }
+    }
+
+    private func rememberEnded(_ cookie: UInt32, owner: String) {
+        endedByHost[cookie] = owner
+        endedOrder.append(cookie)
+        if endedOrder.count > Self.endedCookiesKept { endedByHost[endedOrder.removeFirst()] = nil }
     }
 
     /// `inhibit_deny` first, then `inhibit_allow` when it is not empty.
