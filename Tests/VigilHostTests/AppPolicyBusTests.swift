@@ -173,6 +173,8 @@ import VigilKit
             #expect(await f.runtime.registry.history.contains { $0.kind == .released && $0.lease.id == mpv.id && $0.detail == "released by vigilctl inhibitors --release (uid \(getuid()))" })
 
             // A timed deny lapses on the clock.
+            let forever = await Self.dbusError { _ = try await f.typed.denyApp("mpv", forMicros: .max) }
+            #expect(forever?.name == DBusError.Name.invalidArgs && forever?.message.contains("a deny lasts at most") == true, "\(String(describing: forever))")
             #expect(try await f.typed.denyApp("mpv", forMicros: 10_000_000) == 0)
             #expect(await Self.dbusError { _ = try await Self.inhibit(f, "mpv") }?.message.contains("for 10s more") == true)
             await f.advance(10)

@@ -145,6 +145,8 @@ public actor AppPolicy {
     public static let maxTrackedApps = 1024
     /// Most spans of holding time kept per app.
     static let maxSpansPerApp = 512
+    /// Longest a timed deny may last.
+    public static let longestDeny: Duration = .seconds(3650 * 86400)
     /// Longest pattern a live rule takes, as the config's patterns.
     public static let patternLimit = ClientInputLimit("pattern", maximum: 256)
     /// Where counts of apps beyond ``maxTrackedApps`` go.
@@ -255,6 +257,10 @@ public actor AppPolicy {
     /// leases it matches, which the caller releases.
     public func deny(_ pattern: String, for duration: Duration?) throws(ClientLeaseError) -> [LeaseID] {
         try checkPattern(pattern)
+        if let duration, duration > Self.longestDeny {
+            // Past this the lapse time could overflow the clock; a deny that long is one until vigild stops.
+            throw ClientLeaseError(.invalidArgument, "a deny lasts at most \(Self.longestDeny.vigilDescription); give 0 for one until vigild restarts")
+        }
         let now = clock.now
         dropLapsedRules(now)
         live.removeAll { $0.pattern == pattern }
