@@ -77,9 +77,10 @@ import VigilKit
             let last = try #require(await Self.lease(f, app: "looper"))
             #expect(last.budget == .seconds(1))
             let left = try await f.typed.appPolicy().leases.first { $0.lease == last.id.rawValue }
-            #expect(left?.budgetLeftUsec == 1_000_000 && left?.rule == "app_budget \"looper\" 10s per 24h", "\(String(describing: left))")
-            // No app_max names it: no cap is shown (inhibit_max, 8h, still applies).
-            #expect(left?.capLeftUsec == -1)
+            #expect(left?.budgetLeftUsec == 1_000_000 && left?.rule == "inhibit_max 8h; app_budget \"looper\" 10s per 24h", "\(String(describing: left))")
+            // No app_max names it: its cap is inhibit_max.
+            let eightHours: Int64 = 8 * 3600 * 1_000_000
+            #expect(left?.capLeftUsec == eightHours)
             let events = await f.runtime.registry.events()
             await f.advance(1)
             _ = await InhibitBusTests.first(events, within: .seconds(10)) { $0.kind == .expiring }

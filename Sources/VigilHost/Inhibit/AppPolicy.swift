@@ -80,6 +80,8 @@ public actor AppPolicy {
         public var budgetLeft: Duration?
         /// A live `--allow` matched: the config's deny and allow lists do not apply.
         public var liveAllowed: Bool
+        /// The cap is `inhibit_max` (an inhibit no `app_max` names), not an `app_max` rule.
+        public var capIsInhibitMax = false
 
         /// The least of `asked`, the cap and what is left of the budget.
         public func limit(_ asked: Duration?) -> Duration? {
@@ -136,6 +138,7 @@ public actor AppPolicy {
         var app: String
         var subjects: [String]
         var cap: AppLimitRule?
+        var capIsInhibitMax: Bool
         var budget: AppLimitRule?
         var acquiredAt: VigilInstant
     }
@@ -200,7 +203,7 @@ public actor AppPolicy {
     /// A lease was granted under `grant`: the app's budget counts from now.
     public func began(_ lease: LeaseID, grant: Grant, subjects: [String]) {
         let now = clock.now
-        held[lease] = Held(app: grant.app, subjects: subjects, cap: grant.cap, budget: grant.budget, acquiredAt: now)
+        held[lease] = Held(app: grant.app, subjects: subjects, cap: grant.cap, capIsInhibitMax: grant.capIsInhibitMax, budget: grant.budget, acquiredAt: now)
         trackUsage(grant.app, now: now) { usage in
             if usage.holding == 0 { usage.openSince = now }
             usage.holding += 1
@@ -305,7 +308,9 @@ public actor AppPolicy {
             let capLeft = entry.cap.map { max(.zero, $0.limit - (now - entry.acquiredAt)) }
             let budgetLeft = entry.budget.map { max(.zero, $0.limit - used(entry.app, now: now)) }
             var rules: [String] = []
-            if let cap = entry.cap { rules.append("app_max \"\(cap.pattern)\" \(cap.limit.vigilDescription)") }
+            if let cap = entry.cap {
+                rules.append(entry.capIsInhibitMax ? "inhibit_max \(cap.limit.vigilDescription)" : "app_max \"\(cap.pattern)\" \(cap.limit.vigilDescription)")
+            }
             if let budget = entry.budget { rules.append("app_budget \"\(budget.pattern)\" \(budget.limit.vigilDescription) per 24h") }
             return HeldLimit(lease: id, app: entry.app, rule: rules.joined(separator: "; "), capLeft: capLeft, budgetLeft: budgetLeft)
         }

@@ -207,7 +207,13 @@ public actor ForeignInhibits {
         while cookie == 0 || byCookie[cookie] != nil || endedByHost[cookie] != nil { cookie = generator.next() }
         let wasEmpty = byCookie.isEmpty
         pending.release(ticket)
-        await policy.began(id, grant: grant, subjects: subjects)
+        // Shown as the cap of an inhibit that no app_max names.
+        var recorded = grant
+        if recorded.cap == nil {
+            recorded.cap = AppLimitRule("*", settings.maxDuration)
+            recorded.capIsInhibitMax = true
+        }
+        await policy.began(id, grant: recorded, subjects: subjects)
         byCookie[cookie] = Held(lease: id, caller: caller, source: source)
         log.with(lease: id).info("lease \(id): inhibit by \"\(shown)\" (uid \(caller.uid), pid \(caller.pid)) through \(source.rawValue) holds \(request.holds)")
         cookieOfLease[id] = cookie
