@@ -212,6 +212,15 @@ import VigilKit
         #expect(mostSpecific(rules.filter { $0.pattern != "*" }, matching: ["vlc"]) == nil)
     }
 
+    @Test func aReloadNamesTheChangedKeysThatNeedARestart() {
+        let before = HostSettings(stateDir: "/tmp/x")
+        var after = before
+        after.appLimits.budgets = [AppLimitRule("*", .seconds(3600))]
+        #expect(ConfigDiff.differingKeys(before, after) == ["app_budget"])
+        after.appLimits.caps = [AppLimitRule("mpv", .seconds(60))]
+        #expect(ConfigDiff.differingKeys(before, after) == ["app_max", "app_budget"])
+    }
+
     @Test func theBudgetRollsOverTwentyFourHoursAndStaysBounded() async throws {
         let clock = ManualClock()
         let policy = AppPolicy(settings: AppLimitSettings(budgets: [AppLimitRule("*", .seconds(3600))]), clock: clock)

@@ -509,6 +509,12 @@ struct ConfigDiff {
         let left = Mirror(reflecting: a).children, right = Mirror(reflecting: b).children
         var keys: [String] = []
         for (l, r) in zip(left, right) where String(describing: l.value) != String(describing: r.value) {
+            // One property for two keys: name the keys.
+            if l.label == "appLimits" {
+                if a.appLimits.caps != b.appLimits.caps { keys.append("app_max") }
+                if a.appLimits.budgets != b.appLimits.budgets { keys.append("app_budget") }
+                continue
+            }
             keys.append(snakeCase(l.label ?? "?"))
         }
         return keys.isEmpty ? ["settings"] : keys
