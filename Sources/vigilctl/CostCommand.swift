@@ -3,11 +3,10 @@ import Foundation
 import VigilCommon
 import VigilSurvivalReport
 import VigilKit
-import VigilClient
 
 /// `vigilctl cost`: what each strategy cost over a period, from the survival
 /// log (no running host needed): "what kept this machine awake".
-struct CostCommand: AsyncParsableCommand {
+struct CostCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "cost",
         abstract: "Show what each strategy cost over a period: what kept this machine awake.",
@@ -28,9 +27,9 @@ struct CostCommand: AsyncParsableCommand {
             ("24h", "7d"). Runs recorded by a vigild that kept no costs are counted and left out. \
             See docs/vigilctl.md and docs/metrics.md.
 
-            --apps adds, from the running vigild (on --bus, as other commands find it), how many \
-            requests of each app were refused (a deny rule, an allow list, a spent app_budget) and how \
-            many of its leases expired at their cap or budget since that vigild started.
+            APPS: per app (an inhibit's application name, a client lease's name), requests refused \
+            (a deny rule, an allow list, a spent app_budget) and leases that expired at their cap or \
+            budget, summed over the same runs (docs/desktop-integration.md).
             """
     )
 
@@ -42,53 +41,27 @@ struct CostCommand: AsyncParsableCommand {
     @Flag(help: "Print the report as JSON instead of a table.")
     var json = false
 
-    @Flag(help: "Also show refused requests and expired leases per app, from the running vigild.")
-    var apps = false
-
-    @Option(help: ArgumentHelp("With --apps: the bus vigild is on: session, system, or a D-Bus address.", valueName: "bus"))
-    var bus: String?
-
-    /// The report with `--apps`, as JSON.
-    struct WithApps: Encodable {
-        var report: CostReport
-        var apps: [AppCountRow]
-    }
 
     func validate() throws {
         if let since { _ = try Self.sinceWallMicros(since, nowMicros: 0) }
     }
 
-    func run() async throws {
+    func run() throws {
         let sinceMicros = try since.map { try Self.sinceWallMicros($0, nowMicros: Int64(clamping: TableFormat.nowMicros())) }
         let report = try storeOptions.read(for: "cost") { path in try CostReport.load(path: path, sinceWallMicros: sinceMicros) }
-        var appCounts: [AppCountRow]?
-        if apps {
-            try await runReporting("cost") {
-                let options = try BusOptions.parse((bus.map { ["--bus", $0] } ?? []) + ["--state-dir", storeOptions.stateDir])
-                appCounts = try await VigilBusClient.with(options) { client in
-                    try await client.mapped("AppPolicy") { try await client.client.appPolicy() }.apps
-                }
-            }
-        }
         if json {
-            if let appCounts {
-                print(try jsonText(WithApps(report: report, apps: appCounts)))
-            } else {
-                print(try jsonText(report))
-            }
+            print(try jsonText(report))
         } else {
             print(Self.text(report), terminator: "")
-            if let appCounts { print(Self.appsText(appCounts), terminator: "") }
+            if !report.apps.isEmpty { print(Self.appsText(report.apps), terminator: "") }
         }
     }
 
-    /// Refusals and expiries per app since the running vigild started.
-    static func appsText(_ apps: [AppCountRow]) -> String {
-        let title = "\nApps since vigild started: refused requests and expired leases\n"
-        guard !apps.isEmpty else { return title + "No app was refused and no app lease expired.\n" }
-        return title + TableFormat.table(
-            [TableFormat.Column("APP"), TableFormat.Column("REFUSED", .right), TableFormat.Column("EXPIRED", .right)],
-            apps.map { [TableFormat.cell($0.app), String($0.refused), String($0.expired)] })
+    /// Refusals and expiries per app over the period.
+    static func appsText(_ apps: [CostReport.App]) -> String {
+        "\nApps refused and expired:\n" + TableFormat.table(
+            [TableFormat.Column("APP"), TableFormat.Column("REFUSED", .right), TableFormat.Column("EXPIRED", .right), TableFormat.Column("RUNS", .right)],
+            apps.map { [TableFormat.cell($0.app), String($0.refused), String($0.expired), String($0.runs)] })
     }
 
     static func text(_ report: CostReport) -> String {

@@ -211,7 +211,7 @@ public actor AppPolicy {
     }
 
     /// A lease of `app` reached its limit and is expiring (counted for
-    /// `vigilctl cost --apps` and the metrics).
+    /// `vigilctl cost` and the metrics).
     public func expiring(app: String) { count(app) { $0.expired += 1 } }
 
     /// A lease ended (any way): the app's budget stops counting when it held its last.
@@ -319,6 +319,11 @@ public actor AppPolicy {
     /// Refusals and expiries per app since vigild started, by app name.
     public func appCounts() -> [AppCount] {
         counts.values.sorted { Array($0.app.utf8).lexicographicallyPrecedes(Array($1.app.utf8)) }
+    }
+
+    /// The same by app name, as the survival log stores them.
+    public func appCountsByName() -> [String: AppRequestCount] {
+        counts.mapValues { AppRequestCount(refused: $0.refused, expired: $0.expired) }
     }
 
     /// Awake time `app` held the machine in the 24 hours before `now`.

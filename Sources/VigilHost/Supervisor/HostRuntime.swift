@@ -264,6 +264,7 @@ public actor HostRuntime: Service {
                     }
                 },
                 costs: { costs.all() },
+                apps: { [inhibits] in await inhibits.policy.appCountsByName() },
                 healthChanged: { [weak self] in await self?.publishHealth() },
                 afterBeat: { [weak self] first in await self?.afterHeartbeat(first: first) }))
         // The writers end only when the wake scheduler fails (the heartbeat)
@@ -418,7 +419,8 @@ public actor HostRuntime: Service {
         if dropped > 0 {
             try? await store.recordEvent("log-lines-dropped", strategy: nil, fields: ["count": String(dropped)], readings: readings())
         }
-        do { try await store.endRun(reason: reason, readings: readings(), costs: costs.all()) } catch {
+        let apps = await inhibits.policy.appCountsByName()
+        do { try await store.endRun(reason: reason, readings: readings(), costs: costs.all(), apps: apps) } catch {
             log.error("cannot record the end of run \(runId): \(error)")
         }
         // The last textfile says the run stopped.
