@@ -212,6 +212,18 @@ import VigilKit
         #expect(mostSpecific(rules.filter { $0.pattern != "*" }, matching: ["vlc"]) == nil)
     }
 
+    @Test func aLeaseThatEndedBeforeItsGrantWasRecordedNeverCounts() async throws {
+        let clock = ManualClock()
+        let policy = AppPolicy(settings: AppLimitSettings(budgets: [AppLimitRule("*", .seconds(10))]), clock: clock)
+        let grant = try await policy.admit(app: "quick", subjects: ["quick"], who: "quick")
+        // The registry ended lease 1 (its tiny budget ran out) before the grant was recorded.
+        await policy.ended(LeaseID(1))
+        await policy.began(LeaseID(1), grant: grant, subjects: ["quick"])
+        await clock.advance(by: .seconds(60))
+        #expect(await policy.used("quick", now: clock.now) == .zero)
+        #expect(await policy.limits().isEmpty)
+    }
+
     @Test func aReloadNamesTheChangedKeysThatNeedARestart() {
         let before = HostSettings(stateDir: "/tmp/x")
         var after = before

@@ -161,6 +161,11 @@ public actor AppPolicy {
     private var usage: [String: Usage] = [:]
     private var held: [LeaseID: Held] = [:]
     private var counts: [String: AppCount] = [:]
+    /// Leases that ended before ``began(_:grant:subjects:)`` was told of
+    /// them (a lease can expire or be released while its grant is still
+    /// being recorded): they never count. Bounded; lease ids are not reused.
+    private var endedFirst: Set<LeaseID> = []
+    private var endedFirstOrder: [LeaseID] = []
 
     public init(settings: AppLimitSettings, clock: any VigilClock) {
         self.settings = settings
@@ -202,6 +207,7 @@ public actor AppPolicy {
 
     /// A lease was granted under `grant`: the app's budget counts from now.
     public func began(_ lease: LeaseID, grant: Grant, subjects: [String]) {
+        guard endedFirst.remove(lease) == nil else { return }
         let now = clock.now
         held[lease] = Held(app: grant.app, subjects: subjects, cap: grant.cap, capIsInhibitMax: grant.capIsInhibitMax, budget: grant.budget, acquiredAt: now)
         trackUsage(grant.app, now: now) { usage in
@@ -216,7 +222,12 @@ public actor AppPolicy {
 
     /// A lease ended (any way): the app's budget stops counting when it held its last.
     public func ended(_ lease: LeaseID) {
-        guard let entry = held.removeValue(forKey: lease) else { return }
+        guard let entry = held.removeValue(forKey: lease) else {
+            endedFirst.insert(lease)
+            endedFirstOrder.append(lease)
+            if endedFirstOrder.count > 1024 { endedFirst.remove(endedFirstOrder.removeFirst()) }
+            return
+        }
         let now = clock.now
         guard var usage = usage[entry.app] else { return }
         usage.holding -= 1
