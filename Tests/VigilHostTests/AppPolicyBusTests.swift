@@ -184,6 +184,34 @@ import VigilKit
         }
     }
 
+    @Test func aDenyRacingManyInhibitsAndTasksLeavesNoneOfThemHeld() async throws {
+        try await HostBusFixture.with(strategies: "") { f in
+            var connections: [DBusConnection] = []
+            for _ in 0..<4 { connections.append(try await f.bus.connect()) }
+            let hostName = f.hostName
+            let typed = f.typed
+            // 40 inhibits and 8 client leases of "racer" in flight when the deny comes.
+            await withTaskGroup(of: Void.self) { group in
+                for i in 0..<40 {
+                    let connection = connections[i % connections.count]
+                    group.addTask {
+                        _ = try? await connection.call(destination: hostName, path: Self.pmPath, interface: Self.pm, member: "Inhibit",
+                                                       arguments: [.string("racer"), .string("")], timeout: .seconds(10))
+                    }
+                    if i == 20 { group.addTask { _ = try? await typed.denyApp("racer") } }
+                }
+                for _ in 0..<8 {
+                    group.addTask { _ = try? await typed.beginBackgroundTask(name: "racer", reason: "", budgetMicros: 60_000_000) }
+                }
+            }
+            // Whatever order they ran in, each was refused, released by the deny, or let go when it saw the deny.
+            #expect(await f.runtime.registry.active.filter { $0.client?.name == "racer" }.isEmpty)
+            #expect(try await f.typed.appPolicy().leases.isEmpty)
+            #expect(await f.runtime.inhibits.hasInhibit == false)
+            for connection in connections { await connection.close() }
+        }
+    }
+
     @Test func hostileNamesAndPatternsAreBoundedAndEscaped() async throws {
         try await HostBusFixture.with(strategies: "", host: "app_max = { \"*\" = \"1h\" }") { f in
             let evil = "\u{1B}]0;owned\u{07}\u{1B}[31mred\nfake line"

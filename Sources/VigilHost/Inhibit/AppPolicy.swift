@@ -148,6 +148,8 @@ public actor AppPolicy {
     public static let maxTrackedApps = 1024
     /// Most spans of holding time kept per app.
     static let maxSpansPerApp = 512
+    /// The least budget a lease is granted: less left of an app's budget is spent.
+    public static let leastGrant: Duration = .seconds(1)
     /// Longest a timed deny may last.
     public static let longestDeny: Duration = .seconds(3650 * 86400)
     /// Longest pattern a live rule takes, as the config's patterns.
@@ -193,9 +195,12 @@ public actor AppPolicy {
         if let budget = grant.budget {
             let used = self.used(app, now: now)
             let left = budget.limit - used
-            guard left > .zero else {
+            // Less than a second left is spent: a lease that would expire
+            // before it is recorded is never granted.
+            guard left >= Self.leastGrant else {
                 count(app) { $0.refused += 1 }
-                throw ClientLeaseError(.limitExceeded, "\(who) is refused: it has held the machine for \(used.vigilDescription) of awake time in the last 24h, its whole app_budget \"\(ClientText.excerpt(budget.pattern))\" of \(budget.limit.vigilDescription) per 24h")
+                let rest = left > .zero ? " (\(left.vigilDescription) left, under the least grant of \(Self.leastGrant.vigilDescription))" : ""
+                throw ClientLeaseError(.limitExceeded, "\(who) is refused: it has held the machine for \(used.vigilDescription) of awake time in the last 24h, its whole app_budget \"\(ClientText.excerpt(budget.pattern))\" of \(budget.limit.vigilDescription) per 24h\(rest)")
             }
             grant.budgetLeft = left
         }
@@ -206,14 +211,26 @@ public actor AppPolicy {
     public func refused(app: String) { count(app) { $0.refused += 1 } }
 
     /// A lease was granted under `grant`: the app's budget counts from now.
-    public func began(_ lease: LeaseID, grant: Grant, subjects: [String]) {
-        guard endedFirst.remove(lease) == nil else { return }
+    /// Returns why it may not be held after all: a live deny that came
+    /// while it was being granted (after ``admit(app:subjects:who:)``, whose
+    /// answer did not see it, and before ``deny(_:for:)`` could see the
+    /// lease); then nothing is recorded, a refusal is counted, and the caller
+    /// releases the lease.
+    @discardableResult
+    public func began(_ lease: LeaseID, grant: Grant, subjects: [String]) -> String? {
+        guard endedFirst.remove(lease) == nil else { return nil }
         let now = clock.now
+        dropLapsedRules(now)
+        if let rule = liveRule(matching: subjects), rule.action == .deny {
+            count(grant.app) { $0.refused += 1 }
+            return "denied by vigilctl inhibitors --deny \"\(ClientText.excerpt(rule.pattern))\""
+        }
         held[lease] = Held(app: grant.app, subjects: subjects, cap: grant.cap, capIsInhibitMax: grant.capIsInhibitMax, budget: grant.budget, acquiredAt: now)
         trackUsage(grant.app, now: now) { usage in
             if usage.holding == 0 { usage.openSince = now }
             usage.holding += 1
         }
+        return nil
     }
 
     /// A lease of `app` reached its limit and is expiring (counted for

@@ -203,17 +203,24 @@ public actor ForeignInhibits {
             "Interface": .string(source.rawValue), "App": .string(name), "Executable": .string(caller.executable ?? ""),
             "Pid": .uint(UInt64(caller.pid)), "Uid": .uint(UInt64(caller.uid)),
         ])
-        var cookie: UInt32 = 0
-        while cookie == 0 || byCookie[cookie] != nil || endedByHost[cookie] != nil { cookie = generator.next() }
-        let wasEmpty = byCookie.isEmpty
-        pending.release(ticket)
         // Shown as the cap of an inhibit that no app_max names.
         var recorded = grant
         if recorded.cap == nil {
             recorded.cap = AppLimitRule("*", settings.maxDuration)
             recorded.capIsInhibitMax = true
         }
-        await policy.began(id, grant: recorded, subjects: subjects)
+        if let denied = await policy.began(id, grant: recorded, subjects: subjects) {
+            pending.release(ticket)
+            await registry.release(id, detail: denied)
+            throw ClientLeaseError(.accessDenied, "\(who) is \(denied)")
+        }
+        // From the cookie to the tables, no suspension point: a concurrent
+        // inhibit sees this one in `pending` or in `byCookie`, and never
+        // draws the same cookie.
+        var cookie: UInt32 = 0
+        while cookie == 0 || byCookie[cookie] != nil || endedByHost[cookie] != nil { cookie = generator.next() }
+        let wasEmpty = byCookie.isEmpty
+        pending.release(ticket)
         byCookie[cookie] = Held(lease: id, caller: caller, source: source)
         log.with(lease: id).info("lease \(id): inhibit by \"\(shown)\" (uid \(caller.uid), pid \(caller.pid)) through \(source.rawValue) holds \(request.holds)")
         cookieOfLease[id] = cookie

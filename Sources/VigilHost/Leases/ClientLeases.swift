@@ -169,8 +169,15 @@ public actor ClientLeases {
             close(pipe.writeEnd)
             throw ClientLeaseError(.failed, "\(error)")
         }
+        if let denied = await policy.began(lease.id, grant: grant, subjects: subjects) {
+            pending.release(ticket)
+            watcher?.forget(pipe.token)
+            close(pipe.writeEnd)
+            await registry.release(lease.id, detail: denied)
+            throw ClientLeaseError(.accessDenied, "\(who) is \(denied)")
+        }
+        // Still reserved until it is held: no suspension point in between.
         pending.release(ticket)
-        await policy.began(lease.id, grant: grant, subjects: subjects)
         held[lease.id] = Held(identity: identity, budget: budget, watch: pipe.token)
         if vanished.contains(identity.owner) {
             await end(lease.id, detail: "the client left the bus")
