@@ -64,7 +64,7 @@ import VigilTestSupport
         // long enough to read the first Big reply and make room for the
         // second (CI, 2026-11-28: held 2, not 3). The replies start only
         // once it is stopped.
-        #expect(await Self.stopped(bus.pid), "dbus-daemon \(bus.pid) did not stop")
+        #expect(await processIsStopped(bus.pid), "dbus-daemon \(bus.pid) did not stop")
         gate.signal()
         #expect(await quickCallers.wait { $0.contains(otherName) })
         // Two rounds through the service's thread: the brief call's task has
@@ -96,17 +96,6 @@ import VigilTestSupport
         await service.close()
     }
 
-    /// Whether process `pid` is stopped ("T" in /proc/PID/stat), within 10 s.
-    static func stopped(_ pid: pid_t) async -> Bool {
-        for _ in 0..<10_000 {
-            if let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-               let end = stat.lastIndex(of: ")"), stat[end...].dropFirst(2).first == "T" {
-                return true
-            }
-            try? await Task.sleep(for: .milliseconds(1))
-        }
-        return false
-    }
 
     /// Field `index` of a `dbus-monitor --profile` line of `type` (mc, mr,
     /// sig: type, timestamp, serial, sender, destination, ...).
