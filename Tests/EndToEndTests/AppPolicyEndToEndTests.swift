@@ -123,11 +123,7 @@ extension EndToEnd {
 
         @Test func wakepyLoopingIsRefusedOnceItsBudgetIsSpent() async throws {
             try await Self.withHost("app_budget = { \"wakepy\" = \"2s\" }\nclient_grace = \"1s\"") { host in
-                let venv = host.dir.file("venv")
-                let made = try ProcessRunner.run("/usr/bin/python3", ["-m", "venv", venv])
-                try #require(made.status == 0, "\(made.stderr)")
-                let installed = try ProcessRunner.run(venv + "/bin/pip", ["install", "--quiet", "--disable-pip-version-check", "wakepy==1.0.0"])
-                try #require(installed.status == 0, "pip install wakepy: \(installed.stderr)")
+                let python = try installWakepy(in: host.dir.path)
                 // keep.running() again and again, each held a moment, until wakepy cannot get it.
                 let script = """
                     import sys, time
@@ -141,7 +137,7 @@ extension EndToEnd {
                             time.sleep(0.5)
                     """
                 let app = try Daemon(arguments: [], environment: ["DBUS_SESSION_BUS_ADDRESS": host.bus.address, "XDG_SESSION_DESKTOP": ""],
-                                     executable: [venv + "/bin/python", "-c", script])
+                                     executable: [python, "-c", script])
                 defer { app.signal(SIGKILL) }
                 let refused = try await app.waitForLine(containing: "active False")
                 let rounds = Int(refused.split(separator: " ")[1]) ?? 0
