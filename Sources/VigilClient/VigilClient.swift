@@ -67,6 +67,41 @@ public struct VigilClient: Sendable {
         return try decoding("Reload") { () throws(APIDecodingError) in try ReloadReply(arguments: reply.body) }
     }
 
+    /// `AppPolicy`: the live rules, the held app leases with their limits,
+    /// and refusals and expiries per app since vigild started.
+    public func appPolicy() async throws -> AppPolicyReply {
+        let reply = try await call("AppPolicy")
+        return try decoding("AppPolicy") { () throws(APIDecodingError) in try AppPolicyReply(arguments: reply.body) }
+    }
+
+    /// `DenyApp`: denies apps matching `pattern` for `forMicros` (0: until
+    /// vigild restarts); returns how many held leases it released.
+    public func denyApp(_ pattern: String, forMicros: UInt64 = 0) async throws -> UInt32 {
+        let reply = try await call("DenyApp", arguments: [.string(pattern), .uint64(forMicros)])
+        return try decoding("DenyApp") { () throws(APIDecodingError) in
+            guard reply.body.count == 1, case .uint32(let released) = reply.body[0] else {
+                throw APIDecodingError("expected u, got \(reply.body.map(\.signature).joined())")
+            }
+            return released
+        }
+    }
+
+    /// `AllowApp`: whether a live deny of `pattern` was lifted.
+    public func allowApp(_ pattern: String) async throws -> Bool {
+        let reply = try await call("AllowApp", arguments: [.string(pattern)])
+        return try decoding("AllowApp") { () throws(APIDecodingError) in
+            guard reply.body.count == 1, case .bool(let lifted) = reply.body[0] else {
+                throw APIDecodingError("expected b, got \(reply.body.map(\.signature).joined())")
+            }
+            return lifted
+        }
+    }
+
+    /// `ReleaseLease`: ends an app's inhibit or a client's lease now.
+    public func releaseLease(_ id: UInt64) async throws {
+        try await expectEmpty("ReleaseLease", try await call("ReleaseLease", arguments: [.uint64(id)]))
+    }
+
     /// A client lease `BeginBackgroundTask` granted: its object and the
     /// descriptor whose closing ends it.
     public struct BackgroundTask: Sendable {

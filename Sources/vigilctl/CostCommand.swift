@@ -26,6 +26,10 @@ struct CostCommand: ParsableCommand {
             --since takes a time ("2026-11-20", "2026-11-20 09:00", local time) or how long ago \
             ("24h", "7d"). Runs recorded by a vigild that kept no costs are counted and left out. \
             See docs/vigilctl.md and docs/metrics.md.
+
+            APPS: per app (an inhibit's application name, a client lease's name), requests refused \
+            (a deny rule, an allow list, a spent app_budget) and leases that expired at their cap or \
+            budget, summed over the same runs (docs/desktop-integration.md).
             """
     )
 
@@ -36,6 +40,7 @@ struct CostCommand: ParsableCommand {
 
     @Flag(help: "Print the report as JSON instead of a table.")
     var json = false
+
 
     func validate() throws {
         if let since { _ = try Self.sinceWallMicros(since, nowMicros: 0) }
@@ -48,7 +53,15 @@ struct CostCommand: ParsableCommand {
             print(try jsonText(report))
         } else {
             print(Self.text(report), terminator: "")
+            if !report.apps.isEmpty { print(Self.appsText(report.apps), terminator: "") }
         }
+    }
+
+    /// Refusals and expiries per app over the period.
+    static func appsText(_ apps: [CostReport.App]) -> String {
+        "\nApps refused and expired:\n" + TableFormat.table(
+            [TableFormat.Column("APP"), TableFormat.Column("REFUSED", .right), TableFormat.Column("EXPIRED", .right), TableFormat.Column("RUNS", .right)],
+            apps.map { [TableFormat.cell($0.app), String($0.refused), String($0.expired), String($0.runs)] })
     }
 
     static func text(_ report: CostReport) -> String {

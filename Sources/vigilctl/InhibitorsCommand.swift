@@ -2,6 +2,8 @@ import ArgumentParser
 import Foundation
 import VigilDBus
 import VigilCommon
+import VigilClient
+import VigilKit
 
 /// `vigilctl inhibitors`: everything holding the machine awake, in one list:
 /// vigild's leases (its strategies', clients' and apps' inhibits through the
@@ -18,7 +20,18 @@ struct InhibitorsCommand: AsyncParsableCommand {
             too, except those vigild itself holds for its leases. Without logind the list says so on \
             stderr and shows vigild's leases alone.
 
-            Exit status: 0 when vigild answered, 1 when no vigild is running on the bus.
+            Per app lease (an inhibit or a BeginBackgroundTask lease), RULE names the [host] app_max \
+            and app_budget rules that apply, CAP LEFT the time left under the cap and BUDGET LEFT what \
+            is left of the app's rolling 24-hour budget. Rules added live are listed below the table.
+
+            Live control (root or vigild's uid only, like Reload): --release LEASE ends an app's \
+            inhibit or a client's lease now; --deny PATTERN releases every held lease whose app name or \
+            executable matches the shell pattern and refuses the app's next requests, for --for DURATION \
+            or until vigild restarts; --allow PATTERN lifts a live deny of PATTERN and lets matching apps \
+            in even where the config's inhibit_deny or inhibit_allow would not. Live rules last until \
+            vigild restarts: to keep one, write it into [host] inhibit_deny or inhibit_allow.
+
+            Exit status: 0 when vigild answered, 1 when no vigild is running on the bus or it refused.
             """
     )
 
@@ -31,6 +44,18 @@ struct InhibitorsCommand: AsyncParsableCommand {
 
     @Flag(help: "Print a JSON array instead of text.")
     var json = false
+
+    @Option(help: ArgumentHelp("End this lease (an app's inhibit or a client's lease) now.", valueName: "lease"))
+    var release: UInt64?
+
+    @Option(help: ArgumentHelp("Deny apps whose name or executable matches this shell pattern, releasing what they hold.", valueName: "pattern"))
+    var deny: String?
+
+    @Option(name: .customLong("for"), help: ArgumentHelp("With --deny: how long the deny lasts (e.g. 30m); default until vigild restarts.", valueName: "duration"))
+    var denyFor: String?
+
+    @Option(help: ArgumentHelp("Allow apps matching this shell pattern again (lifts a live --deny of it).", valueName: "pattern"))
+    var allow: String?
 
     /// One holder, also the JSON form.
     struct Holder: Codable, Equatable {
@@ -48,20 +73,73 @@ struct InhibitorsCommand: AsyncParsableCommand {
         var pid: UInt32?
         /// How it came to vigild: a strategy kind, "client" or "inhibit" (with the interface).
         var via: String
+        /// The app_max and app_budget rules that apply to an app's lease.
+        var rule: String? = nil
+        /// Microseconds left under the cap and of the app's budget.
+        var capLeftUsec: Int64? = nil
+        var budgetLeftUsec: Int64? = nil
+
+        enum CodingKeys: String, CodingKey {
+            case source, lease, who, what, why, mode, uid, pid, via, rule
+            case capLeftUsec = "cap_left_usec", budgetLeftUsec = "budget_left_usec"
+        }
     }
 
     func validate() throws {
         guard logindBus == "system" || BusSelection.isValidAddress(logindBus) else {
             throw ValidationError("--logind-bus must be system or a D-Bus address, got \"\(logindBus)\"")
         }
+        let actions = [release != nil, deny != nil, allow != nil].filter { $0 }.count
+        guard actions <= 1 else { throw ValidationError("give one of --release, --deny and --allow at a time") }
+        if denyFor != nil, deny == nil { throw ValidationError("--for goes with --deny") }
+        if let denyFor, case .failure(let error) = DurationSyntax.parse(denyFor) {
+            throw ValidationError("--for: \(error.message)")
+        }
+        if let denyFor, case .success(let value) = DurationSyntax.parse(denyFor), value < .seconds(1) {
+            throw ValidationError("--for must be at least 1s, got \"\(TerminalText.escaped(denyFor))\"")
+        }
+    }
+
+    /// --release, --deny or --allow, when given: what vigild did, as one line.
+    func control(_ client: VigilBusClient) async throws -> String? {
+        if let release {
+            try await client.mapped("ReleaseLease") { try await client.client.releaseLease(release) }
+            return "released lease \(release)"
+        }
+        if let deny {
+            var micros: UInt64 = 0
+            if let denyFor, case .success(let value) = DurationSyntax.parse(denyFor) { micros = UInt64(value.microseconds) }
+            let released = try await client.mapped("DenyApp") { try await client.client.denyApp(deny, forMicros: micros) }
+            let span = denyFor.flatMap { if case .success(let d) = DurationSyntax.parse($0) { return "for \(d.vigilDescription)" } else { return nil } }
+                ?? "until vigild restarts"
+            return "denied \"\(deny)\" \(span); released \(released) held lease\(released == 1 ? "" : "s")"
+        }
+        if let allow {
+            let lifted = try await client.mapped("AllowApp") { try await client.client.allowApp(allow) }
+            return "allowed \"\(allow)\" until vigild restarts\(lifted ? " (its deny is lifted)" : "")"
+        }
+        return nil
     }
 
     func run() async throws {
         try await runReporting("inhibitors") {
-            let (leases, hostPID) = try await VigilBusClient.with(busOptions) { client in
-                (try await client.leases(), try? await client.hostPID())
+            if let done = try await VigilBusClient.with(busOptions, control) {
+                printLine(TerminalText.escaped(done))
+                return
             }
-            var holders = leases.sorted { $0.id < $1.id }.map(Self.holder)
+            let (leases, hostPID, policy) = try await VigilBusClient.with(busOptions) { client in
+                (try await client.leases(), try? await client.hostPID(), try? await client.client.appPolicy())
+            }
+            let limits = Dictionary((policy?.leases ?? []).map { ($0.lease, $0) }, uniquingKeysWith: { a, _ in a })
+            var holders = leases.sorted { $0.id < $1.id }.map { lease in
+                var holder = Self.holder(lease)
+                if let limit = limits[lease.id] {
+                    holder.rule = limit.rule
+                    holder.capLeftUsec = limit.capLeftUsec >= 0 ? limit.capLeftUsec : nil
+                    holder.budgetLeftUsec = limit.budgetLeftUsec >= 0 ? limit.budgetLeftUsec : nil
+                }
+                return holder
+            }
             do {
                 holders += try await Self.logindInhibitors(bus: logindBus == "system" ? .system : .address(logindBus))
                     .filter { hostPID == nil || $0.pid != hostPID }
@@ -72,6 +150,9 @@ struct InhibitorsCommand: AsyncParsableCommand {
                 printLine(try jsonText(holders))
             } else {
                 printLine(Self.table(holders), terminator: "")
+                if let rules = policy?.rules, !rules.isEmpty {
+                    printLine(Self.liveRules(rules), terminator: "")
+                }
             }
         }
     }
@@ -104,12 +185,29 @@ struct InhibitorsCommand: AsyncParsableCommand {
     static func table(_ holders: [Holder]) -> String {
         guard !holders.isEmpty else { return "Nothing holds the machine awake.\n" }
         typealias C = TableFormat.Column
-        let rows = holders.map { h in
-            [h.source, h.lease.map(String.init) ?? "-", TableFormat.cell(h.who), TableFormat.cell(h.what), h.mode,
-             h.uid.map(String.init) ?? "-", h.pid.map(String.init) ?? "-", TableFormat.cell(h.via), TableFormat.cell(h.why)]
+        func left(_ usec: Int64?) -> String { usec.map { Duration.microseconds($0).vigilDescription } ?? "-" }
+        let rows = holders.map { h -> [String] in
+            let lease: String = h.lease.map { String($0) } ?? "-"
+            let uid: String = h.uid.map { String($0) } ?? "-"
+            let pid: String = h.pid.map { String($0) } ?? "-"
+            let rule: String = TableFormat.cell(h.rule ?? "")
+            var row: [String] = [h.source, lease, TableFormat.cell(h.who), TableFormat.cell(h.what), h.mode, uid, pid]
+            row += [TableFormat.cell(h.via), rule, left(h.capLeftUsec), left(h.budgetLeftUsec), TableFormat.cell(h.why)]
+            return row
         }
         return TableFormat.table(
-            [C("SOURCE"), C("LEASE", .right), C("WHO"), C("WHAT"), C("MODE"), C("UID", .right), C("PID", .right), C("VIA"), C("WHY")], rows)
+            [C("SOURCE"), C("LEASE", .right), C("WHO"), C("WHAT"), C("MODE"), C("UID", .right), C("PID", .right), C("VIA"),
+             C("RULE"), C("CAP LEFT", .right), C("BUDGET LEFT", .right), C("WHY")], rows)
+    }
+
+    /// The rules added live, one line each.
+    static func liveRules(_ rules: [AppRuleRow]) -> String {
+        var out = "\nLive rules (until vigild restarts unless timed):\n"
+        for rule in rules {
+            let span = rule.leftUsec >= 0 ? " (\(Duration.microseconds(rule.leftUsec).vigilDescription) left)" : ""
+            out += "  \(rule.action) \"\(TerminalText.escaped(TableFormat.cell(rule.pattern)))\"\(span)\n"
+        }
+        return out
     }
 }
 

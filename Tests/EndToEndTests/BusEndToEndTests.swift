@@ -24,8 +24,10 @@ extension EndToEnd {
             #expect(try permissions(runtime + "/vigil") == 0o700)
             let address = try String(contentsOfFile: file, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
             #expect(address.hasPrefix("unix:path=\(runtime)/vigil/"))
-            // The logged command is the one that works.
-            #expect(daemon.output.contains { $0.contains("busctl --address=\(address) tree org.vigil.Vigil1") })
+            // The logged command (the debug line after the serving notice:
+            // awaited, not looked up) is the one that works.
+            let busctl = try await daemon.waitForLine(containing: "busctl: busctl --address=")
+            #expect(busctl.contains("busctl --address=\(address) tree org.vigil.Vigil1"), "\(busctl)")
             // Clients find the same bus without any environment but the runtime dir.
             #expect(BusLocator.clientBus(selection: .session, stateDir: "/nonexistent", environment: ["XDG_RUNTIME_DIR": runtime]) == .address(address))
 

@@ -16,7 +16,15 @@ extension EndToEnd {
             // No session bus: vigild starts its own, as on a fresh machine.
             let daemon = try Daemon(arguments: ["--config", config, "--state-dir", dir.file("state")],
                                     environment: ["DBUS_SESSION_BUS_ADDRESS": "", "XDG_RUNTIME_DIR": dir.path])
-            defer { daemon.signal(SIGKILL) }
+            defer {
+                // A vigild stopped by SIGKILL (a failed run) leaves its
+                // private dbus-daemon behind, by design: stop it here.
+                daemon.signal(SIGKILL)
+                let line = daemon.output.first { $0.contains("started a private dbus-daemon (pid ") } ?? ""
+                if let pid = line.components(separatedBy: "(pid ").dropFirst().first?.prefix(while: \.isNumber), let bus = Int32(pid) {
+                    kill(bus, SIGTERM)
+                }
+            }
             let first = try await daemon.waitForLine(containing: "vigild: run ")
             let started = ContinuousClock.now
             #expect(first.contains("started with 1 strategy (hello-wake)") && first.contains("see vigilctl status"), "\(first)")

@@ -51,12 +51,7 @@ extension EndToEnd {
 
         @Test func wakepyKeepsTheMachineAwakeThroughVigil() async throws {
             let host = try await Host()
-            // wakepy 1.0.0 from PyPI in a venv of this test's own.
-            let venv = host.dir.file("venv")
-            let made = try ProcessRunner.run("/usr/bin/python3", ["-m", "venv", venv])
-            try #require(made.status == 0, "\(made.stderr)")
-            let installed = try ProcessRunner.run(venv + "/bin/pip", ["install", "--quiet", "--disable-pip-version-check", "wakepy==1.0.0"])
-            try #require(installed.status == 0, "pip install wakepy: \(installed.stderr)")
+            let python = try installWakepy(in: host.dir.path)
             let script = """
                 import os, signal, sys
                 from wakepy import keep
@@ -71,7 +66,7 @@ extension EndToEnd {
                 """
             let environment = ["DBUS_SESSION_BUS_ADDRESS": host.bus.address, "XDG_SESSION_DESKTOP": ""]
             for (mode, holds, method) in [("running", "sleep", "org.freedesktop.PowerManagement"), ("presenting", "idle", "org.freedesktop.ScreenSaver")] {
-                let app = try Daemon(arguments: [], environment: environment, executable: [venv + "/bin/python", "-c", script, mode])
+                let app = try Daemon(arguments: [], environment: environment, executable: [python, "-c", script, mode])
                 defer { app.signal(SIGKILL) }
                 let active = try await app.waitForLine(containing: "active ")
                 #expect(active.hasPrefix("active True method \(method) "), "\(active)")
@@ -87,7 +82,7 @@ extension EndToEnd {
                 #expect(try host.inhibitLeases().isEmpty)
             }
             // kill -9 inside the with block: the lease ends when its connection goes.
-            let killed = try Daemon(arguments: [], environment: environment, executable: [venv + "/bin/python", "-c", script, "running"])
+            let killed = try Daemon(arguments: [], environment: environment, executable: [python, "-c", script, "running"])
             try await killed.waitForLine(containing: "active True")
             #expect(try host.inhibitLeases().count == 1)
             killed.signal(SIGKILL)

@@ -168,3 +168,14 @@ func readUntilEnd(_ handle: FileHandle, _ chunk: @escaping @Sendable (Data) -> V
         }
     }
 }
+
+/// wakepy 1.0.0 from PyPI in a venv of the test's own, under `directory`:
+/// the venv's python, which imports it.
+func installWakepy(in directory: String) throws -> String {
+    let venv = (directory as NSString).appendingPathComponent("venv")
+    let made = try ProcessRunner.run("/usr/bin/python3", ["-m", "venv", venv])
+    try #require(made.status == 0, "\(made.stderr)")
+    let installed = try ProcessRunner.run(venv + "/bin/pip", ["install", "--quiet", "--disable-pip-version-check", "wakepy==1.0.0"])
+    try #require(installed.status == 0, "pip install wakepy: \(installed.stderr)")
+    return venv + "/bin/python"
+}

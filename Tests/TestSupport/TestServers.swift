@@ -64,7 +64,22 @@ public final class TestServerProcess: @unchecked Sendable {
     /// Freezes (SIGSTOP) or thaws (SIGCONT) the server and its children
     /// (kamailio's workers), each by its pid.
     public func freeze(_ frozen: Bool) {
-        guard pid > 0 else { return }
+        for p in processes() { kill(p, frozen ? SIGSTOP : SIGCONT) }
+    }
+
+    /// Freezes the server and its children and returns once the kernel
+    /// shows each stopped: `kill()` only queues SIGSTOP, and a server that
+    /// runs on a little (a loaded machine) answers one more ping, which a
+    /// test timing the detection from here would count.
+    public func freezeUntilStopped() async {
+        let pids = processes()
+        for p in pids { kill(p, SIGSTOP) }
+        for p in pids { _ = await processIsStopped(p) }
+    }
+
+    /// The server's pid and its children's.
+    private func processes() -> [pid_t] {
+        guard pid > 0 else { return [] }
         var pids = [pid]
         if let entries = try? FileManager.default.contentsOfDirectory(atPath: "/proc") {
             for entry in entries {
@@ -75,7 +90,7 @@ public final class TestServerProcess: @unchecked Sendable {
                 if fields.count > 1, pid_t(fields[1]) == pid { pids.append(child) }
             }
         }
-        for p in pids { kill(p, frozen ? SIGSTOP : SIGCONT) }
+        return pids
     }
 
     public var log: String { (try? String(contentsOfFile: logFile, encoding: .utf8)) ?? "" }
@@ -371,3 +386,16 @@ public struct DescribedError: Error, CustomStringConvertible {
 
 /// Runs a program to its end; returns what it printed (stdout, then
 /// stderr) and its exit status.
+
+/// Whether process `pid` is stopped ("T" in /proc/PID/stat), waiting up to
+/// 10 s for it: a SIGSTOP is queued by `kill()` and taken later.
+public func processIsStopped(_ pid: pid_t) async -> Bool {
+    for _ in 0..<10_000 {
+        if let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+           let end = stat.lastIndex(of: ")"), stat[end...].dropFirst(2).first == "T" {
+            return true
+        }
+        try? await Task.sleep(for: .milliseconds(1))
+    }
+    return false
+}

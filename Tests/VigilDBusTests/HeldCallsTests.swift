@@ -64,7 +64,7 @@ import VigilTestSupport
         // long enough to read the first Big reply and make room for the
         // second (CI, 2026-11-28: held 2, not 3). The replies start only
         // once it is stopped.
-        #expect(await Self.stopped(bus.pid), "dbus-daemon \(bus.pid) did not stop")
+        #expect(await processIsStopped(bus.pid), "dbus-daemon \(bus.pid) did not stop")
         gate.signal()
         #expect(await quickCallers.wait { $0.contains(otherName) })
         // Two rounds through the service's thread: the brief call's task has
@@ -72,9 +72,12 @@ import VigilTestSupport
         await service.onQueue { _ in }
         await service.onQueue { _ in }
         let held = await service.onQueue { _ in server.heldCallCount }
-        // The second and third Big wait, and so does the reader's Quick,
-        // behind them; the other sender's Quick does not.
-        #expect(held == 3)
+        // The Bigs the stopped bus's socket could not take wait, and so
+        // does the reader's Quick, behind them; the other sender's Quick
+        // does not. How many Bigs the socket takes depends on how far
+        // libdbus got with one when the socket filled: usually one (3
+        // held), sometimes two (2 held, seen under TSan in CI).
+        #expect(held == 2 || held == 3, "held \(held)")
         kill(bus.pid, SIGCONT)
         resumed = true
 
@@ -86,8 +89,11 @@ import VigilTestSupport
         #expect(await monitor.lines.wait { lines in lines.filter { Self.field($0, "mr", 3) == destination }.count == 5 })
         let returns = monitor.lines.all.filter { Self.field($0, "mr", 3) == destination }
         let order = returns.map { Self.field($0, "mr", 4) == otherName ? "other" : "reader" }
-        // Big (already sent), the other's Quick, then the reader's calls in order.
-        #expect(order == ["reader", "other", "reader", "reader", "reader"], "\(returns)")
+        // The Bigs already sent, the other's Quick, then the reader's held
+        // calls in order. Without held calls the other's Quick would come
+        // last, behind all of the reader's.
+        let expected = Array(repeating: "reader", count: 4 - held) + ["other"] + Array(repeating: "reader", count: held)
+        #expect(order == expected, "held \(held): \(returns)")
         let readerReplies = try await readerCalls.asyncMap { try await $0.value.body }
         #expect(readerReplies.map(\.first) == [.string(Self.bigReply), .string(Self.bigReply), .string(Self.bigReply), .string("quick")])
         #expect(await service.onQueue { _ in server.heldCallCount } == 0)
@@ -96,17 +102,6 @@ import VigilTestSupport
         await service.close()
     }
 
-    /// Whether process `pid` is stopped ("T" in /proc/PID/stat), within 10 s.
-    static func stopped(_ pid: pid_t) async -> Bool {
-        for _ in 0..<10_000 {
-            if let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-               let end = stat.lastIndex(of: ")"), stat[end...].dropFirst(2).first == "T" {
-                return true
-            }
-            try? await Task.sleep(for: .milliseconds(1))
-        }
-        return false
-    }
 
     /// Field `index` of a `dbus-monitor --profile` line of `type` (mc, mr,
     /// sig: type, timestamp, serial, sender, destination, ...).

@@ -391,7 +391,12 @@ struct ConfigTests {
         ("inhibit_max = \"0s\"", "host.inhibit_max", "expected a duration of at least 1s, found \"0s\""),
         ("inhibit_deny = [\"firefox*\", \"\"]", "host.inhibit_deny", "element 1: expected a shell pattern of 1 to 256 bytes such as \"firefox*\" or \"/usr/bin/*\""),
         ("inhibit_allow = \"mpv\"", "host.inhibit_allow", "expected an array of strings, found a string"),
-        ("colour = \"red\"", "host.colour", "unknown key \"colour\"; known keys: bus, client_grace, client_leases, client_max_budget_per_uid, client_max_leases_per_uid, freedesktop_inhibit, inhibit_allow, inhibit_deny, inhibit_max, log_level, on_sleep, on_sleep_timeout, plugin_path, power, power_supply_dir, return_to_sleep, return_to_sleep_grace, state_dir, survival_interval, wakelock_dir"),
+        ("app_max = { \"mpv\" = \"3x\" }", "host.app_max", "pattern \"mpv\": unknown unit \"x\" in \"3x\" (units: d, h, m, s, ms, us, ns)"),
+        ("app_max = { \"\" = \"1h\" }", "host.app_max", "pattern \"\": expected a shell pattern of 1 to 256 bytes such as \"firefox*\" or \"/usr/bin/*\""),
+        ("app_max = { \"mpv\" = 5 }", "host.app_max", "pattern \"mpv\": expected a duration such as \"3h\" or \"5m\", found an integer"),
+        ("app_max = [\"mpv\"]", "host.app_max", "expected a table, found an array"),
+        ("app_budget = \"500ms\"", "host.app_budget", "pattern \"*\": expected a duration of at least 1s, found \"500ms\""),
+        ("colour = \"red\"", "host.colour", "unknown key \"colour\"; known keys: app_budget, app_max, bus, client_grace, client_leases, client_max_budget_per_uid, client_max_leases_per_uid, freedesktop_inhibit, inhibit_allow, inhibit_deny, inhibit_max, log_level, on_sleep, on_sleep_timeout, plugin_path, power, power_supply_dir, return_to_sleep, return_to_sleep_grace, state_dir, survival_interval, wakelock_dir"),
     ])
     func hostProblems(_ line: String, _ keyPath: String, _ message: String) throws {
         let temp = try TempConfig("[host]\n\(line)\n")

@@ -82,7 +82,7 @@ private func paths(_ value: BusValue?) -> [String] {
                 print(i.get('name'), len(i.findall('method')), len(i.findall('signal')), len(i.findall('property')))
             """, file])
         #expect(parsed.status == 0, "\(parsed.stderr)")
-        #expect(parsed.stdout.contains("org.vigil.Vigil1.Host 5 7 14\n"))
+        #expect(parsed.stdout.contains("org.vigil.Vigil1.Host 9 7 14\n"))
         #expect(parsed.stdout.contains("org.vigil.Vigil1.Strategy 0 0 15\n"))
         #expect(parsed.stdout.contains("org.vigil.Vigil1.Lease 0 0 10\n"))
         #expect(parsed.stdout.contains("org.vigil.Vigil1.ClientLease 2 2 4\n"))

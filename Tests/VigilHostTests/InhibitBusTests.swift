@@ -107,7 +107,7 @@ import VigilKit
             #expect(await Self.inhibitLeases(f).isEmpty)
             #expect(await log.kinds.contains(.expired))
             #expect(await !f.runtime.inhibits.hasInhibit)
-            #expect(f.logs.entries.contains { $0.contains("ran for inhibit_max") })
+            #expect(f.logs.entries.contains { $0.contains("inhibit by \"stuck-app\" reached inhibit_max (10s); releasing lease") })
         }
     }
 

@@ -71,6 +71,17 @@ import VigilKit
     /// Text from outside, in the message, the label or a metadata value,
     /// cannot forge a line or drive a terminal: control characters are
     /// escaped, in both formats.
+    /// The private dbus-daemon's lines, relayed by vigild, lose the
+    /// daemon's own prefix and fit a terminal line (Scripts/run showed one
+    /// of 201 characters with vigild's fields).
+    @Test func privateBusLinesAreShort() {
+        let line = "dbus-daemon[15382]: [session uid=0 pid=15382] org.freedesktop.DBus.Error.AccessDenied: Failed to set fd limit to 65536: Operation not permitted"
+        #expect(PrivateBus.shortLine(line) == "org.freedesktop.DBus.Error.AccessDenied: Failed to set fd limit to 65536: Operation not permitted")
+        #expect(PrivateBus.shortLine("plain \u{1B}[31m") == "plain \\e[31m")
+        let long = PrivateBus.shortLine(String(repeating: "x", count: 5_000))
+        #expect(long.count == 161 && long.hasSuffix("…"))
+    }
+
     @Test func hostileTextIsEscaped() throws {
         let p = try PipePair()
         let hostile = "a\nerror vigild: forged\r\u{1B}[31mc\td\u{7}\u{200B}"

@@ -50,6 +50,22 @@ import VigilKitTesting
         #expect(try FileManager.default.contentsOfDirectory(atPath: dir) == ["vigil.prom"])
     }
 
+    @Test func appsRefusedAndExpiredAreCountedWithBoundedEscapedLabels() async throws {
+        var snapshot = Self.snapshot(leases: LeaseTotals([]))
+        snapshot.apps = [AppPolicy.AppCount(app: "steam", refused: 3, expired: 0), AppPolicy.AppCount(app: Self.hostile, refused: 1, expired: 2)]
+            + (0..<60).map { AppPolicy.AppCount(app: "app\($0)", refused: 0, expired: 1) }
+        let text = String(decoding: HostMetrics().exposition(snapshot), as: UTF8.self)
+        #expect(text.contains(#"vigil_app_requests_refused_total{app="steam"} 3"#), "\(text)")
+        #expect(!text.contains("vigil_app_leases_expired_total{app=\"steam\"}"), "a zero count is left out")
+        #expect(!text.contains("vigil_fake 1\n") && !text.contains("\u{1b}"))
+        let hostile = try #require(text.split(separator: "\n").first { $0.hasPrefix("vigil_app_leases_expired_total{app=\"evil") })
+        #expect(hostile.hasSuffix(" 2") && hostile.utf8.count < 2 * HostMetrics.maxLabelBytes + 64, "\(hostile)")
+        // 62 apps: the 50 with most refusals and expiries by name, the rest as "other".
+        let expiredLines = text.split(separator: "\n").filter { $0.hasPrefix("vigil_app_leases_expired_total{") }
+        #expect(expiredLines.count == 50, "\(expiredLines.count)")
+        #expect(expiredLines.contains(#"vigil_app_leases_expired_total{app="other"} 12"#), "\(expiredLines)")
+    }
+
     @Test func clientUIDsAreBoundedAndEventsCounted() async throws {
         let clock = ManualClock()
         let registry = LeaseRegistry(clock: clock)

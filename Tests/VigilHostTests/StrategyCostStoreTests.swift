@@ -35,7 +35,7 @@ struct StrategyCostStoreTests {
         let dir = try SurvivalTempDir()
         var clocks = FakeClocks()
         try Self.previousSchemaStore(at: dir.store, clocks: &clocks)
-        #expect(!SurvivalSchema.migrationNames.isEmpty && SurvivalSchema.migrationNames.last == "v4-strategyCost")
+        #expect(!SurvivalSchema.migrationNames.isEmpty && SurvivalSchema.migrationNames.last == "v5-appCount")
 
         // Read as it is (a newer vigilctl beside the older vigild): no cost.
         let before = try CostReport.load(path: dir.store, sinceWallMicros: nil)
@@ -43,7 +43,7 @@ struct StrategyCostStoreTests {
 
         // The newer vigild migrates it; its runs keep costs, the old one has none.
         let store = try SurvivalStore(path: dir.store)
-        #expect(try SurvivalStoreInspector.strings(path: dir.store, sql: "SELECT identifier FROM grdb_migrations ORDER BY rowid").last == "v4-strategyCost")
+        #expect(try SurvivalStoreInspector.strings(path: dir.store, sql: "SELECT identifier FROM grdb_migrations ORDER BY rowid").last == "v5-appCount")
         _ = try await store.beginRun(runStart("new-run", at: clocks.awake(10)))
         let first = StrategyCostRow(wakeups: 1, sleepHeldUsec: 2_000_000, childCPUUsec: 300_000)
         try await store.heartbeat(clocks.awake(60), leases: [], costs: ["mail": first])
@@ -82,5 +82,24 @@ struct StrategyCostStoreTests {
         #expect(report.strategies[0].cost == StrategyCostRow(wakeups: 4, sleepHeldUsec: 5_000_000))
         #expect(report.strategies[1].cost == StrategyCostRow(sleepHeldUsec: 4_000_000, bytesSent: 10))
         #expect(report.strategies.map(\.runs) == [2, 2])
+    }
+
+    @Test func appsRefusedAndExpiredSumOverRunsAsOfEachRunsLastHeartbeat() async throws {
+        let dir = try SurvivalTempDir()
+        var clocks = FakeClocks()
+        let store = try SurvivalStore(path: dir.store)
+        _ = try await store.beginRun(runStart("a", at: clocks.awake(1)))
+        try await store.heartbeat(clocks.awake(60), leases: [], apps: ["steam": AppRequestCount(refused: 1)])
+        // The last figures of a run replace the earlier ones: they are counters.
+        try await store.endRun(reason: .stopped, readings: clocks.awake(60), apps: [
+            "steam": AppRequestCount(refused: 3, expired: 1), "chat": AppRequestCount(expired: 2),
+        ])
+        _ = try await store.beginRun(runStart("b", at: clocks.awake(1)))
+        // A run killed after one heartbeat keeps what that heartbeat wrote.
+        try await store.heartbeat(clocks.awake(60), leases: [], apps: ["steam": AppRequestCount(refused: 2)])
+        let report = try CostReport.load(path: dir.store, sinceWallMicros: nil)
+        #expect(report.apps == [CostReport.App(app: "steam", refused: 5, expired: 1, runs: 2), CostReport.App(app: "chat", refused: 0, expired: 2, runs: 1)])
+        let recent = try CostReport.load(path: dir.store, sinceWallMicros: clocks.wall - 1_000_000)
+        #expect(recent.apps == [CostReport.App(app: "steam", refused: 2, expired: 0, runs: 1)])
     }
 }

@@ -48,7 +48,7 @@ struct SurvivalStoreTests {
         let dir = try SurvivalTempDir()
         _ = try SurvivalStore(path: dir.store)
         let tables = try SurvivalStoreInspector.strings(path: dir.store, sql: "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-        #expect(tables == ["event", "gap", "grdb_migrations", "heartbeat", "leaseSpan", "run", "strategyCost", "strategyRecord"])
+        #expect(tables == ["appCount", "event", "gap", "grdb_migrations", "heartbeat", "leaseSpan", "run", "strategyCost", "strategyRecord"])
         #expect(try SurvivalStoreInspector.strings(path: dir.store, sql: "PRAGMA journal_mode") == ["wal"])
         #expect(try SurvivalStoreInspector.strings(path: dir.store, sql: "PRAGMA application_id") == ["\(SurvivalSchema.applicationID)"])
         #expect(try SurvivalStoreInspector.strings(path: dir.store, sql: "SELECT identifier FROM grdb_migrations") == SurvivalSchema.migrationNames)

@@ -108,7 +108,7 @@ struct VoipPeer: Sendable, CustomTestStringConvertible {
         let server = try peer.start(in: dir)
         defer { server.remove() }
         let (h, up) = try await Self.startPinging(peer.options(server))
-        server.server.freeze(true)
+        await server.server.freezeUntilStopped()
         let frozenAt = ContinuousClock.now
         #expect(await h.waitForEvent("handler-overrun"))
         let detected = ContinuousClock.now - frozenAt
@@ -116,8 +116,11 @@ struct VoipPeer: Sendable, CustomTestStringConvertible {
         let back = await Self.waitUntilBack(h, after: up, wire: peer.wire)
         await h.supervisor.stopAll()
         // At most one interval (1 s) until the next ping, then handler_timeout
-        // (400 ms); the rest is room for a loaded machine.
-        #expect(detected < .milliseconds(1_000 + 400 + 1_500), "detected after \(detected)")
+        // (400 ms); the rest is room for a loaded machine (CI met 3.7 s with
+        // 1.5 s of room, over TLS while the suite loaded both cores). What
+        // proves the handler is the reason below: a frozen server's kernel
+        // still acknowledges, so TCP alone never ends the connection.
+        #expect(detected < .milliseconds(1_000 + 400 + 3_000), "detected after \(detected)")
         let reasons = h.recorded("disconnected").map { $0["reason"] ?? "" }
         #expect(reasons.first?.contains("overran handler_timeout (400ms)") == true, "\(reasons)")
         #expect(back["State"]?.stringValue == "up" && back["Reconnects"]?.uintValue ?? 0 >= 1, "\(back)")

@@ -610,7 +610,7 @@ struct GatedLease: BatchableLeaseHandle {
         ])
         let up = await h.waitForStatus { $0["State"]?.stringValue == "up" }
         #expect(up["State"]?.stringValue == "up")
-        server.freeze(true)
+        await server.freezeUntilStopped()
         let frozenAt = ContinuousClock.now
         let status = await h.waitForStatus { $0["State"]?.stringValue == "backoff" }
         let detected = ContinuousClock.now - frozenAt

@@ -22,6 +22,23 @@ public struct CostReport: Codable, Sendable, Hashable {
     /// Most time holding sleep off first, then most idle held, most CPU,
     /// most wakeups, then by name.
     public var strategies: [Strategy]
+    /// Apps' inhibits and client leases refused, and expired at their cap
+    /// or budget, summed over the period's runs (runs recorded by a vigild
+    /// that kept no such counts have none). Most refused and expired first.
+    public var apps: [App] = []
+
+    /// One app's refusals and expiries summed over the period's runs.
+    public struct App: Codable, Sendable, Hashable {
+        public var app: String
+        public var refused: UInt64
+        public var expired: UInt64
+        /// Runs of the period in which it was refused or expired.
+        public var runs: Int
+
+        public init(app: String, refused: UInt64, expired: UInt64, runs: Int) {
+            (self.app, self.refused, self.expired, self.runs) = (app, refused, expired, runs)
+        }
+    }
 
     /// Reads the costs of the runs alive at or after `sinceWallMicros`
     /// (whole runs: a run that began before counts whole). A store made
@@ -63,10 +80,24 @@ public struct CostReport: Codable, Sendable, Hashable {
                     total.cost = total.cost + record.cost
                     byStrategy[record.strategy] = total
                 }
+                var byApp: [String: App] = [:]
+                if try store.tableExists("appCount"), !runs.isEmpty {
+                    let rows = try store.rows("""
+                        SELECT app, refused, expired FROM appCount WHERE runId IN (\(runs.map(String.init).joined(separator: ", ")))
+                        """) { row in (app: try row.string(0), refused: UInt64(clamping: try row.int64(1)), expired: UInt64(clamping: try row.int64(2))) }
+                    for row in rows {
+                        var total = byApp[row.app] ?? App(app: row.app, refused: 0, expired: 0, runs: 0)
+                        total.refused &+= row.refused
+                        total.expired &+= row.expired
+                        total.runs += 1
+                        byApp[row.app] = total
+                    }
+                }
                 return CostReport(
                     sinceWallMicros: sinceWallMicros, runs: runs.count,
                     runsWithoutCost: runs.filter { !withCost.contains($0) }.count,
-                    strategies: byStrategy.values.sorted(by: Self.costlierFirst))
+                    strategies: byStrategy.values.sorted(by: Self.costlierFirst),
+                    apps: byApp.values.sorted { ($0.refused &+ $0.expired, $1.app) > ($1.refused &+ $1.expired, $0.app) })
             }
         } catch {
             throw SurvivalStoreError.wrap(error, path: path, doing: "reading the costs")

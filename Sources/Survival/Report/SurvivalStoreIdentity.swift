@@ -11,7 +11,7 @@ package enum SurvivalStoreIdentity {
     /// registers exactly these (a test holds them equal), and the reader
     /// warns about any other it finds (a newer Vigil wrote the store).
     package static let knownMigrations = [
-        "v1-run-heartbeat-gap-leaseSpan-event", "v2-strategyRecord", "v3-gap-unwritable", "v4-strategyCost",
+        "v1-run-heartbeat-gap-leaseSpan-event", "v2-strategyRecord", "v3-gap-unwritable", "v4-strategyCost", "v5-appCount",
     ]
 
     /// The file's `application_id` (0 for a new or foreign database).

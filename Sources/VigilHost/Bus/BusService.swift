@@ -197,9 +197,9 @@ public actor BusService {
         var lastFailure = ""
         var attempts = 0
         while !stopped {
-            // Awake time on the host's own timer, not Task.sleep
+            // On the host's own boottime timer, not Task.sleep
             // (docs/architecture.md, "No polling").
-            do { try await AwakeClock().sleep(for: delay) } catch { return }
+            do { try await SystemClock().sleep(for: delay) } catch { return }
             guard !stopped else { return }
             attempts += 1
             do {

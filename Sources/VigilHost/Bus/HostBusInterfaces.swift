@@ -56,6 +56,23 @@ enum HostBusInterfaces {
                     let result = await api.services.reload()
                     return [.bool(result.applied), result.messages.busValue]
                 },
+                "AppPolicy": .task { [weak api] _ in
+                    guard let api else { throw gone() }
+                    return await api.appPolicy()
+                },
+                "DenyApp": .task { [weak api] call in
+                    guard let api else { throw gone() }
+                    return try await api.denyApp(call)
+                },
+                "AllowApp": .task { [weak api] call in
+                    guard let api else { throw gone() }
+                    return try await api.allowApp(call)
+                },
+                "ReleaseLease": .task { [weak api] call in
+                    guard let api else { throw gone() }
+                    try await api.releaseLease(call)
+                    return []
+                },
             ],
             properties: [
                 "Version": now { $0.version },

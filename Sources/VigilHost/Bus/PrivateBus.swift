@@ -198,7 +198,7 @@ public final class PrivateBus: @unchecked Sendable {
                 while let nl = pending.firstIndex(of: 0x0A) {
                     let line = String(decoding: pending[0..<nl], as: UTF8.self)
                     pending.removeSubrange(0...nl)
-                    if !line.isEmpty { log.info("dbus-daemon: \(line)") }
+                    if !line.isEmpty { log.info("dbus-daemon: \(Self.shortLine(line))") }
                 }
                 continue
             }
@@ -210,6 +210,19 @@ public final class PrivateBus: @unchecked Sendable {
             if exitSource == nil { reap() }
             return
         }
+    }
+
+    /// A line of the daemon's output for vigild's log: without the
+    /// daemon's own `dbus-daemon[PID]: [session uid=N pid=N] ` prefix
+    /// (vigild's line names the daemon), and at most 160 characters, so
+    /// that it fits a terminal line with vigild's fields.
+    public static func shortLine(_ line: String) -> String {
+        var rest = Substring(line)
+        if rest.hasPrefix("dbus-daemon["), let end = rest.range(of: "]: ") { rest = rest[end.upperBound...] }
+        if rest.hasPrefix("[session "), let end = rest.firstIndex(of: "]") {
+            rest = rest[rest.index(after: end)...].drop { $0 == " " }
+        }
+        return ClientText.excerpt(String(rest), limit: 160)
     }
 
     private func reap() {

@@ -42,6 +42,9 @@ public struct HostSettings: Sendable, Equatable {
     /// Wake, work, sleep again (`return_to_sleep`, `return_to_sleep_grace`):
     /// after vigild's own alarm woke the system and its work is done.
     public var returnToSleep = ReturnToSleepSettings()
+    /// Caps and rolling budgets per app, for apps' inhibits and client
+    /// leases (`app_max`, `app_budget`).
+    public var appLimits = AppLimitSettings()
     /// The `[metrics]` table (its own table, kept here so reload compares it
     /// like a `[host]` key: a change needs a restart).
     public var metrics = MetricsSettings()
@@ -74,6 +77,8 @@ public struct HostSettings: Sendable, Equatable {
             .patterns("inhibit_deny", \.inhibits.deny),
             .flag("return_to_sleep", \.returnToSleep.enabled),
             .duration("return_to_sleep_grace", \.returnToSleep.grace, atLeast: .zero),
+            .limitsByPattern("app_max", \.appLimits.caps),
+            .limitsByPattern("app_budget", \.appLimits.budgets),
         ]
     }
 
@@ -189,6 +194,52 @@ struct HostKey {
                 return
             }
             settings[keyPath: field] = patterns
+        }
+    }
+
+    /// Durations by shell pattern: a table such as `{ "mpv" = "3h",
+    /// "*chat*" = "5m" }`, or one duration for every app (`"6h"`, the
+    /// pattern `"*"`). Each pattern 1 to 256 bytes, each duration at least 1 s.
+    static func limitsByPattern(_ name: String, _ field: WritableKeyPath<HostSettings, [AppLimitRule]>) -> HostKey {
+        HostKey(name: name) { reader, settings, _ in
+            let entries: [(String, ConfigValue)]
+            switch reader.values[name] {
+            case nil:
+                reader.declare(name)
+                return
+            case .string(let one)?:
+                reader.declare(name)
+                entries = [("*", .string(one))]
+            default:
+                guard let table = reader.table(name) else { return }
+                entries = table.sorted { $0.key < $1.key }
+            }
+            var rules: [AppLimitRule] = []
+            var bad = false
+            for (pattern, value) in entries {
+                let quoted = "\"\(ClientText.excerpt(pattern))\""
+                guard !pattern.isEmpty, pattern.utf8.count <= 256 else {
+                    reader.problem(name, "pattern \(quoted): expected a shell pattern of 1 to 256 bytes such as \"firefox*\" or \"/usr/bin/*\"")
+                    bad = true
+                    continue
+                }
+                guard case .string(let text) = value else {
+                    reader.problem(name, "pattern \(quoted): expected a duration such as \"3h\" or \"5m\", found \(value.typeName)")
+                    bad = true
+                    continue
+                }
+                switch DurationSyntax.parse(text) {
+                case .failure(let error):
+                    reader.problem(name, "pattern \(quoted): \(error.message)")
+                    bad = true
+                case .success(let limit) where limit < .seconds(1):
+                    reader.problem(name, "pattern \(quoted): expected a duration of at least 1s, found \"\(DurationSyntax.format(limit))\"")
+                    bad = true
+                case .success(let limit):
+                    rules.append(AppLimitRule(pattern, limit))
+                }
+            }
+            if !bad { settings[keyPath: field] = rules }
         }
     }
 

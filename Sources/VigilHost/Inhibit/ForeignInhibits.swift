@@ -87,6 +87,8 @@ public actor ForeignInhibits {
 
     public nonisolated let registry: LeaseRegistry
     public nonisolated let settings: InhibitSettings
+    /// Caps, budgets and live rules, shared with client leases.
+    public nonisolated let policy: AppPolicy
     private let grace: Duration
     private let log: Logger
     private var byCookie: [UInt32: Held] = [:]
@@ -96,14 +98,23 @@ public actor ForeignInhibits {
     /// Unique names that left the bus recently (an inhibit racing its
     /// caller's departure is ended at once); bounded, names are never reused.
     private var vanished = VanishedNames()
+    /// Inhibits vigild ended itself (at a cap or budget, by `--deny` or
+    /// `--release`) whose connection has not said UnInhibit yet: cookie and
+    /// connection, oldest first, bounded. That connection's UnInhibit of it
+    /// succeeds, as if it came first (wakepy takes a failed UnInhibit for a
+    /// bug and raises); any other connection's is refused as before.
+    private var endedByHost: [UInt32: String] = [:]
+    private var endedOrder: [UInt32] = []
+    static let endedCookiesKept = 4096
     /// Inhibits being granted, counted against the per-uid limit.
     private var pending = PendingGrants()
     /// Told when the set of held inhibits goes from empty to not, or back.
     private var onHasInhibitChanged: (@Sendable (Bool) -> Void)?
 
-    public init(registry: LeaseRegistry, settings: InhibitSettings, grace: Duration, logging: HostLogging) {
+    public init(registry: LeaseRegistry, settings: InhibitSettings, grace: Duration, logging: HostLogging, policy: AppPolicy? = nil) {
         self.registry = registry
         self.settings = settings
+        self.policy = policy ?? AppPolicy(settings: AppLimitSettings(), clock: registry.budgetClock)
         self.grace = grace
         self.log = logging.logger("inhibit")
     }
@@ -112,8 +123,10 @@ public actor ForeignInhibits {
     /// `inhibit_max`, released at shutdown) are forgotten here too. Call once.
     public func start() async {
         let events = await registry.events(LeaseEventFilter(kinds: LeaseEventFilter.endings, strategy: Self.strategyName))
+        let policy = self.policy
         following = Task { [weak self] in
             for await event in events {
+                await policy.ended(event.lease.id)
                 await self?.registryEnded(event.lease.id)
             }
         }
@@ -141,7 +154,18 @@ public actor ForeignInhibits {
         } catch {
             throw ClientLeaseError(.invalidArgument, error.message)
         }
-        try checkPolicy(app: app, executable: caller.executable)
+        let name = app.isEmpty ? "unnamed app" : app
+        let subjects = [app] + (caller.executable.map { [$0] } ?? [])
+        let who = "inhibit by \"\(ClientText.excerpt(app))\" (\(caller.executable.map { ClientText.excerpt($0) } ?? "executable unknown"))"
+        let grant = try await policy.admit(app: name, subjects: subjects, who: who)
+        if !grant.liveAllowed {
+            do {
+                try checkPolicy(subjects: subjects, who: who)
+            } catch {
+                await policy.refused(app: name)
+                throw error
+            }
+        }
         let beingGranted = pending.count(uid: caller.uid)
         let mine = byCookie.values.filter { $0.caller.uid == caller.uid }.count + beingGranted
         guard mine < InhibitSettings.maxPerUID else {
@@ -151,15 +175,20 @@ public actor ForeignInhibits {
         // Counted against the limit from here, before the first suspension
         // point, until the inhibit is held or refused.
         let ticket = pending.reserve(uid: caller.uid)
-        let name = app.isEmpty ? "unnamed app" : app
         let log = self.log
+        // inhibit_max is this app's cap unless app_max names one.
+        let asked = grant.cap == nil ? settings.maxDuration : nil
+        let rule = grant.limitingRule(asked) ?? "inhibit_max (\(settings.maxDuration.vigilDescription))"
+        let shown = ClientText.excerpt(name)
+        let policy = self.policy
         let request = LeaseRequest(
             holds: what.isEmpty ? "nothing (tracked only)" : what.joined(separator: "+"),
             reason: reason.isEmpty ? name : reason,
-            budget: settings.maxDuration, grace: grace,
+            budget: grant.limit(asked), grace: grace,
             power: what.isEmpty ? nil : PowerHold(what: what, mode: "block"),
             onExpire: { expiry in
-                log.with(lease: expiry.lease).warning("inhibit by \"\(name)\" ran for inhibit_max; releasing lease \(expiry.lease) in \(expiry.grace.vigilDescription)")
+                await policy.expiring(app: name)
+                log.with(lease: expiry.lease).warning("inhibit by \"\(shown)\" reached \(rule); releasing lease \(expiry.lease) in \(expiry.grace.vigilDescription)")
             }
         )
         let id: LeaseID
@@ -174,12 +203,26 @@ public actor ForeignInhibits {
             "Interface": .string(source.rawValue), "App": .string(name), "Executable": .string(caller.executable ?? ""),
             "Pid": .uint(UInt64(caller.pid)), "Uid": .uint(UInt64(caller.uid)),
         ])
+        // Shown as the cap of an inhibit that no app_max names.
+        var recorded = grant
+        if recorded.cap == nil {
+            recorded.cap = AppLimitRule("*", settings.maxDuration)
+            recorded.capIsInhibitMax = true
+        }
+        if let denied = await policy.began(id, grant: recorded, subjects: subjects) {
+            pending.release(ticket)
+            await registry.release(id, detail: denied)
+            throw ClientLeaseError(.accessDenied, "\(who) is \(denied)")
+        }
+        // From the cookie to the tables, no suspension point: a concurrent
+        // inhibit sees this one in `pending` or in `byCookie`, and never
+        // draws the same cookie.
         var cookie: UInt32 = 0
-        while cookie == 0 || byCookie[cookie] != nil { cookie = generator.next() }
+        while cookie == 0 || byCookie[cookie] != nil || endedByHost[cookie] != nil { cookie = generator.next() }
         let wasEmpty = byCookie.isEmpty
         pending.release(ticket)
         byCookie[cookie] = Held(lease: id, caller: caller, source: source)
-        log.with(lease: id).info("lease \(id): inhibit by \"\(name)\" (uid \(caller.uid), pid \(caller.pid)) through \(source.rawValue) holds \(request.holds)")
+        log.with(lease: id).info("lease \(id): inhibit by \"\(shown)\" (uid \(caller.uid), pid \(caller.pid)) through \(source.rawValue) holds \(request.holds)")
         cookieOfLease[id] = cookie
         if wasEmpty { onHasInhibitChanged?(true) }
         if vanished.contains(caller.owner) { await end(cookie, detail: "the app left the bus") }
@@ -188,6 +231,10 @@ public actor ForeignInhibits {
 
     /// Ends the inhibit `cookie` for the connection that got it.
     public func uninhibit(_ cookie: UInt32, caller owner: String) async throws(ClientLeaseError) {
+        if endedByHost[cookie] == owner {
+            endedByHost[cookie] = nil
+            return
+        }
         guard byCookie[cookie]?.caller.owner == owner else {
             throw ClientLeaseError(.invalidArgument, "this connection holds no inhibit with cookie \(cookie)")
         }
@@ -207,9 +254,22 @@ public actor ForeignInhibits {
         for cookie in byCookie.keys.sorted() { await end(cookie, detail: "the bus connection was lost") }
     }
 
+    /// Ends the inhibit that is lease `id` (`vigilctl inhibitors --release`
+    /// or `--deny`); false when no inhibit is that lease.
+    public func release(_ id: LeaseID, detail: String) async -> Bool {
+        guard let cookie = cookieOfLease[id], let owner = byCookie[cookie]?.caller.owner else { return false }
+        await end(cookie, detail: detail)
+        rememberEnded(cookie, owner: owner)
+        return true
+    }
+
+    /// Whether lease `id` is an app's inhibit.
+    public func holds(_ id: LeaseID) -> Bool { cookieOfLease[id] != nil }
+
     private func end(_ cookie: UInt32, detail: String) async {
         guard let held = byCookie.removeValue(forKey: cookie) else { return }
         cookieOfLease[held.lease] = nil
+        await policy.ended(held.lease)
         log.with(lease: held.lease).info("lease \(held.lease): inhibit of pid \(held.caller.pid) ended: \(detail)")
         if byCookie.isEmpty { onHasInhibitChanged?(false) }
         await registry.release(held.lease, detail: detail)
@@ -217,15 +277,21 @@ public actor ForeignInhibits {
 
     private func registryEnded(_ id: LeaseID) {
         guard let cookie = cookieOfLease.removeValue(forKey: id) else { return }
-        byCookie[cookie] = nil
+        if let owner = byCookie.removeValue(forKey: cookie)?.caller.owner, !vanished.contains(owner) {
+            rememberEnded(cookie, owner: owner)
+        }
         if byCookie.isEmpty { onHasInhibitChanged?(false) }
     }
 
+    private func rememberEnded(_ cookie: UInt32, owner: String) {
+        endedByHost[cookie] = owner
+        endedOrder.append(cookie)
+        if endedOrder.count > Self.endedCookiesKept { endedByHost[endedOrder.removeFirst()] = nil }
+    }
+
     /// `inhibit_deny` first, then `inhibit_allow` when it is not empty.
-    private func checkPolicy(app: String, executable: String?) throws(ClientLeaseError) {
-        let subjects = [app] + (executable.map { [$0] } ?? [])
+    private func checkPolicy(subjects: [String], who: String) throws(ClientLeaseError) {
         func matches(_ pattern: String) -> Bool { subjects.contains { fnmatch(pattern, $0, 0) == 0 } }
-        let who = "inhibit by \"\(ClientText.excerpt(app))\" (\(executable.map { ClientText.excerpt($0) } ?? "executable unknown"))"
         if let rule = settings.deny.first(where: matches) {
             throw ClientLeaseError(.accessDenied, "\(who) is denied by inhibit_deny pattern \"\(rule)\"")
         }

@@ -81,6 +81,10 @@ public actor ClientLeases {
 
     public nonisolated let registry: LeaseRegistry
     public nonisolated let settings: ClientLeaseSettings
+    /// Caps, budgets and live rules per app (`app_max`, `app_budget`,
+    /// `vigilctl inhibitors --deny`), shared with apps' inhibits.
+    public nonisolated let policy: AppPolicy
+    private let log: Logger?
     private var held: [LeaseID: Held] = [:]
     private var following: Task<Void, Never>?
     private var watcher: HangupWatcher?
@@ -91,9 +95,11 @@ public actor ClientLeases {
     /// Leases being begun, counted against the per-uid limits.
     private var pending = PendingGrants()
 
-    public init(registry: LeaseRegistry, settings: ClientLeaseSettings) {
+    public init(registry: LeaseRegistry, settings: ClientLeaseSettings, policy: AppPolicy? = nil, logging: HostLogging? = nil) {
         self.registry = registry
         self.settings = settings
+        self.policy = policy ?? AppPolicy(settings: AppLimitSettings(), clock: registry.budgetClock)
+        self.log = logging?.logger("client")
     }
 
     /// Begins a lease for `identity`. Returns it as the registry's
@@ -110,7 +116,14 @@ public actor ClientLeases {
         guard !identity.name.unicodeScalars.allSatisfy({ $0.properties.isWhitespace }) else {
             throw ClientLeaseError(.invalidArgument, "name must not be empty: say what the task is, e.g. \"backup\"")
         }
-        let budget = try Self.budget(budgetMicros)
+        let asked = try Self.budget(budgetMicros)
+        // The app is the task's name and the caller's executable, as for inhibits.
+        let executable = InhibitCaller.executable(of: identity.pid)
+        let subjects = [identity.name] + (executable.map { [$0] } ?? [])
+        let who = "background task \"\(ClientText.excerpt(identity.name))\" (\(executable.map { ClientText.excerpt($0) } ?? "executable unknown"))"
+        let grant = try await policy.admit(app: identity.name, subjects: subjects, who: who)
+        let budget = grant.limit(asked) ?? asked
+        let rule = grant.limitingRule(asked)
         let uid = identity.uid
         let beingBegun = pending.count(uid: uid)
         let holding = held.values.filter { $0.identity.uid == uid }.count + beingBegun
@@ -131,11 +144,21 @@ public actor ClientLeases {
         // Counted against the limits from here, before the first suspension
         // point, until the lease is held or refused.
         let ticket = pending.reserve(uid: uid, budget: budget)
+        let log = self.log
+        let shown = ClientText.excerpt(identity.name)
+        let policy = self.policy
+        let app = identity.name
         let request = LeaseRequest(
             holds: "background task \"\(identity.name)\" of \(identity.owner) (uid \(identity.uid), pid \(identity.pid))",
             reason: reason.isEmpty ? identity.name : reason,
             budget: budget, grace: settings.grace, power: settings.hold,
-            onExpire: { [weak self] expiry in await self?.waitForEnd(expiry.lease) }
+            onExpire: { [weak self] expiry in
+                await policy.expiring(app: app)
+                if let rule {
+                    log?.with(lease: expiry.lease).warning("background task \"\(shown)\" reached \(rule); releasing lease \(expiry.lease) in \(expiry.grace.vigilDescription) unless it ends first")
+                }
+                await self?.waitForEnd(expiry.lease)
+            }
         )
         let lease: LeaseSnapshot
         do {
@@ -146,6 +169,14 @@ public actor ClientLeases {
             close(pipe.writeEnd)
             throw ClientLeaseError(.failed, "\(error)")
         }
+        if let denied = await policy.began(lease.id, grant: grant, subjects: subjects) {
+            pending.release(ticket)
+            watcher?.forget(pipe.token)
+            close(pipe.writeEnd)
+            await registry.release(lease.id, detail: denied)
+            throw ClientLeaseError(.accessDenied, "\(who) is \(denied)")
+        }
+        // Still reserved until it is held: no suspension point in between.
         pending.release(ticket)
         held[lease.id] = Held(identity: identity, budget: budget, watch: pipe.token)
         if vanished.contains(identity.owner) {
@@ -158,8 +189,16 @@ public actor ClientLeases {
     /// administrator, `privileged`) may.
     @discardableResult
     public func renew(_ id: LeaseID, caller: String, privileged: Bool, budgetMicros: UInt64) async throws(ClientLeaseError) -> LeaseSnapshot {
-        let budget = try Self.budget(budgetMicros)
+        let asked = try Self.budget(budgetMicros)
         let entry = try owned(id, caller: caller, privileged: privileged, action: "renew")
+        // A cap counts from the lease's start, a budget over the app's last 24h.
+        let (budget, rule) = await policy.renewalLimit(id, asked: asked)
+        guard budget > .zero else {
+            throw ClientLeaseError(.limitExceeded, "lease \(id) has reached \(rule ?? "its limit"); it cannot be renewed")
+        }
+        guard held[id] != nil else {
+            throw ClientLeaseError(.ended, "lease \(id) has ended; begin a new one with BeginBackgroundTask")
+        }
         try checkTotalBudget(uid: entry.identity.uid, adding: budget, besides: id)
         // The new budget counts from before the first suspension point, so
         // concurrent renewals and Begins see it; a refused renewal restores
@@ -218,7 +257,8 @@ public actor ClientLeases {
     }
 
     /// The registry ended a lease on its own: forget it.
-    private func registryEnded(_ id: LeaseID) {
+    private func registryEnded(_ id: LeaseID) async {
+        await policy.ended(id)
         guard let entry = held.removeValue(forKey: id) else { return }
         watcher?.forget(entry.watch)
         entry.endedWhileExpiring?.resume()
@@ -275,8 +315,17 @@ public actor ClientLeases {
         return entry
     }
 
+    /// Ends client lease `id` whoever holds it (`vigilctl inhibitors
+    /// --release` or `--deny`); false when no client lease is that lease.
+    public func release(_ id: LeaseID, detail: String) async -> Bool {
+        guard held[id] != nil else { return false }
+        await end(id, detail: detail)
+        return true
+    }
+
     private func end(_ id: LeaseID, detail: String) async {
         guard let entry = held.removeValue(forKey: id) else { return }
+        await policy.ended(id)
         watcher?.forget(entry.watch)
         await registry.release(id, detail: detail)
         entry.endedWhileExpiring?.resume()
@@ -298,6 +347,7 @@ public actor ClientLeases {
     private func hungUp(_ token: UInt64) async {
         guard let (id, entry) = held.first(where: { $0.value.watch == token }) else { return }
         held.removeValue(forKey: id)
+        await policy.ended(id)
         await registry.release(id, detail: "the client closed its lease fd")
         entry.endedWhileExpiring?.resume()
     }

@@ -188,12 +188,16 @@ public final class HostMetrics: LeaseObserver {
         /// The wake scheduler's own count of its timer expirations (nil
         /// when it is not a ``WakeScheduler``).
         public var timerExpirations: Int?
+        /// Apps' refused requests and expired leases (``AppPolicy``).
+        public var apps: [AppPolicy.AppCount] = []
 
         public init(
             version: String, upSeconds: Double, powerBackend: String, wakeClock: String, canWakeSystem: Bool,
             strategies: [StrategyStatus], leases: LeaseTotals, survival: SurvivalTotals?,
-            costs: [String: StrategyCostRow] = [:], machineWakeups: UInt64 = 0, timerExpirations: Int? = nil
+            costs: [String: StrategyCostRow] = [:], machineWakeups: UInt64 = 0, timerExpirations: Int? = nil,
+            apps: [AppPolicy.AppCount] = []
         ) {
+            self.apps = apps
             self.timerExpirations = timerExpirations
             self.costs = costs
             self.machineWakeups = machineWakeups
@@ -228,7 +232,8 @@ public final class HostMetrics: LeaseObserver {
             survival: survival,
             costs: host.costs.all(),
             machineWakeups: host.costs.machineWakeups,
-            timerExpirations: await (host.scheduler as? WakeScheduler)?.statistics.timerExpirations
+            timerExpirations: await (host.scheduler as? WakeScheduler)?.statistics.timerExpirations,
+            apps: await host.inhibits.policy.appCounts()
         )
     }
 
@@ -325,6 +330,19 @@ public final class HostMetrics: LeaseObserver {
         for uid in Self.boundedUIDs(clientUIDs) {
             r.gauge("vigil_client_leases", labels: [("uid", uid.label)],
                     help: "Active client leases (BeginBackgroundTask) by the client's uid.").set(Int64(uid.count))
+        }
+
+        for app in Self.boundedApps(s.apps) {
+            if app.refused > 0 {
+                r.counter("vigil_app_requests_refused_total", labels: [("app", Self.label(app.app))],
+                          help: "Apps' inhibits and client leases refused (a deny rule, an allow list, a spent app_budget) since vigild started.")
+                    .increment(by: Int64(clamping: app.refused))
+            }
+            if app.expired > 0 {
+                r.counter("vigil_app_leases_expired_total", labels: [("app", Self.label(app.app))],
+                          help: "Apps' inhibits and client leases that reached their cap or budget and expired since vigild started.")
+                    .increment(by: Int64(clamping: app.expired))
+            }
         }
 
         for (pair, value) in figures.sorted(by: { ($0.key.strategy, $0.key.name) < ($1.key.strategy, $1.key.name) }) {
@@ -440,6 +458,20 @@ public final class HostMetrics: LeaseObserver {
         "audio_lost": ("vigil_audio_lost_total", "Times a silent-audio stream lost its server or sink since vigild started."),
         "strategy_failed": ("vigil_strategy_failures_total", "Times a strategy's run threw since vigild started."),
     ]
+
+    /// The most apps the refused and expired counters show by name.
+    static let maxApps = 50
+
+    /// The apps with most refusals and expiries, the rest summed as `other`.
+    static func boundedApps(_ apps: [AppPolicy.AppCount]) -> [AppPolicy.AppCount] {
+        let sorted = apps.sorted { ($0.refused &+ $0.expired, $1.app) > ($1.refused &+ $1.expired, $0.app) }
+        var out = Array(sorted.prefix(maxApps))
+        let rest = sorted.dropFirst(maxApps)
+        if !rest.isEmpty {
+            out.append(AppPolicy.AppCount(app: "other", refused: rest.reduce(0) { $0 &+ $1.refused }, expired: rest.reduce(0) { $0 &+ $1.expired }))
+        }
+        return out
+    }
 
     /// The uids with most client leases, the rest summed as `other`.
     static func boundedUIDs(_ counts: [UInt32: Int]) -> [(label: String, count: Int)] {

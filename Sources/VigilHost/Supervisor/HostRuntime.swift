@@ -152,8 +152,10 @@ public actor HostRuntime: Service {
         self.runId = runId
         let registry = LeaseRegistry(clock: env.clock, budgetClock: env.budgetClock, backend: env.power)
         self.registry = registry
-        self.clientLeases = ClientLeases(registry: registry, settings: config.host.clientLeases)
-        self.inhibits = ForeignInhibits(registry: registry, settings: config.host.inhibits, grace: config.host.clientLeases.grace, logging: logging)
+        // One policy for apps' inhibits and clients' leases: an app's budget counts both.
+        let appPolicy = AppPolicy(settings: config.host.appLimits, clock: registry.budgetClock)
+        self.clientLeases = ClientLeases(registry: registry, settings: config.host.clientLeases, policy: appPolicy, logging: logging)
+        self.inhibits = ForeignInhibits(registry: registry, settings: config.host.inhibits, grace: config.host.clientLeases.grace, logging: logging, policy: appPolicy)
         let metrics = HostMetrics()
         self.metrics = metrics
         let costs = StrategyCosts(clock: env.clock)
@@ -281,6 +283,7 @@ public actor HostRuntime: Service {
                     }
                 },
                 costs: { costs.all() },
+                apps: { [inhibits] in await inhibits.policy.appCountsByName() },
                 healthChanged: { [weak self] in await self?.publishHealth() },
                 afterBeat: { [weak self] first in await self?.afterHeartbeat(first: first) }))
         // The writers end only when the wake scheduler fails (the heartbeat)
@@ -487,7 +490,8 @@ public actor HostRuntime: Service {
         if dropped > 0 {
             try? await store.recordEvent("log-lines-dropped", strategy: nil, fields: ["count": String(dropped)], readings: readings())
         }
-        do { try await store.endRun(reason: reason, readings: readings(), costs: costs.all()) } catch {
+        let apps = await inhibits.policy.appCountsByName()
+        do { try await store.endRun(reason: reason, readings: readings(), costs: costs.all(), apps: apps) } catch {
             log.error("cannot record the end of run \(runId): \(error)")
         }
         // The last textfile says the run stopped.
@@ -578,6 +582,12 @@ struct ConfigDiff {
         let left = Mirror(reflecting: a).children, right = Mirror(reflecting: b).children
         var keys: [String] = []
         for (l, r) in zip(left, right) where String(describing: l.value) != String(describing: r.value) {
+            // One property for two keys: name the keys.
+            if l.label == "appLimits" {
+                if a.appLimits.caps != b.appLimits.caps { keys.append("app_max") }
+                if a.appLimits.budgets != b.appLimits.budgets { keys.append("app_budget") }
+                continue
+            }
             keys.append(snakeCase(l.label ?? "?"))
         }
         return keys.isEmpty ? ["settings"] : keys

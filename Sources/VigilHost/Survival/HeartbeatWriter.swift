@@ -21,6 +21,8 @@ public struct HeartbeatWriter: Service {
         public var activeLeases: @Sendable () async -> [HeartbeatLease]
         /// What each strategy has cost so far (stored with each heartbeat).
         public var costs: @Sendable () -> [String: StrategyCostRow]
+        /// Each app's refusals and expiries so far (stored with each heartbeat).
+        public var apps: @Sendable () async -> [String: AppRequestCount]
         /// The store stopped or started being writable.
         public var healthChanged: @Sendable () async -> Void
         /// Runs after each heartbeat, written or not; `first` for the first of the run.
@@ -29,11 +31,13 @@ public struct HeartbeatWriter: Service {
         public init(
             activeLeases: @escaping @Sendable () async -> [HeartbeatLease],
             costs: @escaping @Sendable () -> [String: StrategyCostRow] = { [:] },
+            apps: @escaping @Sendable () async -> [String: AppRequestCount] = { [:] },
             healthChanged: @escaping @Sendable () async -> Void = {},
             afterBeat: @escaping @Sendable (_ first: Bool) async -> Void = { _ in }
         ) {
             self.activeLeases = activeLeases
             self.costs = costs
+            self.apps = apps
             self.healthChanged = healthChanged
             self.afterBeat = afterBeat
         }
@@ -79,7 +83,7 @@ public struct HeartbeatWriter: Service {
             let outage = await store.unwritableState
             do {
                 let now = readings()
-                try await store.heartbeat(now, leases: leases, costs: sources.costs())
+                try await store.heartbeat(now, leases: leases, costs: sources.costs(), apps: sources.apps())
                 // The sequence, not the slot k: slots skip across a suspend.
                 let seq = await store.lastSequence ?? 0
                 log.debug("heartbeat \(seq) written (\(leases.count) active lease\(leases.count == 1 ? "" : "s"))")

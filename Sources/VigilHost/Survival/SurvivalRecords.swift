@@ -165,3 +165,22 @@ struct EventRecord: Codable, FetchableRecord, TableRecord, Sendable, Hashable {
             """).execute(arguments: [runId, seq, wall, mono, boot, name, strategy, fields])
     }
 }
+
+/// A row of `appCount`: an app's refused requests and expired leases in
+/// one run, as of the run's last heartbeat (``AppPolicy``; replaced at
+/// each heartbeat). The app name is bounded like other stored text.
+struct AppCountRecord: Codable, FetchableRecord, PersistableRecord, Sendable, Hashable {
+    static let databaseTableName = "appCount"
+
+    var runId: Int64
+    var app: String
+    var refused: Int64
+    var expired: Int64
+
+    init(runId: Int64, app: String, count: AppRequestCount) {
+        self.runId = runId
+        self.app = app
+        self.refused = Int64(clamping: count.refused)
+        self.expired = Int64(clamping: count.expired)
+    }
+}

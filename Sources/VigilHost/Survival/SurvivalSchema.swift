@@ -150,6 +150,19 @@ enum SurvivalSchema {
             try db.execute(sql: "ALTER TABLE run ADD COLUMN costsRecorded INTEGER NOT NULL DEFAULT 1 CHECK (costsRecorded IN (0, 1))")
             try db.execute(sql: "UPDATE run SET costsRecorded = 0")
         }
+        // Each app's refused requests and expired leases in each run (issue
+        // 45), as of the run's last heartbeat. Older runs have none.
+        migrator.registerMigration("v5-appCount") { db in
+            try db.execute(sql: """
+                CREATE TABLE appCount (
+                    runId INTEGER NOT NULL REFERENCES run(id) ON DELETE CASCADE,
+                    app TEXT NOT NULL,
+                    refused INTEGER NOT NULL CHECK (refused >= 0),
+                    expired INTEGER NOT NULL CHECK (expired >= 0),
+                    PRIMARY KEY (runId, app)
+                ) WITHOUT ROWID
+                """)
+        }
         return migrator
     }
 }

@@ -40,6 +40,16 @@ public struct RunBegan: Sendable {
     public var previousRun: RunSummary?
 }
 
+/// An app's refused requests and expired leases so far in a run (``AppPolicy``).
+public struct AppRequestCount: Sendable, Hashable {
+    public var refused: UInt64
+    public var expired: UInt64
+    public init(refused: UInt64 = 0, expired: UInt64 = 0) {
+        self.refused = refused
+        self.expired = expired
+    }
+}
+
 /// One heartbeat for `SurvivalStore.appendHeartbeats`.
 public struct HeartbeatSample: Sendable, Hashable {
     public var readings: ClockReadings
@@ -47,11 +57,16 @@ public struct HeartbeatSample: Sendable, Hashable {
     /// Each strategy's cost so far in this run (``StrategyCosts``); the
     /// run's `strategyCost` rows take these figures (empty: unchanged).
     public var costs: [String: StrategyCostRow]
+    /// Each app's refusals and expiries so far in this run; the run's
+    /// `appCount` rows take these figures (empty: unchanged).
+    public var apps: [String: AppRequestCount]
 
-    public init(readings: ClockReadings, leases: [HeartbeatLease] = [], costs: [String: StrategyCostRow] = [:]) {
+    public init(readings: ClockReadings, leases: [HeartbeatLease] = [], costs: [String: StrategyCostRow] = [:],
+                apps: [String: AppRequestCount] = [:]) {
         self.readings = readings
         self.leases = leases
         self.costs = costs
+        self.apps = apps
     }
 }
 
@@ -129,6 +144,8 @@ public actor SurvivalStore {
         /// The `strategyCost` rows as last written: a heartbeat rewrites
         /// only the strategies whose figures moved.
         var writtenCosts: [String: StrategyCostRow] = [:]
+        /// The `appCount` rows as last written.
+        var writtenApps: [String: AppRequestCount] = [:]
     }
 
     private struct OpenSpan {
@@ -220,8 +237,9 @@ public actor SurvivalStore {
     }
 
     /// Writes one heartbeat of the active run with the leases active now.
-    public func heartbeat(_ readings: ClockReadings, leases: [HeartbeatLease], costs: [String: StrategyCostRow] = [:]) throws {
-        try appendHeartbeats([HeartbeatSample(readings: readings, leases: leases, costs: costs)])
+    public func heartbeat(_ readings: ClockReadings, leases: [HeartbeatLease], costs: [String: StrategyCostRow] = [:],
+                          apps: [String: AppRequestCount] = [:]) throws {
+        try appendHeartbeats([HeartbeatSample(readings: readings, leases: leases, costs: costs, apps: apps)])
     }
 
     /// Writes several heartbeats in one transaction, exactly as that many
@@ -352,7 +370,8 @@ public actor SurvivalStore {
     }
 
     /// Ends the active run: writes a final heartbeat (no leases) and the end.
-    public func endRun(reason: RunEndReason, readings: ClockReadings, costs: [String: StrategyCostRow] = [:]) throws {
+    public func endRun(reason: RunEndReason, readings: ClockReadings, costs: [String: StrategyCostRow] = [:],
+                       apps: [String: AppRequestCount] = [:]) throws {
         guard var run = active else {
             throw SurvivalStoreError(.noActiveRun, path: path, "endRun(\(reason.rawValue)) with no run begun")
         }
@@ -363,7 +382,7 @@ public actor SurvivalStore {
         let wasUnwritable = (unwritable?.failedHeartbeats ?? 0) > 0
         do {
             try database.write { db in
-                try Self.writeHeartbeat(HeartbeatSample(readings: readings, costs: costs), run: &run, unwritable: wasUnwritable, db)
+                try Self.writeHeartbeat(HeartbeatSample(readings: readings, costs: costs, apps: apps), run: &run, unwritable: wasUnwritable, db)
                 try db.cachedStatement(sql: "UPDATE run SET endReason = ?, endWall = ? WHERE id = ?")
                     .execute(arguments: [reason.rawValue, readings.wallMicros, run.key])
             }
@@ -445,6 +464,10 @@ public actor SurvivalStore {
         for (strategy, cost) in sample.costs where run.writtenCosts[strategy] != cost {
             try StrategyCostRecord(runId: run.key, strategy: bounded(strategy), cost: cost).insert(db, onConflict: .replace)
             run.writtenCosts[strategy] = cost
+        }
+        for (app, count) in sample.apps where run.writtenApps[app] != count {
+            try AppCountRecord(runId: run.key, app: bounded(app), count: count).insert(db, onConflict: .replace)
+            run.writtenApps[app] = count
         }
         run.lastSeq = seq
         run.last = readings

@@ -153,6 +153,10 @@ public enum VigilAPI {
             APIMethod("BeginBackgroundTask", in: [BusArgument("name", "s"), BusArgument("reason", "s"), BusArgument("budget_usec", "t")],
                       out: [BusArgument("lease", "o"), BusArgument("fd", "h")]),
             APIMethod("Reload", out: [BusArgument("applied", "b"), BusArgument("messages", "as")]),
+            APIMethod("AppPolicy", out: AppPolicyReply.fields.map { BusArgument($0.name, $0.signature) }),
+            APIMethod("DenyApp", in: [BusArgument("pattern", "s"), BusArgument("for_usec", "t")], out: [BusArgument("released", "u")]),
+            APIMethod("AllowApp", in: [BusArgument("pattern", "s")], out: [BusArgument("lifted", "b")]),
+            APIMethod("ReleaseLease", in: [BusArgument("lease", "t")]),
         ],
         properties: [
             APIProperty("Version", "s", emitsChange: .const),

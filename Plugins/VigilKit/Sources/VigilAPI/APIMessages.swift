@@ -50,6 +50,16 @@ public struct ReloadReply: APIRow {
     public static let fields: [APIField<ReloadReply>] = [APIField("applied", \.applied), .strings("messages", \.messages)]
 }
 
+/// `Host.AppPolicy`'s reply: the live rules, the held app leases with
+/// their limits, and what was refused and expired per app.
+public struct AppPolicyReply: APIRow {
+    public var rules: [AppRuleRow] = []
+    public var leases: [AppLimitRow] = []
+    public var apps: [AppCountRow] = []
+    public init() {}
+    public static let fields: [APIField<AppPolicyReply>] = [.rows("rules", \.rules), .rows("leases", \.leases), .rows("apps", \.apps)]
+}
+
 /// `Host.LeaseAcquired`.
 public struct LeaseAcquiredSignal: APIRow {
     public var lease = ""

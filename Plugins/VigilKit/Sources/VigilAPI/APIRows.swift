@@ -120,6 +120,15 @@ public struct APIField<Row>: Sendable {
         })
     }
 
+    /// An array of rows (`a(...)`).
+    public static func rows<Element: APIRow>(_ name: String, _ keyPath: WritableKeyPath<Row, [Element]> & Sendable) -> APIField {
+        APIField(name: name, signature: Element.arraySignature, encode: { Element.array($0[keyPath: keyPath]) }, decode: { row, value in
+            guard let rows = try? Element.rows(value) else { return false }
+            row[keyPath: keyPath] = rows
+            return true
+        })
+    }
+
     /// This field of a row held at `keyPath` of another row, named `name` there.
     public func field<Outer>(of keyPath: WritableKeyPath<Outer, Row> & Sendable, named name: String) -> APIField<Outer> {
         let (encode, decode) = (self.encode, self.decode)
@@ -305,4 +314,62 @@ public struct LeaseObjectRow: APIRow {
     static func propertyName(_ field: String) -> String {
         field.split(separator: "_").map { $0.prefix(1).uppercased() + $0.dropFirst() }.joined()
     }
+}
+
+/// A rule added live with `DenyApp` or `AllowApp` (`Host.AppPolicy`).
+public struct AppRuleRow: APIRow {
+    public var pattern = ""
+    /// "deny" or "allow".
+    public var action = ""
+    /// Microseconds until it lapses; -1: until vigild stops.
+    public var leftUsec: Int64 = -1
+
+    public init() {}
+    public init(pattern: String, action: String, leftUsec: Int64) {
+        (self.pattern, self.action, self.leftUsec) = (pattern, action, leftUsec)
+    }
+
+    public static let fields: [APIField<AppRuleRow>] = [
+        APIField("pattern", \.pattern), APIField("action", \.action), APIField("left_usec", \.leftUsec),
+    ]
+}
+
+/// A held app lease (an inhibit or a client lease) under `app_max` or
+/// `app_budget` (`Host.AppPolicy`).
+public struct AppLimitRow: APIRow {
+    public var lease: UInt64 = 0
+    public var app = ""
+    /// The rules that apply, e.g. `app_max "mpv" 3h; app_budget "*" 6h per 24h`; empty: none.
+    public var rule = ""
+    /// Microseconds left under the cap; -1: no cap.
+    public var capLeftUsec: Int64 = -1
+    /// Microseconds left of the app's rolling budget; -1: no budget.
+    public var budgetLeftUsec: Int64 = -1
+
+    public init() {}
+    public init(lease: UInt64, app: String, rule: String, capLeftUsec: Int64, budgetLeftUsec: Int64) {
+        (self.lease, self.app, self.rule, self.capLeftUsec, self.budgetLeftUsec) = (lease, app, rule, capLeftUsec, budgetLeftUsec)
+    }
+
+    public static let fields: [APIField<AppLimitRow>] = [
+        APIField("lease", \.lease), APIField("app", \.app), APIField("rule", \.rule),
+        APIField("cap_left_usec", \.capLeftUsec), APIField("budget_left_usec", \.budgetLeftUsec),
+    ]
+}
+
+/// Requests of one app refused and leases of it expired since vigild
+/// started (`Host.AppPolicy`).
+public struct AppCountRow: APIRow, Hashable {
+    public var app = ""
+    public var refused: UInt64 = 0
+    public var expired: UInt64 = 0
+
+    public init() {}
+    public init(app: String, refused: UInt64, expired: UInt64) {
+        (self.app, self.refused, self.expired) = (app, refused, expired)
+    }
+
+    public static let fields: [APIField<AppCountRow>] = [
+        APIField("app", \.app), APIField("refused", \.refused), APIField("expired", \.expired),
+    ]
 }
