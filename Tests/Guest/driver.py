@@ -62,13 +62,24 @@ QUIET_ASLEEP = 20          # the suspend with no alarm: must still sleep this lo
 # max 2.67 s, of which the run's `sh -c echo` took 1.76 s).
 WOKEN_RUN_AFTER_LOGIND = 1.0
 ALARM_WAKES = 10
+# Wake, work, sleep again (vigil-dark.toml): vigild's own suspends after its
+# alarm's wake, each timed from the job's end (its "@@ job-end" line) to
+# qemu's SUSPEND. They may not come before the end, and must come within the
+# grace (return_to_sleep_grace, 1 s) plus RETURN_BEYOND_GRACE. The
+# reference, printed beside it: the guest's own `systemctl suspend` (its
+# announce to SUSPEND), the floor of logind's suspend path under TCG.
+DARK_RETURNS = 3
+RETURN_GRACE = 1.0
+RETURN_BEYOND_GRACE = 2.0
 
 # Every verdict the guest must report as ok (a missing one fails too).
 REQUIRED_CHECKS = [
     "system-running", "no-failed-units", "vigild-active", "bus-status-unit", "bus-status-capabilities",
     "inhibit-list-hold", "inhibit-list-strategy", "busctl-leases", "vigilctl-leases", "vigilctl-status", "vigilctl-can-wake",
     "suspend-refused", "no-lapse", "journal-priorities", "journal-no-runtime-lines",
-    "vigild-active-after-reboot", "user-service", "wakepy-lease",
+    "vigild-active-after-reboot", "user-service", "wakepy-lease", "input-devices",
+    "broken-lease-metric", "broken-lease-journal", "broken-lease-signal", "broken-lease-survival",
+    "stay-keys", "stay-inhibitor", "stay-not-vigild", "dark-journal", "dark-metrics", "dark-survival", "dark-survival-text",
 ]
 
 
@@ -138,6 +149,9 @@ class Guest:
         self.events = []         # (host seconds, QMP event)
         self.suspends = []       # dicts: kind, index, asleep (host s), awake (host s), by_driver, tick
         self.ticks = []          # (host seconds, sequence, guest uptime)
+        self.jobs = []           # (host seconds, "job-start" or "job-end", sequence): the dark phase's runs
+        self.returns_left = 0    # vigild's own suspends the guest said to expect ("@@ returns N")
+        self.keys = []           # host seconds at which the driver pressed keys
         self.done = False
         self.failures = []
         self.elapsed = 0.0
@@ -209,6 +223,16 @@ def drive(qemu, listeners, started, g):
                     g.events.append((t, event))
                     log(f"{t:7.1f} s  QMP {event}")
                     if event == "SUSPEND":
+                        if pending is None and g.returns_left > 0:
+                            # vigild's return to sleep: after the job the
+                            # last WAKEUP was for.
+                            woke = max((w for w, e in g.events if e == "WAKEUP"), default=0.0)
+                            end = next((j for j in reversed(g.jobs) if j[1] == "job-end" and j[0] > woke), None)
+                            if end is not None:
+                                g.returns_left -= 1
+                                pending = {"kind": "dark", "index": DARK_RETURNS - g.returns_left, "by_driver": False,
+                                           "job_end": end[0], "job": end[2]}
+                                g.suspends.append(pending)
                         if pending is None:
                             g.failures.append(f"a suspend at {t:.1f} s that the guest did not announce")
                             pending = {"kind": "unannounced", "index": 0, "by_driver": False}
@@ -259,6 +283,22 @@ def drive(qemu, listeners, started, g):
                     last = g.suspends[-1] if g.suspends else None
                     if last is not None and "awake" in last and "tick" not in last:
                         last["tick"] = (t, int(words[1]))
+                elif words[0] in ("job-start", "job-end"):
+                    g.jobs.append((t, words[0], int(words[1])))
+                elif words[0] == "returns":
+                    g.returns_left = int(words[1])
+                elif words[0] == "returns-end":
+                    if g.returns_left:
+                        g.failures.append(f"{g.returns_left} of vigild's {DARK_RETURNS} returns to sleep did not come")
+                    g.returns_left = 0
+                elif words[0] == "press-keys":
+                    # A person at the guest's keyboard (the PS/2 keyboard's
+                    # evdev device in the guest): "a", down and up.
+                    for down in (True, False):
+                        qmp_send({"execute": "input-send-event", "arguments": {"events": [
+                            {"type": "key", "data": {"down": down, "key": {"type": "qcode", "data": "a"}}}]}})
+                    g.keys.append(t)
+                    log(f"{t:7.1f} s  driver: keys pressed (QMP input-send-event)")
                 elif words[0] == "suspend":
                     pending = {"kind": words[1], "index": int(words[2]), "announced": t, "by_driver": False,
                                "after_tick": int(words[4]) if len(words) > 4 else None}
@@ -332,6 +372,24 @@ def check(g, work):
     quiet = [s for s in g.suspends if s["kind"] == "quiet"]
     expect(len(quiet) == 1 and quiet[0].get("by_driver"), "the quiet suspend was not ended by the driver")
 
+    # Wake, work, sleep again: three returns to sleep, each after its job's
+    # end and within the grace plus RETURN_BEYOND_GRACE; each then woken by
+    # vigild's alarm again.
+    dark = [s for s in g.suspends if s["kind"] == "dark"]
+    expect(len(dark) == DARK_RETURNS, f"{len(dark)} returns to sleep by vigild, expected {DARK_RETURNS} in a row")
+    returns = []
+    for s in dark:
+        gap = s["asleep"] - s["job_end"]
+        returns.append(gap)
+        expect(gap >= 0, f"return to sleep {s['index']}: SUSPEND {-gap:.2f} s before run #{s['job']} ended")
+        expect(gap <= RETURN_GRACE + RETURN_BEYOND_GRACE,
+               f"return to sleep {s['index']}: SUSPEND {gap:.2f} s after run #{s['job']} ended (bound {RETURN_GRACE} s grace + {RETURN_BEYOND_GRACE} s)")
+        expect("awake" in s and not s["by_driver"], f"return to sleep {s['index']}: not woken again by vigild's alarm")
+    expect(len(g.keys) == 1, f"keys pressed {len(g.keys)} times, expected once (the fourth dark wake's run)")
+    for kind in ("dark-start", "inhibited", "rtc-dark"):
+        found = [s for s in g.suspends if s["kind"] == kind]
+        expect(len(found) == 1 and "awake" in found[0] and not found[0]["by_driver"], f"the {kind} suspend did not end by itself: {found}")
+
     # The survival log, read at boot 2: the boot-1 run ended cleanly at the
     # reboot, each wake is attributed, and each suspended span ends at its wake.
     runs = parse_json(g.blocks.get("survival-json", ""), fails, "vigilctl survival --json")
@@ -340,10 +398,15 @@ def check(g, work):
         expect(previous["endReason"] == "stopped", f"the run before the reboot ended {previous['endReason']}, expected stopped")
         wakes = previous.get("wakes") or []
         by_alarm = [w for w in wakes if w.get("cause") == "vigil-alarm"]
-        expect(len(by_alarm) == ALARM_WAKES, f"{len(by_alarm)} wakes attributed to a Vigil alarm, expected {ALARM_WAKES}")
-        expect(all(w.get("alarmStrategy") == "tick" and w.get("alarmKind") == "periodic-wake" for w in by_alarm),
-               f"alarm wakes do not name strategy tick and kind periodic-wake: {by_alarm[:1]}")
-        expect(len([w for w in wakes if w.get("cause") == "other"]) == 2, f"expected the rtc and the quiet wake as 'other': {wakes}")
+        # The ten alarm suspends, then the dark phase's wakes by sync's alarm:
+        # the one after its first suspend, after each return, and the one
+        # the inhibitor kept awake.
+        by_tick = [w for w in by_alarm if w.get("alarmStrategy") == "tick"]
+        by_sync = [w for w in by_alarm if w.get("alarmStrategy") == "sync"]
+        expect(len(by_tick) == ALARM_WAKES and len(by_sync) == 1 + DARK_RETURNS + 1 and len(by_alarm) == len(by_tick) + len(by_sync),
+               f"{len(by_tick)} wakes attributed to tick's alarm, {len(by_sync)} to sync's, expected {ALARM_WAKES} and {DARK_RETURNS + 2}: {by_alarm[:1]}")
+        expect(all(w.get("alarmKind") == "periodic-wake" for w in by_alarm), f"alarm wakes do not name kind periodic-wake: {by_alarm[:1]}")
+        expect(len([w for w in wakes if w.get("cause") == "other"]) == 3, f"expected the two rtc wakes and the quiet wake as 'other': {wakes}")
         interval = previous["intervalMicros"]
         spans = [seg for seg in previous["timeline"] if seg["kind"] == "suspended"]
         for w in wakes:
@@ -395,6 +458,13 @@ def check(g, work):
     if relative:
         print(f"  logind's resume to the woken run's start (relative, bound {WOKEN_RUN_AFTER_LOGIND} s): median {statistics.median(relative):.2f} s, max {max(relative):.2f} s over {len(relative)} wakes")
     print(f"  hold lease lapses: {lapses} over {len(alarm)} suspends")
+    floor = [s["asleep"] - s["announced"] for s in g.suspends if "announced" in s and "asleep" in s and s["kind"] != "quiet"]
+    if returns:
+        print(f"  run's end to vigild's return to sleep (QMP SUSPEND; grace {RETURN_GRACE} s, bound grace + {RETURN_BEYOND_GRACE} s): "
+              f"median {statistics.median(returns):.2f} s, max {max(returns):.2f} s over {len(returns)} dark wakes; "
+              f"beyond the grace: median {statistics.median(returns) - RETURN_GRACE:.2f} s, max {max(returns) - RETURN_GRACE:.2f} s")
+    if floor:
+        print(f"  reference, the guest's own systemctl suspend to SUSPEND: median {statistics.median(floor):.2f} s, max {max(floor):.2f} s over {len(floor)} suspends")
     for s in rtc + quiet:
         if "awake" in s and "asleep" in s:
             print(f"  {s['kind']} suspend: asleep {s['awake'] - s['asleep']:.1f} s{' (woken by the driver)' if s['by_driver'] else ''}")

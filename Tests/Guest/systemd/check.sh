@@ -74,6 +74,29 @@ else:
     print("none")'
 }
 vigild_journal() { journalctl -b -u vigild.service -o cat --no-pager; }
+# journal_count TEXT: how many of vigild's journal lines (this boot) say TEXT.
+journal_count() { vigild_journal | grep -cF -- "$1"; }
+journal_over() { [ "$(journal_count "$1")" -gt "$2" ]; }
+# metrics_are NAME VALUE [NAME VALUE ...]: vigild's /metrics ([metrics]
+# listen) says so; else prints what it says.
+metrics_are() {
+    python3 - "$@" <<'PY'
+import sys, urllib.request
+try:
+    text = urllib.request.urlopen("http://127.0.0.1:9469/metrics", timeout=5).read().decode()
+except OSError as e:
+    sys.exit(f"no metrics: {e}")
+values = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+wanted = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+wrong = {name: values.get(name) for name, value in wanted.items() if values.get(name) != value}
+sys.exit(f"metrics {wrong}, expected {wanted}" if wrong else 0)
+PY
+}
+# The dark phase's job (vigil-dark.toml's sync strategy): runs started and ended.
+jobs_started() { [ -f /var/lib/vigil/guest-jobs-started ] && wc -l < /var/lib/vigil/guest-jobs-started || echo 0; }
+jobs_ended() { [ -f /var/lib/vigil/guest-jobs-ended ] && wc -l < /var/lib/vigil/guest-jobs-ended || echo 0; }
+started_at_least() { [ "$(jobs_started)" -ge "$1" ]; }
+ended_at_least() { [ "$(jobs_ended)" -ge "$1" ]; }
 
 phase=$(cat "$state/phase" 2>/dev/null || echo 1)
 say "boot $phase $(uptime_s)"
@@ -87,6 +110,8 @@ if [ "$phase" = 1 ]; then
     run failed-units systemctl --failed --no-legend --plain
     check no-failed-units test ! -s /run/vigil-guest/out.failed-units
     check vigild-active systemctl is-active --quiet vigild.service
+    # The keyboard's event device, which vigild reads during a dark wake.
+    check input-devices sh -c 'ls /dev/input/event*'
     run bus-status busctl --system status org.vigil.Vigil1
     check bus-status-unit grep -q '^Unit=vigild.service$' /run/vigil-guest/out.bus-status
     # busctl wraps long values onto indented lines.
@@ -116,6 +141,12 @@ if [ "$phase" = 1 ]; then
     check suspend-refused sh -c "[ $refused -ne 0 ] && grep -q guest-hold /run/vigil-guest/out.suspend-checked"
     say "hold-lease-before $(hold_lease)"
 
+    # A subscriber to SleepBrokeLease (jeepney): each forced suspend below
+    # begins while the keep and guest-hold leases hold sleep, so each breaks both.
+    python3 -u /usr/local/share/vigil-guest/broken-lease-watch.py > /run/vigil-guest/broken.out 2>&1 &
+    watch_pid=$!
+    wait_until 30 grep -q '^subscribed' /run/vigil-guest/broken.out || say "check broken-lease-subscribed fail $(head -c 200 /run/vigil-guest/broken.out)"
+
     # Ten forced suspends, each right after a tick: only the tick's own
     # alarm (12 s period) can end them. After each, the woken run must
     # come (the driver times it from WAKEUP) and the hold lease must still
@@ -134,6 +165,34 @@ if [ "$phase" = 1 ]; then
         # The next suspend starts after a tick: wait for the one after the woken run.
         [ $i -lt 10 ] && { seen=$(tick_count); wait_until 30 ticks_over "$seen"; }
     done
+
+    # Sleep that broke a lease: ten suspends forced with -i while two
+    # leases held sleep in block mode, told in the metrics, the journal (a
+    # warning), the survival log and over D-Bus to the subscriber.
+    wait_until 20 metrics_are vigil_sleep_broke_leases_total 10
+    check broken-lease-metric metrics_are vigil_sleep_broke_leases_total 10 vigil_broken_leases_total 20
+    journalctl -b -u vigild.service -p 4..4 -o cat --no-pager > /run/vigil-guest/warnings.out
+    check broken-lease-journal sh -c '[ "$(grep -c "although 2 leases held sleep (woken by vigil-alarm)" /run/vigil-guest/warnings.out)" = 10 ] || { grep -i "held sleep" /run/vigil-guest/warnings.out; false; }'
+    kill $watch_pid 2>/dev/null
+    dump broken-lease-signals /run/vigil-guest/broken.out
+    check broken-lease-signal python3 -c '
+import json
+signals = [json.loads(l) for l in open("/run/vigil-guest/broken.out") if l.startswith("{")]
+keep = [s for s in signals if s["holder"] == "keep" and s["wake_cause"] == "vigil-alarm" and s["slept_usec"] > 1000000]
+hold = [s for s in signals if s["holder"] == "client" and s["name"] == "guest-hold" and s["wake_cause"] == "vigil-alarm"]
+assert len(keep) == 10 and len(hold) == 10, f"{len(keep)} signals for keep, {len(hold)} for guest-hold, expected 10 each: {signals[:3]}"
+assert all(s["lease"].startswith("/org/vigil/Vigil1/Lease/") for s in signals), signals[:3]
+'
+    vigilctl survival --state-dir /var/lib/vigil --runs 1 --json > /run/vigil-guest/broken-survival.json 2>&1
+    check broken-lease-survival python3 -c '
+import json
+run = json.load(open("/run/vigil-guest/broken-survival.json"))[0]
+broken = run.get("brokenSleeps") or []
+assert len(broken) == 10, f"{len(broken)} broken sleeps, expected 10: {broken[:2]}"
+for b in broken:
+    holders = sorted(l["holder"] for l in b["leases"])
+    assert holders == ["client", "keep"] and b["wakeCause"] == "vigil-alarm" and b["sleptMicros"] > 1000000, b
+'
 
     # The hold never lapsed: vigilctl hold exits 0 (75 if it ran part of
     # the time without a lease), and vigild logged no lapse.
@@ -182,6 +241,69 @@ bad = [l.get("MESSAGE") for l in map(json.loads, open("/run/vigil-guest/journal.
        if re.search(r"thread priority|libdispatch|dispatch_|Swift runtime|swift_|Fatal error", str(l.get("MESSAGE", "")))]
 assert not bad, bad[:3]
 '
+
+    # Wake, work, sleep again. Only the sync strategy (vigil-dark.toml):
+    # no lease holds sleep between its runs. The check suspends once, right
+    # after a run; then vigild's alarm wakes the guest for each run and
+    # vigild must put it back to sleep after the run's end (the driver
+    # times each SUSPEND from the job's end) three times in a row.
+    install -m 0600 /usr/local/share/vigil-guest/vigil-dark.toml /etc/vigil/vigil.toml
+    run reload-dark systemctl reload vigild.service
+    wait_until 40 ended_at_least 1 || say "check dark-first-job fail no run of sync within 40 s of the reload"
+    first=$(jobs_started)
+    say "returns 3"
+    say "suspend dark-start 1"
+    systemctl suspend --check-inhibitors=no
+    # The fourth wake's run: keys pressed on the guest's keyboard (QMP, by
+    # the driver) during the run keep the machine awake.
+    wait_until 150 started_at_least $((first + 4)) || say "check dark-fourth-job fail: $(jobs_started) runs started, expected $((first + 4))"
+    say "press-keys"
+    wait_until 30 journal_over "for sync: keys pressed" 0
+    check stay-keys sh -c "journalctl -b -u vigild.service -o cat --no-pager | grep -F 'staying awake after vigild' | grep -F 'for sync: keys pressed'"
+
+    # Another program's sleep inhibitor in block mode keeps it awake.
+    systemd-inhibit --what=sleep --mode=block --who=guest-check --why="guest: another program" sleep 600 &
+    inhibit_pid=$!
+    wait_until 10 sh -c 'systemd-inhibit --list --no-pager | grep -q guest-check'
+    ended=$(jobs_ended); wait_until 30 ended_at_least $((ended + 1))
+    say "suspend inhibited 1"
+    systemctl suspend --check-inhibitors=no
+    wait_until 60 journal_over "another program holds a sleep inhibitor" 0
+    check stay-inhibitor sh -c "journalctl -b -u vigild.service -o cat --no-pager | grep -F 'for sync: another program holds a sleep inhibitor' | grep -q guest-check"
+    kill $inhibit_pid
+
+    # A wake that was not vigild's (an RTC alarm 4 s away; sync's is 11 s
+    # away): the machine stays awake, through the next run too.
+    ended=$(jobs_ended); wait_until 30 ended_at_least $((ended + 1))
+    others=$(journal_count "staying awake: the wake was not vigild's")
+    rtcwake -m no -s 4 > /run/vigil-guest/rtcwake-dark.out 2>&1
+    say "suspend rtc-dark 1"
+    systemctl suspend --check-inhibitors=no
+    wait_until 40 journal_over "staying awake: the wake was not vigild's" "$others"
+    check stay-not-vigild journal_over "staying awake: the wake was not vigild's" "$others"
+    # The next run and 5 s after it (grace 1 s + 2 s + room): no SUSPEND
+    # may come (the driver fails any it was not told of).
+    ended=$(jobs_ended); wait_until 30 ended_at_least $((ended + 1))
+    sleep 5
+    say "returns-end"
+
+    check dark-journal sh -c '[ "$(journalctl -b -u vigild.service -o cat --no-pager | grep -c "returned the system to sleep: the work of sync")" = 3 ]'
+    check dark-metrics metrics_are vigil_returns_to_sleep_total 3 'vigil_dark_wakes_total{outcome="asleep-again"}' 3
+    run dark-survival-json vigilctl survival --state-dir /var/lib/vigil --runs 1 --json
+    check dark-survival python3 -c '
+import json
+run = json.loads(open("/run/vigil-guest/out.dark-survival-json").read())[0]
+sync = [d for d in run.get("darkWakes") or [] if d.get("alarmStrategy") == "sync"]
+again = [d for d in sync if d["outcome"] == "asleep-again"]
+assert len(again) == 3, f"{len(again)} returns to sleep for sync, expected 3: {sync}"
+assert all(d["workEndedAfterMicros"] >= 4000000 and d["awakeMicros"] >= d["workEndedAfterMicros"] for d in again), again
+stayed = {d.get("refusal"): d.get("reason") for d in sync if d["outcome"] == "stayed-awake"}
+assert stayed.get("person") == "keys pressed", stayed
+assert "guest-check" in (stayed.get("inhibitor") or ""), stayed
+'
+    run dark-survival-text vigilctl survival --state-dir /var/lib/vigil --runs 1
+    check dark-survival-text sh -c 'grep -q "woke for sync, asleep again after" /run/vigil-guest/out.dark-survival-text && grep -q "woke for sync, stayed awake: keys pressed" /run/vigil-guest/out.dark-survival-text'
+    cp "$state/vigil.toml.good" /etc/vigil/vigil.toml
 
     # A persistent periodic-wake, added by reload, runs once now; the
     # reboot lets its next slot pass while the machine is down.
