@@ -36,12 +36,13 @@ written on 2026-11-27, before the fixes it now guards were in place):
   begin);
 - each suspended span ending at its wake needs SurvivalReport.placed: the
   store records spans from the heartbeat before the suspend;
-- (2026-12-02, issue 44) the three returns to sleep need ReturnToSleep
-  (seen: with return_to_sleep = false in vigil-dark.toml, no SUSPEND after
-  the first run's end; see the closing note for each refusal removed);
-  "stays awake" after keys, an inhibitor and an RTC wake need each refusal
-  (without one, vigild suspends and the driver sees a SUSPEND it was not
-  told to expect); the broken-lease checks need SleepBreaks;
+- (2026-12-02, issue 44) seen with return_to_sleep = false in both guest
+  configs: no SUSPEND after any run's end ("3 of vigild's 3 returns to sleep
+  did not come"), and every dark check failed; seen with a vigild built
+  without the keys, inhibitor and not-vigild's refusals and without
+  SleepBreaks: 11 returns where 3 were expected, a SUSPEND the guest did not
+  announce after the keys, the inhibitor's run and the RTC wake, each
+  stay-* check failed, and each broken-lease check read 0;
 - "no line from libdispatch" needs the unit's LimitNICE=-4 (libdispatch's
   manager thread asks for nice -4; without CAP_SYS_NICE it logs
   "Failed to set thread priority ... errno=13").
