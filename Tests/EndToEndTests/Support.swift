@@ -50,6 +50,8 @@ final class Daemon: @unchecked Sendable {
     enum Event: Sendable {
         case line(String)
         case exited(Int32)
+        /// Its stderr reached end of file: every line it wrote is here.
+        case outputEnded
     }
 
     /// Its stderr lines and its exit, in the order they came.
@@ -89,7 +91,22 @@ final class Daemon: @unchecked Sendable {
         events.lazy.compactMap { if case .exited(let status) = $0 { status } else { nil } }.first
     }
 
+    /// Exited, and stderr read to its end (the exit is often seen first:
+    /// seen in CI, a status with none of the lines before it).
+    private static func ended(_ events: [Event]) -> Bool {
+        exitStatus(events) != nil && events.contains { if case .outputEnded = $0 { true } else { false } }
+    }
+
     private func received(_ data: Data) {
+        guard !data.isEmpty else {
+            let rest = partial.withLock { partial in
+                defer { partial.removeAll() }
+                return partial.isEmpty ? nil : String(decoding: partial, as: UTF8.self)
+            }
+            if let rest { events.append(.line(rest)) }
+            events.append(.outputEnded)
+            return
+        }
         let complete: [String] = partial.withLock { partial in
             partial.append(data)
             var complete: [String] = []
@@ -108,7 +125,7 @@ final class Daemon: @unchecked Sendable {
     @discardableResult
     func waitForLine(containing text: String, after skip: Int = 0, timeout: Duration = .seconds(30)) async throws -> String {
         await events.wait(timeout: timeout) { events in
-            Self.exitStatus(events) != nil || Self.lines(events).filter { $0.contains(text) }.count > skip
+            Self.ended(events) || Self.lines(events).filter { $0.contains(text) }.count > skip
         }
         let seen = events.all
         let hits = Self.lines(seen).filter { $0.contains(text) }
@@ -126,6 +143,9 @@ final class Daemon: @unchecked Sendable {
     func waitForExit() async -> Int32 {
         // No bound: a vigild that never exits is the test's own failure.
         while !(await events.wait(timeout: .seconds(3600), until: { Self.exitStatus($0) != nil })) {}
+        // Then its last lines: a child that kept vigild's stderr open may
+        // hold the end back, so this wait is bounded.
+        await events.wait(timeout: .seconds(10)) { Self.ended($0) }
         let status = Self.exitStatus(events.all) ?? -1
         #expect(durationsOverTwoUnits(in: output).isEmpty, "\(durationsOverTwoUnits(in: output))")
         return status

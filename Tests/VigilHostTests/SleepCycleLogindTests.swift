@@ -113,11 +113,16 @@ import VigilTestSupport
         let clock = ManualClock()
         let registry = LeaseRegistry(clock: clock, backend: LogindPowerBackend(connection: host))
         let recorded = WaitableLog<BrokenSleep>()
+        let logs = WaitableLog<LogLine>()
         let breaks = SleepBreaks(registry: registry, clock: clock, readings: { ClockReadings.now() }, runStartBoottimeMicros: 0,
-                                 logging: WaitableLog<LogLine>().logging, record: { broken, _ in recorded.append(broken) })
+                                 logging: logs.logging, record: { broken, _ in recorded.append(broken) })
         try await breaks.watch(host)
         var told = await breaks.breaks().makeAsyncIterator()
         _ = try await standIn.call(other, "EmitPrepareForSleep", [.bool(true)], test: true)
+        // The signal reaches SleepBreaks on its own connection: the lease
+        // below must come after it has looked (seen in CI: taken first, so
+        // that sleep was told too).
+        #expect(await logs.wait(forLineContaining: "a sleep begins; no Vigil lease holds sleep"))
         _ = try await standIn.call(other, "EmitPrepareForSleep", [.bool(false)], test: true)
         // A lease taken after that sleep, then a second sleep: only that one is told.
         let later = try await registry.acquire(strategy: "focus", LeaseRequest(

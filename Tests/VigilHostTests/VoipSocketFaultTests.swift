@@ -116,11 +116,12 @@ struct VoipPeer: Sendable, CustomTestStringConvertible {
         let back = await Self.waitUntilBack(h, after: up, wire: peer.wire)
         await h.supervisor.stopAll()
         // At most one interval (1 s) until the next ping, then handler_timeout
-        // (400 ms); the rest is room for a loaded machine (CI met 3.7 s with
-        // 1.5 s of room, over TLS while the suite loaded both cores). What
-        // proves the handler is the reason below: a frozen server's kernel
-        // still acknowledges, so TCP alone never ends the connection.
-        #expect(detected < .milliseconds(1_000 + 400 + 3_000), "detected after \(detected)")
+        // (400 ms); the rest is room for a loaded machine (CI met 3.7 s, then
+        // 5.5 s, over TLS while the suite and other builds loaded both
+        // cores). The bound only says "soon": what proves the handler is the
+        // overrun event and the reason below, since a frozen server's kernel
+        // still acknowledges and TCP alone never ends the connection.
+        #expect(detected < .milliseconds(1_000 + 400 + 8_600), "detected after \(detected)")
         let reasons = h.recorded("disconnected").map { $0["reason"] ?? "" }
         #expect(reasons.first?.contains("overran handler_timeout (400ms)") == true, "\(reasons)")
         #expect(back["State"]?.stringValue == "up" && back["Reconnects"]?.uintValue ?? 0 >= 1, "\(back)")

@@ -92,7 +92,10 @@ public actor SleepBreaks {
             guard let hold = lease.hold else { return false }
             return hold.mode == "block" && hold.what.contains("sleep")
         }
-        guard !held.isEmpty else { return }
+        guard !held.isEmpty else {
+            log.debug("a sleep begins; no Vigil lease holds sleep in block mode")
+            return
+        }
         nextNumber += 1
         pending = Pending(number: nextNumber, start: start, leases: held.map {
             BrokenSleep.Lease(id: $0.id.rawValue, holder: $0.strategy, name: $0.client?.name ?? $0.reason)
