@@ -114,6 +114,7 @@ func voipSocketBench(_ arguments: [String]) async throws {
         await clientLeases.start()
         await inhibits.start()
     }
+    // Unstructured task: not cancelled: one stop, which ends by itself (a defer cannot await).
     defer { Task { await clientLeases.stop(); await inhibits.stop() } }
     let scheduler = try WakeScheduler.system(clock: clock)
     let supervisor = Supervisor(services: StrategyServices(

@@ -398,6 +398,7 @@ enum NetworkManagerMetered {
             log.info("no system bus (\(error)): network = \"unmetered\" means online")
             return
         }
+        // Unstructured task: not cancelled: one close, which ends by itself (a defer cannot await).
         defer { Task { await connection.close() } }
         do {
             let changes = try await connection.signals(matching: DBusMatchRule(

@@ -185,6 +185,8 @@ public final class MetricsListener: @unchecked Sendable {
     private static func run(_ body: @escaping @Sendable () async -> [UInt8]) -> [UInt8] {
         let done = DispatchSemaphore(value: 0)
         let slot = ResultSlot()
+        // Unstructured task: not cancelled: the listener's thread waits for it (a scrape's body),
+        // as a synchronous caller of async work.
         Task {
             let bytes = await body()
             slot.value.withLock { $0 = bytes }

@@ -73,6 +73,8 @@ public final class ResumeWatcher: @unchecked Sendable {
             return (handler, slept)
         }
         guard let pending else { return }
+        // Unstructured task: not cancelled: delivers one resume to the handler, from the dispatch
+        // source's queue into Swift concurrency.
         Task { await pending.call(now, pending.slept) }
     }
 

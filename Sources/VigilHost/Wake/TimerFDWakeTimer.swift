@@ -95,6 +95,8 @@ public final class TimerFDWakeTimer: WakeTimer, @unchecked Sendable {
         // default priority is busy or blocked (a plugin's slow work, a long
         // reply being built), and the requesters it resumes at high priority
         // go on there too.
+        // Unstructured task: not cancelled: delivers one expiry to the handler (the scheduler),
+        // from the dispatch source's queue into Swift concurrency.
         Task(priority: .high) { await handler() }
     }
 
