@@ -36,7 +36,7 @@ extension EndToEnd {
                 """)
             let check = try ProcessRunner.run(Self.check, [dir.path])
             #expect(check.status == 1, "\(check.stdout)\(check.stderr)")
-            #expect(check.stderr.contains("Sources/Example/Example.swift:2:let lock = NSLock()"), "\(check.stderr)")
+            #expect(check.stderr.contains("Sources/Example/Example.swift:2:let lock = \(other)()"), "\(check.stderr)")
             #expect(check.stderr.contains("Sources/Example/Example.swift:4:"), "\(check.stderr)")
             #expect(!check.stderr.contains("Sources/Example/Example.swift:6:"), "\(check.stderr)")
         }
