@@ -10,11 +10,8 @@ import VigilKit
 /// wake, so a machine in use never wakes vigild per key press. Reading
 /// them needs root or the `input` group; devices that cannot be opened are
 /// skipped (the first such is logged at debug).
-public final class InputActivityWatcher: InputActivity, @unchecked Sendable {
-    // Invariant: the mutable state is in `state`; `queue` (a dispatch queue,
-    // thread-safe but not marked Sendable here) is set in init and only
-    // given to new sources. Each DispatchSource owns its fd and closes it
-    // when cancelled.
+public final class InputActivityWatcher: InputActivity, Sendable {
+    // Each DispatchSource owns its fd and closes it when cancelled.
     private struct State {
         var sources: [Int32: DeviceSource] = [:]
         var seenText: String?
