@@ -32,20 +32,20 @@ final class PollThread: Sendable {
         self.stopWriter = pipeFDs[1]
         self.readable = readable
         let ready = DispatchSemaphore(value: 0)
-        let prepared = PreparedBox()
+        let prepared = Lock<Result<[Int32], ConditionWatchError>?>(nil)
         let thread = Thread { [self] in
             // Foundation does not name the kernel thread on Linux; the
             // benchmark and `top -H` find the watchers by this name.
             vigil_name_thread(name)
             let result = prepare()
-            prepared.result = result
+            prepared.withLock { $0 = result }
             ready.signal()
             if case .success(let fds) = result { self.loop(fds) } else { self.done.signal() }
         }
         thread.name = name
         thread.start()
         ready.wait()
-        if case .failure(let error)? = prepared.result {
+        if case .failure(let error)? = prepared.withLock({ $0 }) {
             close(stopFD)
             close(stopWriter)
             stopped.withLock { $0 = true }
@@ -83,13 +83,6 @@ final class PollThread: Sendable {
         close(stopFD)
         close(stopWriter)
     }
-}
-
-/// Hands `prepare`'s result from the thread to `init`.
-private final class PreparedBox: @unchecked Sendable {
-    // Invariant: written by the thread before `ready.signal()`, read by
-    // init after `ready.wait()`: the semaphore orders the two.
-    var result: Result<[Int32], ConditionWatchError>?
 }
 
 /// A watch that could not be set up: what failed and the system's reason.
