@@ -13,10 +13,9 @@ import VigilKit
 /// Bounds: a request head is at most ``maxRequestBytes`` and must arrive
 /// within ``readTimeout``; the answer must be taken within ``writeTimeout``.
 /// Anything else gets 400, 404, 405 or 431 and the connection is closed.
-public final class MetricsListener: @unchecked Sendable {
-    // Invariant: `fd` is set in init and closed only by the accept thread
-    // after `stop` shut it down (or by deinit when never started);
-    // `state` is a Lock.
+public final class MetricsListener: Sendable {
+    // `fd` is set in init and closed only by the accept thread after `stop`
+    // shut it down (or by deinit when never started).
     private let fd: Int32
     private let state = Lock((started: false, stopping: false))
     public let address: MetricsListenAddress
