@@ -116,6 +116,8 @@ public struct BackgroundTask: KeepAliveStrategy {
         // The job: a command, or nothing (hold until max_duration or stop).
         let outcome = JobOutcome()
         let job: Task<HookResult?, Never>? = command.map { argv in
+            // Unstructured task: cancelled by the defer below when run(in:) returns or throws (the
+            // strategy stopped).
             Task {
                 let result = await hooks.run(HookCommand(argv: argv, timeout: maxDuration ?? .seconds(365 * 86_400)), event: "command", variables: [:])
                 await outcome.finish(result)

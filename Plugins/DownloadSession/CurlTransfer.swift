@@ -79,14 +79,16 @@ struct TransferProgress: Sendable {
 ///
 /// `@unchecked Sendable`: the mutable state below is split in two. Fields
 /// under "transfer thread only" are touched only by the thread running
-/// `perform()` (libcurl calls the callbacks on it). `shared` is guarded by
-/// `lock`, read from other threads for progress and written by `cancel()`.
+/// `perform()` (libcurl calls the callbacks on it). `shared` is a lock,
+/// read from other threads for progress and written by `cancel()`.
 final class CurlTransfer: @unchecked Sendable {
     let request: TransferRequest
 
-    private let lock = NSLock()
-    private var shared = TransferProgress()
-    private var cancelRequested = false
+    private struct Shared {
+        var progress = TransferProgress()
+        var cancelRequested = false
+    }
+    private let shared = Lock(Shared())
 
     // MARK: transfer thread only
     private var fd: Int32 = -1
@@ -122,12 +124,12 @@ final class CurlTransfer: @unchecked Sendable {
 
     deinit { ccurl_sha256_free(hasher) }
 
-    var progress: TransferProgress { lock.withLock { shared } }
+    var progress: TransferProgress { shared.withLock { $0.progress } }
 
     /// Asks the transfer to stop; `perform()` returns `.cancelled` soon after.
-    func cancel() { lock.withLock { cancelRequested = true } }
+    func cancel() { shared.withLock { $0.cancelRequested = true } }
 
-    private var isCancelled: Bool { lock.withLock { cancelRequested } }
+    private var isCancelled: Bool { shared.withLock { $0.cancelRequested } }
 
     /// Runs the attempt to its end. Blocking: call on a dedicated thread.
     func perform() -> TransferOutcome {
@@ -142,7 +144,7 @@ final class CurlTransfer: @unchecked Sendable {
             return .writeFailed("cannot truncate \(request.partPath): \(String(cString: strerror(errno)))")
         }
         if resumeFrom > 0, let failure = hashExistingPrefix() { return failure }
-        lock.withLock { shared.bytesDone = resumeFrom }
+        shared.withLock { $0.progress.bytesDone = resumeFrom }
 
         guard let handle = curl_easy_init() else { return .transport(code: -1, message: "curl_easy_init failed") }
         defer { curl_easy_cleanup(handle) }
@@ -259,10 +261,10 @@ final class CurlTransfer: @unchecked Sendable {
             }
             let total = head.totalLength(resumeFrom: resumeFrom)
             let found = validators(total: total)
-            lock.withLock {
-                shared.validators = found
-                shared.bytesTotal = total ?? 0
-                shared.bytesDone = resumeFrom
+            shared.withLock {
+                $0.progress.validators = found
+                $0.progress.bytesTotal = total ?? 0
+                $0.progress.bytesDone = resumeFrom
             }
             onResponse(found, discarded)
         }
@@ -290,7 +292,7 @@ final class CurlTransfer: @unchecked Sendable {
         ccurl_sha256_update(hasher, bytes.baseAddress, bytes.count)
         written += Int64(bytes.count)
         let done = resumeFrom + written
-        lock.withLock { shared.bytesDone = done }
+        shared.withLock { $0.progress.bytesDone = done }
         return true
     }
 
@@ -314,7 +316,7 @@ final class CurlTransfer: @unchecked Sendable {
 
     private func validators(total: Int64? = nil) -> ResponseValidators {
         ResponseValidators(etag: head["etag"], lastModified: head["last-modified"],
-                           totalLength: total ?? lock.withLock { shared.bytesTotal > 0 ? shared.bytesTotal : nil })
+                           totalLength: total ?? shared.withLock { $0.progress.bytesTotal > 0 ? $0.progress.bytesTotal : nil })
     }
 }
 

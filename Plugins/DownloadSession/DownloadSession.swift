@@ -317,6 +317,8 @@ actor DownloadManager {
         guard !stopping else { return }
         for id in records.keys.sorted() where workers.count < settings.maxParallel {
             guard let record = records[id], record.state == .queued, workers[id] == nil else { continue }
+            // Unstructured task: kept in `workers`; cancelled (and awaited) when its download is
+            // paused or removed, and by stop().
             workers[id] = Task { await self.work(id) }
         }
     }
@@ -340,6 +342,8 @@ actor DownloadManager {
             log.warning("download \(id): cannot take a lease (\(error)); downloading without one")
             lease = nil
         }
+        // Unstructured task: not cancelled: one release, which ends by itself (a defer cannot
+        // await); the lease must go even when the worker was cancelled.
         defer { if let lease { Task { await lease.release() } } }
         while !Task.isCancelled {
             guard var record = records[id], record.state != .paused else { return }
@@ -364,8 +368,11 @@ actor DownloadManager {
                 caFile: settings.caFile),
                 cost: context.cost,
                 onResponse: { validators, discarded in
+                    // Unstructured task: not cancelled: one hop into the actor per response, from
+                    // the transfer thread.
                     Task { await self.noteResponse(id, validators, discarded: discarded, asked: askedIfRange) }
                 })
+            // Unstructured task: cancelled right below, once the transfer has returned.
             let monitor = Task { await self.monitor(id, transfer, lease) }
             let outcome = await Self.onThread({ transfer.perform() }, onCancel: { transfer.cancel() })
             monitor.cancel()

@@ -1,4 +1,5 @@
 import CPulse
+import VigilKit
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -15,9 +16,8 @@ import Glibc
 /// libpulse's own work costs.
 final class PulseLoop: @unchecked Sendable {
     // Invariant: `mainloop` and `api` are used only on the loop thread, and by
-    // `deinit` after that thread has finished. `queue` and `running` are only
-    // touched with `mutex` held. `thread` is written once in `init`, before
-    // anything reads it; `joined` is only touched with `mutex` held.
+    // `deinit` after that thread has finished. `thread` is written once in
+    // `init`, before anything reads it. The rest is in `state`.
 
     /// The loop thread's name (what `/proc/<pid>/task/<tid>/comm` shows).
     static let threadName = "vigil-audio"
@@ -27,10 +27,12 @@ final class PulseLoop: @unchecked Sendable {
     private let mainloop: OpaquePointer
     /// Written by ``sync(_:)`` (any thread), read by the loop when it wakes.
     private let wakeFD: Int32
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
-    private var queue: [() -> Void] = []
-    private var running = true
-    private var joined = false
+    private struct State {
+        var queue: [QueuedCall] = []
+        var running = true
+        var joined = false
+    }
+    private let state = Lock(State())
     private var thread = pthread_t()
 
     init() throws(SilentAudioError) {
@@ -47,8 +49,6 @@ final class PulseLoop: @unchecked Sendable {
         mainloop = loop
         self.api = api
         wakeFD = fd
-        mutex = .allocate(capacity: 1)
-        pthread_mutex_init(mutex, nil)
         // Registered before the thread starts, so no other thread is on the loop yet.
         guard api.pointee.io_new(api, fd, PA_IO_EVENT_INPUT, wakeCallback, Unmanaged.passUnretained(self).toOpaque()) != nil else {
             throw .pulse("cannot watch the main loop's eventfd")
@@ -57,7 +57,7 @@ final class PulseLoop: @unchecked Sendable {
         let started = pthread_create(&thread, nil, loopThreadMain, Unmanaged.passRetained(self).toOpaque())
         guard started == 0 else {
             Unmanaged.passUnretained(self).release()
-            running = false
+            state.withLock { $0.running = false }
             throw .pulse("cannot start the audio thread: \(String(cString: strerror(started)))")
         }
     }
@@ -66,8 +66,6 @@ final class PulseLoop: @unchecked Sendable {
         // Only reached once the thread has ended (it holds a reference).
         pa_mainloop_free(mainloop)
         close(wakeFD)
-        pthread_mutex_destroy(mutex)
-        mutex.deallocate()
     }
 
     private var isLoopThread: Bool { pthread_equal(pthread_self(), thread) != 0 }
@@ -89,16 +87,18 @@ final class PulseLoop: @unchecked Sendable {
         let call = {
             do throws(E) { outcome.result = .success(try body()) } catch { outcome.result = .failure(error) }
         }
-        pthread_mutex_lock(mutex)
-        if running {
-            queue.append { call(); sem_post(done) }
-            pthread_mutex_unlock(mutex)
+        let queued = state.withLock { state -> Bool in
+            if state.running {
+                state.queue.append(QueuedCall { call(); sem_post(done) })
+                return true
+            }
+            call()
+            return false
+        }
+        if queued {
             var one: UInt64 = 1
             _ = write(wakeFD, &one, MemoryLayout<UInt64>.size)
             while sem_wait(done) != 0 && errno == EINTR {}
-        } else {
-            call()
-            pthread_mutex_unlock(mutex)
         }
         // Proven: `call` ran, on the loop before it posted `done`, or inline.
         return try outcome.result!.get()
@@ -108,10 +108,11 @@ final class PulseLoop: @unchecked Sendable {
     /// to end. Idempotent; must not be called on the loop thread.
     func stop() {
         sync { [mainloop] in pa_mainloop_quit(mainloop, 0) }
-        pthread_mutex_lock(mutex)
-        let join = !joined && !isLoopThread
-        joined = true
-        pthread_mutex_unlock(mutex)
+        let onLoopThread = isLoopThread
+        let join = state.withLock { state in
+            defer { state.joined = true }
+            return !state.joined && !onLoopThread
+        }
         if join { pthread_join(thread, nil) }
     }
 
@@ -125,23 +126,23 @@ final class PulseLoop: @unchecked Sendable {
         var status: Int32 = 0
         _ = pa_mainloop_run(mainloop, &status)
         // Callers that queued after the quit are served here, then inline.
-        pthread_mutex_lock(mutex)
-        running = false
-        let late = queue
-        queue.removeAll()
-        pthread_mutex_unlock(mutex)
-        for call in late { call() }
+        let late = state.withLock { state in
+            state.running = false
+            defer { state.queue.removeAll() }
+            return state.queue
+        }
+        for call in late { call.run() }
     }
 
     /// The eventfd became readable: run what other threads queued.
     fileprivate func drain() {
         var count: UInt64 = 0
         _ = read(wakeFD, &count, MemoryLayout<UInt64>.size)
-        pthread_mutex_lock(mutex)
-        let calls = queue
-        queue.removeAll()
-        pthread_mutex_unlock(mutex)
-        for call in calls { call() }
+        let calls = state.withLock { state in
+            defer { state.queue.removeAll() }
+            return state.queue
+        }
+        for call in calls { call.run() }
     }
 }
 
@@ -155,6 +156,14 @@ private let loopThreadMain: @convention(c) (UnsafeMutableRawPointer?) -> UnsafeM
 private let wakeCallback: pa_io_event_cb_t = { _, _, _, _, userdata in
     guard let userdata else { return }
     Unmanaged<PulseLoop>.fromOpaque(userdata).takeUnretainedValue().drain()
+}
+
+/// A caller's closure queued by ``PulseLoop/sync(_:)`` for the loop thread.
+private struct QueuedCall: @unchecked Sendable {
+    // Invariant: run exactly once, on the loop thread, while the thread that
+    // queued it waits in `sync` for it to finish: what it captures is used
+    // by one thread at a time.
+    let run: () -> Void
 }
 
 /// The result of one ``PulseLoop/sync(_:)`` call, written on the loop thread.

@@ -368,6 +368,8 @@ actor SleepGate {
                 }
             }
         } onCancel: {
+            // Unstructured task: not cancelled: one hop into the actor to drop the waiter, from a
+            // synchronous cancellation handler.
             Task { await self.cancelSleepWaiter() }
         }
     }

@@ -60,6 +60,8 @@ final class HandlerDeadlines: Sendable {
         if let (sleeper, target) = start {
             // High priority, as the keep-alive rounds: an overrun is cut off
             // on time even while the default priority's threads are busy.
+            // Unstructured task: not cancelled: it ends when its queue is empty or a sleeper with
+            // an earlier target replaced it.
             Task.detached(priority: .high) { [self] in await sleep(key: key, clock: clock, sleeper: sleeper, until: target) }
         }
     }

@@ -117,6 +117,8 @@ final class KeepAliveSchedule: Sendable {
         // High priority, like the host's timer task that resumes it: pings
         // do not wait for a thread of the default priority (see
         // docs/wake-scheduler.md, "Priority").
+        // Unstructured task: kept as the group's waker; cancelled when a more urgent waker replaces
+        // it or the group's last entry goes (add, remove).
         let task = Task.detached(priority: .high) { [self] in
             guard let firing = try? await scheduler.wake(request) else { return }  // cancelled: replaced or nothing left
             fire(key: key, number: number, at: firing.firedAt)

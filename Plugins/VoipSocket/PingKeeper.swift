@@ -141,6 +141,8 @@ final class PingKeeper: Sendable {
         case .sent:
             sent(handler: handler)
         case .wouldBlock(let sent, _):
+            // Unstructured task: not cancelled: it ends when the link has taken the rest of the
+            // ping or failed (a link that ends fails its sends).
             Task { [self] in
                 do {
                     try await link.send(Array(ping[sent...]), isPing: true)

@@ -477,6 +477,8 @@ final class VoipConnection: Sendable {
         guard !link.hasEnded, settings.wire != .raw else { return }
         let timeout = min(Self.goodbyeTimeout, settings.connectTimeout)
         let clock = context.clock
+        // Unstructured task: awaited at once; not cancelled, on purpose: the strategy's task is
+        // cancelled and the goodbye must still go out, within its deadline.
         let said: String = await Task {
             do {
                 let done = try await withDeadline(clock.now + timeout, clock: clock) { () -> String in
@@ -661,6 +663,8 @@ final class StatusPublisher: Sendable {
             defer { s.running = true }
             return !s.running
         }
+        // Unstructured task: not cancelled: it ends when the queue is empty (the next enqueue
+        // starts another).
         if start { Task.detached { await self.drain() } }
     }
 

@@ -192,6 +192,8 @@ public struct VigilClient: Sendable {
         let messages = try await connection.signals(matching: DBusMatchRule(
             sender: destination, path: VigilAPI.rootPath, interface: VigilAPI.hostInterface))
         return AsyncStream { continuation in
+            // Unstructured task: cancelled by the stream's onTermination below (its consumer
+            // stopped); ends by itself when the connection closes.
             let task = Task {
                 for await message in messages {
                     if let member = message.member, let signal = try? HostSignal(member: member, body: message.body) {

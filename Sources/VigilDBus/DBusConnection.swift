@@ -613,6 +613,8 @@ public final class DBusConnection: @unchecked Sendable {
             self.queue.async {
                 guard self.subscriptions.removeValue(forKey: id) != nil, !self.closed else { return }
                 if let followed { self.unfollowOwner(of: followed) }
+                // Unstructured task: not cancelled: one RemoveMatch call, which ends by itself
+                // (with its reply, its timeout or the connection).
                 Task {
                     _ = try? await self.call(
                         destination: Self.busDriverName, path: "/org/freedesktop/DBus",
@@ -661,6 +663,8 @@ public final class DBusConnection: @unchecked Sendable {
         guard watch.subscribers <= 0 else { return }
         nameOwners.removeValue(forKey: name)
         guard removeMatch, !closed else { return }
+        // Unstructured task: not cancelled: one RemoveMatch call, which ends by itself (with its
+        // reply, its timeout or the connection).
         Task {
             _ = try? await self.call(
                 destination: Self.busDriverName, path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",

@@ -280,6 +280,8 @@ public final class DBusObjectServer: @unchecked Sendable {
         case let .run(work, onConnectionThread):
             let connection = self.connection
             let logger = self.logger
+            // Unstructured task: not cancelled: one method call's handler; it ends with the call's
+            // reply.
             Task(executorPreference: onConnectionThread ? connection.queue : nil) {
                 let result: Result<[BusValue], DBusError>
                 do {

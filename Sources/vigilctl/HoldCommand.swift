@@ -90,7 +90,9 @@ struct HoldCommand: AsyncParsableCommand {
         let keeper = LeaseKeeper(
             options: busOptions, name: taskName, reason: reason, budgetMicros: budgetMicros,
             first: LeaseKeeper.Held(client: client, path: lease.path, fd: lease.fd))
+        // Unstructured task: cancelled below, once the command has exited.
         let renewing = Task { await keeper.renewLoop(every: budgetValue * 3 / 4) }
+        // Unstructured task: cancelled below, once the command has exited.
         let keeping = Task { await keeper.keepLoop() }
         // A suspend that breaks the lease (the lid, `systemctl suspend -i`)
         // is said on stderr: the command ran on, but the machine slept.
@@ -98,6 +100,7 @@ struct HoldCommand: AsyncParsableCommand {
         let brokenSleeps = try? await watcher?.connection.signals(matching: DBusMatchRule(
             sender: VigilBusClient.busName, path: VigilBusClient.rootPath, interface: VigilBusClient.hostInterface,
             member: "SleepBrokeLease"))
+        // Unstructured task: cancelled below, once the command has exited.
         let telling = Task {
             guard let brokenSleeps else { return }
             for await signal in brokenSleeps {

@@ -169,6 +169,7 @@ struct InhibitorsCommand: AsyncParsableCommand {
     /// logind's `ListInhibitors`: `a(ssssuu)` what, who, why, mode, uid, pid.
     static func logindInhibitors(bus: DBusConnection.Bus) async throws -> [Holder] {
         let connection = try await DBusConnection.connect(to: bus)
+        // Unstructured task: not cancelled: one close, which ends by itself (a defer cannot await).
         defer { Task { await connection.close() } }
         let reply = try await connection.call(
             destination: "org.freedesktop.login1", path: "/org/freedesktop/login1", interface: "org.freedesktop.login1.Manager",

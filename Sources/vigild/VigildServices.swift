@@ -44,6 +44,8 @@ actor OneShot<Value: Sendable> {
                 }
             }
         } onCancel: {
+            // Unstructured task: not cancelled: one hop into the actor to withdraw the waiter, from
+            // a synchronous cancellation handler.
             Task { await self.cancel(id) }
         }
     }

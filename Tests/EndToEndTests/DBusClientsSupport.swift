@@ -208,11 +208,9 @@ final class BusHost: Sendable {
 }
 
 /// A counter a `@Sendable` predicate can bump.
-final class Counter: @unchecked Sendable {
-    // Invariant: `value` is only touched while holding `lock`.
-    private let lock = NSLock()
-    private var value = 0
-    func next() -> Int { lock.withLock { value += 1; return value } }
+final class Counter: Sendable {
+    private let value = Lock(0)
+    func next() -> Int { value.withLock { $0 += 1; return $0 } }
 }
 
 /// A long-running tool (busctl monitor, dbus-monitor, vigilctl --watch)

@@ -454,10 +454,8 @@ final class RecordingObserver: LeaseObserver {
 }
 
 /// A power backend whose renewals wait for the test's answer.
-final class SlowRenewBackend: PowerBackend, @unchecked Sendable {
-    // Invariant: `waiting` is only touched while holding `lock`.
-    private let lock = NSLock()
-    private var waiting: CheckedContinuation<Void, any Error>?
+final class SlowRenewBackend: PowerBackend, Sendable {
+    private let waiting = Lock<CheckedContinuation<Void, any Error>?>(nil)
     let renewStarted = AsyncGate()
     let name = "slow"
     let reason = "test"
@@ -465,7 +463,7 @@ final class SlowRenewBackend: PowerBackend, @unchecked Sendable {
     func hold(_ hold: PowerHold, who: String, why: String, budget: Duration?) async throws -> any PowerToken { Token(backend: self) }
 
     func answer(_ result: Result<Void, any Error>) {
-        let continuation = lock.withLock { () -> CheckedContinuation<Void, any Error>? in
+        let continuation = waiting.withLock { waiting -> CheckedContinuation<Void, any Error>? in
             defer { waiting = nil }
             return waiting
         }
@@ -474,7 +472,7 @@ final class SlowRenewBackend: PowerBackend, @unchecked Sendable {
 
     fileprivate func renew() async throws {
         try await withCheckedThrowingContinuation { continuation in
-            lock.withLock { waiting = continuation }
+            waiting.withLock { $0 = continuation }
             renewStarted.open()
         }
     }
@@ -488,25 +486,22 @@ final class SlowRenewBackend: PowerBackend, @unchecked Sendable {
 }
 
 /// Opens once per `open()`; each `wait()` takes one opening.
-final class AsyncGate: @unchecked Sendable {
-    // Invariant: `openings` and `waiters` are only touched while holding `lock`.
-    private let lock = NSLock()
-    private var openings = 0
-    private var waiters: [CheckedContinuation<Void, Never>] = []
+final class AsyncGate: Sendable {
+    private let state = Lock((openings: 0, waiters: [CheckedContinuation<Void, Never>]()))
 
     func open() {
-        let waiter = lock.withLock { () -> CheckedContinuation<Void, Never>? in
-            if waiters.isEmpty { openings += 1; return nil }
-            return waiters.removeFirst()
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            if state.waiters.isEmpty { state.openings += 1; return nil }
+            return state.waiters.removeFirst()
         }
         waiter?.resume()
     }
 
     func wait() async {
         await withCheckedContinuation { continuation in
-            let ready = lock.withLock { () -> Bool in
-                if openings > 0 { openings -= 1; return true }
-                waiters.append(continuation)
+            let ready = state.withLock { state -> Bool in
+                if state.openings > 0 { state.openings -= 1; return true }
+                state.waiters.append(continuation)
                 return false
             }
             if ready { continuation.resume() }

@@ -21,11 +21,10 @@ enum PeriodicWakePlugin {
 
 
 /// A scheduler wrapper that checks every firing against its request's window.
-final class WindowChecker: WakeScheduling, @unchecked Sendable {
-    // Invariant: `violations` and `fired` are only touched while holding `lock`.
-    private let lock = NSLock()
-    private(set) var violations: [String] = []
-    private(set) var fired = 0
+final class WindowChecker: WakeScheduling, Sendable {
+    private let checked = Lock((violations: [String](), fired: 0))
+    var violations: [String] { checked.withLock { $0.violations } }
+    var fired: Int { checked.withLock { $0.fired } }
     let inner: WakeScheduler
     let clock: any VigilClock
 
@@ -39,10 +38,10 @@ final class WindowChecker: WakeScheduling, @unchecked Sendable {
     func wake(_ request: WakeRequest) async throws -> WakeFiring {
         let firing = try await inner.wake(request)
         let now = clock.now
-        lock.withLock {
-            fired += 1
-            if now < request.earliest { violations.append("\(request.label) fired \(request.earliest - now) early") }
-            if now > request.latest { violations.append("\(request.label) fired \(now - request.latest) late") }
+        checked.withLock {
+            $0.fired += 1
+            if now < request.earliest { $0.violations.append("\(request.label) fired \(request.earliest - now) early") }
+            if now > request.latest { $0.violations.append("\(request.label) fired \(now - request.latest) late") }
         }
         return firing
     }

@@ -44,10 +44,8 @@ func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: (
 
 /// A user-mode PulseAudio with one null sink (`nullsink`), in a private
 /// runtime directory, killed with SIGKILL when the value goes away.
-final class PulseServer: PulseTools, @unchecked Sendable {
-    // Invariant: `pid` is only touched while holding `lock`.
-    private let lock = NSLock()
-    private var pid: pid_t?
+final class PulseServer: PulseTools, Sendable {
+    private let pid = Lock<pid_t?>(nil)
     let dir: String
     let sinkRate: Int
     let suspendAfter: Int?
@@ -82,13 +80,13 @@ final class PulseServer: PulseTools, @unchecked Sendable {
         var env = environment
         env["PULSE_SERVER"] = nil
         let pid = try spawnQuietly("/usr/bin/pulseaudio", arguments, environment: env)
-        lock.withLock { self.pid = pid }
+        self.pid.withLock { $0 = pid }
         try await eventually("PulseAudio in \(dir) lists nullsink") { sinkLine != nil }
     }
 
     /// SIGKILL, as a crash would.
     func kill() {
-        let pid: pid_t? = lock.withLock { defer { self.pid = nil }; return self.pid }
+        let pid: pid_t? = self.pid.withLock { running in defer { running = nil }; return running }
         if let pid { killAndReap(pid) }
     }
 
@@ -183,10 +181,8 @@ extension PulseTools {
 /// pactl. WirePlumber gets no session bus: a `main.lua.d` override turns off
 /// its D-Bus device reservation and flatpak portal, without which it exits.
 /// Every process is killed (and reaped) when the value goes away.
-final class PipeWireServer: PulseTools, @unchecked Sendable {
-    // Invariant: `pids` is only touched while holding `lock`.
-    private let lock = NSLock()
-    private var pids: [pid_t] = []
+final class PipeWireServer: PulseTools, Sendable {
+    private let pids = Lock<[pid_t]>([])
     let dir: String
     let sinkRate = 48_000
 
@@ -231,7 +227,7 @@ final class PipeWireServer: PulseTools, @unchecked Sendable {
     private func spawn(_ program: String, _ env: [String: String]) throws {
         let name = URL(fileURLWithPath: program).lastPathComponent
         let pid = try spawnQuietly(program, [], environment: env, stderr: "\(dir)/\(name).log")
-        lock.withLock { pids.append(pid) }
+        pids.withLock { $0.append(pid) }
     }
 
     /// The server's log files, for a failure message.
@@ -243,7 +239,7 @@ final class PipeWireServer: PulseTools, @unchecked Sendable {
 
     /// Stops the processes this server started, the last started first.
     func stop() {
-        let started: [pid_t] = lock.withLock { defer { pids.removeAll() }; return pids }
+        let started: [pid_t] = pids.withLock { pids in defer { pids.removeAll() }; return pids }
         for pid in started.reversed() { killAndReap(pid) }
     }
 

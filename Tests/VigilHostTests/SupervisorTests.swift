@@ -6,12 +6,10 @@ import VigilKitTesting
 import VigilTestSupport
 
 /// Records the order in which things happen across tasks.
-final class OrderLog: @unchecked Sendable {
-    // Invariant: `items` is only touched while holding `lock`.
-    private let lock = NSLock()
-    private var items: [String] = []
-    func add(_ s: String) { lock.withLock { items.append(s) } }
-    var all: [String] { lock.withLock { items } }
+final class OrderLog: Sendable {
+    private let items = Lock<[String]>([])
+    func add(_ s: String) { items.withLock { $0.append(s) } }
+    var all: [String] { items.withLock { $0 } }
 }
 
 struct FailingStrategy: KeepAliveStrategy {

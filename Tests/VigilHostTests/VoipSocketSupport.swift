@@ -44,13 +44,16 @@ struct ServerEvent: Sendable {
 /// tasks makes a silence), can close every connection at once, and
 /// records what happened so tests can await it.
 final class LoopbackServer: @unchecked Sendable {
-    // Invariant: `answering`, `outgoing` and `stopped` are only touched while
-    // holding `lock` (`events` locks itself); the fds belong to the thread.
-    private let lock = NSLock()
+    // Invariant: `answering`, `outgoing` and `stopped` are in `shared`
+    // (`events` locks itself); the fds belong to the thread; `thread` is set
+    // in init.
+    private struct Shared {
+        var answering: Bool
+        var outgoing: [[UInt8]] = []
+        var stopped = false
+    }
+    private let shared: Lock<Shared>
     private let events = WaitableLog<ServerEvent>()
-    private var answeringFlag = true
-    private var outgoing: [[UInt8]] = []
-    private var stopped = false
     private let listenFD: Int32
     let port: UInt16
     let ping: [UInt8]
@@ -72,7 +75,7 @@ final class LoopbackServer: @unchecked Sendable {
         self.closeOnAccept = closeOnAccept
         self.chatter = chatter
         self.clock = clock
-        self.answeringFlag = answering
+        self.shared = Lock(Shared(answering: answering))
         self.ipv6 = ipv6
         let fd = socket(ipv6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw DescribedError("socket: \(errno)") }
@@ -115,14 +118,14 @@ final class LoopbackServer: @unchecked Sendable {
 
     /// Whether pings get their pong.
     var answering: Bool {
-        get { lock.withLock { answeringFlag } }
-        set { lock.withLock { answeringFlag = newValue } }
+        get { shared.withLock { $0.answering } }
+        set { shared.withLock { $0.answering = newValue } }
     }
 
     /// Sends `bytes` on every open connection.
-    func send(_ bytes: [UInt8]) { lock.withLock { outgoing.append(bytes) } }
+    func send(_ bytes: [UInt8]) { shared.withLock { $0.outgoing.append(bytes) } }
 
-    func stop() { lock.withLock { stopped = true } }
+    func stop() { shared.withLock { $0.stopped = true } }
 
     var all: [ServerEvent] { events.all }
     func all(_ kind: ServerEvent.Kind) -> [ServerEvent] { all.filter { $0.kind == kind } }
@@ -144,11 +147,11 @@ final class LoopbackServer: @unchecked Sendable {
         var buffer = [UInt8](repeating: 0, count: 65536)
         _ = fcntl(listenFD, F_SETFL, fcntl(listenFD, F_GETFL) | O_NONBLOCK)
         var chattered = ContinuousClock.now
-        while !lock.withLock({ stopped }) {
+        while !shared.withLock({ $0.stopped }) {
             var fds = [pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0)]
             fds += clients.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
             _ = poll(&fds, nfds_t(fds.count), 20)
-            let pending: [[UInt8]] = lock.withLock { defer { outgoing = [] }; return outgoing }
+            let pending: [[UInt8]] = shared.withLock { shared in defer { shared.outgoing = [] }; return shared.outgoing }
             for bytes in pending { for c in clients { _ = write(c.fd, bytes, bytes.count) } }
             if let chatter, ContinuousClock.now - chattered >= chatter.every {
                 chattered = ContinuousClock.now

@@ -187,6 +187,8 @@ private func beginLatencyUnderReads(client: DBusConnection, address: String, ech
     let readers = connections
     let stop = ManagedAtomicFlag()
     let version = BenchAPI.hostProperty("Version"), listLeases = BenchAPI.host("ListLeases")
+    // Unstructured task: not cancelled: its readers stop when `stop` is set below, and it is
+    // awaited.
     let load = Task {
         await withTaskGroup(of: Int.self) { group in
             for (index, reader) in readers.enumerated() {
@@ -275,6 +277,7 @@ private struct CPUParties {
 private func messagesPerLease(_ client: DBusConnection, address: String, server: String) async throws -> (signals: Double, leases: Int, lastLease: [String]) {
     let leases = 100
     let listener = try await DBusConnection.connect(to: .address(address))
+    // Unstructured task: not cancelled: one close, which ends by itself (a defer cannot await).
     defer { Task { await listener.close() } }
     let signals = try await listener.signals(matching: DBusMatchRule(sender: server))
     var last = ""

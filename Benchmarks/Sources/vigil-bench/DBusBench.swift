@@ -98,12 +98,10 @@ private func switches(from before: [String: Int], to after: [String: Int]) -> In
 }
 
 /// A flag set once from one thread and read from another.
-final class ManagedAtomicFlag: @unchecked Sendable {
-    // Invariant: `value` is only touched under `lock`.
-    private let lock = NSLock()
-    private var value = false
-    var isSet: Bool { lock.lock(); defer { lock.unlock() }; return value }
-    func set() { lock.lock(); value = true; lock.unlock() }
+final class ManagedAtomicFlag: Sendable {
+    private let value = Lock(false)
+    var isSet: Bool { value.withLock { $0 } }
+    func set() { value.withLock { $0 = true } }
 }
 
 // MARK: - dbus-api

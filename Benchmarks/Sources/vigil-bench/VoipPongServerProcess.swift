@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import VigilKit
 
 /// The voip-socket benchmark's pong server, run as a child process
 /// (`vigil-bench voip-socket --pong-server`), so the benchmark process holds
@@ -14,13 +15,14 @@ import Glibc
 /// - `round` -> `spread_ms` then the gap of every connection with two pings (s)
 /// - `reset` -> `ok` (forgets per-connection figures)
 final class PongServerProcess: @unchecked Sendable {
-    // Invariant: `lock` serialises every command/answer exchange on the pipes.
+    // Invariant: `process`, `commands`, `answers` and `port` are set in init
+    // and never change; every command/answer exchange on the pipes runs
+    // inside `pending`'s lock (the answer bytes read ahead).
     static let childFlag = "--pong-server"
     private let process = Process()
     private let commands: FileHandle
     private let answers: FileHandle
-    private let lock = NSLock()
-    private var pending = Data()
+    private let pending = Lock(Data())
     private(set) var port: UInt16 = 0
 
     init(capacity: Int) throws {
@@ -32,7 +34,7 @@ final class PongServerProcess: @unchecked Sendable {
         try process.run()
         commands = input.fileHandleForWriting
         answers = output.fileHandleForReading
-        let first = readLine()
+        let first = pending.withLock { readLine(&$0) }
         guard first.hasPrefix("port "), let p = UInt16(first.dropFirst(5)) else {
             throw BenchError("pong server process: expected 'port N', got '\(first)'")
         }
@@ -67,13 +69,13 @@ final class PongServerProcess: @unchecked Sendable {
     }
 
     private func ask(_ command: String) -> String {
-        lock.withLock {
+        pending.withLock { pending in
             commands.write(Data((command + "\n").utf8))
-            return readLine()
+            return readLine(&pending)
         }
     }
 
-    private func readLine() -> String {
+    private func readLine(_ pending: inout Data) -> String {
         while true {
             if let newline = pending.firstIndex(of: 10) {
                 let line = String(decoding: pending[pending.startIndex..<newline], as: UTF8.self)

@@ -114,6 +114,7 @@ func voipSocketBench(_ arguments: [String]) async throws {
         await clientLeases.start()
         await inhibits.start()
     }
+    // Unstructured task: not cancelled: one stop, which ends by itself (a defer cannot await).
     defer { Task { await clientLeases.stop(); await inhibits.stop() } }
     let scheduler = try WakeScheduler.system(clock: clock)
     let supervisor = Supervisor(services: StrategyServices(
@@ -339,25 +340,26 @@ struct RoundFigures {
 
 /// A CRLFCRLF -> CRLF pong server on 127.0.0.1: one thread, epoll,
 /// edge-triggered, recording each connection's last two ping times.
-final class BenchPongServer: @unchecked Sendable {
-    // Invariant: the arrays are written by the server thread only, read by
-    // the benchmark under `lock` (the thread writes them under `lock` too).
-    private let lock = NSLock()
-    private var lastPing: [Int64]
-    private var previousPing: [Int64]
-    private var pingCount: [Int32]
-    private var acceptedCount = 0
-    private var pings = 0
-    private var cpu: Int64 = 0
-    private var firstPingAfter: [Int64] = []
+final class BenchPongServer: Sendable {
+    /// Written by the server thread, read by the benchmark.
+    private struct Figures {
+        var lastPing: [Int64]
+        var previousPing: [Int64]
+        var pingCount: [Int32]
+        var acceptedCount = 0
+        var pings = 0
+        var cpu: Int64 = 0
+    }
+    private let figures: Lock<Figures>
     let listenFD: Int32
     let port: UInt16
     private let epollFD: Int32
 
     init(capacity: Int) throws {
-        lastPing = [Int64](repeating: 0, count: capacity)
-        previousPing = [Int64](repeating: 0, count: capacity)
-        pingCount = [Int32](repeating: 0, count: capacity)
+        figures = Lock(Figures(
+            lastPing: [Int64](repeating: 0, count: capacity),
+            previousPing: [Int64](repeating: 0, count: capacity),
+            pingCount: [Int32](repeating: 0, count: capacity)))
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
@@ -379,18 +381,18 @@ final class BenchPongServer: @unchecked Sendable {
     }
 
     var address: String { "127.0.0.1:\(port)" }
-    var accepted: Int { lock.withLock { acceptedCount } }
-    var totalPings: Int { lock.withLock { pings } }
-    var cpuNanoseconds: Int64 { lock.withLock { cpu } }
-    func connectionsWithPings(atLeast k: Int32) -> Int { lock.withLock { pingCount.filter { $0 >= k }.count } }
+    var accepted: Int { figures.withLock { $0.acceptedCount } }
+    var totalPings: Int { figures.withLock { $0.pings } }
+    var cpuNanoseconds: Int64 { figures.withLock { $0.cpu } }
+    func connectionsWithPings(atLeast k: Int32) -> Int { figures.withLock { $0.pingCount.filter { $0 >= k }.count } }
 
     func lastRound() -> RoundFigures {
-        lock.withLock {
+        figures.withLock { f in
             var latest: [Int64] = []
             var gaps: [Double] = []
-            for i in 0..<lastPing.count where pingCount[i] >= 2 {
-                latest.append(lastPing[i])
-                gaps.append(Double(lastPing[i] - previousPing[i]) / 1e9)
+            for i in 0..<f.lastPing.count where f.pingCount[i] >= 2 {
+                latest.append(f.lastPing[i])
+                gaps.append(Double(f.lastPing[i] - f.previousPing[i]) / 1e9)
             }
             let spread = Double((latest.max() ?? 0) - (latest.min() ?? 0)) / 1e6
             return RoundFigures(spreadMs: spread, gaps: gaps)
@@ -439,23 +441,23 @@ final class BenchPongServer: @unchecked Sendable {
             var ts = timespec()
             clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
             let cpuNow = Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
-            lock.withLock {
-                acceptedCount += newAccepts
-                for (fd, k) in newPings where Int(fd) < lastPing.count {
-                    previousPing[Int(fd)] = lastPing[Int(fd)]
-                    lastPing[Int(fd)] = now
-                    pingCount[Int(fd)] += Int32(k)
-                    pings += k
+            figures.withLock { f in
+                f.acceptedCount += newAccepts
+                for (fd, k) in newPings where Int(fd) < f.lastPing.count {
+                    f.previousPing[Int(fd)] = f.lastPing[Int(fd)]
+                    f.lastPing[Int(fd)] = now
+                    f.pingCount[Int(fd)] += Int32(k)
+                    f.pings += k
                 }
-                cpu = cpuNow
+                f.cpu = cpuNow
             }
         }
     }
 
     /// Forgets per-connection figures (fds are reused by the reference run).
     func resetFigures() {
-        lock.withLock {
-            for i in 0..<pingCount.count { pingCount[i] = 0; lastPing[i] = 0; previousPing[i] = 0 }
+        figures.withLock { f in
+            for i in 0..<f.pingCount.count { f.pingCount[i] = 0; f.lastPing[i] = 0; f.previousPing[i] = 0 }
         }
     }
 }

@@ -168,6 +168,7 @@ public actor BusService {
 
     private func watchConnection() {
         let connection = self.connection
+        // Unstructured task: cancelled by stop(); otherwise it ends when the connection is lost.
         watcher = Task { [weak self] in
             await connection.disconnected()
             await self?.connectionLost(connection)

@@ -191,6 +191,7 @@ public actor HostBusAPI {
             inhibitBridge = bridge
             try await bridge.export()
         }
+        // Unstructured task: kept in `followers`, cancelled by stop() (or deinit).
         let leaseFollower = Task { [weak self] in
             for await change in leaseChanges {
                 guard let self else { return }
@@ -203,6 +204,7 @@ public actor HostBusAPI {
         self.leaseFollower = leaseFollower
         followers.append(leaseFollower)
         followers.append(try await followDisconnects())
+        // Unstructured task: kept in `followers`, cancelled by stop() (or deinit).
         let statusFollower = Task { [weak self] in
             for await status in statusChanges {
                 guard let self else { return }
@@ -212,6 +214,7 @@ public actor HostBusAPI {
         self.statusFollower = statusFollower
         followers.append(statusFollower)
         let breaks = await services.sleepBreaks()
+        // Unstructured task: kept in `followers`, cancelled by stop() (or deinit).
         followers.append(Task { [weak self] in
             for await broken in breaks {
                 guard let self else { return }
@@ -605,6 +608,8 @@ public actor HostBusAPI {
         case .now:
             return [Self.hostPropertiesChanged(["Leases"])]
         case .at(let due):
+            // Unstructured task: not cancelled: it ends at `due` (within the pace's interval),
+            // holds the API weakly, and is called under the lock, where nothing may wait.
             Task { [weak self] in
                 do { try await clock.sleep(until: due) } catch { return }
                 self?.announceDueLeases()

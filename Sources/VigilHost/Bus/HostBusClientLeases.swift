@@ -74,6 +74,8 @@ extension HostBusAPI {
             interface: "org.freedesktop.DBus", member: "NameOwnerChanged"))
         let clientLeases = services.clientLeases
         let credentials = self.credentials
+        // Unstructured task: returned; HostBusAPI keeps it in `followers`, cancelled by its stop()
+        // (or deinit).
         return Task { [weak self] in
             for await message in changes {
                 guard let name = credentials.follow(nameOwnerChangedFrom: message.sender, body: message.body) else { continue }

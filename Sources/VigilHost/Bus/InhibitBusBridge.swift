@@ -69,6 +69,8 @@ actor InhibitBusBridge {
         let server = self.server
         let log = self.log
         await inhibits.onHasInhibitChanged { has in
+            // Unstructured task: not cancelled: one signal per path, from a synchronous callback;
+            // it ends when the emits return.
             Task {
                 for path in InhibitBusNames.powerManagementPaths {
                     do {
@@ -189,6 +191,8 @@ actor InhibitBusBridge {
             throw error
         }
         let server = self.server
+        // Unstructured task: not cancelled: one signal, sent after the reply that created the
+        // session; it ends when the emit returns.
         Task {
             try? await server.emit(path: InhibitBusNames.portalPath, interface: InhibitBusNames.portalInterface, signal: "StateChanged", arguments: [
                 .objectPath(session),

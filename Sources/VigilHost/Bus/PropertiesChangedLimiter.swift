@@ -108,6 +108,8 @@ actor PropertiesChangedLimiter {
         let decision = immediately ? .now : object.pace.changed(at: clock.now)
         if case .at(let due) = decision {
             let clock = self.clock
+            // Unstructured task: cancelled when the object's next flush replaces it, when the
+            // object is tracked again or forgotten, and by forgetAll() and deinit.
             object.flush = Task { [weak self] in
                 do { try await clock.sleep(until: due) } catch { return }
                 await self?.flushDue(path)

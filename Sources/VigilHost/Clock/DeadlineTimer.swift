@@ -1,6 +1,7 @@
 import CExecutor
 import CTimer
 import Foundation
+import VigilKit
 
 /// Sleeps until a `CLOCK_BOOTTIME` (or, `awake`, a `CLOCK_MONOTONIC`)
 /// deadline on Vigil's own timer threads.
@@ -11,18 +12,18 @@ import Foundation
 /// pending deadline; a cancelled sleep is removed and never wakes anything.
 enum DeadlineTimer {
     /// One sleeper. Resumed exactly once: by the timer, or by cancellation.
-    private final class Sleeper: @unchecked Sendable {
-        // Invariant: `continuation`, `id` and `cancelled` are only touched
-        // while holding `lock`.
-        let lock = NSLock()
-        var continuation: CheckedContinuation<Void, any Error>?
-        var id: UInt64 = 0
-        var cancelled = false
+    private final class Sleeper: Sendable {
+        struct State {
+            var continuation: CheckedContinuation<Void, any Error>?
+            var id: UInt64 = 0
+            var cancelled = false
+        }
+        let state = Lock(State())
 
         func resume(_ result: Result<Void, any Error>) {
-            let c: CheckedContinuation<Void, any Error>? = lock.withLock {
-                defer { continuation = nil }
-                return continuation
+            let c: CheckedContinuation<Void, any Error>? = state.withLock { state in
+                defer { state.continuation = nil }
+                return state.continuation
             }
             c?.resume(with: result)
         }
@@ -38,9 +39,9 @@ enum DeadlineTimer {
         let sleeper = Sleeper()
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
-                let alreadyCancelled: Bool = sleeper.lock.withLock {
-                    if sleeper.cancelled { return true }
-                    sleeper.continuation = c
+                let alreadyCancelled: Bool = sleeper.state.withLock {
+                    if $0.cancelled { return true }
+                    $0.continuation = c
                     return false
                 }
                 if alreadyCancelled {
@@ -58,12 +59,12 @@ enum DeadlineTimer {
                     sleeper.resume(.failure(POSIXError(.EAGAIN)))
                     return
                 }
-                sleeper.lock.withLock { sleeper.id = id }
+                sleeper.state.withLock { $0.id = id }
             }
         } onCancel: {
-            let id: UInt64 = sleeper.lock.withLock {
-                sleeper.cancelled = true
-                return sleeper.id
+            let id: UInt64 = sleeper.state.withLock {
+                $0.cancelled = true
+                return $0.id
             }
             // Removed before firing: the timer's reference is ours to drop.
             if id != 0, vigil_timer_cancel(timeline, id) != 0 {

@@ -79,6 +79,8 @@ public actor ConditionMonitor {
         let (stream, continuation) = AsyncStream.makeStream(of: ConditionFact.self, bufferingPolicy: .unbounded)
         self.facts = continuation
         consumer = nil
+        // Unstructured task: not cancelled: it ends when stop() finishes `facts`, the stream it
+        // reads.
         Task { await self.consume(stream) }
     }
 
@@ -98,6 +100,8 @@ public actor ConditionMonitor {
         let key = nextGate
         nextGate += 1
         gates[key] = Gate(conditions: conditions, last: verdict, continuation: continuation)
+        // Unstructured task: not cancelled: one hop into the actor to forget the gate, from a
+        // synchronous termination handler.
         continuation.onTermination = { [weak self] _ in Task { await self?.removeGate(key) } }
         continuation.yield(verdict)
         return stream
@@ -172,6 +176,7 @@ public actor ConditionMonitor {
                     }
                     if requirement == .unmetered && meteredTask == nil {
                         let log = self.log, bus = settings.systemBus
+                        // Unstructured task: cancelled by stop(), which then awaits it.
                         meteredTask = Task { await NetworkManagerMetered.follow(bus: bus, sink: sink, log: log) }
                     }
                 case .fileExists(let path):
@@ -186,6 +191,7 @@ public actor ConditionMonitor {
                         let stream = await registry.events(LeaseEventFilter(kinds: LeaseEventFilter.endings.union([.acquired, .expiring])))
                         leases = await registry.active
                         let registry = self.registry
+                        // Unstructured task: cancelled by stop(), which then awaits it.
                         leaseTask = Task {
                             for await _ in stream { sink(.leases(await registry.active)) }
                         }
@@ -210,6 +216,7 @@ public actor ConditionMonitor {
         let clock = self.clock, scheduler = self.scheduler
         let first = schedule.state(at: Double(clock.wallMicroseconds) / 1e6)
         times[windows] = first.inside
+        // Unstructured task: cancelled by stop(), which then awaits it.
         timeTasks[windows] = Task {
             var next = first.next
             while let boundary = next {

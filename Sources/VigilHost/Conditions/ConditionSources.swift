@@ -26,12 +26,14 @@ typealias FactSink = @Sendable (ConditionFact) -> Void
 /// `file_exists`: an inotify watch on the nearest existing directory above
 /// each path, re-armed as directories come and go.
 final class FileExistenceWatcher: @unchecked Sendable {
-    // Invariant: `paths` and `inotify` are read and changed only under `lock`
-    // (the poll thread and `add` both take it).
-    private let lock = NSLock()
-    private var paths: Set<String> = []
-    private var reported: [String: Bool] = [:]
-    private var inotify: Int32 = -1
+    // Invariant: `thread` is set in init and only stopped afterwards; the
+    // rest is in `state` (the poll thread and `add` both take its lock).
+    private struct State {
+        var paths: Set<String> = []
+        var reported: [String: Bool] = [:]
+        var inotify: Int32 = -1
+    }
+    private let state = Lock(State())
     private var thread: PollThread?
     private let sink: FactSink
 
@@ -41,7 +43,7 @@ final class FileExistenceWatcher: @unchecked Sendable {
         self.sink = sink
         let fd = inotify_init1(Int32(IN_CLOEXEC | IN_NONBLOCK))
         guard fd >= 0 else { throw ConditionWatchError("inotify_init1", errno) }
-        inotify = fd
+        state.withLock { $0.inotify = fd }
         thread = try PollThread(name: "vigil-files", prepare: { .success([fd]) }) { [weak self] fd in
             drain(fd)
             self?.rescan()
@@ -50,33 +52,33 @@ final class FileExistenceWatcher: @unchecked Sendable {
 
     /// Watches `path` too; returns the existence of every watched path.
     func add(_ path: String) -> [String: Bool] {
-        lock.withLock {
-            paths.insert(path)
-            reported = armAndRead()
-            return reported
+        state.withLock { state in
+            state.paths.insert(path)
+            state.reported = Self.armAndRead(state)
+            return state.reported
         }
     }
 
     /// Reports the paths' existence when it changed: events about other
     /// entries of a watched directory cost the monitor nothing.
     private func rescan() {
-        let changed = lock.withLock { () -> [String: Bool]? in
-            let state = armAndRead()
-            defer { reported = state }
-            return state == reported ? nil : state
+        let changed = state.withLock { state -> [String: Bool]? in
+            let now = Self.armAndRead(state)
+            defer { state.reported = now }
+            return now == state.reported ? nil : now
         }
         if let changed { sink(.files(changed)) }
     }
 
-    /// Called under `lock`.
-    private func armAndRead() -> [String: Bool] {
+    /// Called under `state`'s lock.
+    private static func armAndRead(_ watched: State) -> [String: Bool] {
         var state: [String: Bool] = [:]
-        for path in paths {
+        for path in watched.paths {
             var dir = (path as NSString).deletingLastPathComponent
             while !dir.isEmpty && dir != "/" && access(dir, F_OK) != 0 {
                 dir = (dir as NSString).deletingLastPathComponent
             }
-            _ = inotify_add_watch(inotify, dir.isEmpty ? "/" : dir, Self.mask)
+            _ = inotify_add_watch(watched.inotify, dir.isEmpty ? "/" : dir, mask)
             state[path] = access(path, F_OK) == 0
         }
         return state
@@ -84,9 +86,9 @@ final class FileExistenceWatcher: @unchecked Sendable {
 
     func stop() {
         thread?.stop()
-        lock.withLock {
-            if inotify >= 0 { close(inotify) }
-            inotify = -1
+        state.withLock { state in
+            if state.inotify >= 0 { close(state.inotify) }
+            state.inotify = -1
         }
     }
 }
@@ -148,7 +150,8 @@ final class PowerSupplyWatcher: @unchecked Sendable {
     private let sink: FactSink
     /// The first reading.
     let initial: PowerReading
-    private let last: LastValue<PowerReading>
+    /// The last reading reported, so that only changes are.
+    private let last: Lock<PowerReading>
 
     static let mask = UInt32(IN_CLOSE_WRITE | IN_MODIFY | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB)
 
@@ -171,7 +174,7 @@ final class PowerSupplyWatcher: @unchecked Sendable {
         uevent = onSysfs ? vigil_netlink_open(vigil_netlink_kobject_uevent, 1) : -1
         Self.arm(fd, directory)
         initial = PowerReading.read(directory)
-        last = LastValue(initial)
+        last = Lock(initial)
         let fds = uevent >= 0 ? [fd, uevent] : [fd]
         let uevent = self.uevent
         thread = try PollThread(name: "vigil-power", prepare: { .success(fds) }) { [weak self] ready in
@@ -184,7 +187,11 @@ final class PowerSupplyWatcher: @unchecked Sendable {
             Self.arm(self.inotify, self.directory)
             let reading = PowerReading.read(self.directory)
             // Only changes: a uevent of another supply attribute (voltage) costs the monitor nothing.
-            if self.last.exchange(reading) != reading { self.sink(.power(reading)) }
+            let changed = self.last.withLock { last in
+                defer { last = reading }
+                return last != reading
+            }
+            if changed { self.sink(.power(reading)) }
         }
     }
 
@@ -297,23 +304,6 @@ private final class OnlineBox: Sendable {
     let online = Lock(false)
 }
 
-/// The last value a watcher reported, so that it reports only changes.
-final class LastValue<Value: Equatable & Sendable>: @unchecked Sendable {
-    // Invariant: `value` is touched only under `lock`.
-    private let lock = NSLock()
-    private var value: Value
-
-    init(_ value: Value) { self.value = value }
-
-    /// Stores `new` and returns the previous value.
-    func exchange(_ new: Value) -> Value {
-        lock.withLock {
-            defer { value = new }
-            return value
-        }
-    }
-}
-
 // MARK: processes
 
 /// `process = "mpv"`: the kernel's proc connector reports each exec and
@@ -321,11 +311,14 @@ final class LastValue<Value: Equatable & Sendable>: @unchecked Sendable {
 /// forgotten. The connector needs CAP_NET_ADMIN; without it the watcher
 /// cannot start and the host says so (docs/composition.md).
 final class ProcessWatcher: @unchecked Sendable {
-    // Invariant: `names` and `running` are touched only under `lock`.
-    private let lock = NSLock()
-    private var names: Set<String> = []
-    /// pid → name, for watched names only.
-    private var running: [pid_t: String] = [:]
+    // Invariant: `thread` is set in init and only stopped afterwards; the
+    // rest is in `watched` or fixed at init.
+    private struct Watched {
+        var names: Set<String> = []
+        /// pid → name, for watched names only.
+        var running: [pid_t: String] = [:]
+    }
+    private let watched = Lock(Watched())
     private let socket: Int32
     private var thread: PollThread?
     private let sink: FactSink
@@ -343,27 +336,27 @@ final class ProcessWatcher: @unchecked Sendable {
                 let what = vigil_proc_event(message.baseAddress, message.count, &pid)
                 if what != 0 && self.saw(pid: pid, exec: what == 1) { changed = true }
             }
-            if changed { self.sink(.processes(self.lock.withLock { Set(self.running.values) })) }
+            if changed { self.sink(.processes(self.watched.withLock { Set($0.running.values) })) }
         }
     }
 
     /// Watches `name` too (scans /proc once); returns the watched names that run.
     func add(_ name: String) -> Set<String> {
         let found = Self.scan(for: name)
-        return lock.withLock {
-            names.insert(name)
-            for pid in found { running[pid] = name }
-            return Set(running.values)
+        return watched.withLock { watched in
+            watched.names.insert(name)
+            for pid in found { watched.running[pid] = name }
+            return Set(watched.running.values)
         }
     }
 
     private func saw(pid: pid_t, exec: Bool) -> Bool {
-        if !exec { return lock.withLock { running.removeValue(forKey: pid) != nil } }
+        if !exec { return watched.withLock { $0.running.removeValue(forKey: pid) != nil } }
         let name = Self.comm(pid)
-        return lock.withLock {
-            let before = running[pid]
-            if let name, names.contains(name) { running[pid] = name } else { running[pid] = nil }
-            return before != running[pid]
+        return watched.withLock { watched in
+            let before = watched.running[pid]
+            if let name, watched.names.contains(name) { watched.running[pid] = name } else { watched.running[pid] = nil }
+            return before != watched.running[pid]
         }
     }
 
@@ -405,6 +398,7 @@ enum NetworkManagerMetered {
             log.info("no system bus (\(error)): network = \"unmetered\" means online")
             return
         }
+        // Unstructured task: not cancelled: one close, which ends by itself (a defer cannot await).
         defer { Task { await connection.close() } }
         do {
             let changes = try await connection.signals(matching: DBusMatchRule(

@@ -1,20 +1,21 @@
 import CConditions
 import CTimer
 import Foundation
+import VigilKit
 
 /// A thread blocked in `poll` on a few descriptors, calling `readable` with
 /// each one that is ready. It has no timeout: while nothing happens on its
 /// descriptors it never wakes (the host's idle cost stays as it is).
-final class PollThread: @unchecked Sendable {
-    // Invariant: `readable` is fixed at init and only called by the thread;
-    // `stopWriter` is written once by `stop()` (under `lock`), then the thread
-    // exits and signals `done`. The polled descriptors belong to the caller.
+final class PollThread: Sendable {
+    // `readable` is fixed at init and only called by the thread;
+    // `stopWriter` is written once by the first `stop()` (`stopped` says
+    // which), then the thread exits and signals `done`. The polled
+    // descriptors belong to the caller.
     private let stopFD: Int32
     private let stopWriter: Int32
     private let readable: @Sendable (Int32) -> Void
     private let done = DispatchSemaphore(value: 0)
-    private let lock = NSLock()
-    private var stopped = false
+    private let stopped = Lock(false)
 
     /// Starts the thread, which first runs `prepare` (opening the
     /// descriptors to poll, and reading the first state, on the thread
@@ -31,23 +32,23 @@ final class PollThread: @unchecked Sendable {
         self.stopWriter = pipeFDs[1]
         self.readable = readable
         let ready = DispatchSemaphore(value: 0)
-        let prepared = PreparedBox()
+        let prepared = Lock<Result<[Int32], ConditionWatchError>?>(nil)
         let thread = Thread { [self] in
             // Foundation does not name the kernel thread on Linux; the
             // benchmark and `top -H` find the watchers by this name.
             vigil_name_thread(name)
             let result = prepare()
-            prepared.result = result
+            prepared.withLock { $0 = result }
             ready.signal()
             if case .success(let fds) = result { self.loop(fds) } else { self.done.signal() }
         }
         thread.name = name
         thread.start()
         ready.wait()
-        if case .failure(let error)? = prepared.result {
+        if case .failure(let error)? = prepared.withLock({ $0 }) {
             close(stopFD)
             close(stopWriter)
-            stopped = true
+            stopped.withLock { $0 = true }
             throw error
         }
     }
@@ -71,7 +72,7 @@ final class PollThread: @unchecked Sendable {
 
     /// Ends the thread and waits for it. Idempotent.
     func stop() {
-        let first = lock.withLock { () -> Bool in
+        let first = stopped.withLock { stopped -> Bool in
             defer { stopped = true }
             return !stopped
         }
@@ -82,13 +83,6 @@ final class PollThread: @unchecked Sendable {
         close(stopFD)
         close(stopWriter)
     }
-}
-
-/// Hands `prepare`'s result from the thread to `init`.
-private final class PreparedBox: @unchecked Sendable {
-    // Invariant: written by the thread before `ready.signal()`, read by
-    // init after `ready.wait()`: the semaphore orders the two.
-    var result: Result<[Int32], ConditionWatchError>?
 }
 
 /// A watch that could not be set up: what failed and the system's reason.

@@ -19,14 +19,15 @@ import VigilKit
 /// killed too. After the final SIGKILL, output is awaited for a short drain
 /// time only: a process that left the group (setsid) while keeping the pipe
 /// open cannot hold the hook forever.
-final class HookProcess: @unchecked Sendable {
-    // Invariant: the monitor state (`Monitor`) is touched only by the monitor
-    // thread; `lock` guards `finished`, `waiter` and `killRequested`, the only
-    // state shared with callers. The `let`s never change after init.
-    private let lock = NSLock()
-    private var finished: HookResult?
-    private var waiter: CheckedContinuation<HookResult, Never>?
-    private var killRequested = false
+final class HookProcess: Sendable {
+    /// The only state shared with callers; the monitor state (`Monitor`) is
+    /// touched only by the monitor thread.
+    private struct Shared {
+        var finished: HookResult?
+        var waiter: CheckedContinuation<HookResult, Never>?
+        var killRequested = false
+    }
+    private let shared = Lock(Shared())
     /// Written to wake the monitor thread (cancellation).
     private let wakeWrite: Int32
     let pid: pid_t
@@ -47,7 +48,7 @@ final class HookProcess: @unchecked Sendable {
             outputCap: max(0, outputCap), timeout: timeout, killGrace: killGrace,
             drainAfterKill: drainAfterKill, started: started)
         let thread = Thread { [self] in
-            let result = monitor.run { [self] in lock.withLock { killRequested } }
+            let result = monitor.run { [self] in shared.withLock { $0.killRequested } }
             finish(result)
         }
         thread.name = "vigil.hook.\(pid)"
@@ -63,15 +64,15 @@ final class HookProcess: @unchecked Sendable {
     func result() async -> HookResult {
         await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
-                let done: HookResult? = lock.withLock {
-                    if let finished { return finished }
-                    waiter = continuation
+                let done: HookResult? = shared.withLock {
+                    if let finished = $0.finished { return finished }
+                    $0.waiter = continuation
                     return nil
                 }
                 if let done { continuation.resume(returning: done) }
             }
         } onCancel: {
-            lock.withLock { killRequested = true }
+            shared.withLock { $0.killRequested = true }
             if wakeWrite >= 0 {
                 var byte: UInt8 = 1
                 _ = write(wakeWrite, &byte, 1)
@@ -80,10 +81,10 @@ final class HookProcess: @unchecked Sendable {
     }
 
     private func finish(_ result: HookResult) {
-        let w: CheckedContinuation<HookResult, Never>? = lock.withLock {
-            finished = result
-            defer { waiter = nil }
-            return waiter
+        let w: CheckedContinuation<HookResult, Never>? = shared.withLock { shared in
+            shared.finished = result
+            defer { shared.waiter = nil }
+            return shared.waiter
         }
         w?.resume(returning: result)
     }

@@ -124,6 +124,7 @@ public actor ForeignInhibits {
     public func start() async {
         let events = await registry.events(LeaseEventFilter(kinds: LeaseEventFilter.endings, strategy: Self.strategyName))
         let policy = self.policy
+        // Unstructured task: cancelled by stop().
         following = Task { [weak self] in
             for await event in events {
                 await policy.ended(event.lease.id)

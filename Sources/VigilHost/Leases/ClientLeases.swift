@@ -249,6 +249,7 @@ public actor ClientLeases {
     /// so an End wakes no follower of its own.
     public func start() async {
         let events = await registry.events(LeaseEventFilter(kinds: [.expired], strategy: Self.strategyName))
+        // Unstructured task: cancelled by stop().
         following = Task { [weak self] in
             for await event in events where event.lease.client != nil {
                 await self?.registryEnded(event.lease.id)
@@ -336,6 +337,8 @@ public actor ClientLeases {
         if let watcher { return watcher }
         let made = try HangupWatcher { [weak self] token in
             guard let self else { return }
+            // Unstructured task: not cancelled: one hop into the actor per hang-up, from the
+            // watcher's thread.
             Task { await self.hungUp(token) }
         }
         watcher = made
@@ -367,6 +370,8 @@ public actor ClientLeases {
                 }
             }
         } onCancel: {
+            // Unstructured task: not cancelled: one hop into the actor to withdraw the wait, from a
+            // synchronous cancellation handler.
             Task { await self.cancelWait(id) }
         }
     }

@@ -1,6 +1,7 @@
 import CFDWatch
 import CTimer
 import Foundation
+import VigilKit
 
 /// Tells when the other side of a pipe is gone: a client lease's fd is the
 /// write end of a pipe whose read end the host keeps here, and when every
@@ -14,21 +15,22 @@ import Foundation
 /// wait), so a lease's begin and end never wake the thread: with `poll(2)`
 /// each did, and each rebuilt the whole set.
 ///
-/// A read end is closed, and leaves the set, under `lock`; the thread looks
-/// up and reads an fd only under `lock` too, so it never reads a descriptor
-/// number that was closed and reused.
-final class HangupWatcher: @unchecked Sendable {
-    // Invariant: `watches`, `nextToken`, `started` and `stopping` are read
-    // and written only with `lock` held, and a watched read end is read,
-    // removed from the epoll set or closed only with `lock` held. `epoll`,
-    // `wakeRead`, `wakeWrite` and `onHangup` are set in init and never
-    // change (the descriptors are closed only in deinit, after the thread,
-    // which holds the watcher, has returned).
-    private let lock = NSLock()
-    private var watches: [UInt64: Int32] = [:]
-    private var nextToken: UInt64 = 1
-    private var started = false
-    private var stopping = false
+/// A read end is closed, and leaves the set, under `state`'s lock; the
+/// thread looks up and reads an fd only under that lock too, so it never
+/// reads a descriptor number that was closed and reused.
+final class HangupWatcher: Sendable {
+    // A watched read end is read, removed from the epoll set or closed only
+    // with `state`'s lock held. `epoll`, `wakeRead`, `wakeWrite` and
+    // `onHangup` are set in init and never change (the descriptors are
+    // closed only in deinit, after the thread, which holds the watcher, has
+    // returned).
+    private struct State {
+        var watches: [UInt64: Int32] = [:]
+        var nextToken: UInt64 = 1
+        var started = false
+        var stopping = false
+    }
+    private let state = Lock(State())
     private let epoll: Int32
     private let wakeRead: Int32
     private let wakeWrite: Int32
@@ -93,15 +95,15 @@ final class HangupWatcher: @unchecked Sendable {
         }
         close(spare)
         _ = fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK)
-        let (token, startThread, failure) = lock.withLock { () -> (UInt64, Bool, String?) in
-            let token = nextToken
+        let (token, startThread, failure) = state.withLock { state -> (UInt64, Bool, String?) in
+            let token = state.nextToken
             guard Self.add(fds[0], token: token, to: epoll) == 0 else {
                 return (0, false, String(cString: strerror(errno)))
             }
-            nextToken += 1
-            watches[token] = fds[0]
-            defer { started = true }
-            return (token, !started, nil)
+            state.nextToken += 1
+            state.watches[token] = fds[0]
+            defer { state.started = true }
+            return (token, !state.started, nil)
         }
         if let failure {
             close(fds[0])
@@ -127,18 +129,18 @@ final class HangupWatcher: @unchecked Sendable {
     /// another way) and closes the read end. Unknown tokens (already
     /// reported) are ignored.
     func forget(_ token: UInt64) {
-        lock.withLock {
-            guard let fd = watches.removeValue(forKey: token) else { return }
+        state.withLock { state in
+            guard let fd = state.watches.removeValue(forKey: token) else { return }
             unwatch(fd)
         }
     }
 
     /// How many pipes are watched.
-    var watchedCount: Int { lock.withLock { watches.count } }
+    var watchedCount: Int { state.withLock { $0.watches.count } }
 
     /// Ends the thread; the remaining read ends are closed unreported.
     func stop() {
-        lock.withLock { stopping = true }
+        state.withLock { $0.stopping = true }
         var byte: UInt8 = 1
         _ = write(wakeWrite, &byte, 1)
     }
@@ -147,7 +149,7 @@ final class HangupWatcher: @unchecked Sendable {
         vigil_fdwatch_add(epoll, fd, token, UInt32(VIGIL_FDWATCH_IN))
     }
 
-    /// Takes `fd` out of the set and closes it. `lock` held.
+    /// Takes `fd` out of the set and closes it. `state`'s lock held.
     private func unwatch(_ fd: Int32) {
         _ = vigil_fdwatch_remove(epoll, fd)
         close(fd)
@@ -163,21 +165,21 @@ final class HangupWatcher: @unchecked Sendable {
                 return
             }
             var hungUp: [UInt64] = []
-            let stop = lock.withLock { () -> Bool in
+            let stop = state.withLock { state -> Bool in
                 for (token, event) in zip(tokens, events).prefix(Int(ready)) {
                     if token == Self.wakeToken {
                         drainWakePipe()
                         continue
                     }
                     // Forgotten since epoll_wait returned: already closed.
-                    guard let fd = watches[token], lostWriters(fd, events: event) else { continue }
-                    watches[token] = nil
+                    guard let fd = state.watches[token], lostWriters(fd, events: event) else { continue }
+                    state.watches[token] = nil
                     unwatch(fd)
                     hungUp.append(token)
                 }
-                guard stopping else { return false }
-                for fd in watches.values { unwatch(fd) }
-                watches = [:]
+                guard state.stopping else { return false }
+                for fd in state.watches.values { unwatch(fd) }
+                state.watches = [:]
                 return true
             }
             if stop { return }
@@ -186,7 +188,7 @@ final class HangupWatcher: @unchecked Sendable {
     }
 
     /// True when the pipe's writers are all gone: hang-up or error, or
-    /// end-of-file after draining whatever a client wrote into it. `lock` held.
+    /// end-of-file after draining whatever a client wrote into it. `state`'s lock held.
     private func lostWriters(_ fd: Int32, events: UInt32) -> Bool {
         if events & UInt32(VIGIL_FDWATCH_IN) != 0 {
             var buffer = [UInt8](repeating: 0, count: 4096)

@@ -259,6 +259,8 @@ public actor LeaseRegistry: LeaseStatusSink {
         let key = nextSubscriber
         nextSubscriber += 1
         continuation.onTermination = { [weak self] _ in
+            // Unstructured task: not cancelled: one hop into the actor to forget the subscriber,
+            // from a synchronous termination handler.
             Task { await self?.unsubscribe(key) }
         }
         return (stream, continuation, key)
@@ -546,6 +548,7 @@ public actor LeaseRegistry: LeaseStatusSink {
         let clock = budgetClock
         lastDeadlineWatch += 1
         let number = lastDeadlineWatch
+        // Unstructured task: cancelled when the next deadline watch replaces it.
         deadlineWatch = (at, number, Task { [weak self] in
             do { try await clock.sleep(until: at) } catch { return }
             await self?.deadlinesPassed(watch: number)
@@ -578,6 +581,8 @@ public actor LeaseRegistry: LeaseStatusSink {
         // longer is the watch (so it is never cancelled with it).
         guard let last = due.popLast() else { return }
         for lease in due {
+            // Unstructured task: not cancelled, on purpose: a newer deadline watch must not cancel
+            // an expiry already under way; each ends when its lease has expired.
             Task { await self.deadlinePassed(lease.id, deadline: lease.deadline, detail: "budget ran out") }
         }
         await deadlinePassed(last.id, deadline: last.deadline, detail: "budget ran out")

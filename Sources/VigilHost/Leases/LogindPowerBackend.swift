@@ -150,6 +150,7 @@ extension LogindPowerBackend {
             sender: Self.busName, path: Self.path, interface: Self.interface, member: "PrepareForSleep"))
         let delay = PowerHold(what: ["sleep"], mode: "delay")
         var lock: BusFileDescriptor? = try await inhibit(delay, who: who, why: why)
+        // Unstructured task: returned; the caller cancels it to stop watching (see above).
         return Task {
             for await signal in signals {
                 guard let starting = try? signal.argument(0, as: Bool.self) else { continue }

@@ -57,12 +57,10 @@ public struct WakelockPowerBackend: PowerBackend {
     }
 
     /// Unique lock names for this process: `vigil-<pid>-<n>`.
-    final class NameSource: @unchecked Sendable {
-        // Invariant: `counter` is only touched while holding `lock`.
-        private let lock = NSLock()
-        private var counter = 0
+    final class NameSource: Sendable {
+        private let counter = Lock(0)
         func next() -> String {
-            lock.withLock {
+            counter.withLock { counter in
                 counter += 1
                 return "vigil-\(getpid())-\(counter)"
             }

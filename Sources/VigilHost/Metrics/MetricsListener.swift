@@ -13,10 +13,9 @@ import VigilKit
 /// Bounds: a request head is at most ``maxRequestBytes`` and must arrive
 /// within ``readTimeout``; the answer must be taken within ``writeTimeout``.
 /// Anything else gets 400, 404, 405 or 431 and the connection is closed.
-public final class MetricsListener: @unchecked Sendable {
-    // Invariant: `fd` is set in init and closed only by the accept thread
-    // after `stop` shut it down (or by deinit when never started);
-    // `state` is a Lock.
+public final class MetricsListener: Sendable {
+    // `fd` is set in init and closed only by the accept thread after `stop`
+    // shut it down (or by deinit when never started).
     private let fd: Int32
     private let state = Lock((started: false, stopping: false))
     public let address: MetricsListenAddress
@@ -185,6 +184,8 @@ public final class MetricsListener: @unchecked Sendable {
     private static func run(_ body: @escaping @Sendable () async -> [UInt8]) -> [UInt8] {
         let done = DispatchSemaphore(value: 0)
         let slot = ResultSlot()
+        // Unstructured task: not cancelled: the listener's thread waits for it (a scrape's body),
+        // as a synchronous caller of async work.
         Task {
             let bytes = await body()
             slot.value.withLock { $0 = bytes }

@@ -19,12 +19,22 @@ public struct PluginLoadError: Error, Hashable, Sendable, CustomStringConvertibl
 /// RTLD_LOCAL`), exports `vigil_plugin_v1`, returns a header with Vigil's
 /// magic, and was built against this host's SDK version. Libraries are never
 /// unloaded: their types stay in use for the life of the process.
-public final class PluginLoader: @unchecked Sendable {
-    // Invariant: `loaded` and `libraries` are only touched while holding `lock`;
+public final class PluginLoader: Sendable {
     // dlopen/dlsym are thread-safe.
-    private let lock = NSLock()
-    private var loaded: [String: (kind: any StrategyKind, file: String)] = [:]
-    private var libraries: Set<String> = []
+    private struct Registered {
+        var loaded: [String: (kind: any StrategyKind, file: String)] = [:]
+        var libraries: Set<String> = []
+
+        mutating func register(_ kinds: [any StrategyKind], file: String) throws(PluginLoadError) {
+            for k in kinds {
+                if let other = loaded[k.name], other.file != file {
+                    throw PluginLoadError(code: .kindConflict, message: "two plugins claim kind \"\(k.name)\": \(other.file) and \(file)")
+                }
+            }
+            for k in kinds { loaded[k.name] = (k, file) }
+        }
+    }
+    private let registered = Lock(Registered())
 
     /// Directories searched, first match wins.
     public let searchPath: [String]
@@ -70,25 +80,25 @@ public final class PluginLoader: @unchecked Sendable {
                 kinds.insert(String(f.dropFirst("libvigil-".count).dropLast(".so".count)))
             }
         }
-        lock.withLock { kinds.formUnion(loaded.keys) }
+        registered.withLock { kinds.formUnion($0.loaded.keys) }
         return kinds.sorted()
     }
 
     /// Kinds registered so far, with the file that provided each.
     public var registeredKinds: [String: String] {
-        lock.withLock { loaded.mapValues(\.file) }
+        registered.withLock { $0.loaded.mapValues(\.file) }
     }
 
     /// Registers kinds without a library (built into the host, or tests).
     public func register(_ kinds: [any StrategyKind], from source: String) throws(PluginLoadError) {
-        lock.lock()
-        defer { lock.unlock() }
-        try registerLocked(kinds, file: source)
+        try registered.withLock { (registered: inout sending Registered) throws(PluginLoadError) in
+            try registered.register(kinds, file: source)
+        }
     }
 
     /// The kind, loading its plugin if needed.
     public func loadKind(_ kind: String) -> Result<any StrategyKind, PluginLoadError> {
-        if let hit = lock.withLock({ loaded[kind]?.kind }) { return .success(hit) }
+        if let hit = registered.withLock({ $0.loaded[kind]?.kind }) { return .success(hit) }
         guard !kind.isEmpty, kind.allSatisfy({ $0.isASCII && ($0.isLowercase || $0.isNumber || $0 == "-") }) else {
             return .failure(PluginLoadError(code: .invalidKindName, message: "kind \"\(kind)\" is not a valid kind name (lowercase letters, digits and '-')"))
         }
@@ -103,13 +113,13 @@ public final class PluginLoader: @unchecked Sendable {
         } catch {
             return .failure(error)
         }
-        if let hit = lock.withLock({ loaded[kind]?.kind }) { return .success(hit) }
+        if let hit = registered.withLock({ $0.loaded[kind]?.kind }) { return .success(hit) }
         return .failure(PluginLoadError(code: .kindMissing, message: "\(file) loaded, but it does not provide kind \"\(kind)\""))
     }
 
     /// Loads one library and registers every kind it provides.
     public func load(file: String, expecting kind: String? = nil) throws(PluginLoadError) {
-        if lock.withLock({ libraries.contains(file) }) { return }
+        if registered.withLock({ $0.libraries.contains(file) }) { return }
         guard let handle = dlopen(file, RTLD_NOW | RTLD_LOCAL) else {
             let why = dlerror().map { String(cString: $0) } ?? "unknown error"
             throw PluginLoadError(code: .dlopenFailed, message: "cannot load plugin \(file): \(why)")
@@ -134,18 +144,10 @@ public final class PluginLoader: @unchecked Sendable {
         let manifestPointer = header.load(fromByteOffset: 8, as: UnsafeMutableRawPointer.self)
         header.deallocate()
         let manifest = Unmanaged<PluginManifest>.fromOpaque(manifestPointer).takeRetainedValue()
-        lock.lock()
-        defer { lock.unlock() }
-        try registerLocked(manifest.kinds, file: file)
-        libraries.insert(file)
-    }
-
-    private func registerLocked(_ kinds: [any StrategyKind], file: String) throws(PluginLoadError) {
-        for k in kinds {
-            if let other = loaded[k.name], other.file != file {
-                throw PluginLoadError(code: .kindConflict, message: "two plugins claim kind \"\(k.name)\": \(other.file) and \(file)")
-            }
+        let kinds = manifest.kinds
+        try registered.withLock { (registered: inout sending Registered) throws(PluginLoadError) in
+            try registered.register(kinds, file: file)
+            registered.libraries.insert(file)
         }
-        for k in kinds { loaded[k.name] = (k, file) }
     }
 }

@@ -10,13 +10,13 @@ import VigilKit
 /// wake, so a machine in use never wakes vigild per key press. Reading
 /// them needs root or the `input` group; devices that cannot be opened are
 /// skipped (the first such is logged at debug).
-public final class InputActivityWatcher: InputActivity, @unchecked Sendable {
-    // Invariant: `sources` and `seenText` are read and written only while
-    // holding `lock` (dispatch sources are not Sendable, hence NSLock rather
-    // than Lock); each DispatchSource owns its fd and closes it when cancelled.
-    private let lock = NSLock()
-    private var sources: [Int32: any DispatchSourceRead] = [:]
-    private var seenText: String?
+public final class InputActivityWatcher: InputActivity, Sendable {
+    // Each DispatchSource owns its fd and closes it when cancelled.
+    private struct State {
+        var sources: [Int32: DeviceSource] = [:]
+        var seenText: String?
+    }
+    private let state = Lock(State())
     private let directory: String
     private let queue = DispatchQueue(label: "vigil.input-activity")
     private let log: Logger?
@@ -35,7 +35,7 @@ public final class InputActivityWatcher: InputActivity, @unchecked Sendable {
         closeAll()
         let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [])
             .filter { $0.hasPrefix("event") }.sorted().prefix(Self.maxDevices)
-        var sources: [Int32: any DispatchSourceRead] = [:]
+        var sources: [Int32: DeviceSource] = [:]
         var refused: String?
         for name in names {
             let fd = open("\(directory)/\(name)", O_RDONLY | O_NONBLOCK | O_CLOEXEC)
@@ -46,31 +46,31 @@ public final class InputActivityWatcher: InputActivity, @unchecked Sendable {
             let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
             source.setEventHandler { [weak self] in self?.readable(fd) }
             source.setCancelHandler { close(fd) }
-            sources[fd] = source
+            sources[fd] = DeviceSource(source: source)
         }
         if let refused { log?.debug("cannot watch every input device for a person at the machine (\(refused))") }
-        lock.withLock {
-            self.sources = sources
-            seenText = nil
+        state.withLock {
+            $0.sources = sources
+            $0.seenText = nil
         }
-        for source in sources.values { source.resume() }
+        for device in sources.values { device.source.resume() }
     }
 
-    public func seen() async -> String? { lock.withLock { seenText } }
+    public func seen() async -> String? { state.withLock { $0.seenText } }
 
     public func end() async { closeAll() }
 
     private func closeAll() {
-        let sources = lock.withLock {
-            defer { self.sources = [:] }
-            return self.sources
+        let sources = state.withLock { state in
+            defer { state.sources = [:] }
+            return state.sources
         }
-        for source in sources.values { source.cancel() }
+        for device in sources.values { device.source.cancel() }
     }
 
     private func stopWatching(_ fd: Int32) {
-        let source = lock.withLock { sources.removeValue(forKey: fd) }
-        source?.cancel()
+        let device = state.withLock { $0.sources.removeValue(forKey: fd) }
+        device?.source.cancel()
     }
 
     /// Reads what is there (at most 64 events a wake) and keeps the first
@@ -91,12 +91,21 @@ public final class InputActivityWatcher: InputActivity, @unchecked Sendable {
             what = Self.describe(type: type, code: code)
         }
         guard let what else { return }
-        let first = lock.withLock {
-            guard seenText == nil else { return false }
-            seenText = what
+        let first = state.withLock {
+            guard $0.seenText == nil else { return false }
+            $0.seenText = what
             return true
         }
         if first { onSeen?(what) }
+    }
+
+    /// One device's read source, kept in `state`.
+    private struct DeviceSource: @unchecked Sendable {
+        // Invariant: its handlers are set before it is wrapped; afterwards
+        // only `resume` and `cancel` are called, which libdispatch makes
+        // safe from any thread (a source is not marked Sendable for its
+        // setters).
+        let source: any DispatchSourceRead
     }
 
     /// `struct input_event` on 64-bit Linux: a 16-byte timeval, type,

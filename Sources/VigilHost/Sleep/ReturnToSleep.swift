@@ -112,6 +112,7 @@ public actor ReturnToSleep {
     /// Follows the registry's lease events. Call once, before the first resume.
     public func start() async {
         let events = await registry.events(LeaseEventFilter(kinds: LeaseEventFilter.endings.union([.acquired])))
+        // Unstructured task: cancelled by stop().
         following = Task { [weak self] in
             for await event in events { await self?.leaseEvent(event) }
         }
@@ -189,6 +190,8 @@ public actor ReturnToSleep {
         let deadline = current.workEndedAt + settings.grace
         let number = current.number
         let clock = self.clock
+        // Unstructured task: cancelled when a newer check replaces it, when the episode ends, and
+        // by stop().
         check = Task { [weak self] in
             do { try await clock.sleep(until: deadline) } catch { return }
             await self?.decide(number)

@@ -53,6 +53,7 @@ public actor SleepBreaks {
         let signals = try await connection.signals(matching: DBusMatchRule(
             sender: LogindPowerBackend.busName, path: LogindPowerBackend.path, interface: LogindPowerBackend.interface,
             member: "PrepareForSleep"))
+        // Unstructured task: cancelled by stop().
         watching = Task { [weak self] in
             for await signal in signals {
                 guard let starting = try? signal.argument(0, as: Bool.self) else { continue }
@@ -74,6 +75,8 @@ public actor SleepBreaks {
         let id = nextSubscriber
         nextSubscriber += 1
         subscribers[id] = continuation
+        // Unstructured task: not cancelled: one hop into the actor to forget the subscriber, from a
+        // synchronous termination handler.
         continuation.onTermination = { [weak self] _ in Task { await self?.unsubscribe(id) } }
         return stream
     }
@@ -119,6 +122,7 @@ public actor SleepBreaks {
             return
         }
         let number = current.number, clock = self.clock
+        // Unstructured task: not cancelled: it ends after `wakeWait`, and holds the actor weakly.
         Task { [weak self] in
             try? await clock.sleep(for: Self.wakeWait)
             await self?.tell(number)

@@ -56,6 +56,8 @@ extension HostRuntime {
         nextHealthSubscriber += 1
         healthSubscribers[key] = continuation
         continuation.onTermination = { [weak self] _ in
+            // Unstructured task: not cancelled: one hop into the actor to forget the subscriber,
+            // from a synchronous termination handler.
             Task { await self?.removeHealthSubscriber(key) }
         }
         return stream

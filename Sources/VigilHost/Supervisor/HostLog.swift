@@ -18,14 +18,13 @@ import VigilKit
 /// escaped (`ClientText.escaped`, the one escaping of outside text), so one
 /// log call is one line (and one journal entry) and nothing from outside
 /// reaches a terminal raw.
-public final class LogLineWriter: @unchecked Sendable {
-    // Invariant: `state` and the writes to `fd` are only touched while
-    // holding `lock`, so lines never interleave and the counters are exact.
-    private let lock = NSLock()
+public final class LogLineWriter: Sendable {
+    /// The writes to `fd` happen only inside `state.withLock`, so lines never
+    /// interleave and the counters are exact.
+    private let state: Lock<State>
     private let fd: Int32
     private let journal: Bool
     private let repeatWindow: Duration
-    private var state: State
 
     private struct State {
         var level: Logger.Level
@@ -47,7 +46,7 @@ public final class LogLineWriter: @unchecked Sendable {
     public init(level: Logger.Level = .info, fd: Int32 = STDERR_FILENO, journal: Bool? = nil,
                 environment: [String: String] = ProcessInfo.processInfo.environment,
                 repeatWindow: Duration = .seconds(10)) {
-        self.state = State(level: level)
+        self.state = Lock(State(level: level))
         self.fd = fd
         self.journal = journal ?? JournalStream.isJournal(fd: fd, environment: environment)
         self.repeatWindow = repeatWindow
@@ -57,17 +56,17 @@ public final class LogLineWriter: @unchecked Sendable {
     /// swift-log before it has read its config, and sets this to the
     /// config's `log_level` before it makes the host's loggers.
     public var level: Logger.Level {
-        get { lock.withLock { state.level } }
-        set { lock.withLock { state.level = newValue } }
+        get { state.withLock { $0.level } }
+        set { state.withLock { $0.level = newValue } }
     }
 
     /// Whether lines carry sd-daemon priority prefixes (the descriptor is the journal).
     public var writesJournalPriorities: Bool { journal }
 
     /// Lines that could not be written (and were dropped) since start.
-    public var droppedLines: Int { lock.withLock { state.dropped } }
+    public var droppedLines: Int { state.withLock { $0.dropped } }
     /// Lines written since start (summary lines included).
-    public var writtenLines: Int { lock.withLock { state.written } }
+    public var writtenLines: Int { state.withLock { $0.written } }
 
     /// The handler `LoggingSystem.bootstrap` installs: one per logger, all
     /// writing here.
@@ -78,29 +77,29 @@ public final class LogLineWriter: @unchecked Sendable {
     /// Writes one line (the handler has checked its level).
     public func write(_ level: Logger.Level, label: String, _ message: String, metadata: Logger.Metadata) {
         let now = ContinuousClock.Instant.now
-        lock.withLock {
+        state.withLock { state in
             if let last = state.last, last.level == level, last.label == label, last.message == message,
                last.metadata == metadata, now - state.lastShownAt < repeatWindow {
                 state.suppressed += 1
                 return
             }
-            flushSuppressedLocked()
+            flushSuppressedLocked(&state)
             state.last = (level, label, message, metadata)
             state.lastShownAt = now
-            writeLocked(format(level, label: label, message, metadata: metadata))
+            writeLocked(format(level, label: label, message, metadata: metadata), &state)
         }
     }
 
     /// Writes the pending "suppressed N" summary, if any (at shutdown).
     public func flush() {
-        lock.withLock { flushSuppressedLocked() }
+        state.withLock { flushSuppressedLocked(&$0) }
     }
 
-    private func flushSuppressedLocked() {
+    private func flushSuppressedLocked(_ state: inout State) {
         guard let last = state.last, state.suppressed > 0 else { return }
         let n = state.suppressed
         state.suppressed = 0
-        writeLocked(format(last.level, label: last.label, "suppressed \(n) identical line\(n == 1 ? "" : "s")", metadata: last.metadata))
+        writeLocked(format(last.level, label: last.label, "suppressed \(n) identical line\(n == 1 ? "" : "s")", metadata: last.metadata), &state)
     }
 
     private func format(_ level: Logger.Level, label: String, _ message: String, metadata: Logger.Metadata) -> [UInt8] {
@@ -130,7 +129,7 @@ public final class LogLineWriter: @unchecked Sendable {
 
     /// Writes all of `bytes` or counts the line as dropped; never traps,
     /// never blocks on a retry loop beyond EINTR.
-    private func writeLocked(_ bytes: [UInt8]) {
+    private func writeLocked(_ bytes: [UInt8], _ state: inout State) {
         let complete = bytes.withUnsafeBytes { buffer -> Bool in
             guard let base = buffer.baseAddress else { return true }
             var offset = 0

@@ -226,6 +226,8 @@ public actor HostRuntime: Service {
     private func followStrategyErrors() async {
         let supervisor = self.supervisor
         await registry.observe(supervisor.errors)
+        // Unstructured task: cancelled by stopStrategies() (the end of run()) with the other
+        // `background` tasks, which it then awaits.
         background.append(Task { await supervisor.followErrors() })
     }
 
@@ -392,6 +394,8 @@ public actor HostRuntime: Service {
     /// are reported but need a restart. Reloads run one at a time.
     public func reload() async -> ReloadResult {
         let previous = reloadInFlight
+        // Unstructured task: not cancelled: reloads run one after another, each awaiting the one
+        // before, and the caller awaits this one; a reload is not stopped halfway.
         let task = Task { () async -> ReloadResult in
             _ = await previous?.value
             return await self.applyReload()

@@ -133,6 +133,8 @@ public actor Supervisor {
         let key = nextSubscriber
         nextSubscriber += 1
         subscribers[key] = continuation
+        // Unstructured task: not cancelled: one hop into the actor to forget the subscriber, from a
+        // synchronous termination handler.
         continuation.onTermination = { [weak self] _ in Task { await self?.unsubscribe(key) } }
         return stream
     }
@@ -158,6 +160,8 @@ public actor Supervisor {
         for s in strategies where tasks[s.name] == nil {
             order.append(s.name)
             update(StrategyStatus(name: s.name, kind: s.kind, state: s.conditions == nil || services.conditions == nil ? .running : .waiting, restarts: 0, lastError: nil, startedAt: services.clock.now))
+            // Unstructured task: cancelled by stop(_:) (stopAll at shutdown, or a reload), which
+            // then waits for it.
             tasks[s.name] = Task { await self.supervise(s) }
         }
     }
@@ -215,6 +219,8 @@ public actor Supervisor {
             if verdict.holds {
                 guard run == nil else { continue }
                 log.info("conditions hold; starting")
+                // Unstructured task: cancelled below when the conditions stop holding, or when
+                // supervise(_:) is cancelled.
                 run = Task { await self.runWithRestarts(s, context: context, log: log) }
             } else {
                 if let current = run {

@@ -103,6 +103,8 @@ public final class SystemdNotifier: Sendable {
     public func startWatchdog(scheduler: any WakeScheduling, clock: any VigilClock, log: Logger) -> Task<Void, Never>? {
         guard let interval = watchdogInterval else { return nil }
         let tolerance = interval / 4
+        // Unstructured task: returned; the caller cancels it (vigild's watchdog service, at
+        // shutdown).
         return Task {
             let start = clock.now
             var k: Int64 = 1

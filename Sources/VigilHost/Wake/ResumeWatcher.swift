@@ -1,6 +1,7 @@
 import CTimer
 import Dispatch
 import Foundation
+import VigilKit
 
 /// Tells the host, as it happens, that the system has resumed from suspend.
 ///
@@ -12,16 +13,19 @@ import Foundation
 /// grows only across a suspend, by exactly the time slept. The process sleeps
 /// in epoll in between: no polling.
 public final class ResumeWatcher: @unchecked Sendable {
-    // Invariant: `lastOffsetMicros`, `handler` and `closed` are read and
-    // written only while holding `lock`; `fd` stays open until `source` is
-    // cancelled and its cancel handler closes it.
-    private let lock = NSLock()
+    // Invariant: the mutable state is in `state`; `source` (a dispatch
+    // source, safe to cancel from any thread but not marked Sendable) is set
+    // in init and only cancelled afterwards; `fd` stays open until `source`
+    // is cancelled and its cancel handler closes it.
+    private struct State {
+        var lastOffsetMicros: Int64
+        var handler: (@Sendable (_ resume: ClockReadings, _ suspendedMicros: Int64) async -> Void)?
+        var closed = false
+    }
+    private let state: Lock<State>
     private let fd: Int32
     private let source: any DispatchSourceRead
     private let readings: @Sendable () -> ClockReadings
-    private var lastOffsetMicros: Int64
-    private var handler: (@Sendable (_ resume: ClockReadings, _ suspendedMicros: Int64) async -> Void)?
-    private var closed = false
 
     /// Creates the timerfd; `handler` is called once per resume with the clock
     /// readings just after it and the time suspended.
@@ -38,9 +42,8 @@ public final class ResumeWatcher: @unchecked Sendable {
         }
         self.fd = fd
         self.readings = readings
-        self.handler = handler
         let now = readings()
-        lastOffsetMicros = now.boottimeMicros - now.monotonicMicros
+        state = Lock(State(lastOffsetMicros: now.boottimeMicros - now.monotonicMicros, handler: handler))
         source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: DispatchQueue(label: "vigil.resume-watcher"))
         source.setEventHandler { [weak self] in self?.clockChanged() }
         source.setCancelHandler { close(fd) }
@@ -61,23 +64,25 @@ public final class ResumeWatcher: @unchecked Sendable {
         _ = Self.arm(fd)
         let now = readings()
         let offset = now.boottimeMicros - now.monotonicMicros
-        let pending: (call: @Sendable (ClockReadings, Int64) async -> Void, slept: Int64)? = lock.withLock {
-            guard !closed else { return nil }
-            let slept = offset - lastOffsetMicros
-            lastOffsetMicros = offset
+        let pending: (call: @Sendable (ClockReadings, Int64) async -> Void, slept: Int64)? = state.withLock { state in
+            guard !state.closed else { return nil }
+            let slept = offset - state.lastOffsetMicros
+            state.lastOffsetMicros = offset
             // Below the gap rule's threshold it is reading noise (a clock set).
-            guard slept > GapRule.suspendThresholdMicros, let handler else { return nil }
+            guard slept > GapRule.suspendThresholdMicros, let handler = state.handler else { return nil }
             return (handler, slept)
         }
         guard let pending else { return }
+        // Unstructured task: not cancelled: delivers one resume to the handler, from the dispatch
+        // source's queue into Swift concurrency.
         Task { await pending.call(now, pending.slept) }
     }
 
     /// Stops watching and closes the timerfd.
     public func invalidate() {
-        let wasOpen = lock.withLock {
-            defer { closed = true; handler = nil }
-            return !closed
+        let wasOpen = state.withLock { state in
+            defer { state.closed = true; state.handler = nil }
+            return !state.closed
         }
         if wasOpen { source.cancel() }
     }

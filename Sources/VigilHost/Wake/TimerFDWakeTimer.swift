@@ -41,15 +41,18 @@ public struct WakeTimerError: Error, Hashable, Sendable, CustomStringConvertible
 /// `CLOCK_BOOTTIME` and `CLOCK_BOOTTIME_ALARM` share the `VigilInstant`
 /// timeline (boottime nanoseconds), so deadlines need no conversion.
 public final class TimerFDWakeTimer: WakeTimer, @unchecked Sendable {
-    // Invariant: `handler` and `closed` are read and written only while
-    // holding `lock`; `fd` stays open until `source` is cancelled and its
-    // cancel handler closes it, and `arm` checks `closed` under the lock
-    // before touching `fd`.
-    private let lock = NSLock()
+    // Invariant: `handler` and `closed` are in `state`; `source` (a dispatch
+    // source, safe to cancel from any thread but not marked Sendable) is set
+    // in init and only cancelled afterwards; `fd` stays open until `source`
+    // is cancelled and its cancel handler closes it, and `arm` checks
+    // `closed` under the lock before touching `fd`.
+    private struct State {
+        var handler: (@Sendable () async -> Void)?
+        var closed = false
+    }
+    private let state = Lock(State())
     private let fd: Int32
     private let source: any DispatchSourceRead
-    private var handler: (@Sendable () async -> Void)?
-    private var closed = false
 
     public let clockName: String
 
@@ -85,23 +88,25 @@ public final class TimerFDWakeTimer: WakeTimer, @unchecked Sendable {
         // EAGAIN means the timer was re-armed (which resets the count)
         // between becoming readable and this read: not an expiry.
         guard vigil_timerfd_read(fd) > 0 else { return }
-        guard let handler = lock.withLock({ closed ? nil : handler }) else { return }
+        guard let handler = state.withLock({ $0.closed ? nil : $0.handler }) else { return }
         // Hop into Swift concurrency; the handler hops into the scheduler
         // actor. At high priority: Swift's pool keeps a set of threads per
         // priority, so a wake is delivered even while every thread of the
         // default priority is busy or blocked (a plugin's slow work, a long
         // reply being built), and the requesters it resumes at high priority
         // go on there too.
+        // Unstructured task: not cancelled: delivers one expiry to the handler (the scheduler),
+        // from the dispatch source's queue into Swift concurrency.
         Task(priority: .high) { await handler() }
     }
 
     public func setExpiryHandler(_ handler: @escaping @Sendable () async -> Void) {
-        lock.withLock { self.handler = handler }
+        state.withLock { $0.handler = handler }
     }
 
     public func arm(at deadline: VigilInstant?) {
-        lock.withLock {
-            guard !closed else { return }
+        state.withLock { state in
+            guard !state.closed else { return }
             // A boottime deadline is never 0 on a running system, and 0 means
             // "disarm" to the shim; clamp so a deadline of 0 still fires.
             let ns = deadline.map { max($0.nanoseconds, 1) } ?? 0
@@ -112,9 +117,9 @@ public final class TimerFDWakeTimer: WakeTimer, @unchecked Sendable {
     }
 
     public func invalidate() {
-        let wasOpen = lock.withLock {
-            defer { closed = true; handler = nil }
-            return !closed
+        let wasOpen = state.withLock { state in
+            defer { state.closed = true; state.handler = nil }
+            return !state.closed
         }
         if wasOpen {
             source.cancel()

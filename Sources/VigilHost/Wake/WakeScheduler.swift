@@ -190,6 +190,8 @@ public actor WakeScheduler: WakeScheduling {
                 rearm()
             }
         } onCancel: {
+            // Unstructured task: not cancelled: one hop into the actor to withdraw the request,
+            // from a synchronous cancellation handler.
             Task { await self.withdraw(id) }
         }
     }

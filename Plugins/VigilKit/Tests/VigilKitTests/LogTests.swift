@@ -1,4 +1,3 @@
-import Synchronization
 import Testing
 import VigilKit
 
@@ -6,7 +5,7 @@ import VigilKit
 /// (no LoggingSystem.bootstrap: the test's loggers name it explicitly).
 private final class Recorder: Sendable {
     struct Line: Equatable { var level: Logger.Level, label: String, message: String, metadata: Logger.Metadata }
-    let lines = Mutex<[Line]>([])
+    let lines = Lock<[Line]>([])
     var all: [Line] { lines.withLock { $0 } }
 
     func logger(_ label: String, level: Logger.Level = .trace) -> Logger {

@@ -52,6 +52,7 @@ public final class ClockDrivenWakeTimer: WakeTimer {
             state.deadline = deadline
             guard let deadline else { return }
             let armedGeneration = state.generation
+            // Unstructured task: cancelled when the timer is armed again or invalidated.
             state.sleeper = Task { [weak self] in
                 do {
                     try await clock.sleep(until: deadline)

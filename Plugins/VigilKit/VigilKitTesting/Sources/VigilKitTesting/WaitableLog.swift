@@ -56,6 +56,7 @@ public final class WaitableLog<Item: Sendable>: Sendable {
             $0.nextWaiter += 1
             return $0.nextWaiter
         }
+        // Unstructured task: cancelled by the defer below, when the wait ends.
         let timer = Task { [weak self] in
             try? await Task.sleep(for: timeout)
             self?.giveUp(id)
