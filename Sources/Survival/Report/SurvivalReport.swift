@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import VigilKit
 
 /// A stretch of a run's life on its boottime axis, for the timeline.
@@ -173,27 +174,27 @@ public struct SurvivalReport {
     /// limited to runs still alive at or after `sinceWallMicros` when given.
     /// Throws `.missing` when there is no store at `path`.
     public static func load(path: String, runs: Int?, sinceWallMicros: Int64?) throws -> [RunSummary] {
-        try read(path: path, runs: runs, sinceWallMicros: sinceWallMicros) { store, records in
-            try summaries(records, store)
+        try read(path: path, runs: runs, sinceWallMicros: sinceWallMicros) { db, records in
+            try summaries(records, db)
         } ?? []
     }
 
     /// Reads the newest `runs` run rows (all when nil), newest first, alive
     /// at or after `sinceWallMicros`, and hands them to `body` in the same
     /// read transaction; nil for an empty store.
-    static func read<T>(path: String, runs: Int?, sinceWallMicros: Int64?, _ body: (StoreConnection, [StoredRun]) throws -> T) throws -> T? {
+    static func read<T>(path: String, runs: Int?, sinceWallMicros: Int64?, _ body: (Database, [StoredRun]) throws -> T) throws -> T? {
         if let runs, runs < 0 {
             throw SurvivalStoreError(.invalidArgument, path: path, "number of runs must be 0 or more, got \(runs)")
         }
-        guard let store = try openReader(path: path) else { return nil }
+        guard let reader = try openReader(path: path) else { return nil }
         do {
-            return try store.read {
-                let records = try store.rows("""
+            return try reader.read { db in
+                let records = try db.rows("""
                     SELECT \(StoredRun.columns) FROM run
                     WHERE ?1 IS NULL OR COALESCE(endWall, lastWall) >= ?1
                     ORDER BY id DESC LIMIT ?2
-                    """, [.optional(sinceWallMicros), .integer(Int64(runs ?? -1))], StoredRun.init)
-                return try body(store, records)
+                    """, [sinceWallMicros, Int64(runs ?? -1)], StoredRun.init)
+                return try body(db, records)
             }
         } catch {
             throw SurvivalStoreError.wrap(error, path: path, doing: "reading the report")
@@ -201,26 +202,25 @@ public struct SurvivalReport {
     }
 
     /// Run rows, newest first, of the runs started at or after `sinceWallMicros`.
-    static func runs(startedSince sinceWallMicros: Int64, _ store: StoreConnection) throws -> [StoredRun] {
-        try store.rows("SELECT \(StoredRun.columns) FROM run WHERE startWall >= ? ORDER BY id DESC", [.integer(sinceWallMicros)], StoredRun.init)
+    static func runs(startedSince sinceWallMicros: Int64, _ db: Database) throws -> [StoredRun] {
+        try db.rows("SELECT \(StoredRun.columns) FROM run WHERE startWall >= ? ORDER BY id DESC", [sinceWallMicros], StoredRun.init)
     }
 
     /// Summaries of the runs with these keys (`run.id`), in the order given,
-    /// read through the writer's own connection inside its transaction (a
-    /// GRDB `Database.sqliteConnection`), so they include what it just wrote.
-    package static func summaries(ofRunKeys keys: [Int64], connection: OpaquePointer) throws -> [RunSummary] {
+    /// read through the writer's own connection inside its transaction, so
+    /// they include what it just wrote.
+    static func summaries(ofRunKeys keys: [Int64], _ db: Database) throws -> [RunSummary] {
         guard !keys.isEmpty else { return [] }
-        let store = StoreConnection(borrowing: connection)
-        let rows = try store.rows("SELECT \(StoredRun.columns) FROM run WHERE id IN (\(keys.map(String.init).joined(separator: ", ")))", [], StoredRun.init)
+        let rows = try db.rows("SELECT \(StoredRun.columns) FROM run WHERE id IN (\(keys.map(String.init).joined(separator: ", ")))", [], StoredRun.init)
         let byKey = Dictionary(rows.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
-        return try summaries(keys.compactMap { byKey[$0] }, store)
+        return try summaries(keys.compactMap { byKey[$0] }, db)
     }
 
     /// Builds summaries (in the order given) from run rows and their gaps.
-    static func summaries(_ records: [StoredRun], _ store: StoreConnection) throws -> [RunSummary] {
+    static func summaries(_ records: [StoredRun], _ db: Database) throws -> [RunSummary] {
         guard !records.isEmpty else { return [] }
         let keys = records.map { String($0.id) }.joined(separator: ", ")
-        let gaps = try store.rows("""
+        let gaps = try db.rows("""
             SELECT runId, seq, kind, startWall, startOffsetMicros, durationMicros FROM gap
             WHERE runId IN (\(keys)) ORDER BY runId, startOffsetMicros, seq
             """) { row in
@@ -228,10 +228,10 @@ public struct SurvivalReport {
                        startOffsetMicros: row.int64(4), durationMicros: row.int64(5))
         }
         let gapsByRun = Dictionary(grouping: gaps, by: \.runId)
-        let resumes = try store.rows("""
+        let resumes = try db.rows("""
             SELECT runId, wall, boot, fields, name FROM event
             WHERE runId IN (\(keys)) AND name IN (?, ?, ?) ORDER BY runId, id
-            """, [.text(SystemWake.eventName), .text(DarkWake.eventName), .text(BrokenSleep.eventName)]) { row in
+            """, [SystemWake.eventName, DarkWake.eventName, BrokenSleep.eventName]) { row in
             try (runId: row.int64(0), wall: row.int64(1), boot: row.int64(2), fields: row.optionalString(3), name: row.string(4))
         }
         let resumesByRun = Dictionary(grouping: resumes, by: \.runId)
@@ -338,15 +338,15 @@ public struct SurvivalReport {
     /// newer Vigil wrote it, so figures it added are not shown). Empty when
     /// all is well or there is no store.
     public static func warnings(path: String) -> [String] {
-        guard let store = try? openReader(path: path) else { return [] }
+        guard let reader = try? openReader(path: path) else { return [] }
         var out: [String] = []
         do {
-            try store.read {
-                let check = try store.rows("PRAGMA quick_check") { try $0.string(0) }
+            try reader.read { db in
+                let check = try db.rows("PRAGMA quick_check") { try $0.string(0) }
                 if check != ["ok"] {
                     out.append("the store is damaged (quick_check: \(check.prefix(3).joined(separator: "; "))\(check.count > 3 ? "; ..." : "")); the figures below may be wrong or incomplete; move it aside and vigild starts a new one")
                 }
-                let unknown = try SurvivalStoreIdentity.unknownMigrations(store)
+                let unknown = try SurvivalStoreIdentity.unknownMigrations(db)
                 if !unknown.isEmpty {
                     out.append("the store was written by a newer Vigil (unknown migrations: \(unknown.joined(separator: ", "))); what that version added is not shown")
                 }
@@ -359,14 +359,14 @@ public struct SurvivalReport {
 
     /// Opens the store read-only; nil for an empty SQLite file (nothing
     /// recorded yet). `immutable` skips straight to the fallback (for tests).
-    package static func openReader(path: String, immutable: Bool = false) throws -> StoreConnection? {
+    package static func openReader(path: String, immutable: Bool = false) throws -> DatabaseQueue? {
         guard FileManager.default.fileExists(atPath: path) else {
             throw SurvivalStoreError(.missing, path: path, "no survival store here; vigild creates it when it first runs (or pass --store / --state-dir)")
         }
         do {
             if immutable { return try openImmutable(path) }
             return try open(path, path: path)
-        } catch let error as SQLiteError where [SurvivalStoreError.sqliteCantOpen, SurvivalStoreError.sqliteReadOnly].contains(error.code) {
+        } catch let error as DatabaseError where [.SQLITE_CANTOPEN, .SQLITE_READONLY].contains(error.resultCode.primaryResultCode) {
             // A WAL store whose -shm file we may not create (another user's
             // store while its host is stopped): read the main file as is.
             do {
@@ -379,19 +379,23 @@ public struct SurvivalReport {
         }
     }
 
-    private static func openImmutable(_ path: String) throws -> StoreConnection? {
+    /// A `file:` URI (SQLite on Debian is built with SQLITE_USE_URI).
+    private static func openImmutable(_ path: String) throws -> DatabaseQueue? {
         var allowed = CharacterSet.urlPathAllowed
         allowed.remove(charactersIn: "?#%")
         let uri = "file:" + (path.addingPercentEncoding(withAllowedCharacters: allowed) ?? path) + "?immutable=1"
         return try open(uri, path: path)
     }
 
-    private static func open(_ name: String, path: String) throws -> StoreConnection? {
-        let store = try StoreConnection(readOnly: name)
-        let isEmpty = try store.read {
-            try SurvivalStoreIdentity.check(store, path: path)
-            return try SurvivalStoreIdentity.applicationID(store) != SurvivalStoreIdentity.applicationID
+    private static func open(_ name: String, path: String) throws -> DatabaseQueue? {
+        var config = Configuration()
+        config.readonly = true
+        config.label = "vigil.survival.reader"
+        let reader = try DatabaseQueue(path: name, configuration: config)
+        let isEmpty = try reader.read { db in
+            try SurvivalStoreIdentity.check(db, path: path)
+            return try SurvivalStoreIdentity.applicationID(db) != SurvivalStoreIdentity.applicationID
         }
-        return isEmpty ? nil : store
+        return isEmpty ? nil : reader
     }
 }
