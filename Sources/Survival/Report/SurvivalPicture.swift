@@ -61,7 +61,7 @@ public struct SurvivalPicture: Sendable, Hashable {
         try SurvivalReport.read(path: path, runs: runs, sinceWallMicros: sinceWallMicros) { db, records in
             let summaries = try SurvivalReport.summaries(records, db)
             return SurvivalPicture(runs: try zip(records, summaries).map { record, summary in
-                Run(summary: summary, strategies: try held(runKey: record.id, startBoot: record.startBoot, db))
+                Run(summary: summary, strategies: try held(runKey: record.key, startBoot: record.startBoot, db))
             }, sinceWallMicros: sinceWallMicros)
         } ?? SurvivalPicture(runs: [], sinceWallMicros: sinceWallMicros)
     }

@@ -218,8 +218,7 @@ public actor SurvivalStore {
                     suspendCount: 0, suspendedMicros: 0, stallCount: 0, stalledMicros: 0,
                     longestStallMicros: 0, eventCount: 0)
                 try run.insert(db)
-                // Invariant: insert() sets id through didInsert.
-                let key = run.id ?? 0
+                let key = run.key
                 try HeartbeatRecord(runId: key, seq: 0, readings: start.readings).insert(db)
 
                 return (key, RunBegan(
