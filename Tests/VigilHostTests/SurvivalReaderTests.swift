@@ -19,6 +19,26 @@ struct SurvivalReaderTests {
         #expect(SurvivalReport.warnings(path: dir.store).first?.contains("unknown migrations: v9-from-the-future") == true)
     }
 
+    /// One SQLite layer, in one folder: only `Sources/Survival` imports GRDB
+    /// (or SQLite itself) or registers a migration, so a schema change
+    /// touches that folder alone.
+    @Test func onlySourcesSurvivalTalksToSQLite() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        var inside: [String] = [], outside: [String] = []
+        for top in ["Sources", "Plugins"] {
+            let base = root.appendingPathComponent(top)
+            let files = try #require(FileManager.default.enumerator(at: base, includingPropertiesForKeys: nil, options: [.skipsHiddenFiles]))
+            for case let file as URL in files where file.pathExtension == "swift" {
+                let text = try String(contentsOf: file, encoding: .utf8)
+                guard ["import GRDB", "import CSQLite", "import SQLite3", "registerMigration("].contains(where: text.contains) else { continue }
+                let relative = String(file.path.dropFirst(root.path.count + 1))
+                if relative.hasPrefix("Sources/Survival/") { inside.append(relative) } else { outside.append(relative) }
+            }
+        }
+        #expect(inside.contains("Sources/Survival/Store/SurvivalSchema.swift") && inside.contains("Sources/Survival/Report/SurvivalReport.swift"), "\(inside)")
+        #expect(outside == [], "SQLite outside Sources/Survival: \(outside)")
+    }
+
     /// A store with two runs, the first killed and the second stopped, with
     /// a lease and a cost, closed.
     private static func writeStore(_ path: String) async throws {
