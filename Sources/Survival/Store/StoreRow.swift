@@ -52,22 +52,12 @@ struct StoreRow {
         switch value.storage {
         case .null: return nil
         case .int64(let number): return number
-        case .double(let real):
-            // A whole real (SUM over integers never gives one, but a damaged
-            // file may): kept when it is exactly an Int64.
-            if let exact = Int64(exactly: real) { return exact }
-            throw StoreColumnError(description: "\(name(index)) holds \(real), expected an integer")
-        default:
-            throw StoreColumnError(description: "\(name(index)) holds \(kind(value)), expected an integer")
+        // A whole real (SUM over integers never gives one, but a damaged
+        // file may): kept when it is exactly an Int64.
+        case .double(let real) where Int64(exactly: real) != nil: return Int64(real)
+        case .double(let real): throw StoreColumnError(description: "\(name(index)) holds \(real), expected an integer")
+        default: throw mismatch(value, index, expected: "an integer")
         }
-    }
-
-    /// An integer column that must not be NULL.
-    func int64(_ index: Int) throws(StoreColumnError) -> Int64 {
-        guard let value = try optionalInt64(index) else {
-            throw StoreColumnError(description: "\(name(index)) is NULL, expected an integer")
-        }
-        return value
     }
 
     /// A text column; nil for NULL.
@@ -76,17 +66,23 @@ struct StoreRow {
         switch value.storage {
         case .null: return nil
         case .string(let text): return text
-        default:
-            throw StoreColumnError(description: "\(name(index)) holds \(kind(value)), expected text")
+        default: throw mismatch(value, index, expected: "text")
         }
     }
 
+    /// An integer column that must not be NULL.
+    func int64(_ index: Int) throws(StoreColumnError) -> Int64 { try required(optionalInt64(index), index, expected: "an integer") }
+
     /// A text column that must not be NULL.
-    func string(_ index: Int) throws(StoreColumnError) -> String {
-        guard let value = try optionalString(index) else {
-            throw StoreColumnError(description: "\(name(index)) is NULL, expected text")
-        }
+    func string(_ index: Int) throws(StoreColumnError) -> String { try required(optionalString(index), index, expected: "text") }
+
+    private func required<T>(_ value: T?, _ index: Int, expected: String) throws(StoreColumnError) -> T {
+        guard let value else { throw StoreColumnError(description: "\(name(index)) is NULL, expected \(expected)") }
         return value
+    }
+
+    private func mismatch(_ value: DatabaseValue, _ index: Int, expected: String) -> StoreColumnError {
+        StoreColumnError(description: "\(name(index)) holds \(kind(value)), expected \(expected)")
     }
 
     /// An integer column as an `Int`, which must not be NULL.
