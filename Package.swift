@@ -20,7 +20,7 @@ let package = Package(
         .library(name: "vigil-silent-audio", type: .dynamic, targets: ["SilentAudio"]),
         // The host's modules for the fuzzers (Fuzz/, a package of its own so a
         // plain build never builds them); not an API for anyone else.
-        .library(name: "VigilHostModules", targets: ["VigilHost", "VigilDBus", "VigilSurvivalReport"]),
+        .library(name: "VigilHostModules", targets: ["VigilHost", "VigilDBus", "VigilSurvival"]),
         // What vigil-bench (Benchmarks/, a package of its own) needs besides
         // those: the test helpers (private buses, stand-ins, servers) and
         // voip-socket's C sockets and TLS for its bare reference loop. Not an
@@ -72,20 +72,14 @@ let package = Package(
             dependencies: ["VigilDBus", .product(name: "VigilKit", package: "VigilKit")],
             swiftSettings: strict
         ),
-        // libsqlite3 (libsqlite3-dev), for the survival log's reader.
-        .systemLibrary(
-            name: "CSQLite",
-            path: "Sources/CSQLite",
-            providers: [.apt(["libsqlite3-dev"])]
-        ),
-        // The survival log's read side (reports, picture, costs, the bus's
-        // runs), on libsqlite3 alone: vigilctl reads the store through it
-        // without linking the host or GRDB. The writer (VigilHost/Survival)
-        // reads through it too, on its own connection.
+        // The survival store on GRDB: its schema and migrations, the writer
+        // (Store/) and the read-only reader (Report/: reports, picture,
+        // costs, the bus's runs). The only module with SQL; vigild writes
+        // through it, vigilctl reads through it without the host.
         .target(
-            name: "VigilSurvivalReport",
-            dependencies: ["CSQLite", "VigilCommon", "VigilDBus", .product(name: "VigilKit", package: "VigilKit")],
-            path: "Sources/Survival/Report",
+            name: "VigilSurvival",
+            dependencies: ["VigilCommon", "VigilDBus", .product(name: "VigilKit", package: "VigilKit"), .product(name: "GRDB", package: "GRDB.swift")],
+            path: "Sources/Survival",
             swiftSettings: strict
         ),
         .target(
@@ -98,9 +92,8 @@ let package = Package(
                 "CConditions",
                 "VigilDBus",
                 "VigilCommon",
-                "VigilSurvivalReport",
+                "VigilSurvival",
                 .product(name: "TOMLKit", package: "TOMLKit"),
-                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 // ServiceLifecycle comes with VigilKit: it is linked into
                 // libVigilKit.so (see Plugins/VigilKit/Package.swift).
@@ -114,11 +107,11 @@ let package = Package(
         ),
         .executableTarget(
             name: "vigilctl",
-            // Not VigilHost: vigilctl links neither GRDB, TOMLKit nor
-            // Prometheus. check-config and metrics ask vigild (--check,
+            // Not VigilHost: vigilctl links neither TOMLKit nor Prometheus.
+            // check-config and metrics ask vigild (--check,
             // --print-metrics-settings); the store is read through
-            // VigilSurvivalReport.
-            dependencies: ["VigilClient", "VigilCommon", "VigilSurvivalReport", .product(name: "ArgumentParser", package: "swift-argument-parser"), .product(name: "VigilKit", package: "VigilKit")],
+            // VigilSurvival (GRDB, read-only).
+            dependencies: ["VigilClient", "VigilCommon", "VigilSurvival", .product(name: "ArgumentParser", package: "swift-argument-parser"), .product(name: "VigilKit", package: "VigilKit")],
             swiftSettings: strict
         ),
         .target(
@@ -180,7 +173,7 @@ let package = Package(
         ),
         .testTarget(
             name: "VigilHostTests",
-            dependencies: ["VigilHost", "VigilSurvivalReport", "VigilDBus", "VigilClient", "VigilTestSupport", "CExecutor", "CTestExecutor", .product(name: "VigilKit", package: "VigilKit"), .product(name: "VigilKitTesting", package: "VigilKitTesting")],
+            dependencies: ["VigilHost", "VigilSurvival", "VigilDBus", "VigilClient", "VigilTestSupport", "CExecutor", "CTestExecutor", .product(name: "VigilKit", package: "VigilKit"), .product(name: "VigilKitTesting", package: "VigilKitTesting")],
             swiftSettings: strict
         ),
         .testTarget(

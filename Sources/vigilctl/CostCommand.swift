@@ -1,7 +1,7 @@
 import ArgumentParser
 import Foundation
 import VigilCommon
-import VigilSurvivalReport
+import VigilSurvival
 import VigilKit
 
 /// `vigilctl cost`: what each strategy cost over a period, from the survival

@@ -1,7 +1,7 @@
 import ArgumentParser
 import Foundation
 import VigilCommon
-import VigilSurvivalReport
+import VigilSurvival
 
 /// Where the survival log is, for the commands that read it without a host
 /// (`vigilctl survival`, `vigilctl cost`).

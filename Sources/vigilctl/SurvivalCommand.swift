@@ -1,7 +1,7 @@
 import ArgumentParser
 import Foundation
 import VigilCommon
-import VigilSurvivalReport
+import VigilSurvival
 
 /// `vigilctl survival`: how long the host stayed alive and why each run ended,
 /// read straight from the survival log (no running host needed).

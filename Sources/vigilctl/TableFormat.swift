@@ -1,6 +1,6 @@
 import Foundation
 import VigilCommon
-import VigilSurvivalReport
+import VigilSurvival
 
 /// Plain-text tables and the time formats vigilctl prints.
 enum TableFormat {

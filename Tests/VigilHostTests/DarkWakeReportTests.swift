@@ -2,7 +2,7 @@ import Foundation
 import Testing
 import VigilKit
 @testable import VigilHost
-@testable import VigilSurvivalReport
+@testable import VigilSurvival
 import VigilKitTesting
 
 /// Dark wakes and sleeps that broke leases in the survival log: stored as

@@ -4,6 +4,7 @@ import Testing
 import VigilDBus
 import VigilTestSupport
 @testable import VigilHost
+@testable import VigilSurvival
 import VigilKit
 
 /// The host's own trouble (issue 12): a survival store that cannot be

@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 @testable import VigilHost
-@testable import VigilSurvivalReport
+@testable import VigilSurvival
 import VigilKit
 import VigilKitTesting
 

@@ -3,6 +3,7 @@ import GRDB
 import Testing
 import VigilKit
 @testable import VigilHost
+@testable import VigilSurvival
 
 /// The per-run cost in the survival store: the `v4-strategyCost`
 /// migration, a store made by the schema before it, and the report.

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import VigilKit
 @testable import VigilHost
+@testable import VigilSurvival
 
 /// StrategyContext.store on the survival store's SQLite file.
 @Suite struct StrategyStoreTests {

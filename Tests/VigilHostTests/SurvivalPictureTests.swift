@@ -4,7 +4,7 @@ import Testing
 import VigilDBus
 import VigilTestSupport
 @testable import VigilHost
-@testable import VigilSurvivalReport
+@testable import VigilSurvival
 
 /// `vigilctl survival --html/--svg`: the picture drawn from a real store,
 /// parsed as XML, and rendered by headless Chromium.

@@ -1,23 +1,42 @@
 import Foundation
 import Testing
 @testable import VigilHost
-@testable import VigilSurvivalReport
+@testable import VigilSurvival
 import VigilKit
 
-/// The survival reader (VigilSurvivalReport): libsqlite3 with typed column
+/// The survival reader (VigilSurvival): read-only GRDB with typed column
 /// reads, on stores the writer made and on stores damaged afterwards.
 @Suite("Survival reader")
 struct SurvivalReaderTests {
-    /// The reader's list of migrations is the writer's: a store migrated by
-    /// this build gets no "newer Vigil" warning, one migration more does.
+    /// The reader checks the writer's one list of migrations: a store
+    /// migrated by this build gets no "newer Vigil" warning, one migration
+    /// more does.
     @Test func theReaderKnowsTheWritersMigrations() throws {
-        #expect(SurvivalStoreIdentity.knownMigrations == SurvivalSchema.migrationNames)
-        #expect(SurvivalStoreIdentity.applicationID == SurvivalSchema.applicationID)
         let dir = try SurvivalTempDir()
         _ = try SurvivalStore(path: dir.store)
         #expect(SurvivalReport.warnings(path: dir.store) == [])
         try SurvivalStoreInspector.execute(path: dir.store, sql: "INSERT INTO grdb_migrations VALUES ('v9-from-the-future')")
         #expect(SurvivalReport.warnings(path: dir.store).first?.contains("unknown migrations: v9-from-the-future") == true)
+    }
+
+    /// One SQLite layer, in one folder: only `Sources/Survival` imports GRDB
+    /// (or SQLite itself) or registers a migration, so a schema change
+    /// touches that folder alone.
+    @Test func onlySourcesSurvivalTalksToSQLite() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        var inside: [String] = [], outside: [String] = []
+        for top in ["Sources", "Plugins"] {
+            let base = root.appendingPathComponent(top)
+            let files = try #require(FileManager.default.enumerator(at: base, includingPropertiesForKeys: nil, options: [.skipsHiddenFiles]))
+            for case let file as URL in files where file.pathExtension == "swift" {
+                let text = try String(contentsOf: file, encoding: .utf8)
+                guard ["import GRDB", "import CSQLite", "import SQLite3", "registerMigration("].contains(where: text.contains) else { continue }
+                let relative = String(file.path.dropFirst(root.path.count + 1))
+                if relative.hasPrefix("Sources/Survival/") { inside.append(relative) } else { outside.append(relative) }
+            }
+        }
+        #expect(inside.contains("Sources/Survival/Store/SurvivalSchema.swift") && inside.contains("Sources/Survival/Report/SurvivalReport.swift"), "\(inside)")
+        #expect(outside == [], "SQLite outside Sources/Survival: \(outside)")
     }
 
     /// A store with two runs, the first killed and the second stopped, with

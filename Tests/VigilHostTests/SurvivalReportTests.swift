@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 @testable import VigilHost
-@testable import VigilSurvivalReport
+@testable import VigilSurvival
 
 /// Gap classification with injected clock readings (suspend cannot happen on
 /// the test machines), and the text / JSON renderings of the report.

@@ -3,6 +3,7 @@ import GRDB
 import Testing
 import VigilTestSupport
 @testable import VigilHost
+@testable import VigilSurvival
 
 /// Strings that may come from D-Bus clients are cut before they reach the
 /// store, whatever the bus door let through (4 MB names grew a store to

@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 @testable import VigilHost
-@testable import VigilSurvivalReport
+@testable import VigilSurvival
 
 /// A temporary directory removed when the test ends.
 final class SurvivalTempDir {

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 import VigilKit
 @testable import VigilHost
-@testable import VigilSurvivalReport
+@testable import VigilSurvival
 import VigilKitTesting
 
 /// What woke the system (SystemWake.attribute) with injected readings, its

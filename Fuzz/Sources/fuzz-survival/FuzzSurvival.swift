@@ -1,5 +1,5 @@
-// The survival store reader (VigilSurvivalReport, Sources/Survival/Report:
-// libsqlite3 through typed, throwing column reads) on damaged databases: a
+// The survival store reader (VigilSurvival, Sources/Survival/Report:
+// read-only GRDB through typed, throwing column reads) on damaged databases: a
 // valid store, written once by SurvivalStore (runs killed, suspended and
 // stopped, heartbeats with leases, wake events, costs), gets the input's
 // bytes written over it, then is read as `vigilctl survival` (text, JSON,
@@ -11,7 +11,7 @@ import Dispatch
 import Foundation
 import VigilHost
 import VigilKit
-import VigilSurvivalReport
+import VigilSurvival
 
 /// The valid store's bytes and the file each input is written to.
 /// `@unchecked Sendable`: written once, before the first input, by

@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import VigilKit
 
 /// What each strategy cost over the runs of a period, read from the
@@ -46,20 +47,20 @@ public struct CostReport: Codable, Sendable, Hashable {
     /// counted in ``runsWithoutCost``. Throws `.missing` when there is no
     /// store at `path`.
     public static func load(path: String, sinceWallMicros: Int64?) throws -> CostReport {
-        guard let store = try SurvivalReport.openReader(path: path) else {
+        guard let reader = try SurvivalReport.openReader(path: path) else {
             return CostReport(sinceWallMicros: sinceWallMicros, runs: 0, runsWithoutCost: 0, strategies: [])
         }
         do {
-            return try store.read {
-                let runs = try store.rows("""
+            return try reader.read { db in
+                let runs = try db.rows("""
                     SELECT id FROM run WHERE ?1 IS NULL OR COALESCE(endWall, lastWall) >= ?1
-                    """, [.optional(sinceWallMicros)]) { try $0.int64(0) }
+                    """, [sinceWallMicros]) { try $0.int64(0) }
                 // The migration marks the runs it found: they have no costs.
-                let withCost: Set<Int64> = try store.tableExists("strategyCost")
-                    ? Set(store.rows("SELECT id FROM run WHERE costsRecorded = 1") { try $0.int64(0) })
+                let withCost: Set<Int64> = try db.tableExists("strategyCost")
+                    ? Set(db.rows("SELECT id FROM run WHERE costsRecorded = 1") { try $0.int64(0) })
                     : []
                 let counted = runs.filter(withCost.contains)
-                let records = counted.isEmpty ? [] : try store.rows("""
+                let records = counted.isEmpty ? [] : try db.rows("""
                     SELECT strategy, wakeups, systemWakes, sleepHeldMicros, idleHeldMicros, childCPUMicros, bytesSent, bytesReceived
                     FROM strategyCost WHERE runId IN (\(counted.map(String.init).joined(separator: ", ")))
                     """) { row -> (strategy: String, cost: StrategyCostRow) in
@@ -81,8 +82,8 @@ public struct CostReport: Codable, Sendable, Hashable {
                     byStrategy[record.strategy] = total
                 }
                 var byApp: [String: App] = [:]
-                if try store.tableExists("appCount"), !runs.isEmpty {
-                    let rows = try store.rows("""
+                if try db.tableExists("appCount"), !runs.isEmpty {
+                    let rows = try db.rows("""
                         SELECT app, refused, expired FROM appCount WHERE runId IN (\(runs.map(String.init).joined(separator: ", ")))
                         """) { row in (app: try row.string(0), refused: UInt64(clamping: try row.int64(1)), expired: UInt64(clamping: try row.int64(2))) }
                     for row in rows {

@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import VigilKit
 
 /// One heartbeat read back from the store, with the leases active at it
@@ -23,14 +24,14 @@ extension SurvivalReport {
     /// Every heartbeat of run `runId`, oldest first, with its leases
     /// (rebuilt from the lease spans).
     public static func heartbeats(path: String, runId: String) throws -> [HeartbeatEntry] {
-        try readRun(path: path, runId: runId) { store, key in
-            let beats = try store.rows("SELECT seq, wall, mono, boot FROM heartbeat WHERE runId = ? ORDER BY seq", [.integer(key)]) { row in
+        try readRun(path: path, runId: runId) { db, key in
+            let beats = try db.rows("SELECT seq, wall, mono, boot FROM heartbeat WHERE runId = ? ORDER BY seq", [key]) { row in
                 try (seq: row.int64(0), readings: ClockReadings(wallMicros: row.int64(1), monotonicMicros: row.int64(2), boottimeMicros: row.int64(3)))
             }
-            let spans = try store.rows("""
+            let spans = try db.rows("""
                 SELECT firstSeq, lastSeq, leaseId, strategy, holds, state FROM leaseSpan
                 WHERE runId = ? ORDER BY firstSeq, leaseId
-                """, [.integer(key)]) { row in
+                """, [key]) { row in
                 try (firstSeq: row.int64(0), lastSeq: row.int64(1),
                      lease: HeartbeatLease(id: UInt64(bitPattern: row.int64(2)), strategy: row.string(3), holds: row.string(4), state: row.string(5)))
             }
@@ -49,10 +50,10 @@ extension SurvivalReport {
 
     /// Every event of run `runId`, in the order recorded.
     public static func events(path: String, runId: String) throws -> [EventEntry] {
-        try readRun(path: path, runId: runId) { store, key in
-            try store.rows("""
+        try readRun(path: path, runId: runId) { db, key in
+            try db.rows("""
                 SELECT seq, wall, mono, boot, name, strategy, fields FROM event WHERE runId = ? ORDER BY id
-                """, [.integer(key)]) { row in
+                """, [key]) { row in
                 var fields: [String: String] = [:]
                 if let text = try row.optionalString(6) {
                     fields = try JSONDecoder().decode([String: String].self, from: Data(text.utf8))
@@ -64,16 +65,16 @@ extension SurvivalReport {
         }
     }
 
-    private static func readRun<T>(path: String, runId: String, _ body: (StoreConnection, Int64) throws -> T) throws -> T {
-        guard let store = try openReader(path: path) else {
+    private static func readRun<T>(path: String, runId: String, _ body: (Database, Int64) throws -> T) throws -> T {
+        guard let reader = try openReader(path: path) else {
             throw SurvivalStoreError(.invalidArgument, path: path, "no run \(runId): the store is empty")
         }
         do {
-            return try store.read {
-                guard let key = try store.row("SELECT id FROM run WHERE uuid = ?", [.text(runId)], { try $0.int64(0) }) else {
+            return try reader.read { db in
+                guard let key = try db.row("SELECT id FROM run WHERE uuid = ?", [runId], { try $0.int64(0) }) else {
                     throw SurvivalStoreError(.invalidArgument, path: path, "no run \(runId) in the store")
                 }
-                return try body(store, key)
+                return try body(db, key)
             }
         } catch {
             throw SurvivalStoreError.wrap(error, path: path, doing: "reading run \(runId)")
@@ -108,12 +109,12 @@ extension SurvivalReport {
     /// run first. An audit of the aggregates that `load` reads: the two must
     /// agree. Its cost grows with the log; `load`'s does not.
     public static func recount(path: String) throws -> [RunRecount] {
-        guard let store = try openReader(path: path) else { return [] }
+        guard let reader = try openReader(path: path) else { return [] }
         do {
-            return try store.read {
+            return try reader.read { db in
                 let stall = "d.mono > r.intervalMicros + MAX(r.intervalMicros / 2, \(GapRule.minimumStallSlackMicros))"
                 let sleep = "(d.boot - d.mono) > \(GapRule.suspendThresholdMicros)"
-                return try store.rows("""
+                return try db.rows("""
                     WITH d AS (
                         SELECT runId,
                             MAX(0, mono - LAG(mono, 1, mono) OVER beats) AS mono,

@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 
 /// When a strategy held leases in one run, as the survival log saw it: the
 /// store keeps each lease as a span of heartbeats (`leaseSpan`), so a held
@@ -57,21 +58,21 @@ public struct SurvivalPicture: Sendable, Hashable {
     /// resume `event` and `leaseSpan` rows, and one heartbeat row per end of
     /// a merged span (by primary key): never the whole heartbeat table.
     public static func load(path: String, runs: Int?, sinceWallMicros: Int64?) throws -> SurvivalPicture {
-        try SurvivalReport.read(path: path, runs: runs, sinceWallMicros: sinceWallMicros) { store, records in
-            let summaries = try SurvivalReport.summaries(records, store)
+        try SurvivalReport.read(path: path, runs: runs, sinceWallMicros: sinceWallMicros) { db, records in
+            let summaries = try SurvivalReport.summaries(records, db)
             return SurvivalPicture(runs: try zip(records, summaries).map { record, summary in
-                Run(summary: summary, strategies: try held(runKey: record.id, startBoot: record.startBoot, store))
+                Run(summary: summary, strategies: try held(runKey: record.key, startBoot: record.startBoot, db))
             }, sinceWallMicros: sinceWallMicros)
         } ?? SurvivalPicture(runs: [], sinceWallMicros: sinceWallMicros)
     }
 
     /// The lease spans of one run merged per strategy: spans whose heartbeat
     /// ranges touch or overlap become one.
-    static func held(runKey: Int64, startBoot: Int64, _ store: StoreConnection) throws -> [StrategyHeld] {
-        let rows = try store.rows("""
+    static func held(runKey: Int64, startBoot: Int64, _ db: Database) throws -> [StrategyHeld] {
+        let rows = try db.rows("""
             SELECT strategy, holds, firstSeq, lastSeq FROM leaseSpan
             WHERE runId = ? ORDER BY strategy, firstSeq
-            """, [.integer(runKey)]) { row in
+            """, [runKey]) { row in
             try (strategy: row.string(0), holds: row.string(1), first: row.int64(2), last: row.int64(3))
         }
         var merged: [String: (holds: Set<String>, ranges: [ClosedRange<Int64>])] = [:]
@@ -86,9 +87,10 @@ public struct SurvivalPicture: Sendable, Hashable {
             }
             merged[row.strategy] = entry
         }
-        let boot = try store.statement("SELECT boot FROM heartbeat WHERE runId = ? AND seq = ?")
+        // Prepared once for every end of a span.
+        let boot = try db.cachedStatement(sql: "SELECT boot FROM heartbeat WHERE runId = ? AND seq = ?")
         func offset(_ seq: Int64) throws -> Int64? {
-            try boot.row([.integer(runKey), .integer(seq)]) { try $0.int64(0) }.map { max(0, $0 - startBoot) }
+            try Row.fetchOne(boot, arguments: [runKey, seq]).map { try StoreRow(row: $0).int64(0) }.map { max(0, $0 - startBoot) }
         }
         var out: [StrategyHeld] = []
         for (strategy, entry) in merged {

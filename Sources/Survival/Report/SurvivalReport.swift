@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import VigilKit
 
 /// A stretch of a run's life on its boottime axis, for the timeline.
@@ -86,86 +87,6 @@ public struct RunSummary: Codable, Sendable, Hashable {
     public var longestStall: Duration { .microseconds(longestStallMicros) }
 }
 
-/// A row of `run` as the reader sees it (the columns a report needs).
-package struct StoredRun: Sendable, Hashable {
-    package var id: Int64
-    package var uuid: String
-    package var pid: Int64
-    package var bootId: String
-    package var version: String
-    package var configPath: String
-    package var intervalMicros: Int64
-    package var startWall: Int64
-    package var startMono: Int64
-    package var startBoot: Int64
-    package var lastSeq: Int64
-    package var lastWall: Int64
-    package var lastMono: Int64
-    package var lastBoot: Int64
-    package var endReason: String
-    package var endWall: Int64?
-    package var endNote: String?
-    package var suspendCount: Int64
-    package var suspendedMicros: Int64
-    package var stallCount: Int64
-    package var stalledMicros: Int64
-    package var longestStallMicros: Int64
-    package var eventCount: Int64
-
-    /// The columns ``init(_:)`` reads, in its order.
-    static let columns = """
-        id, uuid, pid, bootId, version, configPath, intervalMicros, startWall, startMono, startBoot,
-        lastSeq, lastWall, lastMono, lastBoot, endReason, endWall, endNote,
-        suspendCount, suspendedMicros, stallCount, stalledMicros, longestStallMicros, eventCount
-        """
-
-    init(_ row: StoreRow) throws {
-        id = try row.int64(0)
-        uuid = try row.string(1)
-        pid = try row.int64(2)
-        bootId = try row.string(3)
-        version = try row.string(4)
-        configPath = try row.string(5)
-        intervalMicros = try row.int64(6)
-        startWall = try row.int64(7)
-        startMono = try row.int64(8)
-        startBoot = try row.int64(9)
-        lastSeq = try row.int64(10)
-        lastWall = try row.int64(11)
-        lastMono = try row.int64(12)
-        lastBoot = try row.int64(13)
-        endReason = try row.string(14)
-        endWall = try row.optionalInt64(15)
-        endNote = try row.optionalString(16)
-        suspendCount = try row.int64(17)
-        suspendedMicros = try row.int64(18)
-        stallCount = try row.int64(19)
-        stalledMicros = try row.int64(20)
-        longestStallMicros = try row.int64(21)
-        eventCount = try row.int64(22)
-    }
-}
-
-/// A row of `gap`: one suspension, stall or unwritable stretch.
-package struct StoredGap: Sendable, Hashable {
-    package var runId: Int64
-    package var seq: Int64
-    /// "suspended", "stalled" or "unwritable".
-    package var kind: String
-    package var startWall: Int64
-    package var startOffsetMicros: Int64
-    package var durationMicros: Int64
-
-    package init(runId: Int64, seq: Int64, kind: String, startWall: Int64, startOffsetMicros: Int64, durationMicros: Int64) {
-        self.runId = runId
-        self.seq = seq
-        self.kind = kind
-        self.startWall = startWall
-        self.startOffsetMicros = startOffsetMicros
-        self.durationMicros = durationMicros
-    }
-}
-
 /// Reads the survival log for people and tools. Opens the store read-only, so
 /// it works with or without a running host.
 public struct SurvivalReport {
@@ -173,27 +94,27 @@ public struct SurvivalReport {
     /// limited to runs still alive at or after `sinceWallMicros` when given.
     /// Throws `.missing` when there is no store at `path`.
     public static func load(path: String, runs: Int?, sinceWallMicros: Int64?) throws -> [RunSummary] {
-        try read(path: path, runs: runs, sinceWallMicros: sinceWallMicros) { store, records in
-            try summaries(records, store)
+        try read(path: path, runs: runs, sinceWallMicros: sinceWallMicros) { db, records in
+            try summaries(records, db)
         } ?? []
     }
 
     /// Reads the newest `runs` run rows (all when nil), newest first, alive
     /// at or after `sinceWallMicros`, and hands them to `body` in the same
     /// read transaction; nil for an empty store.
-    static func read<T>(path: String, runs: Int?, sinceWallMicros: Int64?, _ body: (StoreConnection, [StoredRun]) throws -> T) throws -> T? {
+    static func read<T>(path: String, runs: Int?, sinceWallMicros: Int64?, _ body: (Database, [RunRecord]) throws -> T) throws -> T? {
         if let runs, runs < 0 {
             throw SurvivalStoreError(.invalidArgument, path: path, "number of runs must be 0 or more, got \(runs)")
         }
-        guard let store = try openReader(path: path) else { return nil }
+        guard let reader = try openReader(path: path) else { return nil }
         do {
-            return try store.read {
-                let records = try store.rows("""
-                    SELECT \(StoredRun.columns) FROM run
+            return try reader.read { db in
+                let records = try db.rows("""
+                    SELECT \(RunRecord.columns) FROM run
                     WHERE ?1 IS NULL OR COALESCE(endWall, lastWall) >= ?1
                     ORDER BY id DESC LIMIT ?2
-                    """, [.optional(sinceWallMicros), .integer(Int64(runs ?? -1))], StoredRun.init)
-                return try body(store, records)
+                    """, [sinceWallMicros, Int64(runs ?? -1)], RunRecord.init)
+                return try body(db, records)
             }
         } catch {
             throw SurvivalStoreError.wrap(error, path: path, doing: "reading the report")
@@ -201,43 +122,42 @@ public struct SurvivalReport {
     }
 
     /// Run rows, newest first, of the runs started at or after `sinceWallMicros`.
-    static func runs(startedSince sinceWallMicros: Int64, _ store: StoreConnection) throws -> [StoredRun] {
-        try store.rows("SELECT \(StoredRun.columns) FROM run WHERE startWall >= ? ORDER BY id DESC", [.integer(sinceWallMicros)], StoredRun.init)
+    static func runs(startedSince sinceWallMicros: Int64, _ db: Database) throws -> [RunRecord] {
+        try db.rows("SELECT \(RunRecord.columns) FROM run WHERE startWall >= ? ORDER BY id DESC", [sinceWallMicros], RunRecord.init)
     }
 
     /// Summaries of the runs with these keys (`run.id`), in the order given,
-    /// read through the writer's own connection inside its transaction (a
-    /// GRDB `Database.sqliteConnection`), so they include what it just wrote.
-    package static func summaries(ofRunKeys keys: [Int64], connection: OpaquePointer) throws -> [RunSummary] {
+    /// read through the writer's own connection inside its transaction, so
+    /// they include what it just wrote.
+    static func summaries(ofRunKeys keys: [Int64], _ db: Database) throws -> [RunSummary] {
         guard !keys.isEmpty else { return [] }
-        let store = StoreConnection(borrowing: connection)
-        let rows = try store.rows("SELECT \(StoredRun.columns) FROM run WHERE id IN (\(keys.map(String.init).joined(separator: ", ")))", [], StoredRun.init)
-        let byKey = Dictionary(rows.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
-        return try summaries(keys.compactMap { byKey[$0] }, store)
+        let rows = try db.rows("SELECT \(RunRecord.columns) FROM run WHERE id IN (\(keys.map(String.init).joined(separator: ", ")))", [], RunRecord.init)
+        let byKey = Dictionary(rows.map { ($0.key, $0) }, uniquingKeysWith: { first, _ in first })
+        return try summaries(keys.compactMap { byKey[$0] }, db)
     }
 
     /// Builds summaries (in the order given) from run rows and their gaps.
-    static func summaries(_ records: [StoredRun], _ store: StoreConnection) throws -> [RunSummary] {
+    static func summaries(_ records: [RunRecord], _ db: Database) throws -> [RunSummary] {
         guard !records.isEmpty else { return [] }
-        let keys = records.map { String($0.id) }.joined(separator: ", ")
-        let gaps = try store.rows("""
+        let keys = records.map { String($0.key) }.joined(separator: ", ")
+        let gaps = try db.rows("""
             SELECT runId, seq, kind, startWall, startOffsetMicros, durationMicros FROM gap
             WHERE runId IN (\(keys)) ORDER BY runId, startOffsetMicros, seq
             """) { row in
-            try StoredGap(runId: row.int64(0), seq: row.int64(1), kind: row.string(2), startWall: row.int64(3),
+            try GapRecord(runId: row.int64(0), seq: row.int64(1), kind: row.string(2), startWall: row.int64(3),
                        startOffsetMicros: row.int64(4), durationMicros: row.int64(5))
         }
         let gapsByRun = Dictionary(grouping: gaps, by: \.runId)
-        let resumes = try store.rows("""
+        let resumes = try db.rows("""
             SELECT runId, wall, boot, fields, name FROM event
             WHERE runId IN (\(keys)) AND name IN (?, ?, ?) ORDER BY runId, id
-            """, [.text(SystemWake.eventName), .text(DarkWake.eventName), .text(BrokenSleep.eventName)]) { row in
+            """, [SystemWake.eventName, DarkWake.eventName, BrokenSleep.eventName]) { row in
             try (runId: row.int64(0), wall: row.int64(1), boot: row.int64(2), fields: row.optionalString(3), name: row.string(4))
         }
         let resumesByRun = Dictionary(grouping: resumes, by: \.runId)
         return records.map { run in
             var wakes: [SystemWake] = [], dark: [DarkWake] = [], broken: [BrokenSleep] = []
-            for event in resumesByRun[run.id] ?? [] {
+            for event in resumesByRun[run.key] ?? [] {
                 let fields = event.fields.flatMap { try? JSONDecoder().decode([String: String].self, from: Data($0.utf8)) } ?? [:]
                 let offset = max(0, event.boot - run.startBoot)
                 switch event.name {
@@ -249,7 +169,7 @@ public struct SurvivalReport {
                     if let sleep = BrokenSleep(fields: fields, wall: event.wall, startOffsetMicros: offset) { broken.append(sleep) }
                 }
             }
-            var summary = summary(of: run, gaps: gapsByRun[run.id] ?? [], wakes: wakes)
+            var summary = summary(of: run, gaps: gapsByRun[run.key] ?? [], wakes: wakes)
             summary.wakes = wakes.isEmpty ? nil : wakes
             summary.darkWakes = dark.isEmpty ? nil : dark
             summary.brokenSleeps = broken.isEmpty ? nil : broken
@@ -257,7 +177,7 @@ public struct SurvivalReport {
         }
     }
 
-    static func summary(of run: StoredRun, gaps: [StoredGap], wakes: [SystemWake] = []) -> RunSummary {
+    static func summary(of run: RunRecord, gaps: [GapRecord], wakes: [SystemWake] = []) -> RunSummary {
         let alive = max(0, run.lastBoot - run.startBoot)
         return RunSummary(
             runId: run.uuid,
@@ -293,7 +213,7 @@ public struct SurvivalReport {
     /// start plus its length, and within an interval (plus the stall slack)
     /// after that. Its start moves to the wake's offset less the time slept,
     /// never before the gap's own start.
-    package static func placed(_ gaps: [StoredGap], wakes: [SystemWake], intervalMicros: Int64) -> [StoredGap] {
+    static func placed(_ gaps: [GapRecord], wakes: [SystemWake], intervalMicros: Int64) -> [GapRecord] {
         guard !wakes.isEmpty else { return gaps }
         let slack = intervalMicros + max(intervalMicros / 2, GapRule.minimumStallSlackMicros)
         var used = Set<Int>()
@@ -313,7 +233,7 @@ public struct SurvivalReport {
     }
 
     /// Fills the time between gaps with awake segments.
-    static func timeline(gaps: [StoredGap], aliveMicros: Int64, startWall: Int64) -> [TimelineSegment] {
+    static func timeline(gaps: [GapRecord], aliveMicros: Int64, startWall: Int64) -> [TimelineSegment] {
         var segments: [TimelineSegment] = []
         var cursor: Int64 = 0
         for gap in gaps {
@@ -338,15 +258,15 @@ public struct SurvivalReport {
     /// newer Vigil wrote it, so figures it added are not shown). Empty when
     /// all is well or there is no store.
     public static func warnings(path: String) -> [String] {
-        guard let store = try? openReader(path: path) else { return [] }
+        guard let reader = try? openReader(path: path) else { return [] }
         var out: [String] = []
         do {
-            try store.read {
-                let check = try store.rows("PRAGMA quick_check") { try $0.string(0) }
+            try reader.read { db in
+                let check = try db.rows("PRAGMA quick_check") { try $0.string(0) }
                 if check != ["ok"] {
                     out.append("the store is damaged (quick_check: \(check.prefix(3).joined(separator: "; "))\(check.count > 3 ? "; ..." : "")); the figures below may be wrong or incomplete; move it aside and vigild starts a new one")
                 }
-                let unknown = try SurvivalStoreIdentity.unknownMigrations(store)
+                let unknown = try SurvivalStoreIdentity.unknownMigrations(db)
                 if !unknown.isEmpty {
                     out.append("the store was written by a newer Vigil (unknown migrations: \(unknown.joined(separator: ", "))); what that version added is not shown")
                 }
@@ -359,14 +279,14 @@ public struct SurvivalReport {
 
     /// Opens the store read-only; nil for an empty SQLite file (nothing
     /// recorded yet). `immutable` skips straight to the fallback (for tests).
-    package static func openReader(path: String, immutable: Bool = false) throws -> StoreConnection? {
+    package static func openReader(path: String, immutable: Bool = false) throws -> DatabaseQueue? {
         guard FileManager.default.fileExists(atPath: path) else {
             throw SurvivalStoreError(.missing, path: path, "no survival store here; vigild creates it when it first runs (or pass --store / --state-dir)")
         }
         do {
             if immutable { return try openImmutable(path) }
             return try open(path, path: path)
-        } catch let error as SQLiteError where [SurvivalStoreError.sqliteCantOpen, SurvivalStoreError.sqliteReadOnly].contains(error.code) {
+        } catch let error as DatabaseError where [.SQLITE_CANTOPEN, .SQLITE_READONLY].contains(error.resultCode.primaryResultCode) {
             // A WAL store whose -shm file we may not create (another user's
             // store while its host is stopped): read the main file as is.
             do {
@@ -379,19 +299,23 @@ public struct SurvivalReport {
         }
     }
 
-    private static func openImmutable(_ path: String) throws -> StoreConnection? {
+    /// A `file:` URI (SQLite on Debian is built with SQLITE_USE_URI).
+    private static func openImmutable(_ path: String) throws -> DatabaseQueue? {
         var allowed = CharacterSet.urlPathAllowed
         allowed.remove(charactersIn: "?#%")
         let uri = "file:" + (path.addingPercentEncoding(withAllowedCharacters: allowed) ?? path) + "?immutable=1"
         return try open(uri, path: path)
     }
 
-    private static func open(_ name: String, path: String) throws -> StoreConnection? {
-        let store = try StoreConnection(readOnly: name)
-        let isEmpty = try store.read {
-            try SurvivalStoreIdentity.check(store, path: path)
-            return try SurvivalStoreIdentity.applicationID(store) != SurvivalStoreIdentity.applicationID
+    private static func open(_ name: String, path: String) throws -> DatabaseQueue? {
+        var config = Configuration()
+        config.readonly = true
+        config.label = "vigil.survival.reader"
+        let reader = try DatabaseQueue(path: name, configuration: config)
+        let isEmpty = try reader.read { db in
+            try SurvivalStoreIdentity.check(db, path: path)
+            return try SurvivalStoreIdentity.applicationID(db) != SurvivalStoreIdentity.applicationID
         }
-        return isEmpty ? nil : store
+        return isEmpty ? nil : reader
     }
 }

@@ -1,13 +1,14 @@
 import Foundation
+import GRDB
 import VigilKit
 
 /// Reads runs from inside vigild (the D-Bus `Survival` method): a read-only
 /// connection to the survival store, opened on first use and kept for the
 /// life of the reader, so a call costs no open and no schema read.
 public final class SurvivalRunReader: Sendable {
-    /// The connection once opened (nil before, and while the store is
-    /// empty). The lock also keeps it to one thread at a time.
-    private let reader = Lock<StoreConnection?>(nil)
+    /// The read-only connection once opened (nil before, and while the
+    /// store is empty).
+    private let reader = Lock<DatabaseQueue?>(nil)
     public let path: String
 
     public init(path: String) {
@@ -18,10 +19,10 @@ public final class SurvivalRunReader: Sendable {
     public func runs(startedSince sinceWallMicros: Int64) throws -> [RunSummary] {
         try reader.withLock { reader in
             if reader == nil { reader = try SurvivalReport.openReader(path: path) }
-            guard let store = reader else { return [] }
+            guard let reader else { return [] }
             do {
-                return try store.read {
-                    try SurvivalReport.summaries(SurvivalReport.runs(startedSince: sinceWallMicros, store), store)
+                return try reader.read { db in
+                    try SurvivalReport.summaries(SurvivalReport.runs(startedSince: sinceWallMicros, db), db)
                 }
             } catch {
                 throw SurvivalStoreError.wrap(error, path: path, doing: "reading the runs")

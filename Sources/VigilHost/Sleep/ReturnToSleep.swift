@@ -1,6 +1,6 @@
 import Foundation
 import VigilKit
-import VigilSurvivalReport
+import VigilSurvival
 
 /// `[host] return_to_sleep` and `return_to_sleep_grace`.
 public struct ReturnToSleepSettings: Sendable, Equatable {

@@ -23,8 +23,9 @@ enum SurvivalSchema {
     /// reader checks too (``SurvivalStoreIdentity``).
     static let applicationID = SurvivalStoreIdentity.applicationID
 
-    /// Every migration name this build knows, in order.
-    static var migrationNames: [String] { migrator.migrations }
+    /// Every migration name this build knows, in order: the writer applies
+    /// them, the reader warns about any other it finds (a newer Vigil).
+    static let migrationNames = migrator.migrations
 
     static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()

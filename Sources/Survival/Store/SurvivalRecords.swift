@@ -45,6 +45,49 @@ struct RunRecord: Codable, FetchableRecord, MutablePersistableRecord, Sendable {
     }
 }
 
+/// The reader's side of `run` (SurvivalReport): raw SQL read column by
+/// column, in an extension so the record keeps its memberwise init.
+extension RunRecord {
+    /// The run's key (`id`). Invariant: every row read back has one, and
+    /// insert() sets it through didInsert; 0 only before the insert.
+    var key: Int64 { id ?? 0 }
+
+    /// The columns ``init(_:)`` reads, in its order.
+    static let columns = """
+        id, uuid, pid, bootId, version, configPath, intervalMicros, startWall, startMono, startBoot,
+        lastSeq, lastWall, lastMono, lastBoot, endReason, endWall, endNote,
+        suspendCount, suspendedMicros, stallCount, stalledMicros, longestStallMicros, eventCount
+        """
+
+    /// A row of ``columns`` read column by column, as the reader reads: a
+    /// damaged value is an error that names its column, never a trap.
+    init(_ row: StoreRow) throws {
+        id = try row.int64(0)
+        uuid = try row.string(1)
+        pid = try row.int64(2)
+        bootId = try row.string(3)
+        version = try row.string(4)
+        configPath = try row.string(5)
+        intervalMicros = try row.int64(6)
+        startWall = try row.int64(7)
+        startMono = try row.int64(8)
+        startBoot = try row.int64(9)
+        lastSeq = try row.int64(10)
+        lastWall = try row.int64(11)
+        lastMono = try row.int64(12)
+        lastBoot = try row.int64(13)
+        endReason = try row.string(14)
+        endWall = try row.optionalInt64(15)
+        endNote = try row.optionalString(16)
+        suspendCount = try row.int64(17)
+        suspendedMicros = try row.int64(18)
+        stallCount = try row.int64(19)
+        stalledMicros = try row.int64(20)
+        longestStallMicros = try row.int64(21)
+        eventCount = try row.int64(22)
+    }
+}
+
 /// A row of `heartbeat`. Written on the hot path, so encoded by hand; read
 /// back by the reader (SurvivalReport.heartbeats).
 struct HeartbeatRecord: PersistableRecord, Sendable, Hashable {

@@ -218,21 +218,20 @@ public actor SurvivalStore {
                     suspendCount: 0, suspendedMicros: 0, stallCount: 0, stalledMicros: 0,
                     longestStallMicros: 0, eventCount: 0)
                 try run.insert(db)
-                // Invariant: insert() sets id through didInsert.
-                let key = run.id ?? 0
+                let key = run.key
                 try HeartbeatRecord(runId: key, seq: 0, readings: start.readings).insert(db)
 
                 return (key, RunBegan(
                     runId: start.runId,
-                    closedRuns: try SurvivalReport.summaries(ofRunKeys: closed.compactMap(\.id), connection: Self.connection(db, path: path)),
-                    previousRun: try previous?.id.flatMap { try SurvivalReport.summaries(ofRunKeys: [$0], connection: Self.connection(db, path: path)).first }))
+                    closedRuns: try SurvivalReport.summaries(ofRunKeys: closed.compactMap(\.id), db),
+                    previousRun: try previous?.id.flatMap { try SurvivalReport.summaries(ofRunKeys: [$0], db).first }))
             }
             active = ActiveRun(
                 key: key, uuid: start.runId, rule: GapRule(intervalMicros: intervalMicros),
                 startBoot: start.readings.boottimeMicros, lastSeq: 0, last: start.readings, openSpans: [:])
             return began
         } catch {
-            throw SurvivalStoreError.wrapGRDB(error, path: path, doing: "beginning run \(start.runId)")
+            throw SurvivalStoreError.wrap(error, path: path, doing: "beginning run \(start.runId)")
         }
     }
 
@@ -268,7 +267,7 @@ public actor SurvivalStore {
 
     /// Wraps a write error; disk-full and I/O errors mark the store unwritable.
     private func failed(_ error: any Error, doing action: String, heartbeat: Bool = false) -> SurvivalStoreError {
-        let wrapped = SurvivalStoreError.wrapGRDB(error, path: path, doing: action)
+        let wrapped = SurvivalStoreError.wrap(error, path: path, doing: action)
         if wrapped.code == .unwritable, let run = active {
             if unwritable == nil {
                 unwritable = Unwritable(lastWritten: run.last, firstError: wrapped.message, failedWrites: 0)
@@ -526,7 +525,7 @@ public actor SurvivalStore {
             let queue = try DatabaseQueue(path: path, configuration: config)
             if existing {
                 try queue.read { db in
-                    try SurvivalStoreIdentity.check(connection: Self.connection(db, path: path), path: path)
+                    try SurvivalStoreIdentity.check(db, path: path)
                     let check = try String.fetchAll(db, sql: "PRAGMA quick_check")
                     if check != ["ok"] {
                         throw SurvivalStoreError(.corrupt, path: path,
@@ -540,39 +539,28 @@ public actor SurvivalStore {
                     throw SurvivalStoreError(.unreadable, path: path, "cannot switch the store to WAL mode (journal_mode is \(mode ?? "unknown"))")
                 }
             }
-            let migrator = SurvivalSchema.migrator
             try queue.read { db in
-                try SurvivalStoreIdentity.check(connection: Self.connection(db, path: path), path: path)
-                if try migrator.hasBeenSuperseded(db) {
-                    let known = Set(migrator.migrations)
-                    let unknown = try migrator.appliedIdentifiers(db).subtracting(known).sorted()
+                try SurvivalStoreIdentity.check(db, path: path)
+                let unknown = try SurvivalStoreIdentity.unknownMigrations(db)
+                if !unknown.isEmpty {
                     throw SurvivalStoreError(.newerSchema, path: path,
                         "written by a newer Vigil (unknown migrations: \(unknown.joined(separator: ", "))); this version will not write to it")
                 }
             }
-            try migrator.migrate(queue)
+            try SurvivalSchema.migrator.migrate(queue)
             return queue
         } catch {
-            throw SurvivalStoreError.wrapGRDB(error, path: path, doing: "opening the store")
+            throw SurvivalStoreError.wrap(error, path: path, doing: "opening the store")
         }
-    }
-
-    /// The SQLite connection under GRDB's `db`, for the survival reader
-    /// (VigilSurvivalReport), which reads what this writer wrote through it.
-    static func connection(_ db: Database, path: String) throws -> OpaquePointer {
-        guard let connection = db.sqliteConnection else {
-            throw SurvivalStoreError(.database, path: path, "the database connection is closed")
-        }
-        return connection
     }
 
     /// Sums every run in the store (see ``SurvivalTotals``).
     public func metricTotals() throws -> SurvivalTotals {
         let runId = activeRunId
         do {
-            return try database.read { db in try SurvivalTotals.read(connection: Self.connection(db, path: path), activeRunId: runId) }
+            return try database.read { db in try SurvivalTotals.read(db, activeRunId: runId) }
         } catch {
-            throw SurvivalStoreError.wrapGRDB(error, path: path, doing: "summing the runs")
+            throw SurvivalStoreError.wrap(error, path: path, doing: "summing the runs")
         }
     }
 }

@@ -1,5 +1,5 @@
-import CSQLite
 import Foundation
+import GRDB
 
 /// An error from the survival store or its report. `code` says what kind of
 /// failure it is; `description` says which file and what was expected.
@@ -56,38 +56,34 @@ public struct SurvivalStoreError: Error, CustomStringConvertible, Sendable {
     public var description: String { "survival store \(path): \(message)" }
 
     /// Maps an error met while using the store to a store error with a
-    /// message that names the file: SQLite's by its result code, a damaged
-    /// column as corrupt. The writer maps GRDB's errors through
-    /// ``init(sqliteCode:message:path:doing:)``.
-    package static func wrap(_ error: any Error, path: String, doing action: String) -> SurvivalStoreError {
+    /// message that names the file: SQLite's (GRDB's `DatabaseError`) by its
+    /// primary result code, a damaged column as corrupt.
+    static func wrap(_ error: any Error, path: String, doing action: String) -> SurvivalStoreError {
         switch error {
         case let error as SurvivalStoreError: error
-        case let error as SQLiteError: SurvivalStoreError(sqliteCode: error.code, message: error.message, path: path, doing: action)
+        case let error as DatabaseError:
+            SurvivalStoreError(error.resultCode.primaryResultCode, message: error.message, path: path, doing: action)
         case let error as StoreColumnError:
             SurvivalStoreError(.corrupt, path: path, "a damaged row (\(action)): \(error); move the store aside and a new one will be created")
         default: SurvivalStoreError(.database, path: path, "\(action): \(error)")
         }
     }
 
-    /// `SQLITE_CANTOPEN` and `SQLITE_READONLY`: a read-only open of a WAL
-    /// store whose `-shm` file cannot be made.
-    static let sqliteCantOpen = SQLITE_CANTOPEN
-    static let sqliteReadOnly = SQLITE_READONLY
-
     /// A store error for an SQLite primary result code and its message.
-    package init(sqliteCode code: Int32, message: String?, path: String, doing action: String) {
+    init(_ code: ResultCode, message: String?, path: String, doing action: String) {
+        // GRDB gives no message for a failed open: SQLite's text for the code.
         let message = message ?? "SQLite error \(code)"
         switch code {
-        case SQLITE_NOTADB:
+        case .SQLITE_NOTADB:
             self.init(.notAVigilStore, path: path, "not an SQLite database, so not a Vigil survival store (\(action))")
-        case SQLITE_CORRUPT:
+        case .SQLITE_CORRUPT:
             self.init(.corrupt, path: path, "the database is corrupt (\(action)): \(message); move it aside and a new store will be created")
-        case SQLITE_CANTOPEN, SQLITE_PERM, SQLITE_READONLY, SQLITE_AUTH:
+        case .SQLITE_CANTOPEN, .SQLITE_PERM, .SQLITE_READONLY, .SQLITE_AUTH:
             self.init(.unreadable, path: path, "cannot open (\(action)): \(message)")
-        case SQLITE_FULL:
+        case .SQLITE_FULL:
             let directory = (path as NSString).deletingLastPathComponent
             self.init(.unwritable, path: path, "cannot write (\(action)): the filesystem of \(directory) is full; free some space there (writing resumes by itself)")
-        case SQLITE_IOERR:
+        case .SQLITE_IOERR:
             self.init(.unwritable, path: path, "cannot write (\(action)): I/O error (\(message)); check the disk under \((path as NSString).deletingLastPathComponent)")
         default:
             self.init(.database, path: path, "\(action): \(message)")

@@ -28,7 +28,7 @@ extension SurvivalStore {
                     .execute(arguments: [strategy, key, Data(value)])
             }
         } catch {
-            throw SurvivalStoreError.wrapGRDB(error, path: path, doing: "storing record \"\(key)\" of strategy \(strategy)")
+            throw SurvivalStoreError.wrap(error, path: path, doing: "storing record \"\(key)\" of strategy \(strategy)")
         }
     }
 
@@ -38,7 +38,7 @@ extension SurvivalStore {
                 try Data.fetchOne(db, sql: "SELECT value FROM strategyRecord WHERE strategy = ? AND key = ?", arguments: [strategy, key]).map { [UInt8]($0) }
             }
         } catch {
-            throw SurvivalStoreError.wrapGRDB(error, path: path, doing: "reading record \"\(key)\" of strategy \(strategy)")
+            throw SurvivalStoreError.wrap(error, path: path, doing: "reading record \"\(key)\" of strategy \(strategy)")
         }
     }
 
@@ -48,7 +48,7 @@ extension SurvivalStore {
                 try db.execute(sql: "DELETE FROM strategyRecord WHERE strategy = ? AND key = ?", arguments: [strategy, key])
             }
         } catch {
-            throw SurvivalStoreError.wrapGRDB(error, path: path, doing: "deleting record \"\(key)\" of strategy \(strategy)")
+            throw SurvivalStoreError.wrap(error, path: path, doing: "deleting record \"\(key)\" of strategy \(strategy)")
         }
     }
 
@@ -64,7 +64,7 @@ extension SurvivalStore {
                 return out
             }
         } catch {
-            throw SurvivalStoreError.wrapGRDB(error, path: path, doing: "reading the records of strategy \(strategy)")
+            throw SurvivalStoreError.wrap(error, path: path, doing: "reading the records of strategy \(strategy)")
         }
     }
 }
