@@ -24,9 +24,11 @@ static int lift_above_stdio(int fd, int *lifted) {
 
 int vigil_spawn(const char *path, char *const argv[], char *const envp[],
                 int stdin_fd, int output_fd, const char *cwd, pid_t *pid) {
-    int lifted_in, lifted_out;
-    int in = lift_above_stdio(stdin_fd, &lifted_in);
-    if (in < 0) return errno;
+    int lifted_in = -1, lifted_out;
+    // stdin_fd < 0: the child opens /dev/null itself, so no descriptor of
+    // the parent's stands between the call and the spawn.
+    int in = stdin_fd;
+    if (stdin_fd >= 0 && (in = lift_above_stdio(stdin_fd, &lifted_in)) < 0) return errno;
     int out = lift_above_stdio(output_fd, &lifted_out);
     if (out < 0) {
         int err = errno;
@@ -49,7 +51,11 @@ int vigil_spawn(const char *path, char *const argv[], char *const envp[],
     if ((err = posix_spawnattr_setsigmask(&attr, &none)) != 0) goto actions;
     if ((err = posix_spawnattr_setsigdefault(&attr, &all)) != 0) goto actions;
 
-    if ((err = posix_spawn_file_actions_adddup2(&actions, in, 0)) != 0) goto actions;
+    if (in >= 0) {
+        if ((err = posix_spawn_file_actions_adddup2(&actions, in, 0)) != 0) goto actions;
+    } else if ((err = posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)) != 0) {
+        goto actions;
+    }
     if ((err = posix_spawn_file_actions_adddup2(&actions, out, 1)) != 0) goto actions;
     if ((err = posix_spawn_file_actions_adddup2(&actions, out, 2)) != 0) goto actions;
     if ((err = posix_spawn_file_actions_addclosefrom_np(&actions, 3)) != 0) goto actions;

@@ -9,7 +9,8 @@
 
 /// Spawns `path` (no PATH search) with `argv` and `envp`, both NULL-terminated.
 /// The child gets its own process group (pgid = its pid), an empty signal mask,
-/// every signal's disposition reset to the default, stdin from `stdin_fd`,
+/// every signal's disposition reset to the default, stdin from `stdin_fd`
+/// (or, when it is negative, /dev/null opened by the child),
 /// stdout and stderr to `output_fd`, every other descriptor closed, and runs in
 /// `cwd` when it is not NULL. Returns 0 and stores the pid, or returns an errno
 /// value (exec failures such as ENOENT or EACCES are reported here too).

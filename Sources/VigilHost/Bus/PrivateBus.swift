@@ -67,12 +67,11 @@ public final class PrivateBus: @unchecked Sendable {
         var fds: [Int32] = [-1, -1]
         guard vigil_pipe_cloexec(&fds) == 0 else { throw StartError(description: "cannot create a pipe for dbus-daemon: \(errnoText())") }
         let readEnd = fds[0], writeEnd = fds[1]
-        let devNull = open("/dev/null", O_RDONLY | O_CLOEXEC)
-        defer { if devNull >= 0 { close(devNull) } }
         var pid: pid_t = 0
+        // stdin -1: dbus-daemon's is /dev/null, opened by the child.
         let spawnError = withCStrings(arguments) { argv in
             withCStrings(environment.map { "\($0.key)=\($0.value)" }) { envp in
-                vigil_spawn(program, argv, envp, devNull >= 0 ? devNull : readEnd, writeEnd, nil, &pid)
+                vigil_spawn(program, argv, envp, -1, writeEnd, nil, &pid)
             }
         }
         close(writeEnd)

@@ -163,14 +163,11 @@ public final class HookRunner: HookRunning {
             }
             stdinRead = stdinPipe[0]
             stdinWrite = stdinPipe[1]
-        } else {
-            stdinRead = open("/dev/null", O_RDONLY | O_CLOEXEC)
-            guard stdinRead >= 0 else {
-                let error = errno
-                close(outputPipe[0]); close(outputPipe[1])
-                return .failure(LaunchFailure(reason: "cannot open /dev/null: \(HookRunner.errorText(error))"))
-            }
         }
+        // Without stdin the child opens /dev/null itself (stdinRead -1): a
+        // descriptor of ours could be closed and its number reused by another
+        // thread between open and spawn (seen once in CI: `wc -c` counted
+        // 142 bytes of someone else's pipe).
 
         let argv = command.argv
         let envp = environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
@@ -184,7 +181,7 @@ public final class HookRunner: HookRunning {
             }
         }
         // The child has its own copies now (or never started).
-        close(stdinRead)
+        if stdinRead >= 0 { close(stdinRead) }
         close(outputPipe[1])
         guard error == 0 else {
             close(outputPipe[0])
