@@ -107,7 +107,20 @@ struct SurvivalCommand: ParsableCommand {
             return
         }
         do {
-            try Data(text.utf8).write(to: URL(fileURLWithPath: file), options: .atomic)
+            var info = stat()
+            if stat(file, &info) == 0, info.st_mode & S_IFMT != S_IFREG {
+                // A FIFO, a terminal or /dev/stdout is written in place, as a
+                // shell redirection would: an atomic write renames a new file
+                // over it (run as root, `--html /dev/null` replaced the device).
+                guard let handle = FileHandle(forWritingAtPath: file) else {
+                    throw CocoaError(.fileWriteNoPermission)
+                }
+                defer { try? handle.close() }
+                try handle.write(contentsOf: Data(text.utf8))
+            } else {
+                // A regular file is replaced whole: a reader never sees half a page.
+                try Data(text.utf8).write(to: URL(fileURLWithPath: file), options: .atomic)
+            }
         } catch {
             FileHandle.standardError.write(Data("vigilctl survival: cannot write \(file): \(error.localizedDescription)\n".utf8))
             throw ExitCode(1)

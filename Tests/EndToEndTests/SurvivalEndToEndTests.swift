@@ -99,6 +99,33 @@ extension EndToEnd {
             let html = try ProcessRunner.run(Build.vigilctl, ["survival", "--store", dir.file("state/survival.sqlite"), "--html", page])
             #expect(html.status == 0 && html.stdout.isEmpty && html.stderr.contains("wrote the page to \(page)"), "\(html)")
             #expect(try String(contentsOfFile: page, encoding: .utf8).contains("<td>total: 1 run</td>"))
+            // A FIFO (like /dev/stdout or a device) is written in place, not
+            // replaced by a new file.
+            let fifo = dir.file("page.fifo")
+            #expect(mkfifo(fifo, 0o600) == 0)
+            // Both ends block in open until the other comes: the reader on
+            // its own thread, vigilctl off the test's.
+            let received = WaitableLog<String>()
+            Thread {
+                // Read to the end (Foundation's contentsOfFile trusts st_size, 0 here).
+                let fd = open(fifo, O_RDONLY)
+                var bytes: [UInt8] = []
+                var chunk = [UInt8](repeating: 0, count: 65536)
+                while fd >= 0 {
+                    let n = read(fd, &chunk, chunk.count)
+                    if n < 0 && errno == EINTR { continue }
+                    if n <= 0 { break }
+                    bytes += chunk[0..<n]
+                }
+                if fd >= 0 { close(fd) }
+                received.append(String(decoding: bytes, as: UTF8.self))
+            }.start()
+            let piped = try await ProcessRunner.runDetached(Build.vigilctl, ["survival", "--store", dir.file("state/survival.sqlite"), "--html", fifo])
+            #expect(piped.status == 0, "\(piped.stderr)")
+            #expect(await received.wait(forCount: 1) == 1)
+            #expect(received.all.first?.contains("<td>total: 1 run</td>") == true)
+            var info = stat()
+            #expect(stat(fifo, &info) == 0 && info.st_mode & S_IFMT == S_IFIFO, "the FIFO was replaced")
             let badSince = try ProcessRunner.run(Build.vigilctl, ["survival", "--store", dir.file("state/survival.sqlite"), "--since", "yesterday"])
             #expect(badSince.status != 0 && badSince.stderr.contains("--since"), "\(badSince.stderr)")
         }
