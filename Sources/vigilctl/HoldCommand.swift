@@ -97,7 +97,7 @@ struct HoldCommand: AsyncParsableCommand {
         let watcher = try? await VigilBusClient.connect(busOptions)
         let brokenSleeps = try? await watcher?.connection.signals(matching: DBusMatchRule(
             sender: VigilBusClient.busName, path: VigilBusClient.rootPath, interface: VigilBusClient.hostInterface,
-            member: "SleepBrokeLease"))
+            member: VigilAPI.Host.sleepBrokeLease.name))
         let telling = Task {
             guard let brokenSleeps else { return }
             for await signal in brokenSleeps {

@@ -1,33 +1,6 @@
 import VigilDBus
 import VigilKit
 
-/// How vigild answers a method the contract declares.
-struct APIMethodHandler: Sendable {
-    fileprivate let make: @Sendable (_ name: String, _ in: [DBusArgument], _ out: [DBusArgument]) -> DBusMethod
-
-    /// In a task of its own: the handler may wait.
-    static func task(_ handler: @escaping DBusMethod.Handler) -> Self {
-        Self { DBusMethod($0, in: $1, out: $2, handler: handler) }
-    }
-
-    /// In a task on the connection's thread (``DBusMethod/brief(_:in:out:_:)``):
-    /// the handler waits only for actors and does little work itself.
-    static func brief(_ handler: @escaping DBusMethod.Handler) -> Self {
-        Self { .brief($0, in: $1, out: $2, handler) }
-    }
-
-    /// On the connection's queue, at once: the handler must not wait
-    /// (reads of state published behind a lock).
-    static func immediate(_ handler: @escaping @Sendable (DBusMethodCall) throws -> [BusValue]) -> Self {
-        Self { .immediate($0, in: $1, out: $2, handler) }
-    }
-
-    /// At once, with a reply body marshalled beforehand (``DBusPreparedBody``).
-    static func prepared(_ handler: @escaping @Sendable (DBusMethodCall) throws -> DBusPreparedBody) -> Self {
-        Self { .prepared($0, in: $1, out: $2, handler) }
-    }
-}
-
 /// How vigild reads a property the contract declares.
 struct APIPropertyGetter: Sendable {
     fileprivate let make: @Sendable (_ name: String, _ signature: String, _ access: DBusProperty.Access, _ emitsChange: DBusProperty.EmitsChange) -> DBusProperty
@@ -55,23 +28,27 @@ struct APIPropertyGetter: Sendable {
 }
 
 extension DBusInterface {
-    /// The interface declared by the contract, with a handler for each
-    /// declared method and a getter for each declared property. Throws when
-    /// a declared member has no handler or a handler has no declaration.
-    init(checking api: APIInterface, methods: [String: APIMethodHandler] = [:],
+    /// The interface declared by the contract, with each declared method
+    /// bound to its typed handler (``DBusMethod/init(_:_:)``, in any order)
+    /// and a getter for each declared property. Throws when a declared
+    /// member has no handler or a handler is for a member `api` lacks.
+    init(checking api: APIInterface, methods: [DBusMethod] = [],
          properties: [String: APIPropertyGetter] = [:]) throws(APIBindingError) {
-        try api.checkBinding(methods: methods.keys, properties: properties.keys)
+        try api.checkBinding(methods: methods.map(\.name), properties: properties.keys)
+        for method in methods where api.methods.first(where: { $0.name == method.name }).map({
+            $0.inArguments != method.inArguments || $0.outArguments != method.outArguments
+        }) ?? true {
+            throw APIBindingError("\(api.name).\(method.name) is bound with another interface's declaration")
+        }
         let interface = DBusInterface(
             api.name,
-            methods: api.methods.compactMap { method in
-                methods[method.name].map { $0.make(method.name, method.inArguments, method.outArguments) }
-            },
+            methods: api.methods.compactMap { declared in methods.first { $0.name == declared.name } },
             properties: api.properties.compactMap { property in
                 properties[property.name].map {
                     $0.make(property.name, property.signature, property.access, property.emitsChange)
                 }
             },
-            signals: api.signals.map { DBusSignal($0.name, arguments: $0.arguments) }
+            signals: api.signals.map(DBusSignal.init)
         )
         // With every declared member bound (checked above), what the
         // object server validates depends on `api` alone: check each
@@ -93,7 +70,7 @@ extension DBusInterface {
     /// ``init(checking:methods:properties:)`` for vigild's own interfaces,
     /// whose bindings are fixed in the source: a mismatch stops vigild at
     /// start-up (and every bus test) with the member named.
-    init(api: APIInterface, methods: [String: APIMethodHandler] = [:], properties: [String: APIPropertyGetter] = [:]) {
+    init(api: APIInterface, methods: [DBusMethod] = [], properties: [String: APIPropertyGetter] = [:]) {
         do {
             try self.init(checking: api, methods: methods, properties: properties)
         } catch {
@@ -104,9 +81,11 @@ extension DBusInterface {
     /// The contract's declaration alone, for introspection: every handler
     /// fails.
     init(declaration api: APIInterface) {
-        let method = APIMethodHandler.task { call in throw DBusError.failed("\(call.interface).\(call.member) is only declared here") }
         let getter = APIPropertyGetter.task { throw DBusError.failed("\(api.name) is only declared here") }
-        self.init(api: api, methods: Dictionary(uniqueKeysWithValues: api.methods.map { ($0.name, method) }),
-                  properties: Dictionary(uniqueKeysWithValues: api.properties.map { ($0.name, getter) }))
+        self.init(api: api, methods: api.methods.map { declared in
+            DBusMethod(declared.name, in: declared.inArguments, out: declared.outArguments) { call in
+                throw DBusError.failed("\(call.interface).\(call.member) is only declared here")
+            }
+        }, properties: Dictionary(uniqueKeysWithValues: api.properties.map { ($0.name, getter) }))
     }
 }

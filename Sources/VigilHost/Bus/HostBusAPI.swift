@@ -67,9 +67,9 @@ public actor HostBusAPI {
         var leases: [LeaseID: LeaseEntry] = [:]
         /// Encoded on the first read after a change.
         var strategyPaths: BusValue?
-        var strategyRows: BusValue?
+        var strategyRows: [StrategyRow]?
         var leasePaths: BusValue?
-        var leaseRows: DBusPreparedBody?
+        var leaseRows: DBusPreparedReply<BusTuple<[LeaseRow]>>?
         /// The highest lease id whose object was exported.
         var highestShownLease: UInt64 = 0
         /// The pace of the Host's `Leases` announcements.
@@ -224,10 +224,9 @@ public actor HostBusAPI {
     private func tell(_ broken: BrokenSleep) async {
         for lease in broken.leases {
             do {
-                try await emit("SleepBrokeLease", [
-                    .objectPath(VigilAPI.leasePath(LeaseID(lease.id))), .string(lease.holder), .string(lease.name),
-                    .uint64(UInt64(max(0, broken.sleptMicros))), .string(broken.wakeCause),
-                ])
+                try await emit(VigilAPI.Host.sleepBrokeLease, SleepBrokeLeaseSignal(
+                    lease: VigilAPI.leasePath(LeaseID(lease.id)), holder: lease.holder, name: lease.name,
+                    sleptUsec: UInt64(max(0, broken.sleptMicros)), wakeCause: broken.wakeCause))
             } catch {
                 log.warning("cannot announce that sleep broke lease \(lease.id): \(error)")
             }
@@ -322,16 +321,16 @@ public actor HostBusAPI {
     }
 
     /// The ListLeases reply body, marshalled once per change.
-    nonisolated func leaseRows() throws(DBusError) -> DBusPreparedBody {
+    nonisolated func leaseRows() throws(DBusError) -> DBusPreparedReply<BusTuple<[LeaseRow]>> {
         try published.withLock { state throws(DBusError) in
             if let cached = state.leaseRows { return cached }
-            let rows = try DBusPreparedBody([Self.leaseRows(state.leases)])
+            let rows = try DBusPreparedReply(BusTuple(Self.leaseRows(state.leases)))
             state.leaseRows = rows
             return rows
         }
     }
 
-    nonisolated func strategyRows() -> BusValue {
+    nonisolated func strategyRows() -> [StrategyRow] {
         published.withLock { state in
             if let cached = state.strategyRows { return cached }
             let rows = Self.strategyRows(order: state.strategyOrder, state.strategies)
@@ -340,8 +339,8 @@ public actor HostBusAPI {
         }
     }
 
-    static func leaseRows(_ leases: [LeaseID: LeaseEntry]) -> BusValue {
-        LeaseRow.array(leases.keys.sorted().compactMap { id -> LeaseRow? in
+    static func leaseRows(_ leases: [LeaseID: LeaseEntry]) -> [LeaseRow] {
+        leases.keys.sorted().compactMap { id -> LeaseRow? in
             guard let entry = leases[id] else { return nil }
             let lease = entry.snapshot
             return LeaseRow(
@@ -349,26 +348,26 @@ public actor HostBusAPI {
                 holds: lease.holds, reason: lease.reason, acquiredAt: UInt64(clamping: lease.acquiredWallMicros),
                 deadline: HostBusValues.deadlineWallMicros(lease), renewals: UInt32(clamping: lease.renewals),
                 state: lease.state.rawValue)
-        })
+        }
     }
 
-    static func strategyRows(order strategyOrder: [String], _ strategies: [String: StrategyEntry]) -> BusValue {
-        StrategyRow.array(strategyOrder.compactMap { name -> StrategyRow? in
+    static func strategyRows(order strategyOrder: [String], _ strategies: [String: StrategyEntry]) -> [StrategyRow] {
+        strategyOrder.compactMap { name -> StrategyRow? in
             guard let status = strategies[name]?.status else { return nil }
             return StrategyRow(path: VigilAPI.strategyPath(name), name: name, kind: status.kind, state: status.state.rawValue,
                                restarts: UInt32(clamping: status.restarts), lastError: status.lastError ?? "")
-        })
+        }
     }
 
     /// `Survival`: runs that started at or after `since` (0: all), newest first.
-    nonisolated func survivalRows(since: UInt64) throws -> BusValue {
+    nonisolated func survivalRows(since: UInt64) throws -> [RunRow] {
         let runs: [RunSummary]
         do {
             runs = try survival.runs(startedSince: Int64(clamping: since))
         } catch {
             throw DBusError.failed("cannot read the survival log: \(error)")
         }
-        return RunRow.array(runs.map(RunRow.init))
+        return runs.map(RunRow.init)
     }
 
     // MARK: following the host
@@ -389,7 +388,7 @@ public actor HostBusAPI {
                 guard leaseEntry(id) == nil else { return }
                 // One hop to the connection's queue: the object, then the signals.
                 try await addLease(event.lease, on: server, then: published.withLock { announceLeases(&$0) } + [
-                    Self.hostSignal("LeaseAcquired", [.objectPath(path), .string(event.lease.strategy), .string(event.lease.holds)]),
+                    Self.hostSignal(VigilAPI.Host.leaseAcquired, LeaseAcquiredSignal(lease: path, strategy: event.lease.strategy, holds: event.lease.holds)),
                 ])
             case .renewed:
                 showRenewal(event.lease, on: server)
@@ -445,7 +444,8 @@ public actor HostBusAPI {
                 guard status.state != .stopped else { return }
                 try await addStrategy(status, on: server)
                 try await server.emitPropertiesChanged(path: VigilAPI.rootPath, interface: VigilAPI.hostInterface, properties: ["Strategies"])
-                try await emit("StrategyStateChanged", [.objectPath(path), .string(status.state.rawValue), .string(status.lastError ?? "")])
+                try await emit(VigilAPI.Host.strategyStateChanged, StrategyStateChangedSignal(
+                    strategy: path, state: status.state.rawValue, lastError: status.lastError ?? ""))
                 return
             }
             let old = entry.status
@@ -460,7 +460,8 @@ public actor HostBusAPI {
             strategies[status.name] = entry
             try await server.emitPropertiesChanged(path: path, interface: VigilAPI.strategyInterface, properties: changed)
             if old.state != status.state || old.lastError != status.lastError {
-                try await emit("StrategyStateChanged", [.objectPath(path), .string(status.state.rawValue), .string(status.lastError ?? "")])
+                try await emit(VigilAPI.Host.strategyStateChanged, StrategyStateChangedSignal(
+                    strategy: path, state: status.state.rawValue, lastError: status.lastError ?? ""))
             }
             if status.state == .stopped {
                 strategies[status.name] = nil
@@ -536,7 +537,7 @@ public actor HostBusAPI {
                 changes = [
                     .export(path: path, interfaces: [shared.lease, shared.clientLease]),
                 ] + announceLeases(&state) + [
-                    Self.hostSignal("LeaseAcquired", [.objectPath(path), .string(event.lease.strategy), .string(event.lease.holds)]),
+                    Self.hostSignal(VigilAPI.Host.leaseAcquired, LeaseAcquiredSignal(lease: path, strategy: event.lease.strategy, holds: event.lease.holds)),
                 ]
             case .expiring:
                 guard let index = state.leases.index(forKey: id), state.leases.values[index].snapshot.state == .active else { return }
@@ -560,13 +561,13 @@ public actor HostBusAPI {
     /// A lease's budget ran out: its State, the Host's signal, and a client
     /// lease's own Expiring.
     private static func leaseExpiringChanges(_ event: LeaseEvent, path: String) -> [DBusObjectServer.Change] {
-        let remaining = BusValue.uint64(remainingMicros(event))
+        let remaining = remainingMicros(event)
         var changes: [DBusObjectServer.Change] = [
             .propertiesChanged(path: path, interface: VigilAPI.leaseInterface, properties: ["State"]),
-            Self.hostSignal("LeaseExpiring", [.objectPath(path), remaining]),
+            Self.hostSignal(VigilAPI.Host.leaseExpiring, LeaseExpiringSignal(lease: path, remainingUsec: remaining)),
         ]
         if event.lease.strategy == ClientLeases.strategyName {
-            changes.append(.emit(path: path, interface: VigilAPI.clientLeaseInterface, signal: "Expiring", arguments: [remaining]))
+            changes.append(.signal(VigilAPI.ClientLease.expiring, at: path, BusTuple(remaining)))
         }
         return changes
     }
@@ -581,12 +582,12 @@ public actor HostBusAPI {
                                      values: [(name: "State", value: .string(event.lease.state.rawValue))]),
         ]
         if event.kind == .expired {
-            changes.append(Self.hostSignal("LeaseExpired", [.objectPath(path), .bool(event.forced)]))
+            changes.append(Self.hostSignal(VigilAPI.Host.leaseExpired, LeaseExpiredSignal(lease: path, forced: event.forced)))
             if event.lease.strategy == ClientLeases.strategyName {
-                changes.append(.emit(path: path, interface: VigilAPI.clientLeaseInterface, signal: "Expired"))
+                changes.append(.signal(VigilAPI.ClientLease.expired, at: path, BusTuple()))
             }
         } else {
-            changes.append(Self.hostSignal("LeaseReleased", [.objectPath(path), .string(event.detail)]))
+            changes.append(Self.hostSignal(VigilAPI.Host.leaseReleased, LeaseReleasedSignal(lease: path, reason: event.detail)))
         }
         changes.append(.unexport(path: path))
         return changes
@@ -646,7 +647,7 @@ public actor HostBusAPI {
             let log = self.log
             server.applyQueued([
                 .propertiesChanged(path: path, interface: VigilAPI.leaseInterface, properties: ["Deadline", "Renewals"]),
-                Self.hostSignal("LeaseRenewed", [.objectPath(path), .uint64(HostBusValues.deadlineWallMicros(lease))]),
+                Self.hostSignal(VigilAPI.Host.leaseRenewed, LeaseRenewedSignal(lease: path, deadline: HostBusValues.deadlineWallMicros(lease))),
             ]) { error in
                 log.with(lease: id).warning("cannot publish lease \(id) renewed on D-Bus: \(error)")
             }
@@ -679,13 +680,13 @@ public actor HostBusAPI {
         for waiter in waiters { waiter.resume() }
     }
 
-    private func emit(_ signal: String, _ arguments: [BusValue]) async throws {
-        try await server?.apply([Self.hostSignal(signal, arguments)])
+    private func emit<Body>(_ signal: Signal<Body>, _ body: Body) async throws {
+        try await server?.apply([Self.hostSignal(signal, body)])
     }
 
     /// A signal of the Host interface on the root object.
-    private static func hostSignal(_ signal: String, _ arguments: [BusValue]) -> DBusObjectServer.Change {
-        .emit(path: VigilAPI.rootPath, interface: VigilAPI.hostInterface, signal: signal, arguments: arguments)
+    private static func hostSignal<Body>(_ signal: Signal<Body>, _ body: Body) -> DBusObjectServer.Change {
+        .signal(signal, at: VigilAPI.rootPath, body)
     }
 
     /// PropertiesChanged of Host properties on the root object.

@@ -30,48 +30,51 @@ enum HostBusInterfaces {
                 return await value(services).busValue
             }
         }
+        typealias Host = VigilAPI.Host
         return DBusInterface(
             api: VigilAPI.host,
             methods: [
-                "ListLeases": .prepared { [weak api] _ in
+                .prepared(Host.listLeases) { [weak api] _ in
                     guard let api else { throw gone() }
                     return try api.leaseRows()
                 },
-                "ListStrategies": .immediate { [weak api] _ in
+                .immediate(Host.listStrategies) { [weak api] _ in
                     guard let api else { throw gone() }
-                    return [api.strategyRows()]
+                    return BusTuple(api.strategyRows())
                 },
-                "Survival": .task { [weak api] call in
+                DBusMethod(Host.survival) { [weak api] _, since in
                     guard let api else { throw gone() }
-                    return [try api.survivalRows(since: try call.argument(0, as: UInt64.self))]
+                    return BusTuple(try api.survivalRows(since: since))
                 },
-                "BeginBackgroundTask": .brief { [weak api] call in
+                .brief(Host.beginBackgroundTask) { [weak api] call, name, reason, budget in
                     guard let api else { throw gone() }
-                    return try await api.beginBackgroundTask(call)
+                    return try await api.beginBackgroundTask(call, name: name, reason: reason, budget: budget)
                 },
-                "Reload": .task { [weak api] call in
+                DBusMethod(Host.reload) { [weak api] call in
                     guard let api else { throw gone() }
-                    let uid = try await api.credentials.of(call.sender).uid
-                    try HostBusAPI.requireMayMutate(callerUID: uid, hostUID: api.hostUID, method: "\(VigilAPI.hostInterface).Reload")
+                    _ = try await api.requireMayMutate(call, Host.reload)
                     let result = await api.services.reload()
-                    return [.bool(result.applied), result.messages.busValue]
+                    var reply = ReloadReply()
+                    reply.applied = result.applied
+                    reply.messages = result.messages
+                    return reply
                 },
-                "AppPolicy": .task { [weak api] _ in
+                DBusMethod(Host.appPolicy) { [weak api] _ in
                     guard let api else { throw gone() }
                     return await api.appPolicy()
                 },
-                "DenyApp": .task { [weak api] call in
+                DBusMethod(Host.denyApp) { [weak api] call, pattern, forMicros in
                     guard let api else { throw gone() }
-                    return try await api.denyApp(call)
+                    return try await api.denyApp(call, pattern, forMicros: forMicros)
                 },
-                "AllowApp": .task { [weak api] call in
+                DBusMethod(Host.allowApp) { [weak api] call, pattern in
                     guard let api else { throw gone() }
-                    return try await api.allowApp(call)
+                    return try await api.allowApp(call, pattern)
                 },
-                "ReleaseLease": .task { [weak api] call in
+                DBusMethod(Host.releaseLease) { [weak api] call, lease in
                     guard let api else { throw gone() }
-                    try await api.releaseLease(call)
-                    return []
+                    try await api.releaseLease(call, lease)
+                    return BusTuple()
                 },
             ],
             properties: [
@@ -203,15 +206,15 @@ enum HostBusInterfaces {
         return DBusInterface(
             api: VigilAPI.clientLease,
             methods: [
-                "End": .brief { [weak api] call in
+                .brief(VigilAPI.ClientLease.end) { [weak api] call in
                     guard let api else { throw gone() }
                     try await api.endClientLease(try leaseID(call), call)
-                    return []
+                    return BusTuple()
                 },
-                "Renew": .brief { [weak api] call in
+                .brief(VigilAPI.ClientLease.renew) { [weak api] call, budget in
                     guard let api else { throw gone() }
-                    try await api.renewClientLease(try leaseID(call), call, budgetMicros: try call.argument(0, as: UInt64.self))
-                    return []
+                    try await api.renewClientLease(try leaseID(call), call, budgetMicros: budget)
+                    return BusTuple()
                 },
             ],
             properties: [

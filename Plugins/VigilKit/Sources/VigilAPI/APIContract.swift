@@ -144,20 +144,11 @@ public enum VigilAPI {
     }
 
     public static let host = APIInterface(
-        "org.vigil.Vigil1.Host",
+        Host.name,
         objects: rootPath + " (with Properties, Introspectable, Peer and ObjectManager)",
-        methods: [
-            APIMethod("ListLeases", out: [BusArgument("leases", LeaseRow.arraySignature)]),
-            APIMethod("ListStrategies", out: [BusArgument("strategies", StrategyRow.arraySignature)]),
-            APIMethod("Survival", in: [BusArgument("since_usec", "t")], out: [BusArgument("runs", RunRow.arraySignature)]),
-            APIMethod("BeginBackgroundTask", in: [BusArgument("name", "s"), BusArgument("reason", "s"), BusArgument("budget_usec", "t")],
-                      out: [BusArgument("lease", "o"), BusArgument("fd", "h")]),
-            APIMethod("Reload", out: [BusArgument("applied", "b"), BusArgument("messages", "as")]),
-            APIMethod("AppPolicy", out: AppPolicyReply.fields.map { BusArgument($0.name, $0.signature) }),
-            APIMethod("DenyApp", in: [BusArgument("pattern", "s"), BusArgument("for_usec", "t")], out: [BusArgument("released", "u")]),
-            APIMethod("AllowApp", in: [BusArgument("pattern", "s")], out: [BusArgument("lifted", "b")]),
-            APIMethod("ReleaseLease", in: [BusArgument("lease", "t")]),
-        ],
+        methods: [Host.listLeases.declaration, Host.listStrategies.declaration, Host.survival.declaration,
+                  Host.beginBackgroundTask.declaration, Host.reload.declaration, Host.appPolicy.declaration,
+                  Host.denyApp.declaration, Host.allowApp.declaration, Host.releaseLease.declaration],
         properties: [
             APIProperty("Version", "s", emitsChange: .const),
             APIProperty("RunId", "s", emitsChange: .const),
@@ -174,17 +165,37 @@ public enum VigilAPI {
             APIProperty("Strategies", "ao", emitsChange: .true),
             APIProperty("Leases", "ao", emitsChange: .true),
         ],
-        signals: [
-            APISignal("LeaseAcquired", [BusArgument("lease", "o"), BusArgument("strategy", "s"), BusArgument("holds", "s")]),
-            APISignal("LeaseRenewed", [BusArgument("lease", "o"), BusArgument("deadline", "t")]),
-            APISignal("LeaseExpiring", [BusArgument("lease", "o"), BusArgument("remaining_usec", "t")]),
-            APISignal("LeaseExpired", [BusArgument("lease", "o"), BusArgument("forced", "b")]),
-            APISignal("LeaseReleased", [BusArgument("lease", "o"), BusArgument("reason", "s")]),
-            APISignal("StrategyStateChanged", [BusArgument("strategy", "o"), BusArgument("state", "s"), BusArgument("last_error", "s")]),
-            APISignal("SleepBrokeLease", [BusArgument("lease", "o"), BusArgument("holder", "s"), BusArgument("name", "s"),
-                                          BusArgument("slept_usec", "t"), BusArgument("wake_cause", "s")]),
-        ]
+        signals: [Host.leaseAcquired.declaration, Host.leaseRenewed.declaration, Host.leaseExpiring.declaration,
+                  Host.leaseExpired.declaration, Host.leaseReleased.declaration, Host.strategyStateChanged.declaration,
+                  Host.sleepBrokeLease.declaration]
     )
+
+    /// `org.vigil.Vigil1.Host`'s methods and signals, each declared once
+    /// with its Swift types.
+    public enum Host {
+        public static let name = "org.vigil.Vigil1.Host"
+
+        public static let listLeases = Method(name, "ListLeases", out: Arg("leases", [LeaseRow].self))
+        public static let listStrategies = Method(name, "ListStrategies", out: Arg("strategies", [StrategyRow].self))
+        public static let survival = Method(name, "Survival", in: Arg("since_usec", UInt64.self), out: Arg("runs", [RunRow].self))
+        public static let beginBackgroundTask = Method(
+            name, "BeginBackgroundTask", in: Arg("name", String.self), Arg("reason", String.self), Arg("budget_usec", UInt64.self),
+            out: Arg("lease", ObjectPath.self), Arg("fd", BusFileDescriptor.self))
+        public static let reload = Method(name, "Reload", reply: ReloadReply.self)
+        public static let appPolicy = Method(name, "AppPolicy", reply: AppPolicyReply.self)
+        public static let denyApp = Method(name, "DenyApp", in: Arg("pattern", String.self), Arg("for_usec", UInt64.self),
+                                           out: Arg("released", UInt32.self))
+        public static let allowApp = Method(name, "AllowApp", in: Arg("pattern", String.self), out: Arg("lifted", Bool.self))
+        public static let releaseLease = Method(name, "ReleaseLease", in: Arg("lease", UInt64.self))
+
+        public static let leaseAcquired = Signal(name, "LeaseAcquired", LeaseAcquiredSignal.self)
+        public static let leaseRenewed = Signal(name, "LeaseRenewed", LeaseRenewedSignal.self)
+        public static let leaseExpiring = Signal(name, "LeaseExpiring", LeaseExpiringSignal.self)
+        public static let leaseExpired = Signal(name, "LeaseExpired", LeaseExpiredSignal.self)
+        public static let leaseReleased = Signal(name, "LeaseReleased", LeaseReleasedSignal.self)
+        public static let strategyStateChanged = Signal(name, "StrategyStateChanged", StrategyStateChangedSignal.self)
+        public static let sleepBrokeLease = Signal(name, "SleepBrokeLease", SleepBrokeLeaseSignal.self)
+    }
 
     public static let strategy = APIInterface(
         "org.vigil.Vigil1.Strategy",
@@ -223,35 +234,48 @@ public enum VigilAPI {
     )
 
     public static let clientLease = APIInterface(
-        "org.vigil.Vigil1.ClientLease",
+        ClientLease.name,
         objects: rootPath + "/Lease/<id>, besides Lease, when a D-Bus client began the lease (BeginBackgroundTask)",
-        methods: [
-            APIMethod("End"),
-            APIMethod("Renew", in: [BusArgument("budget_usec", "t")]),
-        ],
+        methods: [ClientLease.end.declaration, ClientLease.renew.declaration],
         properties: [
             APIProperty("Owner", "s", emitsChange: .const),
             APIProperty("Uid", "u", emitsChange: .const),
             APIProperty("Pid", "u", emitsChange: .const),
             APIProperty("Name", "s", emitsChange: .const),
         ],
-        signals: [
-            APISignal("Expiring", [BusArgument("remaining_usec", "t")]),
-            APISignal("Expired"),
-        ]
+        signals: [ClientLease.expiring.declaration, ClientLease.expired.declaration]
     )
 
+    /// `org.vigil.Vigil1.ClientLease`'s methods and signals.
+    public enum ClientLease {
+        public static let name = "org.vigil.Vigil1.ClientLease"
+
+        public static let end = Method(name, "End")
+        public static let renew = Method(name, "Renew", in: Arg("budget_usec", UInt64.self))
+
+        public static let expiring = Signal(name, "Expiring", Arg("remaining_usec", UInt64.self))
+        public static let expired = Signal(name, "Expired")
+    }
+
     public static let downloadSession = APIInterface(
-        "org.vigil.Vigil1.DownloadSession",
+        DownloadSession.name,
         objects: rootPath + "/Strategy/<escaped name>, besides Strategy, of a download-session strategy",
-        methods: [
-            APIMethod("Enqueue", in: [BusArgument("url", "s"), BusArgument("dest", "s"), BusArgument("options", "a{sv}")],
-                      out: [BusArgument("download", "o")]),
-            APIMethod("Cancel", in: [BusArgument("download", "o")]),
-            APIMethod("Pause", in: [BusArgument("download", "o")]),
-            APIMethod("Resume", in: [BusArgument("download", "o")]),
-        ]
+        methods: [DownloadSession.enqueue.declaration, DownloadSession.cancel.declaration,
+                  DownloadSession.pause.declaration, DownloadSession.resume.declaration]
     )
+
+    /// `org.vigil.Vigil1.DownloadSession`'s methods, which the
+    /// download-session strategy binds.
+    public enum DownloadSession {
+        public static let name = "org.vigil.Vigil1.DownloadSession"
+
+        public static let enqueue = Method(
+            name, "Enqueue", in: Arg("url", String.self), Arg("dest", String.self), Arg("options", [String: BusValue].self),
+            out: Arg("download", ObjectPath.self))
+        public static let cancel = Method(name, "Cancel", in: Arg("download", ObjectPath.self))
+        public static let pause = Method(name, "Pause", in: Arg("download", ObjectPath.self))
+        public static let resume = Method(name, "Resume", in: Arg("download", ObjectPath.self))
+    }
 
     /// Its properties are the fields of ``DownloadRow``.
     public static let download = APIInterface(

@@ -66,6 +66,11 @@ public struct LeaseAcquiredSignal: APIRow {
     public var strategy = ""
     public var holds = ""
     public init() {}
+    public init(lease: String, strategy: String, holds: String) {
+        self.lease = lease
+        self.strategy = strategy
+        self.holds = holds
+    }
     public static let fields: [APIField<LeaseAcquiredSignal>] = [.objectPath("lease", \.lease), APIField("strategy", \.strategy), APIField("holds", \.holds)]
 }
 
@@ -81,6 +86,13 @@ public struct SleepBrokeLeaseSignal: APIRow {
     /// `vigil-alarm`, `other`, or `unknown` (no resume seen).
     public var wakeCause = ""
     public init() {}
+    public init(lease: String, holder: String, name: String, sleptUsec: UInt64, wakeCause: String) {
+        self.lease = lease
+        self.holder = holder
+        self.name = name
+        self.sleptUsec = sleptUsec
+        self.wakeCause = wakeCause
+    }
     public static let fields: [APIField<SleepBrokeLeaseSignal>] = [
         .objectPath("lease", \.lease), APIField("holder", \.holder), APIField("name", \.name),
         APIField("slept_usec", \.sleptUsec), APIField("wake_cause", \.wakeCause),
@@ -92,6 +104,10 @@ public struct LeaseRenewedSignal: APIRow {
     public var lease = ""
     public var deadline: UInt64 = 0
     public init() {}
+    public init(lease: String, deadline: UInt64) {
+        self.lease = lease
+        self.deadline = deadline
+    }
     public static let fields: [APIField<LeaseRenewedSignal>] = [.objectPath("lease", \.lease), APIField("deadline", \.deadline)]
 }
 
@@ -100,6 +116,10 @@ public struct LeaseExpiringSignal: APIRow {
     public var lease = ""
     public var remainingUsec: UInt64 = 0
     public init() {}
+    public init(lease: String, remainingUsec: UInt64) {
+        self.lease = lease
+        self.remainingUsec = remainingUsec
+    }
     public static let fields: [APIField<LeaseExpiringSignal>] = [.objectPath("lease", \.lease), APIField("remaining_usec", \.remainingUsec)]
 }
 
@@ -108,6 +128,10 @@ public struct LeaseExpiredSignal: APIRow {
     public var lease = ""
     public var forced = false
     public init() {}
+    public init(lease: String, forced: Bool) {
+        self.lease = lease
+        self.forced = forced
+    }
     public static let fields: [APIField<LeaseExpiredSignal>] = [.objectPath("lease", \.lease), APIField("forced", \.forced)]
 }
 
@@ -116,6 +140,10 @@ public struct LeaseReleasedSignal: APIRow {
     public var lease = ""
     public var reason = ""
     public init() {}
+    public init(lease: String, reason: String) {
+        self.lease = lease
+        self.reason = reason
+    }
     public static let fields: [APIField<LeaseReleasedSignal>] = [.objectPath("lease", \.lease), APIField("reason", \.reason)]
 }
 
@@ -125,6 +153,11 @@ public struct StrategyStateChangedSignal: APIRow {
     public var state = ""
     public var lastError = ""
     public init() {}
+    public init(strategy: String, state: String, lastError: String) {
+        self.strategy = strategy
+        self.state = state
+        self.lastError = lastError
+    }
     public static let fields: [APIField<StrategyStateChangedSignal>] = [
         .objectPath("strategy", \.strategy), APIField("state", \.state), APIField("last_error", \.lastError),
     ]
@@ -149,22 +182,24 @@ public enum HostSignal: Sendable, Equatable {
     /// contract does not declare. Throws when the arguments are not the
     /// declared ones.
     public init?(member: String, body: [BusValue]) throws(APIDecodingError) {
+        typealias Host = VigilAPI.Host
         switch member {
-        case "LeaseAcquired": self = .leaseAcquired(try LeaseAcquiredSignal(arguments: body))
-        case "LeaseRenewed": self = .leaseRenewed(try LeaseRenewedSignal(arguments: body))
-        case "LeaseExpiring": self = .leaseExpiring(try LeaseExpiringSignal(arguments: body))
-        case "LeaseExpired": self = .leaseExpired(try LeaseExpiredSignal(arguments: body))
-        case "LeaseReleased": self = .leaseReleased(try LeaseReleasedSignal(arguments: body))
-        case "StrategyStateChanged": self = .strategyStateChanged(try StrategyStateChangedSignal(arguments: body))
+        case Host.leaseAcquired.name: self = .leaseAcquired(try LeaseAcquiredSignal(arguments: body))
+        case Host.leaseRenewed.name: self = .leaseRenewed(try LeaseRenewedSignal(arguments: body))
+        case Host.leaseExpiring.name: self = .leaseExpiring(try LeaseExpiringSignal(arguments: body))
+        case Host.leaseExpired.name: self = .leaseExpired(try LeaseExpiredSignal(arguments: body))
+        case Host.leaseReleased.name: self = .leaseReleased(try LeaseReleasedSignal(arguments: body))
+        case Host.strategyStateChanged.name: self = .strategyStateChanged(try StrategyStateChangedSignal(arguments: body))
         default: return nil
         }
     }
 
     /// The member names this type decodes, as the contract declares them
     /// (all of the Host's signals but ``notDecoded``).
-    public static let members = ["LeaseAcquired", "LeaseRenewed", "LeaseExpiring", "LeaseExpired", "LeaseReleased", "StrategyStateChanged"]
+    public static let members = [VigilAPI.Host.leaseAcquired.name, VigilAPI.Host.leaseRenewed.name, VigilAPI.Host.leaseExpiring.name,
+                                 VigilAPI.Host.leaseExpired.name, VigilAPI.Host.leaseReleased.name, VigilAPI.Host.strategyStateChanged.name]
     /// The Host's signals this type leaves to their own rows.
-    public static let notDecoded = ["SleepBrokeLease"]
+    public static let notDecoded = [VigilAPI.Host.sleepBrokeLease.name]
 }
 
 extension APIRow {
