@@ -59,6 +59,50 @@ public struct DBusPreparedReply<Out: BusBody>: Sendable {
     }
 }
 
+extension DBusProperty {
+    /// `property`, read at once on the connection's queue (a constant or a
+    /// value behind a lock); the getter is given the object's path.
+    public static func immediate<T>(_ property: Property<T>, _ get: @escaping @Sendable (_ path: String) throws -> T) -> DBusProperty {
+        DBusProperty(property.name, signature: property.declaration.signature, emitsChange: property.declaration.emitsChange,
+                     immediateAt: { path in try get(path).busValue })
+    }
+
+    /// `property`, read at once from a value encoded beforehand (a cache
+    /// kept per change).
+    public static func immediate<T>(_ property: Property<T>, encoded get: @escaping @Sendable (_ path: String) throws -> BusEncoded<T>) -> DBusProperty {
+        DBusProperty(property.name, signature: property.declaration.signature, emitsChange: property.declaration.emitsChange,
+                     immediateAt: { path in try get(path).busValue })
+    }
+
+    /// `property`, read in a task of its own (the getter may wait).
+    public static func task<T>(_ property: Property<T>, _ get: @escaping @Sendable () async throws -> T) -> DBusProperty {
+        DBusProperty(property.name, signature: property.declaration.signature, access: .read,
+                     emitsChange: property.declaration.emitsChange, get: { try await get().busValue })
+    }
+
+    /// A property declared by its entry alone (a row's field), read at once.
+    public init(_ declaration: APIProperty, immediateAt get: @escaping ImmediateObjectGetter) {
+        self.init(declaration.name, signature: declaration.signature, emitsChange: declaration.emitsChange, immediateAt: get)
+    }
+}
+
+extension DBusConnection {
+    /// Reads `property` of the object at `path` of `destination`, decoded
+    /// as declared.
+    public func get<T>(_ property: Property<T>, destination: String, path: String, timeout: Duration) async throws -> T {
+        let reply = try await call(destination: destination, path: path, interface: "org.freedesktop.DBus.Properties", member: "Get",
+                                   arguments: [.string(property.interface), .string(property.name)], timeout: timeout)
+        do throws(BusValueMismatch) {
+            guard reply.body.count == 1, case .variant(let value) = reply.body[0] else {
+                throw APIDecodingError("expected one variant, got \"\(reply.body.map(\.signature).joined())\"")
+            }
+            return try T(busValue: value)
+        } catch {
+            throw APIDecodingError("\(property.interface).\(property.name) is not what the contract declares: \(error.description)")
+        }
+    }
+}
+
 extension DBusSignal {
     /// The declared signal, for an interface's list.
     public init(_ declaration: APISignal) {

@@ -13,16 +13,24 @@ import VigilKitTesting
         let api = VigilAPI.clientLease
         let end = DBusMethod(VigilAPI.ClientLease.end) { _ in BusTuple() }
         let renew = DBusMethod(VigilAPI.ClientLease.renew) { _, _ in BusTuple() }
-        let getter = APIPropertyGetter.immediate { .string("") }
-        let properties = Dictionary(uniqueKeysWithValues: api.properties.map { ($0.name, getter) })
+        let properties: [DBusProperty] = [
+            .immediate(VigilAPI.ClientLease.owner) { _ in "" }, .immediate(VigilAPI.ClientLease.uid) { _ in 0 },
+            .immediate(VigilAPI.ClientLease.pid) { _ in 0 }, .immediate(VigilAPI.ClientLease.name) { _ in "" },
+        ]
         #expect(throws: APIBindingError("org.vigil.Vigil1.ClientLease: declared method without a handler: Renew")) {
             try DBusInterface(checking: api, methods: [end], properties: properties)
         }
         #expect(throws: APIBindingError("org.vigil.Vigil1.ClientLease: property handler for an undeclared member: Colour")) {
-            try DBusInterface(checking: api, methods: [end, renew], properties: properties.merging(["Colour": getter]) { a, _ in a })
+            try DBusInterface(checking: api, methods: [end, renew],
+                              properties: properties + [.immediate(Property("org.example", "Colour", String.self, emitsChange: .const)) { _ in "" }])
         }
         #expect(throws: APIBindingError.self) {
-            try DBusInterface(checking: api, methods: [end, renew], properties: properties.filter { $0.key != "Uid" })
+            try DBusInterface(checking: api, methods: [end, renew], properties: properties.filter { $0.name != "Uid" })
+        }
+        // A property of the same name declared with another type elsewhere.
+        let uid = Property("org.example.Other", "Uid", String.self, emitsChange: .const)
+        #expect(throws: APIBindingError("org.vigil.Vigil1.ClientLease.Uid is bound with another interface's declaration")) {
+            try DBusInterface(checking: api, methods: [end, renew], properties: properties.filter { $0.name != "Uid" } + [.immediate(uid) { _ in "" }])
         }
         // A method of the same name declared with other types elsewhere.
         let other = Method("org.example.Other", "Renew", in: Arg("budget", String.self))
@@ -163,7 +171,7 @@ import VigilKitTesting
         ]
         try await bus.register(VigilAPI.downloadSession, methods: methods)
         // The contract's interface name with another Enqueue (an older SDK's).
-        let older = Method(api.name, "Enqueue", in: Arg("url", [UInt8].self), out: Arg("download", ObjectPath.self))
+        let older = Method(api.interface, "Enqueue", in: Arg("url", [UInt8].self), out: Arg("download", ObjectPath.self))
         var olderInterface = VigilAPI.downloadSession
         olderInterface.methods[0] = older.declaration
         let olderMethods = [older.bind(mutating: true) { _, _ in BusTuple(ObjectPath("/")) }] + methods.dropFirst()

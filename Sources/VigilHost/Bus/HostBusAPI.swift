@@ -66,9 +66,9 @@ public actor HostBusAPI {
         var strategies: [String: StrategyEntry] = [:]
         var leases: [LeaseID: LeaseEntry] = [:]
         /// Encoded on the first read after a change.
-        var strategyPaths: BusValue?
+        var strategyPaths: BusEncoded<[ObjectPath]>?
         var strategyRows: [StrategyRow]?
-        var leasePaths: BusValue?
+        var leasePaths: BusEncoded<[ObjectPath]>?
         var leaseRows: DBusPreparedReply<BusTuple<[LeaseRow]>>?
         /// The highest lease id whose object was exported.
         var highestShownLease: UInt64 = 0
@@ -302,19 +302,19 @@ public actor HostBusAPI {
         }
     }
 
-    nonisolated func strategyPaths() -> BusValue {
+    nonisolated func strategyPaths() -> BusEncoded<[ObjectPath]> {
         published.withLock { state in
             if let cached = state.strategyPaths { return cached }
-            let paths = BusValue.array(elementSignature: "o", state.strategyOrder.map { .objectPath(VigilAPI.strategyPath($0)) })
+            let paths = BusEncoded(state.strategyOrder.map { ObjectPath(VigilAPI.strategyPath($0)) })
             state.strategyPaths = paths
             return paths
         }
     }
 
-    nonisolated func leasePaths() -> BusValue {
+    nonisolated func leasePaths() -> BusEncoded<[ObjectPath]> {
         published.withLock { state in
             if let cached = state.leasePaths { return cached }
-            let paths = BusValue.array(elementSignature: "o", state.leases.keys.sorted().map { .objectPath(VigilAPI.leasePath($0)) })
+            let paths = BusEncoded(state.leases.keys.sorted().map { ObjectPath(VigilAPI.leasePath($0)) })
             state.leasePaths = paths
             return paths
         }
@@ -426,7 +426,7 @@ public actor HostBusAPI {
             }
             return paths
         }
-        await limiter?.changed(shown, properties: ["Status"])
+        await limiter?.changed(shown, properties: [VigilAPI.Lease.status.name])
     }
 
     /// How long the expiration handler of an expiring lease may still run
@@ -443,18 +443,18 @@ public actor HostBusAPI {
             guard var entry = strategies[status.name] else {
                 guard status.state != .stopped else { return }
                 try await addStrategy(status, on: server)
-                try await server.emitPropertiesChanged(path: VigilAPI.rootPath, interface: VigilAPI.hostInterface, properties: ["Strategies"])
+                try await server.emitPropertiesChanged(path: VigilAPI.rootPath, interface: VigilAPI.hostInterface, properties: [VigilAPI.Host.strategies.name])
                 try await emit(VigilAPI.Host.strategyStateChanged, StrategyStateChangedSignal(
                     strategy: path, state: status.state.rawValue, lastError: status.lastError ?? ""))
                 return
             }
             let old = entry.status
             var changed: [String] = []
-            if old.state != status.state { changed.append("State") }
-            if old.restarts != status.restarts { changed.append("Restarts") }
-            if old.lastError != status.lastError { changed.append("LastError") }
-            if old.lastErrorWallMicros != status.lastErrorWallMicros { changed.append("LastErrorAt") }
-            if old.waitingFor != status.waitingFor { changed.append("WaitingFor") }
+            if old.state != status.state { changed.append(VigilAPI.Strategy.state.name) }
+            if old.restarts != status.restarts { changed.append(VigilAPI.Strategy.restarts.name) }
+            if old.lastError != status.lastError { changed.append(VigilAPI.Strategy.lastError.name) }
+            if old.lastErrorWallMicros != status.lastErrorWallMicros { changed.append(VigilAPI.Strategy.lastErrorAt.name) }
+            if old.waitingFor != status.waitingFor { changed.append(VigilAPI.Strategy.waitingFor.name) }
             guard !changed.isEmpty else { return }
             entry.status = status
             strategies[status.name] = entry
@@ -468,7 +468,7 @@ public actor HostBusAPI {
                 strategyOrder.removeAll { $0 == status.name }
                 try await server.unexport(path)
                 await services.strategyBus.strategyUnexported(status.name)
-                try await server.emitPropertiesChanged(path: VigilAPI.rootPath, interface: VigilAPI.hostInterface, properties: ["Strategies"])
+                try await server.emitPropertiesChanged(path: VigilAPI.rootPath, interface: VigilAPI.hostInterface, properties: [VigilAPI.Host.strategies.name])
             }
         } catch {
             log.warning("cannot publish the state of strategy \(status.name) on D-Bus: \(error)", metadata: ["strategy": "\(status.name)"])
@@ -563,7 +563,7 @@ public actor HostBusAPI {
     private static func leaseExpiringChanges(_ event: LeaseEvent, path: String) -> [DBusObjectServer.Change] {
         let remaining = remainingMicros(event)
         var changes: [DBusObjectServer.Change] = [
-            .propertiesChanged(path: path, interface: VigilAPI.leaseInterface, properties: ["State"]),
+            .propertiesChanged(path: path, interface: VigilAPI.leaseInterface, properties: [VigilAPI.Lease.state.name]),
             Self.hostSignal(VigilAPI.Host.leaseExpiring, LeaseExpiringSignal(lease: path, remainingUsec: remaining)),
         ]
         if event.lease.strategy == ClientLeases.strategyName {
@@ -604,7 +604,7 @@ public actor HostBusAPI {
         let clock = services.clock
         switch state.leasesPace.changed(at: clock.now) {
         case .now:
-            return [Self.hostPropertiesChanged(["Leases"])]
+            return [Self.hostPropertiesChanged([VigilAPI.Host.leases.name])]
         case .at(let due):
             Task { [weak self] in
                 do { try await clock.sleep(until: due) } catch { return }
@@ -623,7 +623,7 @@ public actor HostBusAPI {
         published.withLock { state in
             guard state.leasesPace.isPlanned, let server = state.server else { return }
             state.leasesPace.announced(at: services.clock.now)
-            server.applyQueued([Self.hostPropertiesChanged(["Leases"])]) { error in
+            server.applyQueued([Self.hostPropertiesChanged([VigilAPI.Host.leases.name])]) { error in
                 log.warning("cannot announce the Host's Leases on D-Bus: \(error)")
             }
         }
@@ -646,7 +646,7 @@ public actor HostBusAPI {
             let path = state.leases.values[index].path
             let log = self.log
             server.applyQueued([
-                .propertiesChanged(path: path, interface: VigilAPI.leaseInterface, properties: ["Deadline", "Renewals"]),
+                .propertiesChanged(path: path, interface: VigilAPI.leaseInterface, properties: [VigilAPI.Lease.deadline.name, VigilAPI.Lease.renewals.name]),
                 Self.hostSignal(VigilAPI.Host.leaseRenewed, LeaseRenewedSignal(lease: path, deadline: HostBusValues.deadlineWallMicros(lease))),
             ]) { error in
                 log.with(lease: id).warning("cannot publish lease \(id) renewed on D-Bus: \(error)")

@@ -159,6 +159,33 @@ public struct Signal<Body: BusBody>: Sendable {
     }
 }
 
+/// A read-only property of interface `interface`, of type `T`.
+public struct Property<T: BusCodable>: Sendable {
+    public let interface: String
+    /// Its introspection entry: name, signature, change signal.
+    public let declaration: APIProperty
+
+    public var name: String { declaration.name }
+
+    public init(_ interface: String, _ name: String, _ type: T.Type, emitsChange: APIProperty.EmitsChange) {
+        self.interface = interface
+        self.declaration = APIProperty(name, T.busSignature, emitsChange: emitsChange)
+    }
+}
+
+/// A value of type `T` encoded already: a getter's cache, encoded once per
+/// change and read many times, keeps its type.
+public struct BusEncoded<T: BusEncodable>: Sendable {
+    public let busValue: BusValue
+    public init(_ value: T) { busValue = value.busValue }
+}
+
+extension BusEncoded where T == [String: BusValue] {
+    /// An `a{sv}` with its keys in order (``BusValue/dictionary(_:)``), as
+    /// a client that prints it sees them.
+    public init(keyOrder entries: [String: BusValue]) { busValue = .dictionary(entries) }
+}
+
 // MARK: values the contract's members carry
 
 /// An object path (`o`). The wire checks it: libdbus refuses to send or
