@@ -166,7 +166,12 @@ public struct VigilClient: Sendable {
         return all
     }
 
-    /// One property, unwrapped.
+    /// `property` of vigild's object at `path`, as its declared type.
+    public func get<T>(_ property: Property<T>, at path: String = VigilAPI.rootPath) async throws -> T {
+        try await connection.get(property, destination: destination, path: path, timeout: timeout)
+    }
+
+    /// One property of a row-declared interface (Download), unwrapped.
     public func property(_ name: String, of path: String, interface: String) async throws -> BusValue {
         let reply = try await call("Get", path: path, interface: VigilAPI.propertiesInterface,
                                    arguments: [.string(interface), .string(name)])

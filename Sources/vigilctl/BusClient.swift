@@ -192,7 +192,7 @@ struct VigilBusClient {
     func leases() async throws -> [ListedLease] {
         var rows = try await mapped("ListLeases") { try await client.leases() }.map { ListedLease(row: $0) }
         for index in rows.indices {
-            if let status = try? await client.property("Status", of: rows[index].path, interface: Self.leaseInterface).dictionaryValue,
+            if let status = try? await client.get(VigilAPI.Lease.status, at: rows[index].path),
                !status.isEmpty {
                 rows[index].status = status.mapValues(\.description)
             }
@@ -206,10 +206,10 @@ struct VigilBusClient {
         var rows = try await mapped("ListStrategies") { try await client.strategies() }.map { ListedStrategy(row: $0) }
         // Each a strategy that may be gone meanwhile (nil then).
         for index in rows.indices where rows[index].state == "waiting" {
-            rows[index].waitingFor = (try? await client.property("WaitingFor", of: rows[index].path, interface: Self.strategyInterface))?.stringValue ?? ""
+            rows[index].waitingFor = (try? await client.get(VigilAPI.Strategy.waitingFor, at: rows[index].path)) ?? ""
         }
         for index in rows.indices where !rows[index].lastError.isEmpty {
-            if case .uint64(let at)? = try? await client.property("LastErrorAt", of: rows[index].path, interface: Self.strategyInterface) {
+            if let at = try? await client.get(VigilAPI.Strategy.lastErrorAt, at: rows[index].path) {
                 rows[index].lastErrorAt = at
             }
         }

@@ -137,7 +137,7 @@ import VigilKit
     }
 
     @Test func repliesAndSignalsAreTheDeclaredArguments() {
-        #expect(Self.shape(ReloadReply.self) == Self.shape(VigilAPI.host.method("Reload").outArguments))
+        #expect(Self.shape(ReloadReply.self) == Self.shape(VigilAPI.Host.reload.declaration.outArguments))
         let signals: [(String, [String])] = [
             ("LeaseAcquired", Self.shape(LeaseAcquiredSignal.self)), ("LeaseRenewed", Self.shape(LeaseRenewedSignal.self)),
             ("LeaseExpiring", Self.shape(LeaseExpiringSignal.self)), ("LeaseExpired", Self.shape(LeaseExpiredSignal.self)),
