@@ -190,7 +190,7 @@ struct VigilBusClient {
     /// The active leases, each with its `Status` property (a lease that
     /// ends between the list and the read keeps an empty status).
     func leases() async throws -> [ListedLease] {
-        var rows = try await mapped("ListLeases") { try await client.leases() }.map { ListedLease(row: $0) }
+        var rows = try await mapped(VigilAPI.Host.listLeases.name) { try await client.leases() }.map { ListedLease(row: $0) }
         for index in rows.indices {
             if let status = try? await client.get(VigilAPI.Lease.status, at: rows[index].path),
                !status.isEmpty {
@@ -203,7 +203,7 @@ struct VigilBusClient {
     /// The strategies; a waiting one with the conditions it waits for
     /// (its `WaitingFor` property; empty if it started meanwhile).
     func strategies() async throws -> [ListedStrategy] {
-        var rows = try await mapped("ListStrategies") { try await client.strategies() }.map { ListedStrategy(row: $0) }
+        var rows = try await mapped(VigilAPI.Host.listStrategies.name) { try await client.strategies() }.map { ListedStrategy(row: $0) }
         // Each a strategy that may be gone meanwhile (nil then).
         for index in rows.indices where rows[index].state == "waiting" {
             rows[index].waitingFor = (try? await client.get(VigilAPI.Strategy.waitingFor, at: rows[index].path)) ?? ""
@@ -221,7 +221,7 @@ struct VigilBusClient {
     }
 
     func reload() async throws -> ReloadReply {
-        try await mapped("Reload") { try await client.reload() }
+        try await mapped(VigilAPI.Host.reload.name) { try await client.reload() }
     }
 
     func close() async { await connection.close() }

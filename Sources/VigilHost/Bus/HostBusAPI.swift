@@ -579,7 +579,7 @@ public actor HostBusAPI {
     private static func leaseEndChanges(_ event: LeaseEvent, path: String) -> [DBusObjectServer.Change] {
         var changes: [DBusObjectServer.Change] = [
             .propertiesChangedValues(path: path, interface: VigilAPI.leaseInterface,
-                                     values: [(name: "State", value: .string(event.lease.state.rawValue))]),
+                                     values: [(name: VigilAPI.Lease.state.name, value: .string(event.lease.state.rawValue))]),
         ]
         if event.kind == .expired {
             changes.append(Self.hostSignal(VigilAPI.Host.leaseExpired, LeaseExpiredSignal(lease: path, forced: event.forced)))

@@ -29,14 +29,16 @@ public struct HostRow: APIRow {
 
     public init() {}
 
+    private typealias Host = VigilAPI.Host
+    /// Named by the Host's property declarations (`APIRowTests` checks the types).
     public static let fields: [APIField<HostRow>] = [
-        APIField("Version", \.version), APIField("RunId", \.runId), APIField("StartedAt", \.startedAt),
-        APIField("SurvivalSeconds", \.survivalSeconds), APIField("PowerBackend", \.powerBackend),
-        APIField("PowerBackendReason", \.powerBackendReason), APIField("WakeClock", \.wakeClock),
-        APIField("WakeClockReason", \.wakeClockReason), APIField("CanWakeSystem", \.canWakeSystem),
-        APIField("ConfigPath", \.configPath), APIField("StoreWritable", \.storeWritable),
-        APIField("DroppedLogLines", \.droppedLogLines),
-        .strings("Strategies", \.strategies, objectPaths: true), .strings("Leases", \.leases, objectPaths: true),
+        APIField(Host.version.name, \.version), APIField(Host.runId.name, \.runId), APIField(Host.startedAt.name, \.startedAt),
+        APIField(Host.survivalSeconds.name, \.survivalSeconds), APIField(Host.powerBackend.name, \.powerBackend),
+        APIField(Host.powerBackendReason.name, \.powerBackendReason), APIField(Host.wakeClock.name, \.wakeClock),
+        APIField(Host.wakeClockReason.name, \.wakeClockReason), APIField(Host.canWakeSystem.name, \.canWakeSystem),
+        APIField(Host.configPath.name, \.configPath), APIField(Host.storeWritable.name, \.storeWritable),
+        APIField(Host.droppedLogLines.name, \.droppedLogLines),
+        .strings(Host.strategies.name, \.strategies, objectPaths: true), .strings(Host.leases.name, \.leases, objectPaths: true),
     ]
 }
 
