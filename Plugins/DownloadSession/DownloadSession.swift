@@ -180,7 +180,7 @@ actor DownloadManager {
         do {
             objects[id] = try await context.bus.exportObject(
                 relativePath: VigilAPI.downloadRelativePath(id), interface: VigilAPI.downloadInterface,
-                properties: VigilAPI.download.busProperties, values: busValues(record))
+                properties: VigilAPI.download.properties, values: busValues(record))
         } catch {
             log.warning("cannot export download \(id) on D-Bus: \(error)")
         }

@@ -51,7 +51,7 @@ extension DBusMethod {
 }
 
 /// A reply of type `Out` marshalled once (``DBusPreparedBody``), for a
-/// method bound with ``DBusMethod/prepared(_:_:)-(Method<repeat each In, Out>,_)``.
+/// method bound with `DBusMethod.prepared(method) { ... }`.
 public struct DBusPreparedReply<Out: BusBody>: Sendable {
     let body: DBusPreparedBody
     public init(_ reply: Out) throws(DBusError) {

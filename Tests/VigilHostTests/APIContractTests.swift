@@ -182,10 +182,10 @@ import VigilKitTesting
 
         let values = DownloadRow().properties
         let object = try await bus.exportObject(relativePath: VigilAPI.downloadRelativePath(1), interface: VigilAPI.downloadInterface,
-                                                properties: VigilAPI.download.busProperties, values: values)
+                                                properties: VigilAPI.download.properties, values: values)
         await #expect(throws: BusMethodError.self) {
             try await bus.exportObject(relativePath: VigilAPI.downloadRelativePath(2), interface: VigilAPI.downloadInterface,
-                                       properties: VigilAPI.download.busProperties.map { BusProperty($0.name, $0.signature) }, values: values)
+                                       properties: VigilAPI.download.properties.map { BusProperty($0.name, $0.signature) }, values: values)
         }
         await object.remove()
         await bridge.runEnded("dl")

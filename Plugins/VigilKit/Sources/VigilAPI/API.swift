@@ -90,7 +90,7 @@ public struct APIProperty: Sendable, Hashable {
     public var signature: String
     public var access: Access
     public var emitsChange: EmitsChange
-    public init(_ name: String, _ signature: String, access: Access = .read, emitsChange: EmitsChange) {
+    public init(_ name: String, _ signature: String, access: Access = .read, emitsChange: EmitsChange = .true) {
         self.name = name
         self.signature = signature
         self.access = access

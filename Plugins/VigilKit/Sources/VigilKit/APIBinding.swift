@@ -13,14 +13,8 @@ extension APIInterface {
     /// Checks that an object exported with this interface's name has the
     /// declared properties, in order.
     public func check(_ exported: [BusProperty]) throws(APIBindingError) {
-        guard exported == busProperties else {
+        guard exported == properties else {
             throw APIBindingError("\(name) is declared by the \(VigilAPI.busName) contract: its properties must be \(properties.map(\.name)) as declared")
         }
-    }
-
-    /// The interface's properties as a strategy's child object exports
-    /// them (``StrategyBus/exportObject(relativePath:interface:properties:values:)``).
-    public var busProperties: [BusProperty] {
-        properties.map { BusProperty($0.name, $0.signature, emitsChange: $0.emitsChange) }
     }
 }

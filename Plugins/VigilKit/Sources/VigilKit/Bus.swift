@@ -63,18 +63,9 @@ extension Method {
     }
 }
 
-/// A read-only property of a child object.
-public struct BusProperty: Sendable, Hashable {
-    public var name: String
-    public var signature: String
-    /// What a client is told when it changes (a `.const` one is never announced).
-    public var emitsChange: APIProperty.EmitsChange
-    public init(_ name: String, _ signature: String, emitsChange: APIProperty.EmitsChange = .true) {
-        self.name = name
-        self.signature = signature
-        self.emitsChange = emitsChange
-    }
-}
+/// A read-only property of a child object: the contract's property entry
+/// (a `.const` one is never announced).
+public typealias BusProperty = APIProperty
 
 /// A child object a strategy exported; its properties change through it.
 public protocol BusObjectHandle: Sendable {
