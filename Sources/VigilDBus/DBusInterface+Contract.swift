@@ -103,13 +103,6 @@ extension DBusConnection {
     }
 }
 
-extension DBusSignal {
-    /// The declared signal, for an interface's list.
-    public init(_ declaration: APISignal) {
-        self.init(declaration.name, arguments: declaration.arguments)
-    }
-}
-
 extension DBusObjectServer.Change {
     /// `signal` with `body` from the object at `path`.
     public static func signal<Body>(_ signal: Signal<Body>, at path: String, _ body: Body) -> Self {

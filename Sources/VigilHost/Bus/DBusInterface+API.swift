@@ -23,7 +23,7 @@ extension DBusInterface {
             api.name,
             methods: api.methods.compactMap { declared in methods.first { $0.name == declared.name } },
             properties: api.properties.compactMap { declared in properties.first { $0.name == declared.name } },
-            signals: api.signals.map(DBusSignal.init)
+            signals: api.signals
         )
         // With every declared member bound (checked above), what the
         // object server validates depends on `api` alone: check each

@@ -314,7 +314,7 @@ actor InhibitBusBridge {
                     return BusTuple(await bridge.inhibits.hasInhibit)
                 },
             ],
-            signals: [DBusSignal(M.hasInhibitChanged.declaration)]
+            signals: [M.hasInhibitChanged.declaration]
         )
     }
 
@@ -340,7 +340,7 @@ actor InhibitBusBridge {
                 notSupported(M.throttle),
                 notSupported(M.unThrottle),
             ],
-            signals: [DBusSignal(M.activeChanged.declaration)]
+            signals: [M.activeChanged.declaration]
         )
     }
 
@@ -360,7 +360,7 @@ actor InhibitBusBridge {
                 // Acknowledges a Query End state vigild never sends: nothing to do.
                 DBusMethod(M.queryEndResponse) { _, _ in BusTuple() },
             ],
-            signals: [DBusSignal(M.stateChanged.declaration)]
+            signals: [M.stateChanged.declaration]
         )
     }
 
@@ -385,7 +385,7 @@ actor InhibitBusBridge {
                 },
             ],
             properties: [.readOnly("version", UInt32.self, emitsChange: .const) { 1 }],
-            signals: [DBusSignal(InhibitMembers.Session.closed.declaration)]
+            signals: [InhibitMembers.Session.closed.declaration]
         )
     }
 }
