@@ -123,41 +123,39 @@ actor DownloadManager {
     // MARK: D-Bus
 
     /// `org.vigil.Vigil1.DownloadSession` on the strategy's object, as the
-    /// contract declares it (VigilKit's ``VigilAPI/downloadSession``); all
+    /// contract declares it (VigilKit's ``VigilAPI/DownloadSession``); all
     /// four methods are mutating.
     private func registerBusMethods() async throws {
         let objectPath = context.bus.objectPath
-        let api = VigilAPI.downloadSession
-        try await context.bus.register(interface: api.name, methods: try api.busMethods(mutating: Set(api.methods.map(\.name)), [
-            "Enqueue": { [weak self] args, caller in
-                guard let self else { throw BusMethodError.failed("the download session has stopped") }
-                guard args.count == 3, let url = args[0].stringValue, let dest = args[1].stringValue,
-                      let options = args[2].dictionaryValue else { throw BusMethodError.invalidArgs("expected (s url, s dest, a{sv} options)") }
+        let api = VigilAPI.DownloadSession.self
+        let stopped = BusMethodError.failed("the download session has stopped")
+        try await context.bus.register(VigilAPI.downloadSession, methods: [
+            api.enqueue.bind(mutating: true) { [weak self] caller, url, dest, options in
+                guard let self else { throw stopped }
                 let id = try await self.enqueue(url: url, dest: dest, options: options, caller: caller)
-                return [.objectPath(objectPath + "/" + VigilAPI.downloadRelativePath(id))]
+                return BusTuple(ObjectPath(objectPath + "/" + VigilAPI.downloadRelativePath(id)))
             },
-            "Cancel": { [weak self] args, _ in
-                guard let self else { throw BusMethodError.failed("the download session has stopped") }
-                try await self.cancel(try Self.downloadID(args, objectPath))
-                return []
+            api.cancel.bind(mutating: true) { [weak self] _, download in
+                guard let self else { throw stopped }
+                try await self.cancel(try Self.downloadID(download, objectPath))
+                return BusTuple()
             },
-            "Pause": { [weak self] args, _ in
-                guard let self else { throw BusMethodError.failed("the download session has stopped") }
-                try await self.pause(try Self.downloadID(args, objectPath))
-                return []
+            api.pause.bind(mutating: true) { [weak self] _, download in
+                guard let self else { throw stopped }
+                try await self.pause(try Self.downloadID(download, objectPath))
+                return BusTuple()
             },
-            "Resume": { [weak self] args, _ in
-                guard let self else { throw BusMethodError.failed("the download session has stopped") }
-                try await self.resume(try Self.downloadID(args, objectPath))
-                return []
+            api.resume.bind(mutating: true) { [weak self] _, download in
+                guard let self else { throw stopped }
+                try await self.resume(try Self.downloadID(download, objectPath))
+                return BusTuple()
             },
-        ]))
+        ])
     }
 
-    static func downloadID(_ args: [BusValue], _ objectPath: String) throws -> UInt64 {
-        guard case .objectPath(let path)? = args.first else { throw BusMethodError.invalidArgs("expected a download object path") }
-        guard let id = VigilAPI.downloadID(path: path, strategyPath: objectPath) else {
-            throw BusMethodError.unknownObject("\(ClientText.excerpt(path)) is not a download of this session (expected \(objectPath)/\(VigilAPI.downloadRelativePath(0).dropLast())<id>)")
+    static func downloadID(_ download: ObjectPath, _ objectPath: String) throws -> UInt64 {
+        guard let id = VigilAPI.downloadID(path: download.rawValue, strategyPath: objectPath) else {
+            throw BusMethodError.unknownObject("\(ClientText.excerpt(download.rawValue)) is not a download of this session (expected \(objectPath)/\(VigilAPI.downloadRelativePath(0).dropLast())<id>)")
         }
         return id
     }
@@ -182,7 +180,7 @@ actor DownloadManager {
         do {
             objects[id] = try await context.bus.exportObject(
                 relativePath: VigilAPI.downloadRelativePath(id), interface: VigilAPI.downloadInterface,
-                properties: VigilAPI.download.busProperties, values: busValues(record))
+                properties: VigilAPI.download.properties, values: busValues(record))
         } catch {
             log.warning("cannot export download \(id) on D-Bus: \(error)")
         }

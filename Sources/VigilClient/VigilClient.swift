@@ -35,12 +35,15 @@ public struct VigilClient: Sendable {
             member: "NameHasOwner", arguments: [VigilAPI.busName], returning: Bool.self, timeout: timeout)
     }
 
-    /// Calls a method of vigild's object at `path`.
-    public func call(_ member: String, path: String = VigilAPI.rootPath, interface: String = VigilAPI.hostInterface,
+    /// Calls a method of an interface outside the contract (the standard
+    /// ones: Properties, ObjectManager) on vigild's object at `path`.
+    public func call(_ member: String, path: String = VigilAPI.rootPath, interface: String,
                      arguments: [BusValue] = []) async throws -> DBusMessage {
         try await connection.call(destination: destination, path: path, interface: interface, member: member,
                                   arguments: arguments, timeout: timeout)
     }
+
+    private typealias Host = VigilAPI.Host
 
     // MARK: the Host object
 
@@ -50,56 +53,38 @@ public struct VigilClient: Sendable {
     }
 
     /// `ListLeases`: the active leases by id.
-    public func leases() async throws -> [LeaseRow] { try await rows("ListLeases") }
+    public func leases() async throws -> [LeaseRow] { try await call(Host.listLeases).values }
 
     /// `ListStrategies`: the strategies in config order.
-    public func strategies() async throws -> [StrategyRow] { try await rows("ListStrategies") }
+    public func strategies() async throws -> [StrategyRow] { try await call(Host.listStrategies).values }
 
     /// `Survival`: the runs that started at or after `sinceMicros` (µs since
     /// the epoch; 0 for all), newest first.
     public func survival(sinceMicros: UInt64 = 0) async throws -> [RunRow] {
-        try await rows("Survival", arguments: [.uint64(sinceMicros)])
+        try await call(Host.survival, sinceMicros).values
     }
 
     /// `Reload`: whether the config was applied, and what changed or why not.
-    public func reload() async throws -> ReloadReply {
-        let reply = try await call("Reload")
-        return try decoding("Reload") { () throws(APIDecodingError) in try ReloadReply(arguments: reply.body) }
-    }
+    public func reload() async throws -> ReloadReply { try await call(Host.reload) }
 
     /// `AppPolicy`: the live rules, the held app leases with their limits,
     /// and refusals and expiries per app since vigild started.
-    public func appPolicy() async throws -> AppPolicyReply {
-        let reply = try await call("AppPolicy")
-        return try decoding("AppPolicy") { () throws(APIDecodingError) in try AppPolicyReply(arguments: reply.body) }
-    }
+    public func appPolicy() async throws -> AppPolicyReply { try await call(Host.appPolicy) }
 
     /// `DenyApp`: denies apps matching `pattern` for `forMicros` (0: until
     /// vigild restarts); returns how many held leases it released.
     public func denyApp(_ pattern: String, forMicros: UInt64 = 0) async throws -> UInt32 {
-        let reply = try await call("DenyApp", arguments: [.string(pattern), .uint64(forMicros)])
-        return try decoding("DenyApp") { () throws(APIDecodingError) in
-            guard reply.body.count == 1, case .uint32(let released) = reply.body[0] else {
-                throw APIDecodingError("expected u, got \(reply.body.map(\.signature).joined())")
-            }
-            return released
-        }
+        try await call(Host.denyApp, pattern, forMicros).values
     }
 
     /// `AllowApp`: whether a live deny of `pattern` was lifted.
     public func allowApp(_ pattern: String) async throws -> Bool {
-        let reply = try await call("AllowApp", arguments: [.string(pattern)])
-        return try decoding("AllowApp") { () throws(APIDecodingError) in
-            guard reply.body.count == 1, case .bool(let lifted) = reply.body[0] else {
-                throw APIDecodingError("expected b, got \(reply.body.map(\.signature).joined())")
-            }
-            return lifted
-        }
+        try await call(Host.allowApp, pattern).values
     }
 
     /// `ReleaseLease`: ends an app's inhibit or a client's lease now.
     public func releaseLease(_ id: UInt64) async throws {
-        try await expectEmpty("ReleaseLease", try await call("ReleaseLease", arguments: [.uint64(id)]))
+        _ = try await call(Host.releaseLease, id)
     }
 
     /// A client lease `BeginBackgroundTask` granted: its object and the
@@ -112,25 +97,19 @@ public struct VigilClient: Sendable {
     /// `BeginBackgroundTask`: a client lease with a budget of `budgetMicros`
     /// microseconds (0: none).
     public func beginBackgroundTask(name: String, reason: String, budgetMicros: UInt64) async throws -> BackgroundTask {
-        let reply = try await call("BeginBackgroundTask", arguments: [.string(name), .string(reason), .uint64(budgetMicros)])
-        let declared = VigilAPI.host.method("BeginBackgroundTask").outSignature
-        guard reply.body.map(\.signature).joined() == declared,
-              case .objectPath(let path) = reply.body[0], case .unixFD(let fd) = reply.body[1] else {
-            throw APIDecodingError("BeginBackgroundTask returned \(reply.body.map(\.signature).joined()), not \(declared)")
-        }
-        return BackgroundTask(path: path, fd: fd)
+        let (lease, fd) = try await call(Host.beginBackgroundTask, name, reason, budgetMicros).values
+        return BackgroundTask(path: lease.rawValue, fd: fd)
     }
 
     /// `ClientLease.Renew` of the client lease at `path`: a new budget of
     /// `budgetMicros` microseconds from now.
     public func renewLease(at path: String, budgetMicros: UInt64) async throws {
-        try await expectEmpty("Renew", try await call("Renew", path: path, interface: VigilAPI.clientLeaseInterface,
-                                                      arguments: [.uint64(budgetMicros)]))
+        _ = try await call(VigilAPI.ClientLease.renew, at: path, budgetMicros)
     }
 
     /// `ClientLease.End` of the client lease at `path`.
     public func endLease(at path: String) async throws {
-        try await expectEmpty("End", try await call("End", path: path, interface: VigilAPI.clientLeaseInterface))
+        _ = try await call(VigilAPI.ClientLease.end, at: path)
     }
 
     // MARK: download sessions
@@ -138,23 +117,36 @@ public struct VigilClient: Sendable {
     /// `DownloadSession.Enqueue` on the download-session strategy at
     /// `session` (its Strategy object): the new download's object path.
     public func enqueue(on session: String, url: String, dest: String, options: [String: BusValue] = [:]) async throws -> String {
-        let reply = try await call("Enqueue", path: session, interface: VigilAPI.downloadSessionInterface,
-                                   arguments: [.string(url), .string(dest), .dictionary(options)])
-        guard reply.body.count == 1, case .objectPath(let download) = reply.body[0] else {
-            throw APIDecodingError("Enqueue returned \(reply.body.map(\.signature).joined()), not o")
-        }
-        return download
+        try await call(VigilAPI.DownloadSession.enqueue, at: session, url, dest, options).values.rawValue
     }
 
     /// `DownloadSession.Cancel`, `Pause` or `Resume` of `download` on the strategy at `session`.
     public func control(_ action: DownloadAction, _ download: String, on session: String) async throws {
-        try await expectEmpty(action.rawValue, try await call(action.rawValue, path: session, interface: VigilAPI.downloadSessionInterface,
-                                                              arguments: [.objectPath(download)]))
+        _ = try await call(action.method, at: session, ObjectPath(download))
     }
 
     /// What `control(_:_:on:)` does to a download.
-    public enum DownloadAction: String, Sendable, CaseIterable {
-        case cancel = "Cancel", pause = "Pause", resume = "Resume"
+    public enum DownloadAction: Sendable, CaseIterable {
+        case cancel, pause, resume
+
+        /// The contract's method for this action.
+        public var method: Method<ObjectPath, BusTuple< >> {
+            switch self {
+            case .cancel: VigilAPI.DownloadSession.cancel
+            case .pause: VigilAPI.DownloadSession.pause
+            case .resume: VigilAPI.DownloadSession.resume
+            }
+        }
+    }
+
+    // MARK: any method
+
+    /// Calls `method` on vigild's object at `path` with typed arguments;
+    /// the reply is decoded as the contract declares it, or this throws
+    /// ``APIDecodingError`` naming the method.
+    public func call<each In, Out>(_ method: Method<repeat each In, Out>, at path: String = VigilAPI.rootPath,
+                                   _ arguments: repeat each In) async throws -> Out {
+        try await connection.call(method, destination: destination, path: path, repeat each arguments, timeout: timeout)
     }
 
     // MARK: any object
@@ -174,7 +166,12 @@ public struct VigilClient: Sendable {
         return all
     }
 
-    /// One property, unwrapped.
+    /// `property` of vigild's object at `path`, as its declared type.
+    public func get<T>(_ property: Property<T>, at path: String = VigilAPI.rootPath) async throws -> T {
+        try await connection.get(property, destination: destination, path: path, timeout: timeout)
+    }
+
+    /// One property of a row-declared interface (Download), unwrapped.
     public func property(_ name: String, of path: String, interface: String) async throws -> BusValue {
         let reply = try await call("Get", path: path, interface: VigilAPI.propertiesInterface,
                                    arguments: [.string(interface), .string(name)])
@@ -207,23 +204,6 @@ public struct VigilClient: Sendable {
     }
 
     // MARK: internals
-
-    private func rows<Row: APIRow>(_ member: String, arguments: [BusValue] = []) async throws -> [Row] {
-        let reply = try await call(member, arguments: arguments)
-        return try decoding(member) { () throws(APIDecodingError) in
-            guard reply.body.count == 1 else {
-                throw APIDecodingError("expected one \(Row.arraySignature), got \(reply.body.map(\.signature).joined())")
-            }
-            return try Row.rows(reply.body[0])
-        }
-    }
-
-    /// A method the contract declares without out arguments must reply empty.
-    private func expectEmpty(_ member: String, _ reply: DBusMessage) async throws {
-        guard reply.body.isEmpty else {
-            throw APIDecodingError("vigild's reply to \(member) is not what the contract declares: \(reply.body.map(\.signature).joined()), not empty")
-        }
-    }
 
     /// A reply that does not match the contract names the member.
     private func decoding<T>(_ member: String, _ body: () throws(APIDecodingError) -> T) throws(APIDecodingError) -> T {

@@ -256,15 +256,16 @@ public struct DBusProperty: Sendable {
     }
 }
 
-/// A signal and its arguments.
-public struct DBusSignal: Sendable {
-    public var name: String
-    public var arguments: [DBusArgument]
-    public init(_ name: String, arguments: [DBusArgument] = []) {
-        self.name = name
-        self.arguments = arguments
+/// A signal and its arguments: the contract's entry (``APISignal``, a
+/// typed ``Signal``'s `declaration`), one type for the API's declarations
+/// and the wire's.
+public typealias DBusSignal = APISignal
+
+extension APISignal {
+    /// A signal named `name` with `arguments`.
+    public init(_ name: String, arguments: [BusArgument]) {
+        self.init(name, arguments)
     }
-    public var signature: String { arguments.map(\.signature).joined() }
 }
 
 /// The interfaces the object server implements itself.

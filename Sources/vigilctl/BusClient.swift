@@ -190,9 +190,9 @@ struct VigilBusClient {
     /// The active leases, each with its `Status` property (a lease that
     /// ends between the list and the read keeps an empty status).
     func leases() async throws -> [ListedLease] {
-        var rows = try await mapped("ListLeases") { try await client.leases() }.map { ListedLease(row: $0) }
+        var rows = try await mapped(VigilAPI.Host.listLeases.name) { try await client.leases() }.map { ListedLease(row: $0) }
         for index in rows.indices {
-            if let status = try? await client.property("Status", of: rows[index].path, interface: Self.leaseInterface).dictionaryValue,
+            if let status = try? await client.get(VigilAPI.Lease.status, at: rows[index].path),
                !status.isEmpty {
                 rows[index].status = status.mapValues(\.description)
             }
@@ -203,13 +203,13 @@ struct VigilBusClient {
     /// The strategies; a waiting one with the conditions it waits for
     /// (its `WaitingFor` property; empty if it started meanwhile).
     func strategies() async throws -> [ListedStrategy] {
-        var rows = try await mapped("ListStrategies") { try await client.strategies() }.map { ListedStrategy(row: $0) }
+        var rows = try await mapped(VigilAPI.Host.listStrategies.name) { try await client.strategies() }.map { ListedStrategy(row: $0) }
         // Each a strategy that may be gone meanwhile (nil then).
         for index in rows.indices where rows[index].state == "waiting" {
-            rows[index].waitingFor = (try? await client.property("WaitingFor", of: rows[index].path, interface: Self.strategyInterface))?.stringValue ?? ""
+            rows[index].waitingFor = (try? await client.get(VigilAPI.Strategy.waitingFor, at: rows[index].path)) ?? ""
         }
         for index in rows.indices where !rows[index].lastError.isEmpty {
-            if case .uint64(let at)? = try? await client.property("LastErrorAt", of: rows[index].path, interface: Self.strategyInterface) {
+            if let at = try? await client.get(VigilAPI.Strategy.lastErrorAt, at: rows[index].path) {
                 rows[index].lastErrorAt = at
             }
         }
@@ -221,7 +221,7 @@ struct VigilBusClient {
     }
 
     func reload() async throws -> ReloadReply {
-        try await mapped("Reload") { try await client.reload() }
+        try await mapped(VigilAPI.Host.reload.name) { try await client.reload() }
     }
 
     func close() async { await connection.close() }

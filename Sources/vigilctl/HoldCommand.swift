@@ -99,7 +99,7 @@ struct HoldCommand: AsyncParsableCommand {
         let watcher = try? await VigilBusClient.connect(busOptions)
         let brokenSleeps = try? await watcher?.connection.signals(matching: DBusMatchRule(
             sender: VigilBusClient.busName, path: VigilBusClient.rootPath, interface: VigilBusClient.hostInterface,
-            member: "SleepBrokeLease"))
+            member: VigilAPI.Host.sleepBrokeLease.name))
         // Unstructured task: cancelled below, once the command has exited.
         let telling = Task {
             guard let brokenSleeps else { return }
@@ -139,18 +139,18 @@ struct HoldCommand: AsyncParsableCommand {
 extension VigilBusClient {
 
     func beginBackgroundTask(name: String, reason: String, budgetMicros: UInt64) async throws -> (path: String, fd: BusFileDescriptor) {
-        let task = try await mapped("BeginBackgroundTask") {
+        let task = try await mapped(VigilAPI.Host.beginBackgroundTask.name) {
             try await client.beginBackgroundTask(name: name, reason: reason, budgetMicros: budgetMicros)
         }
         return (task.path, task.fd)
     }
 
     func renewClientLease(_ path: String, budgetMicros: UInt64) async throws {
-        try await mapped("Renew") { try await client.renewLease(at: path, budgetMicros: budgetMicros) }
+        try await mapped(VigilAPI.ClientLease.renew.name) { try await client.renewLease(at: path, budgetMicros: budgetMicros) }
     }
 
     func endClientLease(_ path: String) async throws {
-        try await mapped("End") { try await client.endLease(at: path) }
+        try await mapped(VigilAPI.ClientLease.end.name) { try await client.endLease(at: path) }
     }
 }
 

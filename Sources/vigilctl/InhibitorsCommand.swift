@@ -103,19 +103,19 @@ struct InhibitorsCommand: AsyncParsableCommand {
     /// --release, --deny or --allow, when given: what vigild did, as one line.
     func control(_ client: VigilBusClient) async throws -> String? {
         if let release {
-            try await client.mapped("ReleaseLease") { try await client.client.releaseLease(release) }
+            try await client.mapped(VigilAPI.Host.releaseLease.name) { try await client.client.releaseLease(release) }
             return "released lease \(release)"
         }
         if let deny {
             var micros: UInt64 = 0
             if let denyFor, case .success(let value) = DurationSyntax.parse(denyFor) { micros = UInt64(value.microseconds) }
-            let released = try await client.mapped("DenyApp") { try await client.client.denyApp(deny, forMicros: micros) }
+            let released = try await client.mapped(VigilAPI.Host.denyApp.name) { try await client.client.denyApp(deny, forMicros: micros) }
             let span = denyFor.flatMap { if case .success(let d) = DurationSyntax.parse($0) { return "for \(d.vigilDescription)" } else { return nil } }
                 ?? "until vigild restarts"
             return "denied \"\(deny)\" \(span); released \(released) held lease\(released == 1 ? "" : "s")"
         }
         if let allow {
-            let lifted = try await client.mapped("AllowApp") { try await client.client.allowApp(allow) }
+            let lifted = try await client.mapped(VigilAPI.Host.allowApp.name) { try await client.client.allowApp(allow) }
             return "allowed \"\(allow)\" until vigild restarts\(lifted ? " (its deny is lifted)" : "")"
         }
         return nil

@@ -122,7 +122,7 @@ extension EndToEnd {
                     "ListStrategies \(StrategyRow.arraySignature) ['mail-sync', 'tick']",
                     "Survival \(RunRow.arraySignature) 1 True running",
                     "Survival future 0",
-                    "Reload \(VigilAPI.host.method("Reload").outArguments.map(\.signature).joined(separator: " ")) True",
+                    "Reload \(VigilAPI.Host.reload.declaration.outArguments.map(\.signature).joined(separator: " ")) True",
                     "Introspect True",
                     "GetManagedObjects a{oa{sa{sv}}} True True",
                     "Ping ok",

@@ -48,6 +48,24 @@ extension EndToEnd {
             #expect((Int(events.stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0) >= 3, "\(events.stdout)\(events.stderr)")
         }
 
+        /// A handler whose argument type is not the contract's does not
+        /// compile: the fixture builds with the declared type, and fails at
+        /// the handler's line, naming both types, with a String instead.
+        @Test func aHandlerOfTheWrongTypeIsACompileError() throws {
+            let fixture = "Tests/Fixtures/WrongHandler"
+            _ = try Self.build(fixture)
+            let package = Build.packageRoot.appendingPathComponent(fixture).path
+            let scratch = Build.packageRoot.appendingPathComponent(".build-fixtures/WrongHandler").path
+            let wrong = try ProcessRunner.run("/usr/bin/env", [
+                "swift", "build", "--package-path", package, "--scratch-path", scratch, "-Xswiftc", "-DWRONG_HANDLER",
+            ])
+            #expect(wrong.status != 0)
+            let output = wrong.stdout + wrong.stderr
+            #expect(output.contains("WrongHandler.swift:6:"), "\(output)")
+            #expect(output.contains("error: cannot convert value of type '@Sendable (BusCaller, String)"), "\(output)")
+            #expect(output.contains("(BusCaller, ObjectPath) async throws -> BusTuple<>"), "\(output)")
+        }
+
         @Test func pluginBuiltForAnotherSDKVersionIsRefused() async throws {
             let pluginDir = try Self.build("Tests/Fixtures/MismatchPlugin")
             let dir = try TempDir()

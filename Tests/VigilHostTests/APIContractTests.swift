@@ -11,19 +11,33 @@ import VigilKitTesting
 @Suite struct IntrospectionContractTests {
     @Test func anInterfaceNeedsAHandlerForEveryDeclaredMemberAndNoOther() throws {
         let api = VigilAPI.clientLease
-        let method = APIMethodHandler.task { _ in [] }
-        let getter = APIPropertyGetter.immediate { .string("") }
-        let properties = Dictionary(uniqueKeysWithValues: api.properties.map { ($0.name, getter) })
+        let end = DBusMethod(VigilAPI.ClientLease.end) { _ in BusTuple() }
+        let renew = DBusMethod(VigilAPI.ClientLease.renew) { _, _ in BusTuple() }
+        let properties: [DBusProperty] = [
+            .immediate(VigilAPI.ClientLease.owner) { _ in "" }, .immediate(VigilAPI.ClientLease.uid) { _ in 0 },
+            .immediate(VigilAPI.ClientLease.pid) { _ in 0 }, .immediate(VigilAPI.ClientLease.name) { _ in "" },
+        ]
         #expect(throws: APIBindingError("org.vigil.Vigil1.ClientLease: declared method without a handler: Renew")) {
-            try DBusInterface(checking: api, methods: ["End": method], properties: properties)
+            try DBusInterface(checking: api, methods: [end], properties: properties)
         }
         #expect(throws: APIBindingError("org.vigil.Vigil1.ClientLease: property handler for an undeclared member: Colour")) {
-            try DBusInterface(checking: api, methods: ["End": method, "Renew": method], properties: properties.merging(["Colour": getter]) { a, _ in a })
+            try DBusInterface(checking: api, methods: [end, renew],
+                              properties: properties + [.immediate(Property("org.example", "Colour", String.self, emitsChange: .const)) { _ in "" }])
         }
         #expect(throws: APIBindingError.self) {
-            try DBusInterface(checking: api, methods: ["End": method, "Renew": method], properties: properties.filter { $0.key != "Uid" })
+            try DBusInterface(checking: api, methods: [end, renew], properties: properties.filter { $0.name != "Uid" })
         }
-        let bound = try DBusInterface(checking: api, methods: ["End": method, "Renew": method], properties: properties)
+        // A property of the same name declared with another type elsewhere.
+        let uid = Property("org.example.Other", "Uid", String.self, emitsChange: .const)
+        #expect(throws: APIBindingError("org.vigil.Vigil1.ClientLease.Uid is bound with another interface's declaration")) {
+            try DBusInterface(checking: api, methods: [end, renew], properties: properties.filter { $0.name != "Uid" } + [.immediate(uid) { _ in "" }])
+        }
+        // A method of the same name declared with other types elsewhere.
+        let other = Method("org.example.Other", "Renew", in: Arg("budget", String.self))
+        #expect(throws: APIBindingError("org.vigil.Vigil1.ClientLease.Renew is bound with another interface's declaration")) {
+            try DBusInterface(checking: api, methods: [end, DBusMethod(other) { _, _ in BusTuple() }], properties: properties)
+        }
+        let bound = try DBusInterface(checking: api, methods: [renew, end], properties: properties)
         #expect(bound.methods.map(\.name) == api.methods.map(\.name))
         #expect(bound.methods.map(\.inSignature) == api.methods.map(\.inSignature))
         #expect(bound.properties.map(\.emitsChange.rawValue) == api.properties.map(\.emitsChange.rawValue))
@@ -37,7 +51,7 @@ import VigilKitTesting
         row.name = "mail-sync"
         row.restarts = 2
         let wire = StrategyRow.array([row])
-        #expect(wire.signature == VigilAPI.host.method("ListStrategies").outSignature)
+        #expect(wire.signature == VigilAPI.Host.listStrategies.declaration.outSignature)
         #expect(throws: Never.self) { try wire.validate() }
         #expect(try StrategyRow.rows(wire) == [row])
         #expect(throws: APIDecodingError.self) { try LeaseRow.rows(wire) }
@@ -148,22 +162,30 @@ import VigilKitTesting
     @Test func aStrategyCannotRegisterADeclaredInterfaceInAnotherShape() async throws {
         let bridge = StrategyBusBridge(logging: WaitableLog<LogLine>().logging)
         let bus = bridge.bus(for: "dl")
-        let api = VigilAPI.downloadSession
-        let handler: BusMethod.Handler = { _, _ in [] }
-        var methods = try api.busMethods(mutating: [], Dictionary(uniqueKeysWithValues: api.methods.map { ($0.name, handler) }))
-        try await bus.register(interface: api.name, methods: methods)
-        methods[0].inArguments[0].signature = "ay"
-        await #expect(throws: BusMethodError.self) { try await bus.register(interface: api.name, methods: methods) }
-        await #expect(throws: BusMethodError.self) { try await bus.register(interface: api.name, methods: Array(methods.dropLast())) }
+        let api = VigilAPI.DownloadSession.self
+        let methods = [
+            api.enqueue.bind(mutating: true) { _, _, _, _ in BusTuple(ObjectPath("/")) },
+            api.cancel.bind(mutating: true) { _, _ in BusTuple() },
+            api.pause.bind(mutating: true) { _, _ in BusTuple() },
+            api.resume.bind(mutating: true) { _, _ in BusTuple() },
+        ]
+        try await bus.register(VigilAPI.downloadSession, methods: methods)
+        // The contract's interface name with another Enqueue (an older SDK's).
+        let older = Method(api.interface, "Enqueue", in: Arg("url", [UInt8].self), out: Arg("download", ObjectPath.self))
+        var olderInterface = VigilAPI.downloadSession
+        olderInterface.methods[0] = older.declaration
+        let olderMethods = [older.bind(mutating: true) { _, _ in BusTuple(ObjectPath("/")) }] + methods.dropFirst()
+        await #expect(throws: BusMethodError.self) { try await bus.register(olderInterface, methods: olderMethods) }
+        await #expect(throws: BusMethodError.self) { try await bus.register(VigilAPI.downloadSession, methods: Array(methods.dropLast())) }
         // An interface the contract does not declare is the strategy's own.
-        try await bus.register(interface: "org.example.Mine", methods: methods)
+        try await bus.register(APIInterface("org.example.Mine", objects: "", methods: olderMethods.map(\.declaration)), methods: olderMethods)
 
         let values = DownloadRow().properties
         let object = try await bus.exportObject(relativePath: VigilAPI.downloadRelativePath(1), interface: VigilAPI.downloadInterface,
-                                                properties: VigilAPI.download.busProperties, values: values)
+                                                properties: VigilAPI.download.properties, values: values)
         await #expect(throws: BusMethodError.self) {
             try await bus.exportObject(relativePath: VigilAPI.downloadRelativePath(2), interface: VigilAPI.downloadInterface,
-                                       properties: VigilAPI.download.busProperties.map { BusProperty($0.name, $0.signature) }, values: values)
+                                       properties: VigilAPI.download.properties.map { BusProperty($0.name, $0.signature) }, values: values)
         }
         await object.remove()
         await bridge.runEnded("dl")

@@ -13,13 +13,15 @@ import VigilKit
         try await HostBusFixture.with(strategies: "[[strategy]]\nkind = \"test-idle\"\nname = \"idle\"") { f in
             let (entered, enteredNow) = AsyncStream<Void>.makeStream()
             let (gate, open) = AsyncStream<Void>.makeStream()
-            try await f.runtime.strategyBus.bus(for: "idle").register(interface: "org.vigil.Test.Gate", methods: [
-                BusMethod("Wait", out: [BusArgument("done", "b")], mutating: false) { _, _ in
-                    enteredNow.yield()
-                    for await _ in gate { break }
-                    return [.bool(true)]
-                },
-            ])
+            let wait = Method("org.vigil.Test.Gate", "Wait", out: Arg("done", Bool.self))
+            try await f.runtime.strategyBus.bus(for: "idle").register(
+                APIInterface(wait.interface, objects: VigilAPI.strategyPath("idle"), methods: [wait.declaration]), methods: [
+                    wait.bind(mutating: false) { _ in
+                        enteredNow.yield()
+                        for await _ in gate { break }
+                        return BusTuple(true)
+                    },
+                ])
             let blocked = Task {
                 try await f.call(VigilAPI.strategyPath("idle"), "org.vigil.Test.Gate", "Wait")
             }

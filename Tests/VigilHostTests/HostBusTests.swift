@@ -53,7 +53,7 @@ private func paths(_ value: BusValue?) -> [String] {
             "name": .string("x"), "count": .integer(-3), "ratio": .float(0.5), "on": .boolean(true),
             "at": .datetime("1979-05-27T07:32:00Z"), "mixed": .array([.integer(1), .string("two")]),
             "nested": .table(["every": .string("10m")]),
-        ])
+        ]).busValue
         #expect(value.signature == "a{sv}")
         #expect(throws: Never.self) { try value.validate() }
         guard case .dict(_, _, let entries) = value else { Issue.record("not a dict"); return }
@@ -187,10 +187,10 @@ private enum Build {
             ])
             let first = seen[safe: 3]?.changedProperties["Status"]
             #expect(first == HostBusValues.status(["State": .string("up"), "Count": .uint(1), "Level": .double(-0.5),
-                                                   "Delta": .int(-2), "Ok": .bool(true)]))
+                                                   "Delta": .int(-2), "Ok": .bool(true)]).busValue)
             // Reads see the newest status before it is announced.
             let latest = HostBusValues.status(["State": .string("up"), "Count": .uint(3), "Level": .double(-0.5),
-                                               "Delta": .int(-2), "Ok": .bool(true)])
+                                               "Delta": .int(-2), "Ok": .bool(true)]).busValue
             #expect(try await f.get(lease(1), VigilAPI.leaseInterface, "Status") == latest)
             #expect(latest.signature == "a{sv}")
 
@@ -201,7 +201,7 @@ private enum Build {
 
             await f.advance(1)
             seen = await signals.wait(for: 6)
-            #expect(seen[safe: 5]?.changedProperties["Status"] == HostBusValues.status(["State": .string("down"), "Count": .uint(4)]))
+            #expect(seen[safe: 5]?.changedProperties["Status"] == HostBusValues.status(["State": .string("down"), "Count": .uint(4)]).busValue)
             #expect(signals.descriptions().count == 6)
         }
     }
@@ -243,13 +243,13 @@ private enum Build {
             #expect(s["State"] == .string("running"))
             #expect(s["Restarts"] == .uint32(0))
             #expect(s["LastError"] == .string(""))
-            #expect(s["Config"] == HostBusValues.configTable(["name": .string("lease-script"), "kind": .string("test-script")]))
+            #expect(s["Config"] == HostBusValues.configTable(["name": .string("lease-script"), "kind": .string("test-script")]).busValue)
 
             let a = try await f.getAll(lease(1), VigilAPI.leaseInterface)
             #expect(a == [
                 "Id": .uint64(1), "Strategy": .string("lease-script"), "Kind": .string("test-script"), "Holds": .string("a"),
                 "Reason": .string("script a"), "AcquiredAt": .uint64(wall0 + 1_000_000), "Deadline": .uint64(wall0 + 11_000_000),
-                "Renewals": .uint32(0), "State": .string("active"), "Status": HostBusValues.status([:]),
+                "Renewals": .uint32(0), "State": .string("active"), "Status": HostBusValues.status([:]).busValue,
             ])
             #expect(try await f.get(lease(3), VigilAPI.leaseInterface, "Deadline") == .uint64(0))
 
@@ -436,7 +436,7 @@ private enum Build {
 
             #expect(paths(try await f.get(root, VigilAPI.hostInterface, "Strategies")) == [strategy("keep"), strategy("change"), strategy("new-one")])
             let config = try await f.get(strategy("change"), VigilAPI.strategyInterface, "Config")
-            #expect(config == HostBusValues.configTable(["name": .string("change"), "kind": .string("test-idle"), "holds": .string("y")]))
+            #expect(config == HostBusValues.configTable(["name": .string("change"), "kind": .string("test-idle"), "holds": .string("y")]).busValue)
             await #expect(throws: DBusError.self) { try await f.getAll(strategy("drop"), VigilAPI.strategyInterface) }
             #expect(await f.runtime.config.strategies.map(\.name) == ["keep", "change", "new-one"])
             #expect(await f.runtime.config.host.survivalInterval == .seconds(60), "[host] changes are not applied")

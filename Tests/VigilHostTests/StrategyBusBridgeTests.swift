@@ -11,7 +11,7 @@ import VigilKitTesting
 /// a second, with the newest values, and state changes at once.
 @Suite struct StrategyBusBridgeTests {
     static let interface = VigilAPI.downloadInterface
-    static let properties = VigilAPI.download.busProperties
+    static let properties = VigilAPI.download.properties
 
     /// A bridge attached to an object server on a private bus, and a client
     /// connection recording every signal the server's connection sends.

@@ -48,7 +48,7 @@ import VigilKit
         try await store.put("k", [1])
         #expect(try await store.all() == ["k": [1]])
         let bus = DetachedStrategyBus(objectPath: "/org/vigil/Vigil1/Strategy/x")
-        try await bus.register(interface: "org.example.X", methods: [])
+        try await bus.register(APIInterface("org.example.X", objects: bus.objectPath), methods: [])
         let object = try await bus.exportObject(relativePath: "Item/1", interface: "org.example.Item", properties: [], values: [:])
         #expect(object.path == "/org/vigil/Vigil1/Strategy/x/Item/1")
     }

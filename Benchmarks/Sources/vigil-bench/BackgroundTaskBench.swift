@@ -71,7 +71,7 @@ func backgroundTaskBench(_ args: [String]) async throws {
         if try await client.nameHasOwner(BenchAPI.echoName) { break }
         try await Task.sleep(for: .milliseconds(10))
     }
-    let echoGet = BenchAPI.hostProperty("Version", destination: BenchAPI.echoName)
+    let echoGet = BenchAPI.hostProperty(VigilAPI.Host.version, destination: BenchAPI.echoName)
     // The floor: the API's messages per lease from a minimal C server.
     let floor = try LeaseFloor.start(address: address)
     defer { floor.terminate(); floor.waitUntilExit() }
@@ -138,7 +138,7 @@ func backgroundTaskBench(_ args: [String]) async throws {
 
 /// How many leases vigild shows (Host.Leases).
 private func activeLeaseCount(_ client: DBusConnection) async throws -> Int {
-    let shown = try await client.call(BenchAPI.hostProperty("Leases")).argument(0, as: DBusVariant.self)
+    let shown = try await client.call(BenchAPI.hostProperty(VigilAPI.Host.leases)).argument(0, as: DBusVariant.self)
     guard case let .array(_, paths) = shown.value else { throw DBusError.failed("Host.Leases is not an array") }
     return paths.count
 }
@@ -186,7 +186,7 @@ private func beginLatencyUnderReads(client: DBusConnection, address: String, ech
     for _ in 0..<readerCount { connections.append(try await DBusConnection.connect(to: .address(address))) }
     let readers = connections
     let stop = ManagedAtomicFlag()
-    let version = BenchAPI.hostProperty("Version"), listLeases = BenchAPI.host("ListLeases")
+    let version = BenchAPI.hostProperty(VigilAPI.Host.version), listLeases = BenchAPI.host(VigilAPI.Host.listLeases)
     // Unstructured task: not cancelled: its readers stop when `stop` is set below, and it is
     // awaited.
     let load = Task {

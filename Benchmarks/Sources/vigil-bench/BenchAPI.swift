@@ -20,26 +20,27 @@ enum BenchAPI {
 
     /// `Host.<method>` on vigild's root object; with `destination` the same
     /// call sent to another service (the echo reference).
-    static func host(_ method: String, _ arguments: [BusValue] = [], destination: String = VigilAPI.busName) -> BenchCall {
-        BenchCall(destination: destination, path: VigilAPI.rootPath, interface: VigilAPI.hostInterface,
-                  member: VigilAPI.host.method(method).name, arguments: arguments)
+    static func host<each In, Out>(_ method: Method<repeat each In, Out>, _ arguments: repeat each In,
+                                   destination: String = VigilAPI.busName) -> BenchCall {
+        BenchCall(destination: destination, path: VigilAPI.rootPath, interface: method.interface,
+                  member: method.name, arguments: method.encode(repeat each arguments))
     }
 
     /// `Properties.Get` of a Host property on vigild's root object (or on `destination`).
-    static func hostProperty(_ property: String, destination: String = VigilAPI.busName) -> BenchCall {
+    static func hostProperty<T>(_ property: Property<T>, destination: String = VigilAPI.busName) -> BenchCall {
         BenchCall(destination: destination, path: VigilAPI.rootPath, interface: VigilAPI.propertiesInterface, member: "Get",
-                  arguments: [.string(VigilAPI.hostInterface), .string(VigilAPI.host.property(property).name)])
+                  arguments: [.string(property.interface), .string(property.name)])
     }
 
     /// `Host.BeginBackgroundTask(name, reason, budget)` (to vigild, or to `destination`).
     static func beginBackgroundTask(name: String, reason: String, budgetMicros: UInt64, destination: String = VigilAPI.busName) -> BenchCall {
-        host("BeginBackgroundTask", [.string(name), .string(reason), .uint64(budgetMicros)], destination: destination)
+        host(VigilAPI.Host.beginBackgroundTask, name, reason, budgetMicros, destination: destination)
     }
 
     /// `ClientLease.End` on the lease object at `path` (of vigild, or of `destination`).
     static func endLease(at path: String, destination: String = VigilAPI.busName) -> BenchCall {
         BenchCall(destination: destination, path: path, interface: VigilAPI.clientLeaseInterface,
-                  member: VigilAPI.clientLease.method("End").name, arguments: [])
+                  member: VigilAPI.ClientLease.end.name, arguments: [])
     }
 }
 

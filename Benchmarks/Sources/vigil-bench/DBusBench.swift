@@ -145,14 +145,14 @@ func dbusAPIBench(_ args: [String]) async throws {
     // Wait until the echo service has its name and the API shows every lease.
     for _ in 0..<500 {
         let echoUp = try await client.nameHasOwner(BenchAPI.echoName)
-        let shown = try await client.call(BenchAPI.hostProperty("Leases")).argument(0, as: DBusVariant.self)
+        let shown = try await client.call(BenchAPI.hostProperty(VigilAPI.Host.leases)).argument(0, as: DBusVariant.self)
         if echoUp, case let .array(_, paths) = shown.value, paths.count == leaseCount { break }
         try await Task.sleep(for: .milliseconds(10))
     }
 
-    let vigilGet = BenchAPI.hostProperty("Version")
-    let echoGet = BenchAPI.hostProperty("Version", destination: BenchAPI.echoName)
-    let listLeases = BenchAPI.host("ListLeases")
+    let vigilGet = BenchAPI.hostProperty(VigilAPI.Host.version)
+    let echoGet = BenchAPI.hostProperty(VigilAPI.Host.version, destination: BenchAPI.echoName)
+    let listLeases = BenchAPI.host(VigilAPI.Host.listLeases)
     let leaseReply = try await client.call(listLeases)
     guard case let .array(_, rows) = leaseReply.body.first, rows.count == leaseCount else {
         throw DBusError.failed("ListLeases returned \(leaseReply.body.first.map { "\($0.signature)" } ?? "nothing"), expected \(leaseCount) leases")

@@ -48,7 +48,7 @@ func dbusHugeCallBench(_ args: [String]) async throws {
     for (label, destination, pid) in [("vigild", VigilAPI.busName, vigild.processIdentifier),
                                       ("echo (C)", BenchAPI.echoName, echo.processIdentifier)] {
         let before = ProcessMemory(pid: pid), peakBefore = peakResidentKiB(pid)
-        let outcome = try hugeCall(bus.address, BenchAPI.host("ListLeases", destination: destination), mib: mib)
+        let outcome = try hugeCall(bus.address, BenchAPI.host(VigilAPI.Host.listLeases, destination: destination), mib: mib)
         let after = ProcessMemory(pid: pid), peakAfter = peakResidentKiB(pid)
         func span(_ before: Int, _ after: Int) -> String { "\(before / 1024) -> \(after / 1024) MiB" }
         print("  \(label.padding(toLength: 9, withPad: " ", startingAt: 0)) \(outcome)   RSS \(span(before.rssKiB, after.rssKiB))"

@@ -52,10 +52,10 @@ enum LeaseFloor {
             guard let copy = strdup(s) else { fatalError("LeaseFloor: out of memory copying \"\(s)\"") }
             return UnsafePointer(copy)
         }
-        let acquired = VigilAPI.host.signal("LeaseAcquired"), released = VigilAPI.host.signal("LeaseReleased")
+        let acquired = VigilAPI.Host.leaseAcquired.declaration, released = VigilAPI.Host.leaseReleased.declaration
         precondition(acquired.signature == "oss" && released.signature == "os",
                      "LeaseFloor sends LeaseAcquired as (oss) and LeaseReleased as (os); the API declares (\(acquired.signature)) and (\(released.signature))")
-        let begin = VigilAPI.host.method("BeginBackgroundTask")
+        let begin = VigilAPI.Host.beginBackgroundTask.declaration
         precondition(begin.inArguments.map(\.signature).joined() == "sst" && begin.outArguments.map(\.signature).joined() == "oh",
                      "LeaseFloor answers BeginBackgroundTask(sst) -> (oh); the API declares otherwise")
         let lease = VigilAPI.lease, client = VigilAPI.clientLease
@@ -92,8 +92,8 @@ enum LeaseFloor {
             lease_path_prefix: text(String(samplePath.dropLast())),
             host_interface: text(VigilAPI.hostInterface), begin_method: text(begin.name),
             acquired_signal: text(acquired.name), released_signal: text(released.name),
-            leases_property: text(VigilAPI.host.property("Leases").name), strategy: text(ClientLeases.strategyName),
-            end_method: text(client.method("End").name), state_property: text(lease.property("State").name),
+            leases_property: text(VigilAPI.Host.leases.name), strategy: text(ClientLeases.strategyName),
+            end_method: text(VigilAPI.ClientLease.end.name), state_property: text(VigilAPI.Lease.state.name),
             released_state: text(LeaseState.released.rawValue),
             released_reason: text("ended by the client"), hangup_reason: text("the client closed its lease fd"),
             lease_ended_error: text(VigilAPI.leaseEndedError),

@@ -49,8 +49,8 @@ func releaseCompareBench(_ args: [String]) async throws {
     defer { that.terminate(); that.waitUntilExit() }
     let clientA = try await DBusConnection.connect(to: .address(busA.address))
     let clientB = try await DBusConnection.connect(to: .address(busB.address))
-    let versionA = try await clientA.call(BenchAPI.hostProperty("Version")).argument(0, as: DBusVariant.self)
-    let versionB = try await clientB.call(BenchAPI.hostProperty("Version")).argument(0, as: DBusVariant.self)
+    let versionA = try await clientA.call(BenchAPI.hostProperty(VigilAPI.Host.version)).argument(0, as: DBusVariant.self)
+    let versionB = try await clientB.call(BenchAPI.hostProperty(VigilAPI.Host.version)).argument(0, as: DBusVariant.self)
     let here = try hostBuildDirectory().path
     print("release-compare: this vigild (\(here), Version \(versionA.value)) against \(other.path)/vigild (Version \(versionB.value));")
     #if DEBUG
@@ -61,7 +61,7 @@ func releaseCompareBench(_ args: [String]) async throws {
     print("each on its own private dbus-daemon, power none, no strategies; \(build); 2 cores shared by all.")
     print("(each figure: median of \(rounds) rounds, each this then other; spread: (max - min) / median of a side's rounds)")
 
-    let get = BenchAPI.hostProperty("Version")
+    let get = BenchAPI.hostProperty(VigilAPI.Host.version)
     _ = try await measureCalls(clientA, get, calls: min(calls, 1000), inFlight: 1)  // warm-up
     _ = try await measureCalls(clientB, get, calls: min(calls, 1000), inFlight: 1)
     var verdicts: [String] = []

@@ -66,10 +66,10 @@ public actor HostBusAPI {
         var strategies: [String: StrategyEntry] = [:]
         var leases: [LeaseID: LeaseEntry] = [:]
         /// Encoded on the first read after a change.
-        var strategyPaths: BusValue?
-        var strategyRows: BusValue?
-        var leasePaths: BusValue?
-        var leaseRows: DBusPreparedBody?
+        var strategyPaths: BusEncoded<[ObjectPath]>?
+        var strategyRows: [StrategyRow]?
+        var leasePaths: BusEncoded<[ObjectPath]>?
+        var leaseRows: DBusPreparedReply<BusTuple<[LeaseRow]>>?
         /// The highest lease id whose object was exported.
         var highestShownLease: UInt64 = 0
         /// The pace of the Host's `Leases` announcements.
@@ -227,10 +227,9 @@ public actor HostBusAPI {
     private func tell(_ broken: BrokenSleep) async {
         for lease in broken.leases {
             do {
-                try await emit("SleepBrokeLease", [
-                    .objectPath(VigilAPI.leasePath(LeaseID(lease.id))), .string(lease.holder), .string(lease.name),
-                    .uint64(UInt64(max(0, broken.sleptMicros))), .string(broken.wakeCause),
-                ])
+                try await emit(VigilAPI.Host.sleepBrokeLease, SleepBrokeLeaseSignal(
+                    lease: VigilAPI.leasePath(LeaseID(lease.id)), holder: lease.holder, name: lease.name,
+                    sleptUsec: UInt64(max(0, broken.sleptMicros)), wakeCause: broken.wakeCause))
             } catch {
                 log.warning("cannot announce that sleep broke lease \(lease.id): \(error)")
             }
@@ -306,35 +305,35 @@ public actor HostBusAPI {
         }
     }
 
-    nonisolated func strategyPaths() -> BusValue {
+    nonisolated func strategyPaths() -> BusEncoded<[ObjectPath]> {
         published.withLock { state in
             if let cached = state.strategyPaths { return cached }
-            let paths = BusValue.array(elementSignature: "o", state.strategyOrder.map { .objectPath(VigilAPI.strategyPath($0)) })
+            let paths = BusEncoded(state.strategyOrder.map { ObjectPath(VigilAPI.strategyPath($0)) })
             state.strategyPaths = paths
             return paths
         }
     }
 
-    nonisolated func leasePaths() -> BusValue {
+    nonisolated func leasePaths() -> BusEncoded<[ObjectPath]> {
         published.withLock { state in
             if let cached = state.leasePaths { return cached }
-            let paths = BusValue.array(elementSignature: "o", state.leases.keys.sorted().map { .objectPath(VigilAPI.leasePath($0)) })
+            let paths = BusEncoded(state.leases.keys.sorted().map { ObjectPath(VigilAPI.leasePath($0)) })
             state.leasePaths = paths
             return paths
         }
     }
 
     /// The ListLeases reply body, marshalled once per change.
-    nonisolated func leaseRows() throws(DBusError) -> DBusPreparedBody {
+    nonisolated func leaseRows() throws(DBusError) -> DBusPreparedReply<BusTuple<[LeaseRow]>> {
         try published.withLock { state throws(DBusError) in
             if let cached = state.leaseRows { return cached }
-            let rows = try DBusPreparedBody([Self.leaseRows(state.leases)])
+            let rows = try DBusPreparedReply(BusTuple(Self.leaseRows(state.leases)))
             state.leaseRows = rows
             return rows
         }
     }
 
-    nonisolated func strategyRows() -> BusValue {
+    nonisolated func strategyRows() -> [StrategyRow] {
         published.withLock { state in
             if let cached = state.strategyRows { return cached }
             let rows = Self.strategyRows(order: state.strategyOrder, state.strategies)
@@ -343,8 +342,8 @@ public actor HostBusAPI {
         }
     }
 
-    static func leaseRows(_ leases: [LeaseID: LeaseEntry]) -> BusValue {
-        LeaseRow.array(leases.keys.sorted().compactMap { id -> LeaseRow? in
+    static func leaseRows(_ leases: [LeaseID: LeaseEntry]) -> [LeaseRow] {
+        leases.keys.sorted().compactMap { id -> LeaseRow? in
             guard let entry = leases[id] else { return nil }
             let lease = entry.snapshot
             return LeaseRow(
@@ -352,26 +351,26 @@ public actor HostBusAPI {
                 holds: lease.holds, reason: lease.reason, acquiredAt: UInt64(clamping: lease.acquiredWallMicros),
                 deadline: HostBusValues.deadlineWallMicros(lease), renewals: UInt32(clamping: lease.renewals),
                 state: lease.state.rawValue)
-        })
+        }
     }
 
-    static func strategyRows(order strategyOrder: [String], _ strategies: [String: StrategyEntry]) -> BusValue {
-        StrategyRow.array(strategyOrder.compactMap { name -> StrategyRow? in
+    static func strategyRows(order strategyOrder: [String], _ strategies: [String: StrategyEntry]) -> [StrategyRow] {
+        strategyOrder.compactMap { name -> StrategyRow? in
             guard let status = strategies[name]?.status else { return nil }
             return StrategyRow(path: VigilAPI.strategyPath(name), name: name, kind: status.kind, state: status.state.rawValue,
                                restarts: UInt32(clamping: status.restarts), lastError: status.lastError ?? "")
-        })
+        }
     }
 
     /// `Survival`: runs that started at or after `since` (0: all), newest first.
-    nonisolated func survivalRows(since: UInt64) throws -> BusValue {
+    nonisolated func survivalRows(since: UInt64) throws -> [RunRow] {
         let runs: [RunSummary]
         do {
             runs = try survival.runs(startedSince: Int64(clamping: since))
         } catch {
             throw DBusError.failed("cannot read the survival log: \(error)")
         }
-        return RunRow.array(runs.map(RunRow.init))
+        return runs.map(RunRow.init)
     }
 
     // MARK: following the host
@@ -392,7 +391,7 @@ public actor HostBusAPI {
                 guard leaseEntry(id) == nil else { return }
                 // One hop to the connection's queue: the object, then the signals.
                 try await addLease(event.lease, on: server, then: published.withLock { announceLeases(&$0) } + [
-                    Self.hostSignal("LeaseAcquired", [.objectPath(path), .string(event.lease.strategy), .string(event.lease.holds)]),
+                    Self.hostSignal(VigilAPI.Host.leaseAcquired, LeaseAcquiredSignal(lease: path, strategy: event.lease.strategy, holds: event.lease.holds)),
                 ])
             case .renewed:
                 showRenewal(event.lease, on: server)
@@ -430,7 +429,7 @@ public actor HostBusAPI {
             }
             return paths
         }
-        await limiter?.changed(shown, properties: ["Status"])
+        await limiter?.changed(shown, properties: [VigilAPI.Lease.status.name])
     }
 
     /// How long the expiration handler of an expiring lease may still run
@@ -447,30 +446,32 @@ public actor HostBusAPI {
             guard var entry = strategies[status.name] else {
                 guard status.state != .stopped else { return }
                 try await addStrategy(status, on: server)
-                try await server.emitPropertiesChanged(path: VigilAPI.rootPath, interface: VigilAPI.hostInterface, properties: ["Strategies"])
-                try await emit("StrategyStateChanged", [.objectPath(path), .string(status.state.rawValue), .string(status.lastError ?? "")])
+                try await server.emitPropertiesChanged(path: VigilAPI.rootPath, interface: VigilAPI.hostInterface, properties: [VigilAPI.Host.strategies.name])
+                try await emit(VigilAPI.Host.strategyStateChanged, StrategyStateChangedSignal(
+                    strategy: path, state: status.state.rawValue, lastError: status.lastError ?? ""))
                 return
             }
             let old = entry.status
             var changed: [String] = []
-            if old.state != status.state { changed.append("State") }
-            if old.restarts != status.restarts { changed.append("Restarts") }
-            if old.lastError != status.lastError { changed.append("LastError") }
-            if old.lastErrorWallMicros != status.lastErrorWallMicros { changed.append("LastErrorAt") }
-            if old.waitingFor != status.waitingFor { changed.append("WaitingFor") }
+            if old.state != status.state { changed.append(VigilAPI.Strategy.state.name) }
+            if old.restarts != status.restarts { changed.append(VigilAPI.Strategy.restarts.name) }
+            if old.lastError != status.lastError { changed.append(VigilAPI.Strategy.lastError.name) }
+            if old.lastErrorWallMicros != status.lastErrorWallMicros { changed.append(VigilAPI.Strategy.lastErrorAt.name) }
+            if old.waitingFor != status.waitingFor { changed.append(VigilAPI.Strategy.waitingFor.name) }
             guard !changed.isEmpty else { return }
             entry.status = status
             strategies[status.name] = entry
             try await server.emitPropertiesChanged(path: path, interface: VigilAPI.strategyInterface, properties: changed)
             if old.state != status.state || old.lastError != status.lastError {
-                try await emit("StrategyStateChanged", [.objectPath(path), .string(status.state.rawValue), .string(status.lastError ?? "")])
+                try await emit(VigilAPI.Host.strategyStateChanged, StrategyStateChangedSignal(
+                    strategy: path, state: status.state.rawValue, lastError: status.lastError ?? ""))
             }
             if status.state == .stopped {
                 strategies[status.name] = nil
                 strategyOrder.removeAll { $0 == status.name }
                 try await server.unexport(path)
                 await services.strategyBus.strategyUnexported(status.name)
-                try await server.emitPropertiesChanged(path: VigilAPI.rootPath, interface: VigilAPI.hostInterface, properties: ["Strategies"])
+                try await server.emitPropertiesChanged(path: VigilAPI.rootPath, interface: VigilAPI.hostInterface, properties: [VigilAPI.Host.strategies.name])
             }
         } catch {
             log.warning("cannot publish the state of strategy \(status.name) on D-Bus: \(error)", metadata: ["strategy": "\(status.name)"])
@@ -539,7 +540,7 @@ public actor HostBusAPI {
                 changes = [
                     .export(path: path, interfaces: [shared.lease, shared.clientLease]),
                 ] + announceLeases(&state) + [
-                    Self.hostSignal("LeaseAcquired", [.objectPath(path), .string(event.lease.strategy), .string(event.lease.holds)]),
+                    Self.hostSignal(VigilAPI.Host.leaseAcquired, LeaseAcquiredSignal(lease: path, strategy: event.lease.strategy, holds: event.lease.holds)),
                 ]
             case .expiring:
                 guard let index = state.leases.index(forKey: id), state.leases.values[index].snapshot.state == .active else { return }
@@ -563,13 +564,13 @@ public actor HostBusAPI {
     /// A lease's budget ran out: its State, the Host's signal, and a client
     /// lease's own Expiring.
     private static func leaseExpiringChanges(_ event: LeaseEvent, path: String) -> [DBusObjectServer.Change] {
-        let remaining = BusValue.uint64(remainingMicros(event))
+        let remaining = remainingMicros(event)
         var changes: [DBusObjectServer.Change] = [
-            .propertiesChanged(path: path, interface: VigilAPI.leaseInterface, properties: ["State"]),
-            Self.hostSignal("LeaseExpiring", [.objectPath(path), remaining]),
+            .propertiesChanged(path: path, interface: VigilAPI.leaseInterface, properties: [VigilAPI.Lease.state.name]),
+            Self.hostSignal(VigilAPI.Host.leaseExpiring, LeaseExpiringSignal(lease: path, remainingUsec: remaining)),
         ]
         if event.lease.strategy == ClientLeases.strategyName {
-            changes.append(.emit(path: path, interface: VigilAPI.clientLeaseInterface, signal: "Expiring", arguments: [remaining]))
+            changes.append(.signal(VigilAPI.ClientLease.expiring, at: path, BusTuple(remaining)))
         }
         return changes
     }
@@ -581,15 +582,15 @@ public actor HostBusAPI {
     private static func leaseEndChanges(_ event: LeaseEvent, path: String) -> [DBusObjectServer.Change] {
         var changes: [DBusObjectServer.Change] = [
             .propertiesChangedValues(path: path, interface: VigilAPI.leaseInterface,
-                                     values: [(name: "State", value: .string(event.lease.state.rawValue))]),
+                                     values: [(name: VigilAPI.Lease.state.name, value: .string(event.lease.state.rawValue))]),
         ]
         if event.kind == .expired {
-            changes.append(Self.hostSignal("LeaseExpired", [.objectPath(path), .bool(event.forced)]))
+            changes.append(Self.hostSignal(VigilAPI.Host.leaseExpired, LeaseExpiredSignal(lease: path, forced: event.forced)))
             if event.lease.strategy == ClientLeases.strategyName {
-                changes.append(.emit(path: path, interface: VigilAPI.clientLeaseInterface, signal: "Expired"))
+                changes.append(.signal(VigilAPI.ClientLease.expired, at: path, BusTuple()))
             }
         } else {
-            changes.append(Self.hostSignal("LeaseReleased", [.objectPath(path), .string(event.detail)]))
+            changes.append(Self.hostSignal(VigilAPI.Host.leaseReleased, LeaseReleasedSignal(lease: path, reason: event.detail)))
         }
         changes.append(.unexport(path: path))
         return changes
@@ -606,7 +607,7 @@ public actor HostBusAPI {
         let clock = services.clock
         switch state.leasesPace.changed(at: clock.now) {
         case .now:
-            return [Self.hostPropertiesChanged(["Leases"])]
+            return [Self.hostPropertiesChanged([VigilAPI.Host.leases.name])]
         case .at(let due):
             // Unstructured task: not cancelled: it ends at `due` (within the pace's interval),
             // holds the API weakly, and is called under the lock, where nothing may wait.
@@ -627,7 +628,7 @@ public actor HostBusAPI {
         published.withLock { state in
             guard state.leasesPace.isPlanned, let server = state.server else { return }
             state.leasesPace.announced(at: services.clock.now)
-            server.applyQueued([Self.hostPropertiesChanged(["Leases"])]) { error in
+            server.applyQueued([Self.hostPropertiesChanged([VigilAPI.Host.leases.name])]) { error in
                 log.warning("cannot announce the Host's Leases on D-Bus: \(error)")
             }
         }
@@ -650,8 +651,8 @@ public actor HostBusAPI {
             let path = state.leases.values[index].path
             let log = self.log
             server.applyQueued([
-                .propertiesChanged(path: path, interface: VigilAPI.leaseInterface, properties: ["Deadline", "Renewals"]),
-                Self.hostSignal("LeaseRenewed", [.objectPath(path), .uint64(HostBusValues.deadlineWallMicros(lease))]),
+                .propertiesChanged(path: path, interface: VigilAPI.leaseInterface, properties: [VigilAPI.Lease.deadline.name, VigilAPI.Lease.renewals.name]),
+                Self.hostSignal(VigilAPI.Host.leaseRenewed, LeaseRenewedSignal(lease: path, deadline: HostBusValues.deadlineWallMicros(lease))),
             ]) { error in
                 log.with(lease: id).warning("cannot publish lease \(id) renewed on D-Bus: \(error)")
             }
@@ -684,13 +685,13 @@ public actor HostBusAPI {
         for waiter in waiters { waiter.resume() }
     }
 
-    private func emit(_ signal: String, _ arguments: [BusValue]) async throws {
-        try await server?.apply([Self.hostSignal(signal, arguments)])
+    private func emit<Body>(_ signal: Signal<Body>, _ body: Body) async throws {
+        try await server?.apply([Self.hostSignal(signal, body)])
     }
 
     /// A signal of the Host interface on the root object.
-    private static func hostSignal(_ signal: String, _ arguments: [BusValue]) -> DBusObjectServer.Change {
-        .emit(path: VigilAPI.rootPath, interface: VigilAPI.hostInterface, signal: signal, arguments: arguments)
+    private static func hostSignal<Body>(_ signal: Signal<Body>, _ body: Body) -> DBusObjectServer.Change {
+        .signal(signal, at: VigilAPI.rootPath, body)
     }
 
     /// PropertiesChanged of Host properties on the root object.

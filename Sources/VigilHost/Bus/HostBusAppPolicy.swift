@@ -6,7 +6,7 @@ import VigilKit
 /// `--release`). The three that change something follow Reload's trust
 /// rule: root and vigild's uid only (docs/security.md).
 extension HostBusAPI {
-    nonisolated func appPolicy() async -> [BusValue] {
+    nonisolated func appPolicy() async -> AppPolicyReply {
         let policy = services.inhibits.policy
         func micros(_ d: Duration?) -> Int64 { d.map { max(0, $0.microseconds) } ?? -1 }
         var reply = AppPolicyReply()
@@ -15,13 +15,11 @@ extension HostBusAPI {
             AppLimitRow(lease: $0.lease.rawValue, app: $0.app, rule: $0.rule, capLeftUsec: micros($0.capLeft), budgetLeftUsec: micros($0.budgetLeft))
         }
         reply.apps = await policy.appCounts().map { AppCountRow(app: $0.app, refused: $0.refused, expired: $0.expired) }
-        return [AppRuleRow.array(reply.rules), AppLimitRow.array(reply.leases), AppCountRow.array(reply.apps)]
+        return reply
     }
 
-    nonisolated func denyApp(_ call: DBusMethodCall) async throws -> [BusValue] {
-        let caller = try await requireMayMutate(call, "DenyApp")
-        let pattern = try call.argument(0, as: String.self)
-        let forMicros = try call.argument(1, as: UInt64.self)
+    nonisolated func denyApp(_ call: DBusMethodCall, _ pattern: String, forMicros: UInt64) async throws -> BusTuple<UInt32> {
+        let caller = try await requireMayMutate(call, VigilAPI.Host.denyApp)
         let duration: Duration? = forMicros == 0 ? nil : .microseconds(Int64(clamping: forMicros))
         let held: [LeaseID]
         do {
@@ -35,12 +33,11 @@ extension HostBusAPI {
         let detail = "denied by vigilctl inhibitors --deny \"\(shown)\" (uid \(caller))"
         var released: UInt32 = 0
         for id in held where await release(id, detail: detail) { released += 1 }
-        return [.uint32(released)]
+        return BusTuple(released)
     }
 
-    nonisolated func allowApp(_ call: DBusMethodCall) async throws -> [BusValue] {
-        let caller = try await requireMayMutate(call, "AllowApp")
-        let pattern = try call.argument(0, as: String.self)
+    nonisolated func allowApp(_ call: DBusMethodCall, _ pattern: String) async throws -> BusTuple<Bool> {
+        let caller = try await requireMayMutate(call, VigilAPI.Host.allowApp)
         let lifted: Bool
         do {
             lifted = try await services.inhibits.policy.allow(pattern)
@@ -48,12 +45,12 @@ extension HostBusAPI {
             throw error.dbusError
         }
         log.notice("uid \(caller) allowed apps matching \"\(ClientText.excerpt(pattern))\"\(lifted ? ", lifting its deny" : "") until vigild restarts")
-        return [.bool(lifted)]
+        return BusTuple(lifted)
     }
 
-    nonisolated func releaseLease(_ call: DBusMethodCall) async throws {
-        let caller = try await requireMayMutate(call, "ReleaseLease")
-        let id = LeaseID(try call.argument(0, as: UInt64.self))
+    nonisolated func releaseLease(_ call: DBusMethodCall, _ lease: UInt64) async throws {
+        let caller = try await requireMayMutate(call, VigilAPI.Host.releaseLease)
+        let id = LeaseID(lease)
         if await release(id, detail: "released by vigilctl inhibitors --release (uid \(caller))") {
             log.notice("uid \(caller) released lease \(id)")
             return
@@ -71,9 +68,9 @@ extension HostBusAPI {
     }
 
     /// The caller's uid, after Reload's trust rule.
-    private nonisolated func requireMayMutate(_ call: DBusMethodCall, _ method: String) async throws -> UInt32 {
+    nonisolated func requireMayMutate<each In, Out>(_ call: DBusMethodCall, _ method: Method<repeat each In, Out>) async throws -> UInt32 {
         let uid = try await credentials.of(call.sender).uid
-        try Self.requireMayMutate(callerUID: uid, hostUID: hostUID, method: "\(VigilAPI.hostInterface).\(method)")
+        try Self.requireMayMutate(callerUID: uid, hostUID: hostUID, method: "\(method.interface).\(method.name)")
         return uid
     }
 }

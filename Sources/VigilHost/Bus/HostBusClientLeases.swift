@@ -6,10 +6,8 @@ extension ClientLeaseError {
 }
 
 extension HostBusAPI {
-    nonisolated func beginBackgroundTask(_ call: DBusMethodCall) async throws -> [BusValue] {
-        let name = try call.argument(0, as: String.self)
-        let reason = try call.argument(1, as: String.self)
-        let budget = try call.argument(2, as: UInt64.self)
+    nonisolated func beginBackgroundTask(_ call: DBusMethodCall, name: String, reason: String,
+                                         budget: UInt64) async throws -> BusTuple<ObjectPath, BusFileDescriptor> {
         do {
             try ClientInputLimit.leaseName.check(name)
             try ClientInputLimit.leaseReason.check(reason)
@@ -34,7 +32,7 @@ extension HostBusAPI {
         // client can call End or Renew at once. The registry's observer
         // (``showClientLeaseEvent(_:)``) queued its export on the connection
         // as the lease began, ahead of this reply.
-        return [.objectPath(VigilAPI.leasePath(granted.lease.id)), .unixFD(fd)]
+        return BusTuple(ObjectPath(VigilAPI.leasePath(granted.lease.id)), fd)
     }
 
     nonisolated func endClientLease(_ id: LeaseID, _ call: DBusMethodCall) async throws {

@@ -17,86 +17,89 @@ enum HostBusInterfaces {
     static func host(_ api: HostBusAPI?) -> DBusInterface {
         let services = api?.services
         // A value of the host read without waiting: answered on the connection's queue.
-        func now<T: BusEncodable>(_ value: @escaping @Sendable (HostBusServices) -> T) -> APIPropertyGetter {
-            .immediate {
+        func now<T>(_ property: Property<T>, _ value: @escaping @Sendable (HostBusServices) -> T) -> DBusProperty {
+            .immediate(property) { _ in
                 guard let services else { throw gone() }
-                return value(services).busValue
+                return value(services)
             }
         }
         // A value that needs a wait (the store, the health actor).
-        func awaiting<T: BusEncodable>(_ value: @escaping @Sendable (HostBusServices) async -> T) -> APIPropertyGetter {
-            .task {
+        func awaiting<T>(_ property: Property<T>, _ value: @escaping @Sendable (HostBusServices) async -> T) -> DBusProperty {
+            .task(property) {
                 guard let services else { throw gone() }
-                return await value(services).busValue
+                return await value(services)
             }
         }
+        typealias Host = VigilAPI.Host
         return DBusInterface(
             api: VigilAPI.host,
             methods: [
-                "ListLeases": .prepared { [weak api] _ in
+                .prepared(Host.listLeases) { [weak api] _ in
                     guard let api else { throw gone() }
                     return try api.leaseRows()
                 },
-                "ListStrategies": .immediate { [weak api] _ in
+                .immediate(Host.listStrategies) { [weak api] _ in
                     guard let api else { throw gone() }
-                    return [api.strategyRows()]
+                    return BusTuple(api.strategyRows())
                 },
-                "Survival": .task { [weak api] call in
+                DBusMethod(Host.survival) { [weak api] _, since in
                     guard let api else { throw gone() }
-                    return [try api.survivalRows(since: try call.argument(0, as: UInt64.self))]
+                    return BusTuple(try api.survivalRows(since: since))
                 },
-                "BeginBackgroundTask": .brief { [weak api] call in
+                .brief(Host.beginBackgroundTask) { [weak api] call, name, reason, budget in
                     guard let api else { throw gone() }
-                    return try await api.beginBackgroundTask(call)
+                    return try await api.beginBackgroundTask(call, name: name, reason: reason, budget: budget)
                 },
-                "Reload": .task { [weak api] call in
+                DBusMethod(Host.reload) { [weak api] call in
                     guard let api else { throw gone() }
-                    let uid = try await api.credentials.of(call.sender).uid
-                    try HostBusAPI.requireMayMutate(callerUID: uid, hostUID: api.hostUID, method: "\(VigilAPI.hostInterface).Reload")
+                    _ = try await api.requireMayMutate(call, Host.reload)
                     let result = await api.services.reload()
-                    return [.bool(result.applied), result.messages.busValue]
+                    var reply = ReloadReply()
+                    reply.applied = result.applied
+                    reply.messages = result.messages
+                    return reply
                 },
-                "AppPolicy": .task { [weak api] _ in
+                DBusMethod(Host.appPolicy) { [weak api] _ in
                     guard let api else { throw gone() }
                     return await api.appPolicy()
                 },
-                "DenyApp": .task { [weak api] call in
+                DBusMethod(Host.denyApp) { [weak api] call, pattern, forMicros in
                     guard let api else { throw gone() }
-                    return try await api.denyApp(call)
+                    return try await api.denyApp(call, pattern, forMicros: forMicros)
                 },
-                "AllowApp": .task { [weak api] call in
+                DBusMethod(Host.allowApp) { [weak api] call, pattern in
                     guard let api else { throw gone() }
-                    return try await api.allowApp(call)
+                    return try await api.allowApp(call, pattern)
                 },
-                "ReleaseLease": .task { [weak api] call in
+                DBusMethod(Host.releaseLease) { [weak api] call, lease in
                     guard let api else { throw gone() }
-                    try await api.releaseLease(call)
-                    return []
+                    try await api.releaseLease(call, lease)
+                    return BusTuple()
                 },
             ],
             properties: [
-                "Version": now { $0.version },
-                "RunId": now { $0.runId },
-                "StartedAt": now { UInt64(clamping: $0.startedWallMicros) },
-                "SurvivalSeconds": now { services in
+                now(Host.version) { $0.version },
+                now(Host.runId) { $0.runId },
+                now(Host.startedAt) { UInt64(clamping: $0.startedWallMicros) },
+                now(Host.survivalSeconds) { services in
                     UInt64(clamping: max(0, (services.clock.now - services.startedAt).components.seconds))
                 },
-                "PowerBackend": now { $0.registry.backend.name },
-                "PowerBackendReason": now { $0.registry.backend.reason },
-                "WakeClock": now { $0.scheduler.clockInfo.clock },
-                "WakeClockReason": now { $0.scheduler.clockInfo.reason },
-                "CanWakeSystem": now { $0.scheduler.clockInfo.canWakeSystem },
-                "ConfigPath": now { $0.configPath },
-                "StoreWritable": awaiting { await $0.store.unwritableState == nil },
-                "DroppedLogLines": awaiting { UInt64(clamping: await $0.health().droppedLogLines) },
-                "Strategies": .immediate { [weak api] in
+                now(Host.powerBackend) { $0.registry.backend.name },
+                now(Host.powerBackendReason) { $0.registry.backend.reason },
+                now(Host.wakeClock) { $0.scheduler.clockInfo.clock },
+                now(Host.wakeClockReason) { $0.scheduler.clockInfo.reason },
+                now(Host.canWakeSystem) { $0.scheduler.clockInfo.canWakeSystem },
+                now(Host.configPath) { $0.configPath },
+                awaiting(Host.storeWritable) { await $0.store.unwritableState == nil },
+                awaiting(Host.droppedLogLines) { UInt64(clamping: await $0.health().droppedLogLines) },
+                .immediate(Host.strategies, encoded: { [weak api] _ in
                     guard let api else { throw gone() }
                     return api.strategyPaths()
-                },
-                "Leases": .immediate { [weak api] in
+                }),
+                .immediate(Host.leases, encoded: { [weak api] _ in
                     guard let api else { throw gone() }
                     return api.leasePaths()
-                },
+                }),
             ]
         )
     }
@@ -104,8 +107,8 @@ enum HostBusInterfaces {
     // MARK: Strategy
 
     static func strategy(_ api: HostBusAPI?, name: String) -> DBusInterface {
-        func read(_ value: @escaping @Sendable (HostBusAPI.StrategyEntry) -> BusValue) -> APIPropertyGetter {
-            .immediate { [weak api] in
+        func read<T>(_ property: Property<T>, _ value: @escaping @Sendable (HostBusAPI.StrategyEntry) -> T) -> DBusProperty {
+            .immediate(property) { [weak api] _ in
                 guard let api else { throw gone() }
                 guard let entry = api.strategy(named: name) else {
                     throw DBusError.unknownObject("strategy \"\(name)\" is no longer configured")
@@ -114,32 +117,38 @@ enum HostBusInterfaces {
             }
         }
         // The cost counters, read when asked (no change signal): one
-        // getter per field of the contract's row.
-        func cost(_ field: String) -> APIPropertyGetter {
-            .immediate { [weak api] in
+        // getter per field of the contract's row, declared by its fields.
+        let costs = VigilAPI.strategy.properties.filter { declared in StrategyCostRow.fields.contains { $0.name == declared.name } }.map { declared in
+            DBusProperty(declared) { [weak api] _ in
                 guard let api else { throw gone() }
                 guard api.strategy(named: name) != nil else {
                     throw DBusError.unknownObject("strategy \"\(name)\" is no longer configured")
                 }
-                guard let value = api.services.costs.cost(of: name).properties[field] else {
-                    throw DBusError.failed("\(field) is not a field of StrategyCostRow")
+                guard let value = api.services.costs.cost(of: name).properties[declared.name] else {
+                    throw DBusError.failed("\(declared.name) is not a field of StrategyCostRow")
                 }
                 return value
             }
         }
-        let costs = Dictionary(uniqueKeysWithValues: StrategyCostRow.fields.map { ($0.name, cost($0.name)) })
+        typealias Strategy = VigilAPI.Strategy
         return DBusInterface(
             api: VigilAPI.strategy,
-            properties: costs.merging([
-                "Name": read { .string($0.status.name) },
-                "Kind": read { .string($0.status.kind) },
-                "State": read { .string($0.status.state.rawValue) },
-                "Restarts": read { .uint32(UInt32(clamping: $0.status.restarts)) },
-                "LastError": read { .string($0.status.lastError ?? "") },
-                "LastErrorAt": read { .uint64(UInt64(clamping: $0.status.lastErrorWallMicros ?? 0)) },
-                "WaitingFor": read { .string($0.status.waitingFor) },
-                "Config": read { HostBusValues.configTable($0.config) },
-            ]) { _, own in own }
+            properties: [
+                read(Strategy.name) { $0.status.name },
+                read(Strategy.kind) { $0.status.kind },
+                read(Strategy.state) { $0.status.state.rawValue },
+                read(Strategy.restarts) { UInt32(clamping: $0.status.restarts) },
+                read(Strategy.lastError) { $0.status.lastError ?? "" },
+                read(Strategy.lastErrorAt) { UInt64(clamping: $0.status.lastErrorWallMicros ?? 0) },
+                read(Strategy.waitingFor) { $0.status.waitingFor },
+                .immediate(Strategy.config, encoded: { [weak api] _ in
+                    guard let api else { throw gone() }
+                    guard let entry = api.strategy(named: name) else {
+                        throw DBusError.unknownObject("strategy \"\(name)\" is no longer configured")
+                    }
+                    return HostBusValues.configTable(entry.config)
+                }),
+            ] + costs
         )
     }
 
@@ -149,22 +158,23 @@ enum HostBusInterfaces {
     /// getter reads the lease whose object path it is given, so exporting a
     /// lease makes no getters of its own (thousands of leases come and go).
     static func lease(_ api: HostBusAPI?) -> DBusInterface {
-        func read(_ value: @escaping @Sendable (borrowing HostBusAPI.LeaseEntry) -> BusValue) -> APIPropertyGetter {
-            .immediateAt { [weak api] path in try readEntry(api, path, value) }
+        func read<T>(_ property: Property<T>, _ value: @escaping @Sendable (borrowing HostBusAPI.LeaseEntry) -> T) -> DBusProperty {
+            .immediate(property) { [weak api] path in try readEntry(api, path, value) }
         }
+        typealias Lease = VigilAPI.Lease
         return DBusInterface(
             api: VigilAPI.lease,
             properties: [
-                "Id": read { .uint64($0.snapshot.id.rawValue) },
-                "Strategy": read { .string($0.snapshot.strategy) },
-                "Kind": read { .string($0.kind) },
-                "Holds": read { .string($0.snapshot.holds) },
-                "Reason": read { .string($0.snapshot.reason) },
-                "AcquiredAt": read { .uint64(UInt64(clamping: $0.snapshot.acquiredWallMicros)) },
-                "Deadline": read { .uint64(HostBusValues.deadlineWallMicros($0.snapshot)) },
-                "Renewals": read { .uint32(UInt32(clamping: $0.snapshot.renewals)) },
-                "State": read { .string($0.snapshot.state.rawValue) },
-                "Status": read { HostBusValues.status($0.snapshot.status) },
+                read(Lease.id) { $0.snapshot.id.rawValue },
+                read(Lease.strategy) { $0.snapshot.strategy },
+                read(Lease.kind) { $0.kind },
+                read(Lease.holds) { $0.snapshot.holds },
+                read(Lease.reason) { $0.snapshot.reason },
+                read(Lease.acquiredAt) { UInt64(clamping: $0.snapshot.acquiredWallMicros) },
+                read(Lease.deadline) { HostBusValues.deadlineWallMicros($0.snapshot) },
+                read(Lease.renewals) { UInt32(clamping: $0.snapshot.renewals) },
+                read(Lease.state) { $0.snapshot.state.rawValue },
+                .immediate(Lease.status, encoded: { [weak api] path in try readEntry(api, path) { HostBusValues.status($0.snapshot.status) } }),
             ]
         )
     }
@@ -192,8 +202,8 @@ enum HostBusInterfaces {
     /// Renew, the owner's identity, and the Expiring/Expired signals. One
     /// value for every client lease object, like ``lease(_:)``.
     static func clientLease(_ api: HostBusAPI?) -> DBusInterface {
-        func read(_ value: @escaping @Sendable (ClientIdentity) -> BusValue) -> APIPropertyGetter {
-            .immediateAt { [weak api] path in
+        func read<T>(_ property: Property<T>, _ value: @escaping @Sendable (ClientIdentity) -> T) -> DBusProperty {
+            .immediate(property) { [weak api] path in
                 guard let client = try readEntry(api, path, { $0.snapshot.client }) else {
                     throw DBusError.unknownObject("the lease at \(ClientText.excerpt(path)) was not begun by a D-Bus client")
                 }
@@ -203,22 +213,22 @@ enum HostBusInterfaces {
         return DBusInterface(
             api: VigilAPI.clientLease,
             methods: [
-                "End": .brief { [weak api] call in
+                .brief(VigilAPI.ClientLease.end) { [weak api] call in
                     guard let api else { throw gone() }
                     try await api.endClientLease(try leaseID(call), call)
-                    return []
+                    return BusTuple()
                 },
-                "Renew": .brief { [weak api] call in
+                .brief(VigilAPI.ClientLease.renew) { [weak api] call, budget in
                     guard let api else { throw gone() }
-                    try await api.renewClientLease(try leaseID(call), call, budgetMicros: try call.argument(0, as: UInt64.self))
-                    return []
+                    try await api.renewClientLease(try leaseID(call), call, budgetMicros: budget)
+                    return BusTuple()
                 },
             ],
             properties: [
-                "Owner": read { .string($0.owner) },
-                "Uid": read { .uint32($0.uid) },
-                "Pid": read { .uint32($0.pid) },
-                "Name": read { .string($0.name) },
+                read(VigilAPI.ClientLease.owner) { $0.owner },
+                read(VigilAPI.ClientLease.uid) { $0.uid },
+                read(VigilAPI.ClientLease.pid) { $0.pid },
+                read(VigilAPI.ClientLease.name) { $0.name },
             ]
         )
     }

@@ -4,10 +4,8 @@ import VigilKit
 /// Conversions from host values to the D-Bus values of docs/dbus-api.md.
 public enum HostBusValues {
     /// A strategy's TOML table as `a{sv}`.
-    public static func configTable(_ table: [String: ConfigValue]) -> BusValue {
-        .dict(keySignature: "s", valueSignature: "v", table.keys.sorted().map { key in
-            BusDictEntry(key: .string(key), value: .variant(config(table[key] ?? .table([:]))))
-        })
+    public static func configTable(_ table: [String: ConfigValue]) -> BusEncoded<[String: BusValue]> {
+        BusEncoded(keyOrder: table.mapValues(config))
     }
 
     /// One TOML value: strings `s`, integers `x`, floats `d`, booleans `b`,
@@ -21,21 +19,20 @@ public enum HostBusValues {
         case .boolean(let b): .bool(b)
         case .datetime(let text): .string(text)
         case .array(let items): .array(elementSignature: "v", items.map { .variant(config($0)) })
-        case .table(let table): configTable(table)
+        case .table(let table): configTable(table).busValue
         }
     }
 
     /// A lease's live status as `a{sv}`, keys sorted.
-    public static func status(_ status: [String: StatusValue]) -> BusValue {
-        .dict(keySignature: "s", valueSignature: "v", status.keys.sorted().map { key in
-            let value: BusValue = switch status[key] ?? .string("") {
+    public static func status(_ status: [String: StatusValue]) -> BusEncoded<[String: BusValue]> {
+        BusEncoded(keyOrder: status.mapValues { value in
+            switch value {
             case .string(let v): .string(v)
             case .int(let v): .int64(v)
             case .uint(let v): .uint64(v)
             case .double(let v): .double(v)
             case .bool(let v): .bool(v)
             }
-            return BusDictEntry(key: .string(key), value: .variant(value))
         })
     }
 

@@ -22,6 +22,56 @@ public enum InhibitBusNames {
     public static let names = [powerManagement, screenSaver, portalBackend]
 }
 
+/// The members of the freedesktop inhibit interfaces, each declared once
+/// with its Swift types (as VigilAPI declares vigild's own): the bridge
+/// binds typed handlers to them and the XML is generated from them.
+enum InhibitMembers {
+    enum PowerManagement {
+        static let name = InhibitBusNames.powerManagementInterface
+        static let inhibit = Method(name, "Inhibit", in: Arg("application", String.self), Arg("reason", String.self),
+                                    out: Arg("cookie", UInt32.self))
+        static let unInhibit = Method(name, "UnInhibit", in: Arg("cookie", UInt32.self))
+        static let hasInhibit = Method(name, "HasInhibit", out: Arg("has_inhibit", Bool.self))
+        static let hasInhibitChanged = Signal(name, "HasInhibitChanged", Arg("has_inhibit", Bool.self))
+    }
+
+    enum ScreenSaver {
+        static let name = InhibitBusNames.screenSaverInterface
+        static let inhibit = Method(name, "Inhibit", in: Arg("application_name", String.self), Arg("reason_for_inhibit", String.self),
+                                    out: Arg("cookie", UInt32.self))
+        static let unInhibit = Method(name, "UnInhibit", in: Arg("cookie", UInt32.self))
+        static let lock = Method(name, "Lock")
+        static let simulateUserActivity = Method(name, "SimulateUserActivity")
+        static let getActive = Method(name, "GetActive", out: Arg("active", Bool.self))
+        static let getActiveTime = Method(name, "GetActiveTime", out: Arg("seconds", UInt32.self))
+        static let getSessionIdleTime = Method(name, "GetSessionIdleTime", out: Arg("seconds", UInt32.self))
+        static let setActive = Method(name, "SetActive", in: Arg("active", Bool.self), out: Arg("activated", Bool.self))
+        static let throttle = Method(name, "Throttle", in: Arg("application_name", String.self), Arg("reason_for_inhibit", String.self),
+                                     out: Arg("cookie", UInt32.self))
+        static let unThrottle = Method(name, "UnThrottle", in: Arg("cookie", UInt32.self))
+        static let activeChanged = Signal(name, "ActiveChanged", Arg("active", Bool.self))
+    }
+
+    enum Portal {
+        static let name = InhibitBusNames.portalInterface
+        static let inhibit = Method(name, "Inhibit", in: Arg("handle", ObjectPath.self), Arg("app_id", String.self), Arg("window", String.self),
+                                    Arg("flags", UInt32.self), Arg("options", [String: BusValue].self))
+        static let createMonitor = Method(name, "CreateMonitor", in: Arg("handle", ObjectPath.self), Arg("session_handle", ObjectPath.self),
+                                          Arg("app_id", String.self), Arg("window", String.self), out: Arg("response", UInt32.self))
+        static let queryEndResponse = Method(name, "QueryEndResponse", in: Arg("session_handle", ObjectPath.self))
+        static let stateChanged = Signal(name, "StateChanged", Arg("session_handle", ObjectPath.self), Arg("state", [String: BusValue].self))
+    }
+
+    enum Request {
+        static let close = Method(InhibitBusNames.requestInterface, "Close")
+    }
+
+    enum Session {
+        static let close = Method(InhibitBusNames.sessionInterface, "Close")
+        static let closed = Signal(InhibitBusNames.sessionInterface, "Closed")
+    }
+}
+
 /// Serves ``ForeignInhibits`` on vigild's (session) bus: the
 /// `org.freedesktop.PowerManagement.Inhibit` and `org.freedesktop.ScreenSaver`
 /// interfaces at all their usual paths, and the Inhibit portal backend with
@@ -74,7 +124,7 @@ actor InhibitBusBridge {
             Task {
                 for path in InhibitBusNames.powerManagementPaths {
                     do {
-                        try await server.emit(path: path, interface: InhibitBusNames.powerManagementInterface, signal: "HasInhibitChanged", arguments: [.bool(has)])
+                        try await server.emit(InhibitMembers.PowerManagement.hasInhibitChanged, at: path, BusTuple(has))
                     } catch {
                         log.debug("cannot emit HasInhibitChanged: \(error)")
                     }
@@ -103,34 +153,31 @@ actor InhibitBusBridge {
         return InhibitCaller(owner: call.sender, uid: uid, pid: pid, executable: InhibitCaller.executable(of: pid))
     }
 
-    func inhibit(_ call: DBusMethodCall, source: InhibitSource, what: [String]) async throws -> [BusValue] {
-        let app = try call.argument(0, as: String.self)
-        let reason = try call.argument(1, as: String.self)
+    func inhibit(_ call: DBusMethodCall, source: InhibitSource, what: [String], app: String, reason: String) async throws -> BusTuple<UInt32> {
         do {
             let granted = try await inhibits.inhibit(source: source, app: app, reason: reason, what: what, caller: try await caller(call))
             await shown(granted.lease)
-            return [.uint32(granted.cookie)]
+            return BusTuple(granted.cookie)
         } catch let error as ClientLeaseError {
             throw error.dbusError
         }
     }
 
-    func uninhibit(_ call: DBusMethodCall) async throws -> [BusValue] {
+    func uninhibit(_ call: DBusMethodCall, cookie: UInt32) async throws -> BusTuple< > {
         do {
-            try await inhibits.uninhibit(try call.argument(0, as: UInt32.self), caller: call.sender)
+            try await inhibits.uninhibit(cookie, caller: call.sender)
         } catch let error as ClientLeaseError {
             throw error.dbusError
         }
-        return []
+        return BusTuple()
     }
 
     /// The portal backend's Inhibit: flags 4 (suspend) hold `sleep`, 8
     /// (idle) hold `idle`; 1 (logout) and 2 (user switch) are recorded (no
     /// service here could block them). The Request object at `handle` ends it.
-    func portalInhibit(_ call: DBusMethodCall) async throws -> [BusValue] {
-        guard case .objectPath(let handle) = call.arguments[0] else { throw DBusError.invalidArgs("handle must be an object path") }
-        let appID = try call.argument(1, as: String.self)
-        let flags = try call.argument(3, as: UInt32.self)
+    func portalInhibit(_ call: DBusMethodCall, handle: ObjectPath, appID: String, flags: UInt32,
+                       options: [String: BusValue]) async throws -> BusTuple< > {
+        let handle = handle.rawValue
         guard flags & ~0xF == 0 else {
             throw DBusError.invalidArgs("flags \(flags) has bits other than 1 (logout), 2 (user switch), 4 (suspend) and 8 (idle)")
         }
@@ -138,12 +185,7 @@ actor InhibitBusBridge {
               handle.hasPrefix("/org/freedesktop/portal/desktop/request/") else {
             throw DBusError.invalidArgs("the request handle must be a new path under /org/freedesktop/portal/desktop/request/")
         }
-        var reason = ""
-        if case .dict(_, _, let entries) = call.arguments[4] {
-            for entry in entries {
-                if case .string("reason") = entry.key, case .variant(.string(let text)) = entry.value { reason = text }
-            }
-        }
+        let reason = options["reason"].flatMap { if case .string(let text) = $0 { text } else { nil } } ?? ""
         var what: [String] = []
         if flags & 4 != 0 { what.append("sleep") }
         if flags & 8 != 0 { what.append("idle") }
@@ -160,7 +202,7 @@ actor InhibitBusBridge {
         requests[handle] = (granted.cookie, call.sender)
         await shown(granted.lease)
         try await server.export(handle, interfaces: [Self.request(self, handle: handle)])
-        return []
+        return BusTuple()
     }
 
     /// Request.Close: ends the inhibit (if it still runs) and removes the object.
@@ -175,8 +217,8 @@ actor InhibitBusBridge {
 
     /// CreateMonitor: a Session that reports the session running and the
     /// screensaver inactive once; vigild has no session state to change.
-    func createMonitor(_ call: DBusMethodCall) async throws -> [BusValue] {
-        guard case .objectPath(let session) = call.arguments[1] else { throw DBusError.invalidArgs("session_handle must be an object path") }
+    func createMonitor(_ call: DBusMethodCall, session: ObjectPath) async throws -> BusTuple<UInt32> {
+        let session = session.rawValue
         guard sessions[session] == nil, requests[session] == nil, session.hasPrefix("/org/freedesktop/portal/desktop/session/") else {
             throw DBusError.invalidArgs("the session handle must be a new path under /org/freedesktop/portal/desktop/session/")
         }
@@ -194,15 +236,10 @@ actor InhibitBusBridge {
         // Unstructured task: not cancelled: one signal, sent after the reply that created the
         // session; it ends when the emit returns.
         Task {
-            try? await server.emit(path: InhibitBusNames.portalPath, interface: InhibitBusNames.portalInterface, signal: "StateChanged", arguments: [
-                .objectPath(session),
-                .dict(keySignature: "s", valueSignature: "v", [
-                    BusDictEntry(key: .string("screensaver-active"), value: .variant(.bool(false))),
-                    BusDictEntry(key: .string("session-state"), value: .variant(.uint32(1))),
-                ]),
-            ])
+            try? await server.emit(InhibitMembers.Portal.stateChanged, at: InhibitBusNames.portalPath, BusTuple(
+                ObjectPath(session), ["screensaver-active": .bool(false), "session-state": .uint32(1)]))
         }
-        return [.uint32(0)]
+        return BusTuple(0)
     }
 
     func closeSession(_ path: String, _ call: DBusMethodCall) async throws {
@@ -210,7 +247,7 @@ actor InhibitBusBridge {
             throw DBusError.accessDenied("only the connection that created this session may close it")
         }
         sessions[path] = nil
-        try? await server.emit(path: path, interface: InhibitBusNames.sessionInterface, signal: "Closed")
+        try? await server.emit(InhibitMembers.Session.closed, at: path, BusTuple())
         try? await server.unexport(path)
     }
 
@@ -255,89 +292,88 @@ actor InhibitBusBridge {
 
     private static func gone() -> DBusError { .failed("vigild's D-Bus API is shutting down") }
 
-    private static func notSupported(_ name: String, in inArguments: [DBusArgument] = [], out: [DBusArgument] = [], interface: String) -> DBusMethod {
-        DBusMethod(name, in: inArguments, out: out) { _ in
-            throw DBusError.notSupported("\(interface).\(name) is not implemented by vigild, which only keeps the machine awake (docs/desktop-integration.md)")
+    /// A method vigild declares (so apps find the whole interface) but
+    /// does not implement: every call is answered NotSupported.
+    private static func notSupported<each In, Out>(_ method: Method<repeat each In, Out>) -> DBusMethod {
+        DBusMethod(method.name, in: method.declaration.inArguments, out: method.declaration.outArguments) { _ in
+            throw DBusError.notSupported("\(method.interface).\(method.name) is not implemented by vigild, which only keeps the machine awake (docs/desktop-integration.md)")
         }
     }
 
     static func powerManagement(_ bridge: InhibitBusBridge?) -> DBusInterface {
-        DBusInterface(
-            InhibitBusNames.powerManagementInterface,
+        typealias M = InhibitMembers.PowerManagement
+        return DBusInterface(
+            M.name,
             methods: [
-                DBusMethod("Inhibit", in: [DBusArgument("application", String.self), DBusArgument("reason", String.self)],
-                           out: [DBusArgument("cookie", UInt32.self)]) { [weak bridge] call in
+                DBusMethod(M.inhibit) { [weak bridge] call, application, reason in
                     guard let bridge else { throw gone() }
-                    return try await bridge.inhibit(call, source: .powerManagement, what: ["sleep"])
+                    return try await bridge.inhibit(call, source: .powerManagement, what: ["sleep"], app: application, reason: reason)
                 },
-                DBusMethod("UnInhibit", in: [DBusArgument("cookie", UInt32.self)]) { [weak bridge] call in
+                DBusMethod(M.unInhibit) { [weak bridge] call, cookie in
                     guard let bridge else { throw gone() }
-                    return try await bridge.uninhibit(call)
+                    return try await bridge.uninhibit(call, cookie: cookie)
                 },
-                DBusMethod("HasInhibit", out: [DBusArgument("has_inhibit", Bool.self)]) { [weak bridge] _ in
+                DBusMethod(M.hasInhibit) { [weak bridge] _ in
                     guard let bridge else { throw gone() }
-                    return [.bool(await bridge.inhibits.hasInhibit)]
+                    return BusTuple(await bridge.inhibits.hasInhibit)
                 },
             ],
-            signals: [DBusSignal("HasInhibitChanged", arguments: [DBusArgument("has_inhibit", "b")])]
+            signals: [M.hasInhibitChanged.declaration]
         )
     }
 
     static func screenSaver(_ bridge: InhibitBusBridge?) -> DBusInterface {
-        let name = InhibitBusNames.screenSaverInterface
+        typealias M = InhibitMembers.ScreenSaver
         return DBusInterface(
-            name,
+            M.name,
             methods: [
-                DBusMethod("Inhibit", in: [DBusArgument("application_name", String.self), DBusArgument("reason_for_inhibit", String.self)],
-                           out: [DBusArgument("cookie", UInt32.self)]) { [weak bridge] call in
+                DBusMethod(M.inhibit) { [weak bridge] call, application, reason in
                     guard let bridge else { throw gone() }
-                    return try await bridge.inhibit(call, source: .screenSaver, what: ["idle"])
+                    return try await bridge.inhibit(call, source: .screenSaver, what: ["idle"], app: application, reason: reason)
                 },
-                DBusMethod("UnInhibit", in: [DBusArgument("cookie", UInt32.self)]) { [weak bridge] call in
+                DBusMethod(M.unInhibit) { [weak bridge] call, cookie in
                     guard let bridge else { throw gone() }
-                    return try await bridge.uninhibit(call)
+                    return try await bridge.uninhibit(call, cookie: cookie)
                 },
-                notSupported("Lock", interface: name),
-                notSupported("SimulateUserActivity", interface: name),
-                notSupported("GetActive", out: [DBusArgument("active", "b")], interface: name),
-                notSupported("GetActiveTime", out: [DBusArgument("seconds", "u")], interface: name),
-                notSupported("GetSessionIdleTime", out: [DBusArgument("seconds", "u")], interface: name),
-                notSupported("SetActive", in: [DBusArgument("active", "b")], out: [DBusArgument("activated", "b")], interface: name),
-                notSupported("Throttle", in: [DBusArgument("application_name", "s"), DBusArgument("reason_for_inhibit", "s")],
-                             out: [DBusArgument("cookie", "u")], interface: name),
-                notSupported("UnThrottle", in: [DBusArgument("cookie", "u")], interface: name),
+                notSupported(M.lock),
+                notSupported(M.simulateUserActivity),
+                notSupported(M.getActive),
+                notSupported(M.getActiveTime),
+                notSupported(M.getSessionIdleTime),
+                notSupported(M.setActive),
+                notSupported(M.throttle),
+                notSupported(M.unThrottle),
             ],
-            signals: [DBusSignal("ActiveChanged", arguments: [DBusArgument("active", "b")])]
+            signals: [M.activeChanged.declaration]
         )
     }
 
     static func portal(_ bridge: InhibitBusBridge?) -> DBusInterface {
-        DBusInterface(
-            InhibitBusNames.portalInterface,
+        typealias M = InhibitMembers.Portal
+        return DBusInterface(
+            M.name,
             methods: [
-                DBusMethod("Inhibit", in: [DBusArgument("handle", "o"), DBusArgument("app_id", "s"), DBusArgument("window", "s"),
-                                           DBusArgument("flags", "u"), DBusArgument("options", "a{sv}")]) { [weak bridge] call in
+                DBusMethod(M.inhibit) { [weak bridge] call, handle, appID, _, flags, options in
                     guard let bridge else { throw gone() }
-                    return try await bridge.portalInhibit(call)
+                    return try await bridge.portalInhibit(call, handle: handle, appID: appID, flags: flags, options: options)
                 },
-                DBusMethod("CreateMonitor", in: [DBusArgument("handle", "o"), DBusArgument("session_handle", "o"), DBusArgument("app_id", "s"),
-                                                 DBusArgument("window", "s")], out: [DBusArgument("response", "u")]) { [weak bridge] call in
+                DBusMethod(M.createMonitor) { [weak bridge] call, _, session, _, _ in
                     guard let bridge else { throw gone() }
-                    return try await bridge.createMonitor(call)
+                    return try await bridge.createMonitor(call, session: session)
                 },
                 // Acknowledges a Query End state vigild never sends: nothing to do.
-                DBusMethod("QueryEndResponse", in: [DBusArgument("session_handle", "o")]) { _ in [] },
+                DBusMethod(M.queryEndResponse) { _, _ in BusTuple() },
             ],
-            signals: [DBusSignal("StateChanged", arguments: [DBusArgument("session_handle", "o"), DBusArgument("state", "a{sv}")])]
+            signals: [M.stateChanged.declaration]
         )
     }
 
     static func request(_ bridge: InhibitBusBridge?, handle: String) -> DBusInterface {
         DBusInterface(InhibitBusNames.requestInterface, methods: [
-            DBusMethod("Close") { [weak bridge] call in
+            DBusMethod(InhibitMembers.Request.close) { [weak bridge] call in
                 guard let bridge else { throw gone() }
                 try await bridge.closeRequest(handle, call)
-                return []
+                return BusTuple()
             },
         ])
     }
@@ -346,14 +382,14 @@ actor InhibitBusBridge {
         DBusInterface(
             InhibitBusNames.sessionInterface,
             methods: [
-                DBusMethod("Close") { [weak bridge] call in
+                DBusMethod(InhibitMembers.Session.close) { [weak bridge] call in
                     guard let bridge else { throw gone() }
                     try await bridge.closeSession(path, call)
-                    return []
+                    return BusTuple()
                 },
             ],
             properties: [.readOnly("version", UInt32.self, emitsChange: .const) { 1 }],
-            signals: [DBusSignal("Closed")]
+            signals: [InhibitMembers.Session.closed.declaration]
         )
     }
 }

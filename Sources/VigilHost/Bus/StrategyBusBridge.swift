@@ -94,8 +94,16 @@ public actor StrategyBusBridge {
 
     // MARK: what strategies call
 
-    func register(strategy: String, interface: String, methods: [BusMethod]) async throws {
-        do { try VigilAPI.interface(named: interface)?.check(methods) } catch { throw BusMethodError.invalidArgs("cannot register \(interface): \(error)") }
+    func register(strategy: String, interface api: APIInterface, methods: [BusMethod]) async throws {
+        let interface = api.name
+        // The contract's own interfaces only in the contract's shape (a
+        // plugin's copy of an older SDK would declare them otherwise).
+        do {
+            try VigilAPI.interface(named: interface)?.check(methods)
+            try api.check(methods)
+        } catch {
+            throw BusMethodError.invalidArgs("cannot register \(interface): \(error)")
+        }
         let declaration = try Self.declaration(interface, methods: methods, strategy: strategy, bridge: self)
         do { try declaration.validate() } catch { throw BusMethodError.invalidArgs("cannot register \(interface): \(error)") }
         // Replace an earlier registration: take it off the object first.
@@ -243,7 +251,7 @@ struct BridgedStrategyBus: StrategyBus {
 
     var objectPath: String { VigilAPI.strategyPath(strategy) }
 
-    func register(interface: String, methods: [BusMethod]) async throws {
+    func register(_ interface: APIInterface, methods: [BusMethod]) async throws {
         try await bridge.register(strategy: strategy, interface: interface, methods: methods)
     }
 

@@ -1,7 +1,8 @@
-/// The declaration of one D-Bus interface of the `org.vigil.Vigil1` API:
-/// its methods, properties and signals with their names and signatures.
-/// Pure data: vigild binds handlers to it, vigilctl and the tests read it,
-/// and the introspection XML (docs/org.vigil.Vigil1.xml) is generated from it.
+/// One D-Bus interface of the `org.vigil.Vigil1` API as introspection
+/// shows it: the entries of its typed members (``Method``, ``Signal``,
+/// ``Property``; APIMember.swift) with their names and signatures, in
+/// order. The introspection XML (docs/org.vigil.Vigil1.xml) is generated
+/// from it, and vigild checks its bindings against it.
 public struct APIInterface: Sendable, Hashable {
     public var name: String
     /// Where objects with this interface live, for the XML's comment
@@ -17,24 +18,6 @@ public struct APIInterface: Sendable, Hashable {
         self.methods = methods
         self.properties = properties
         self.signals = signals
-    }
-
-    /// The declared method `name`; a name the contract lacks is a programming error.
-    public func method(_ name: String) -> APIMethod {
-        guard let method = methods.first(where: { $0.name == name }) else { preconditionFailure("\(self.name) declares no method \(name)") }
-        return method
-    }
-
-    /// The declared property `name`; a name the contract lacks is a programming error.
-    public func property(_ name: String) -> APIProperty {
-        guard let property = properties.first(where: { $0.name == name }) else { preconditionFailure("\(self.name) declares no property \(name)") }
-        return property
-    }
-
-    /// The declared signal `name`; a name the contract lacks is a programming error.
-    public func signal(_ name: String) -> APISignal {
-        guard let signal = signals.first(where: { $0.name == name }) else { preconditionFailure("\(self.name) declares no signal \(name)") }
-        return signal
     }
 
     /// Checks that an implementation binds exactly the declared members:
@@ -65,7 +48,8 @@ public struct APIBindingError: Error, Hashable, Sendable, CustomStringConvertibl
     public init(_ description: String) { self.description = description }
 }
 
-/// A declared method: its arguments in and out.
+/// A method's introspection entry (``Method/declaration``): its arguments
+/// in and out, named, with the signatures its types give.
 public struct APIMethod: Sendable, Hashable {
     public var name: String
     public var inArguments: [BusArgument]
@@ -81,7 +65,7 @@ public struct APIMethod: Sendable, Hashable {
     public var outSignature: String { outArguments.map(\.signature).joined() }
 }
 
-/// A declared property.
+/// A property's introspection entry (``Property/declaration``, or a row's field).
 public struct APIProperty: Sendable, Hashable {
     public enum Access: String, Sendable, Hashable {
         case read, write, readwrite
@@ -106,7 +90,7 @@ public struct APIProperty: Sendable, Hashable {
     public var signature: String
     public var access: Access
     public var emitsChange: EmitsChange
-    public init(_ name: String, _ signature: String, access: Access = .read, emitsChange: EmitsChange) {
+    public init(_ name: String, _ signature: String, access: Access = .read, emitsChange: EmitsChange = .true) {
         self.name = name
         self.signature = signature
         self.access = access
@@ -114,7 +98,7 @@ public struct APIProperty: Sendable, Hashable {
     }
 }
 
-/// A declared signal.
+/// A signal's introspection entry (``Signal/declaration``).
 public struct APISignal: Sendable, Hashable {
     public var name: String
     public var arguments: [BusArgument]

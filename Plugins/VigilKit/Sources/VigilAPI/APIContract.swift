@@ -144,60 +144,70 @@ public enum VigilAPI {
     }
 
     public static let host = APIInterface(
-        "org.vigil.Vigil1.Host",
+        Host.interface,
         objects: rootPath + " (with Properties, Introspectable, Peer and ObjectManager)",
-        methods: [
-            APIMethod("ListLeases", out: [BusArgument("leases", LeaseRow.arraySignature)]),
-            APIMethod("ListStrategies", out: [BusArgument("strategies", StrategyRow.arraySignature)]),
-            APIMethod("Survival", in: [BusArgument("since_usec", "t")], out: [BusArgument("runs", RunRow.arraySignature)]),
-            APIMethod("BeginBackgroundTask", in: [BusArgument("name", "s"), BusArgument("reason", "s"), BusArgument("budget_usec", "t")],
-                      out: [BusArgument("lease", "o"), BusArgument("fd", "h")]),
-            APIMethod("Reload", out: [BusArgument("applied", "b"), BusArgument("messages", "as")]),
-            APIMethod("AppPolicy", out: AppPolicyReply.fields.map { BusArgument($0.name, $0.signature) }),
-            APIMethod("DenyApp", in: [BusArgument("pattern", "s"), BusArgument("for_usec", "t")], out: [BusArgument("released", "u")]),
-            APIMethod("AllowApp", in: [BusArgument("pattern", "s")], out: [BusArgument("lifted", "b")]),
-            APIMethod("ReleaseLease", in: [BusArgument("lease", "t")]),
-        ],
-        properties: [
-            APIProperty("Version", "s", emitsChange: .const),
-            APIProperty("RunId", "s", emitsChange: .const),
-            APIProperty("StartedAt", "t", emitsChange: .const),
-            APIProperty("SurvivalSeconds", "t", emitsChange: .false),
-            APIProperty("PowerBackend", "s", emitsChange: .const),
-            APIProperty("PowerBackendReason", "s", emitsChange: .const),
-            APIProperty("WakeClock", "s", emitsChange: .const),
-            APIProperty("WakeClockReason", "s", emitsChange: .const),
-            APIProperty("CanWakeSystem", "b", emitsChange: .const),
-            APIProperty("ConfigPath", "s", emitsChange: .const),
-            APIProperty("StoreWritable", "b", emitsChange: .false),
-            APIProperty("DroppedLogLines", "t", emitsChange: .false),
-            APIProperty("Strategies", "ao", emitsChange: .true),
-            APIProperty("Leases", "ao", emitsChange: .true),
-        ],
-        signals: [
-            APISignal("LeaseAcquired", [BusArgument("lease", "o"), BusArgument("strategy", "s"), BusArgument("holds", "s")]),
-            APISignal("LeaseRenewed", [BusArgument("lease", "o"), BusArgument("deadline", "t")]),
-            APISignal("LeaseExpiring", [BusArgument("lease", "o"), BusArgument("remaining_usec", "t")]),
-            APISignal("LeaseExpired", [BusArgument("lease", "o"), BusArgument("forced", "b")]),
-            APISignal("LeaseReleased", [BusArgument("lease", "o"), BusArgument("reason", "s")]),
-            APISignal("StrategyStateChanged", [BusArgument("strategy", "o"), BusArgument("state", "s"), BusArgument("last_error", "s")]),
-            APISignal("SleepBrokeLease", [BusArgument("lease", "o"), BusArgument("holder", "s"), BusArgument("name", "s"),
-                                          BusArgument("slept_usec", "t"), BusArgument("wake_cause", "s")]),
-        ]
+        methods: [Host.listLeases.declaration, Host.listStrategies.declaration, Host.survival.declaration,
+                  Host.beginBackgroundTask.declaration, Host.reload.declaration, Host.appPolicy.declaration,
+                  Host.denyApp.declaration, Host.allowApp.declaration, Host.releaseLease.declaration],
+        properties: [Host.version.declaration, Host.runId.declaration, Host.startedAt.declaration, Host.survivalSeconds.declaration,
+                     Host.powerBackend.declaration, Host.powerBackendReason.declaration, Host.wakeClock.declaration,
+                     Host.wakeClockReason.declaration, Host.canWakeSystem.declaration, Host.configPath.declaration,
+                     Host.storeWritable.declaration, Host.droppedLogLines.declaration, Host.strategies.declaration,
+                     Host.leases.declaration],
+        signals: [Host.leaseAcquired.declaration, Host.leaseRenewed.declaration, Host.leaseExpiring.declaration,
+                  Host.leaseExpired.declaration, Host.leaseReleased.declaration, Host.strategyStateChanged.declaration,
+                  Host.sleepBrokeLease.declaration]
     )
 
+    /// `org.vigil.Vigil1.Host`'s methods and signals, each declared once
+    /// with its Swift types.
+    public enum Host {
+        public static let interface = "org.vigil.Vigil1.Host"
+
+        public static let listLeases = Method(interface, "ListLeases", out: Arg("leases", [LeaseRow].self))
+        public static let listStrategies = Method(interface, "ListStrategies", out: Arg("strategies", [StrategyRow].self))
+        public static let survival = Method(interface, "Survival", in: Arg("since_usec", UInt64.self), out: Arg("runs", [RunRow].self))
+        public static let beginBackgroundTask = Method(
+            interface, "BeginBackgroundTask", in: Arg("name", String.self), Arg("reason", String.self), Arg("budget_usec", UInt64.self),
+            out: Arg("lease", ObjectPath.self), Arg("fd", BusFileDescriptor.self))
+        public static let reload = Method(interface, "Reload", reply: ReloadReply.self)
+        public static let appPolicy = Method(interface, "AppPolicy", reply: AppPolicyReply.self)
+        public static let denyApp = Method(interface, "DenyApp", in: Arg("pattern", String.self), Arg("for_usec", UInt64.self),
+                                           out: Arg("released", UInt32.self))
+        public static let allowApp = Method(interface, "AllowApp", in: Arg("pattern", String.self), out: Arg("lifted", Bool.self))
+        public static let releaseLease = Method(interface, "ReleaseLease", in: Arg("lease", UInt64.self))
+
+        public static let leaseAcquired = Signal(interface, "LeaseAcquired", LeaseAcquiredSignal.self)
+        public static let leaseRenewed = Signal(interface, "LeaseRenewed", LeaseRenewedSignal.self)
+        public static let leaseExpiring = Signal(interface, "LeaseExpiring", LeaseExpiringSignal.self)
+        public static let leaseExpired = Signal(interface, "LeaseExpired", LeaseExpiredSignal.self)
+        public static let leaseReleased = Signal(interface, "LeaseReleased", LeaseReleasedSignal.self)
+        public static let strategyStateChanged = Signal(interface, "StrategyStateChanged", StrategyStateChangedSignal.self)
+        public static let sleepBrokeLease = Signal(interface, "SleepBrokeLease", SleepBrokeLeaseSignal.self)
+
+        public static let version = Property(interface, "Version", String.self, emitsChange: .const)
+        public static let runId = Property(interface, "RunId", String.self, emitsChange: .const)
+        public static let startedAt = Property(interface, "StartedAt", UInt64.self, emitsChange: .const)
+        public static let survivalSeconds = Property(interface, "SurvivalSeconds", UInt64.self, emitsChange: .false)
+        public static let powerBackend = Property(interface, "PowerBackend", String.self, emitsChange: .const)
+        public static let powerBackendReason = Property(interface, "PowerBackendReason", String.self, emitsChange: .const)
+        public static let wakeClock = Property(interface, "WakeClock", String.self, emitsChange: .const)
+        public static let wakeClockReason = Property(interface, "WakeClockReason", String.self, emitsChange: .const)
+        public static let canWakeSystem = Property(interface, "CanWakeSystem", Bool.self, emitsChange: .const)
+        public static let configPath = Property(interface, "ConfigPath", String.self, emitsChange: .const)
+        public static let storeWritable = Property(interface, "StoreWritable", Bool.self, emitsChange: .false)
+        public static let droppedLogLines = Property(interface, "DroppedLogLines", UInt64.self, emitsChange: .false)
+        public static let strategies = Property(interface, "Strategies", [ObjectPath].self, emitsChange: .true)
+        public static let leases = Property(interface, "Leases", [ObjectPath].self, emitsChange: .true)
+    }
+
     public static let strategy = APIInterface(
-        "org.vigil.Vigil1.Strategy",
+        Strategy.interface,
         objects: rootPath + "/Strategy/<escaped name>",
         properties: [
-            APIProperty("Name", "s", emitsChange: .const),
-            APIProperty("Kind", "s", emitsChange: .const),
-            APIProperty("State", "s", emitsChange: .true),
-            APIProperty("Restarts", "u", emitsChange: .true),
-            APIProperty("LastError", "s", emitsChange: .true),
-            APIProperty("LastErrorAt", "t", emitsChange: .true),
-            APIProperty("WaitingFor", "s", emitsChange: .true),
-            APIProperty("Config", "a{sv}", emitsChange: .const),
+            Strategy.name.declaration, Strategy.kind.declaration, Strategy.state.declaration, Strategy.restarts.declaration,
+            Strategy.lastError.declaration, Strategy.lastErrorAt.declaration, Strategy.waitingFor.declaration,
+            Strategy.config.declaration,
         ] + StrategyCostRow.fields.map {
             // Counters read when asked: a signal per change would wake the
             // bus for every wake, lease end and command (docs/dbus-api.md).
@@ -205,53 +215,91 @@ public enum VigilAPI {
         }
     )
 
+    /// `org.vigil.Vigil1.Strategy`'s properties (and the fields of
+    /// ``StrategyCostRow``, its cost counters).
+    public enum Strategy {
+        public static let interface = "org.vigil.Vigil1.Strategy"
+
+        public static let name = Property(interface, "Name", String.self, emitsChange: .const)
+        public static let kind = Property(interface, "Kind", String.self, emitsChange: .const)
+        public static let state = Property(interface, "State", String.self, emitsChange: .true)
+        public static let restarts = Property(interface, "Restarts", UInt32.self, emitsChange: .true)
+        public static let lastError = Property(interface, "LastError", String.self, emitsChange: .true)
+        public static let lastErrorAt = Property(interface, "LastErrorAt", UInt64.self, emitsChange: .true)
+        public static let waitingFor = Property(interface, "WaitingFor", String.self, emitsChange: .true)
+        public static let config = Property(interface, "Config", [String: BusValue].self, emitsChange: .const)
+    }
+
     public static let lease = APIInterface(
-        "org.vigil.Vigil1.Lease",
+        Lease.interface,
         objects: rootPath + "/Lease/<id>",
         properties: [
-            APIProperty("Id", "t", emitsChange: .const),
-            APIProperty("Strategy", "s", emitsChange: .const),
-            APIProperty("Kind", "s", emitsChange: .const),
-            APIProperty("Holds", "s", emitsChange: .const),
-            APIProperty("Reason", "s", emitsChange: .const),
-            APIProperty("AcquiredAt", "t", emitsChange: .const),
-            APIProperty("Deadline", "t", emitsChange: .true),
-            APIProperty("Renewals", "u", emitsChange: .true),
-            APIProperty("State", "s", emitsChange: .true),
-            APIProperty("Status", "a{sv}", emitsChange: .true),
+            Lease.id.declaration, Lease.strategy.declaration, Lease.kind.declaration, Lease.holds.declaration,
+            Lease.reason.declaration, Lease.acquiredAt.declaration, Lease.deadline.declaration, Lease.renewals.declaration,
+            Lease.state.declaration, Lease.status.declaration,
         ]
     )
+
+    /// `org.vigil.Vigil1.Lease`'s properties.
+    public enum Lease {
+        public static let interface = "org.vigil.Vigil1.Lease"
+
+        public static let id = Property(interface, "Id", UInt64.self, emitsChange: .const)
+        public static let strategy = Property(interface, "Strategy", String.self, emitsChange: .const)
+        public static let kind = Property(interface, "Kind", String.self, emitsChange: .const)
+        public static let holds = Property(interface, "Holds", String.self, emitsChange: .const)
+        public static let reason = Property(interface, "Reason", String.self, emitsChange: .const)
+        public static let acquiredAt = Property(interface, "AcquiredAt", UInt64.self, emitsChange: .const)
+        public static let deadline = Property(interface, "Deadline", UInt64.self, emitsChange: .true)
+        public static let renewals = Property(interface, "Renewals", UInt32.self, emitsChange: .true)
+        public static let state = Property(interface, "State", String.self, emitsChange: .true)
+        public static let status = Property(interface, "Status", [String: BusValue].self, emitsChange: .true)
+    }
 
     public static let clientLease = APIInterface(
-        "org.vigil.Vigil1.ClientLease",
+        ClientLease.interface,
         objects: rootPath + "/Lease/<id>, besides Lease, when a D-Bus client began the lease (BeginBackgroundTask)",
-        methods: [
-            APIMethod("End"),
-            APIMethod("Renew", in: [BusArgument("budget_usec", "t")]),
-        ],
-        properties: [
-            APIProperty("Owner", "s", emitsChange: .const),
-            APIProperty("Uid", "u", emitsChange: .const),
-            APIProperty("Pid", "u", emitsChange: .const),
-            APIProperty("Name", "s", emitsChange: .const),
-        ],
-        signals: [
-            APISignal("Expiring", [BusArgument("remaining_usec", "t")]),
-            APISignal("Expired"),
-        ]
+        methods: [ClientLease.end.declaration, ClientLease.renew.declaration],
+        properties: [ClientLease.owner.declaration, ClientLease.uid.declaration, ClientLease.pid.declaration,
+                     ClientLease.name.declaration],
+        signals: [ClientLease.expiring.declaration, ClientLease.expired.declaration]
     )
 
+    /// `org.vigil.Vigil1.ClientLease`'s methods and signals.
+    public enum ClientLease {
+        public static let interface = "org.vigil.Vigil1.ClientLease"
+
+        public static let end = Method(interface, "End")
+        public static let renew = Method(interface, "Renew", in: Arg("budget_usec", UInt64.self))
+
+        public static let expiring = Signal(interface, "Expiring", Arg("remaining_usec", UInt64.self))
+        public static let expired = Signal(interface, "Expired")
+
+        public static let owner = Property(interface, "Owner", String.self, emitsChange: .const)
+        public static let uid = Property(interface, "Uid", UInt32.self, emitsChange: .const)
+        public static let pid = Property(interface, "Pid", UInt32.self, emitsChange: .const)
+        public static let name = Property(interface, "Name", String.self, emitsChange: .const)
+    }
+
     public static let downloadSession = APIInterface(
-        "org.vigil.Vigil1.DownloadSession",
+        DownloadSession.interface,
         objects: rootPath + "/Strategy/<escaped name>, besides Strategy, of a download-session strategy",
-        methods: [
-            APIMethod("Enqueue", in: [BusArgument("url", "s"), BusArgument("dest", "s"), BusArgument("options", "a{sv}")],
-                      out: [BusArgument("download", "o")]),
-            APIMethod("Cancel", in: [BusArgument("download", "o")]),
-            APIMethod("Pause", in: [BusArgument("download", "o")]),
-            APIMethod("Resume", in: [BusArgument("download", "o")]),
-        ]
+        methods: [DownloadSession.enqueue.declaration, DownloadSession.cancel.declaration,
+                  DownloadSession.pause.declaration, DownloadSession.resume.declaration]
     )
+
+    /// `org.vigil.Vigil1.DownloadSession`'s methods, which the
+    /// download-session strategy binds.
+    public enum DownloadSession {
+        public static let interface = "org.vigil.Vigil1.DownloadSession"
+
+        public static let enqueue = Method(
+            interface, "Enqueue", in: Arg("url", String.self), Arg("dest", String.self), Arg("options", [String: BusValue].self),
+            out: Arg("download", ObjectPath.self))
+        public static let cancel = Method(interface, "Cancel", in: Arg("download", ObjectPath.self))
+        public static let pause = Method(interface, "Pause", in: Arg("download", ObjectPath.self))
+        public static let resume = Method(interface, "Resume", in: Arg("download", ObjectPath.self))
+    }
 
     /// Its properties are the fields of ``DownloadRow``.
     public static let download = APIInterface(

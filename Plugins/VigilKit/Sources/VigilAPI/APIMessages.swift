@@ -29,14 +29,16 @@ public struct HostRow: APIRow {
 
     public init() {}
 
+    private typealias Host = VigilAPI.Host
+    /// Named by the Host's property declarations (`APIRowTests` checks the types).
     public static let fields: [APIField<HostRow>] = [
-        APIField("Version", \.version), APIField("RunId", \.runId), APIField("StartedAt", \.startedAt),
-        APIField("SurvivalSeconds", \.survivalSeconds), APIField("PowerBackend", \.powerBackend),
-        APIField("PowerBackendReason", \.powerBackendReason), APIField("WakeClock", \.wakeClock),
-        APIField("WakeClockReason", \.wakeClockReason), APIField("CanWakeSystem", \.canWakeSystem),
-        APIField("ConfigPath", \.configPath), APIField("StoreWritable", \.storeWritable),
-        APIField("DroppedLogLines", \.droppedLogLines),
-        .strings("Strategies", \.strategies, objectPaths: true), .strings("Leases", \.leases, objectPaths: true),
+        APIField(Host.version.name, \.version), APIField(Host.runId.name, \.runId), APIField(Host.startedAt.name, \.startedAt),
+        APIField(Host.survivalSeconds.name, \.survivalSeconds), APIField(Host.powerBackend.name, \.powerBackend),
+        APIField(Host.powerBackendReason.name, \.powerBackendReason), APIField(Host.wakeClock.name, \.wakeClock),
+        APIField(Host.wakeClockReason.name, \.wakeClockReason), APIField(Host.canWakeSystem.name, \.canWakeSystem),
+        APIField(Host.configPath.name, \.configPath), APIField(Host.storeWritable.name, \.storeWritable),
+        APIField(Host.droppedLogLines.name, \.droppedLogLines),
+        .strings(Host.strategies.name, \.strategies, objectPaths: true), .strings(Host.leases.name, \.leases, objectPaths: true),
     ]
 }
 
@@ -66,6 +68,11 @@ public struct LeaseAcquiredSignal: APIRow {
     public var strategy = ""
     public var holds = ""
     public init() {}
+    public init(lease: String, strategy: String, holds: String) {
+        self.lease = lease
+        self.strategy = strategy
+        self.holds = holds
+    }
     public static let fields: [APIField<LeaseAcquiredSignal>] = [.objectPath("lease", \.lease), APIField("strategy", \.strategy), APIField("holds", \.holds)]
 }
 
@@ -81,6 +88,13 @@ public struct SleepBrokeLeaseSignal: APIRow {
     /// `vigil-alarm`, `other`, or `unknown` (no resume seen).
     public var wakeCause = ""
     public init() {}
+    public init(lease: String, holder: String, name: String, sleptUsec: UInt64, wakeCause: String) {
+        self.lease = lease
+        self.holder = holder
+        self.name = name
+        self.sleptUsec = sleptUsec
+        self.wakeCause = wakeCause
+    }
     public static let fields: [APIField<SleepBrokeLeaseSignal>] = [
         .objectPath("lease", \.lease), APIField("holder", \.holder), APIField("name", \.name),
         APIField("slept_usec", \.sleptUsec), APIField("wake_cause", \.wakeCause),
@@ -92,6 +106,10 @@ public struct LeaseRenewedSignal: APIRow {
     public var lease = ""
     public var deadline: UInt64 = 0
     public init() {}
+    public init(lease: String, deadline: UInt64) {
+        self.lease = lease
+        self.deadline = deadline
+    }
     public static let fields: [APIField<LeaseRenewedSignal>] = [.objectPath("lease", \.lease), APIField("deadline", \.deadline)]
 }
 
@@ -100,6 +118,10 @@ public struct LeaseExpiringSignal: APIRow {
     public var lease = ""
     public var remainingUsec: UInt64 = 0
     public init() {}
+    public init(lease: String, remainingUsec: UInt64) {
+        self.lease = lease
+        self.remainingUsec = remainingUsec
+    }
     public static let fields: [APIField<LeaseExpiringSignal>] = [.objectPath("lease", \.lease), APIField("remaining_usec", \.remainingUsec)]
 }
 
@@ -108,6 +130,10 @@ public struct LeaseExpiredSignal: APIRow {
     public var lease = ""
     public var forced = false
     public init() {}
+    public init(lease: String, forced: Bool) {
+        self.lease = lease
+        self.forced = forced
+    }
     public static let fields: [APIField<LeaseExpiredSignal>] = [.objectPath("lease", \.lease), APIField("forced", \.forced)]
 }
 
@@ -116,6 +142,10 @@ public struct LeaseReleasedSignal: APIRow {
     public var lease = ""
     public var reason = ""
     public init() {}
+    public init(lease: String, reason: String) {
+        self.lease = lease
+        self.reason = reason
+    }
     public static let fields: [APIField<LeaseReleasedSignal>] = [.objectPath("lease", \.lease), APIField("reason", \.reason)]
 }
 
@@ -125,6 +155,11 @@ public struct StrategyStateChangedSignal: APIRow {
     public var state = ""
     public var lastError = ""
     public init() {}
+    public init(strategy: String, state: String, lastError: String) {
+        self.strategy = strategy
+        self.state = state
+        self.lastError = lastError
+    }
     public static let fields: [APIField<StrategyStateChangedSignal>] = [
         .objectPath("strategy", \.strategy), APIField("state", \.state), APIField("last_error", \.lastError),
     ]
@@ -149,22 +184,24 @@ public enum HostSignal: Sendable, Equatable {
     /// contract does not declare. Throws when the arguments are not the
     /// declared ones.
     public init?(member: String, body: [BusValue]) throws(APIDecodingError) {
+        typealias Host = VigilAPI.Host
         switch member {
-        case "LeaseAcquired": self = .leaseAcquired(try LeaseAcquiredSignal(arguments: body))
-        case "LeaseRenewed": self = .leaseRenewed(try LeaseRenewedSignal(arguments: body))
-        case "LeaseExpiring": self = .leaseExpiring(try LeaseExpiringSignal(arguments: body))
-        case "LeaseExpired": self = .leaseExpired(try LeaseExpiredSignal(arguments: body))
-        case "LeaseReleased": self = .leaseReleased(try LeaseReleasedSignal(arguments: body))
-        case "StrategyStateChanged": self = .strategyStateChanged(try StrategyStateChangedSignal(arguments: body))
+        case Host.leaseAcquired.name: self = .leaseAcquired(try LeaseAcquiredSignal(arguments: body))
+        case Host.leaseRenewed.name: self = .leaseRenewed(try LeaseRenewedSignal(arguments: body))
+        case Host.leaseExpiring.name: self = .leaseExpiring(try LeaseExpiringSignal(arguments: body))
+        case Host.leaseExpired.name: self = .leaseExpired(try LeaseExpiredSignal(arguments: body))
+        case Host.leaseReleased.name: self = .leaseReleased(try LeaseReleasedSignal(arguments: body))
+        case Host.strategyStateChanged.name: self = .strategyStateChanged(try StrategyStateChangedSignal(arguments: body))
         default: return nil
         }
     }
 
     /// The member names this type decodes, as the contract declares them
     /// (all of the Host's signals but ``notDecoded``).
-    public static let members = ["LeaseAcquired", "LeaseRenewed", "LeaseExpiring", "LeaseExpired", "LeaseReleased", "StrategyStateChanged"]
+    public static let members = [VigilAPI.Host.leaseAcquired.name, VigilAPI.Host.leaseRenewed.name, VigilAPI.Host.leaseExpiring.name,
+                                 VigilAPI.Host.leaseExpired.name, VigilAPI.Host.leaseReleased.name, VigilAPI.Host.strategyStateChanged.name]
     /// The Host's signals this type leaves to their own rows.
-    public static let notDecoded = ["SleepBrokeLease"]
+    public static let notDecoded = [VigilAPI.Host.sleepBrokeLease.name]
 }
 
 extension APIRow {

@@ -3,7 +3,7 @@
 /// object (a download). Its ``fields`` are its D-Bus encoding, written once:
 /// the signature, the encoding vigild sends and the decoding vigilctl does
 /// all come from them.
-public protocol APIRow: Sendable, Equatable, Codable {
+public protocol APIRow: Sendable, Equatable, Codable, BusCodable, BusBody {
     /// A row with every field at its zero value (the start of decoding).
     init()
     /// The fields in wire order.
@@ -15,6 +15,7 @@ extension APIRow {
     public static var signature: String { "(" + fields.map(\.signature).joined() + ")" }
     /// An array of rows: `a(otssssttus)`.
     public static var arraySignature: String { "a" + signature }
+    public static var busSignature: String { signature }
 
     /// The row as a struct.
     public var busValue: BusValue { .structure(Self.fields.map { $0.encode(self) }) }
@@ -65,11 +66,9 @@ extension APIRow {
     }
 }
 
-/// A reply that does not match the contract.
-public struct APIDecodingError: Error, Hashable, Sendable, CustomStringConvertible {
-    public var description: String
-    public init(_ description: String) { self.description = description }
-}
+/// A reply that does not match the contract: the one mismatch type of
+/// typed values (``BusValueMismatch``), under the name clients catch.
+public typealias APIDecodingError = BusValueMismatch
 
 /// One field of a row: its name, signature and how it is read from and
 /// written to the row.

@@ -125,9 +125,15 @@ extension String: BusCodable {
     }
 }
 
-extension BusFileDescriptor: BusEncodable {
+extension BusFileDescriptor: BusCodable {
     public static var busSignature: String { "h" }
     public var busValue: BusValue { .unixFD(self) }
+    /// Takes the descriptor out of the value (a descriptor has one owner:
+    /// the value's copy is left closed, -1).
+    public convenience init(busValue: BusValue) throws(BusValueMismatch) {
+        guard case let .unixFD(fd) = busValue else { throw BusValueMismatch(expected: "h", got: busValue) }
+        self.init(owning: fd.take())
+    }
 }
 
 extension Array: BusTyped where Element: BusTyped {

@@ -27,44 +27,45 @@ public struct BusMethodError: Error, Hashable, Sendable, CustomStringConvertible
     public static func unknownObject(_ message: String) -> Self { Self("org.freedesktop.DBus.Error.UnknownObject", message) }
 }
 
-/// A method a strategy offers on its D-Bus object.
+/// A method a strategy offers on its D-Bus object: a contract ``Method``
+/// bound to a handler (``Method/bind(mutating:_:)``).
 public struct BusMethod: Sendable {
     public typealias Handler = @Sendable (_ arguments: [BusValue], _ caller: BusCaller) async throws -> [BusValue]
 
-    public var name: String
-    public var inArguments: [BusArgument]
-    public var outArguments: [BusArgument]
+    /// The method's name and arguments, from its ``Method``.
+    public let declaration: APIMethod
     /// Changes something: the host lets only root and the uid vigild runs
     /// as call it (the rule of `Host.Reload`) and answers `AccessDenied`
     /// to everyone else before the handler runs.
-    public var mutating: Bool
-    /// Receives the arguments, already checked against `inArguments`; returns
-    /// values matching `outArguments`. Throw ``BusMethodError`` for a
-    /// specific D-Bus error; any other error becomes `Failed`.
-    public var handler: Handler
+    public let mutating: Bool
+    /// Decodes the arguments as declared, runs the typed handler and
+    /// encodes its reply.
+    public let handler: Handler
 
-    public init(_ name: String, in inArguments: [BusArgument] = [], out outArguments: [BusArgument] = [],
-                mutating: Bool, handler: @escaping Handler) {
-        self.name = name
-        self.inArguments = inArguments
-        self.outArguments = outArguments
-        self.mutating = mutating
-        self.handler = handler
+    public var name: String { declaration.name }
+    public var inArguments: [BusArgument] { declaration.inArguments }
+    public var outArguments: [BusArgument] { declaration.outArguments }
+}
+
+extension Method {
+    /// This method with `handler`, as a strategy registers it
+    /// (``StrategyBus/register(_:methods:)``): the handler gets the caller
+    /// and the arguments as the declared Swift types and returns the
+    /// declared reply, so a handler of other types does not compile. Throw
+    /// ``BusMethodError`` for a specific D-Bus error; any other error
+    /// becomes `Failed`.
+    public func bind(mutating: Bool, _ handler: @escaping @Sendable (BusCaller, repeat each In) async throws -> Out) -> BusMethod {
+        BusMethod(declaration: declaration, mutating: mutating) { arguments, caller in
+            let decoded: (repeat each In)
+            do throws(BusValueMismatch) { decoded = try decode(arguments) } catch { throw BusMethodError.invalidArgs(error.description) }
+            return try await handler(caller, repeat each decoded).arguments
+        }
     }
 }
 
-/// A read-only property of a child object.
-public struct BusProperty: Sendable, Hashable {
-    public var name: String
-    public var signature: String
-    /// What a client is told when it changes (a `.const` one is never announced).
-    public var emitsChange: APIProperty.EmitsChange
-    public init(_ name: String, _ signature: String, emitsChange: APIProperty.EmitsChange = .true) {
-        self.name = name
-        self.signature = signature
-        self.emitsChange = emitsChange
-    }
-}
+/// A read-only property of a child object: the contract's property entry
+/// (a `.const` one is never announced).
+public typealias BusProperty = APIProperty
 
 /// A child object a strategy exported; its properties change through it.
 public protocol BusObjectHandle: Sendable {
@@ -91,9 +92,10 @@ extension BusObjectHandle {
 public protocol StrategyBus: Sendable {
     /// The strategy object's path (also where there is no bus).
     var objectPath: String { get }
-    /// Adds `interface` with `methods` to the strategy's object, replacing
-    /// an earlier registration of the same interface (a restarted strategy).
-    func register(interface: String, methods: [BusMethod]) async throws
+    /// Adds `interface` with `methods` (one bound ``Method`` per declared
+    /// method, in declaration order) to the strategy's object, replacing an
+    /// earlier registration of the same interface (a restarted strategy).
+    func register(_ interface: APIInterface, methods: [BusMethod]) async throws
     /// Exports a child object at `objectPath + "/" + relativePath` with one
     /// interface of read-only `properties`, starting with `values`.
     func exportObject(relativePath: String, interface: String, properties: [BusProperty],
@@ -104,7 +106,7 @@ public protocol StrategyBus: Sendable {
 public struct DetachedStrategyBus: StrategyBus {
     public let objectPath: String
     public init(objectPath: String = VigilAPI.strategyPath("")) { self.objectPath = objectPath }
-    public func register(interface: String, methods: [BusMethod]) async throws {}
+    public func register(_ interface: APIInterface, methods: [BusMethod]) async throws {}
     public func exportObject(relativePath: String, interface: String, properties: [BusProperty],
                              values: [String: BusValue]) async throws -> any BusObjectHandle {
         DetachedObject(path: objectPath + "/" + relativePath)
