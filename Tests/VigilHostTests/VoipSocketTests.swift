@@ -617,7 +617,11 @@ struct GatedLease: BatchableLeaseHandle {
         await h.supervisor.stopAll()
         #expect(status["LastError"]?.stringValue.contains("Connection timed out") == true, "\(status)")
         #expect(status["Overruns"]?.uintValue == 0, "the handler timeout, not TCP_USER_TIMEOUT, ended it: \(status)")
-        // The ping goes out 3 s after connecting; the timeout follows within about a second.
-        #expect(detected < .seconds(3) + .milliseconds(2_000), "detected after \(detected)")
+        // The ping goes out 3 s after connecting; the timeout follows within
+        // about a second on an idle machine. The bound only says "soon" (CI
+        // met 7.0 s under the suite's load): what proves TCP_USER_TIMEOUT is
+        // the error and no overrun above, since without it the kernel waits
+        // some 15 minutes and the 2.5 s handler timeout would end it.
+        #expect(detected < .seconds(3) + .seconds(9), "detected after \(detected)")
     }
 }
