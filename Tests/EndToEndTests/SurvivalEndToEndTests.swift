@@ -103,27 +103,12 @@ extension EndToEnd {
             // replaced by a new file.
             let fifo = dir.file("page.fifo")
             #expect(mkfifo(fifo, 0o600) == 0)
-            // Both ends block in open until the other comes: the reader on
-            // its own thread, vigilctl off the test's.
-            let received = WaitableLog<String>()
-            Thread {
-                // Read to the end (Foundation's contentsOfFile trusts st_size, 0 here).
-                let fd = open(fifo, O_RDONLY)
-                var bytes: [UInt8] = []
-                var chunk = [UInt8](repeating: 0, count: 65536)
-                while fd >= 0 {
-                    let n = read(fd, &chunk, chunk.count)
-                    if n < 0 && errno == EINTR { continue }
-                    if n <= 0 { break }
-                    bytes += chunk[0..<n]
-                }
-                if fd >= 0 { close(fd) }
-                received.append(String(decoding: bytes, as: UTF8.self))
-            }.start()
+            // Both ends block in open until the other comes: the reader off
+            // the cooperative pool, vigilctl off the test's thread.
+            async let pagePiped = readAll(fromFIFO: fifo)
             let piped = try await ProcessRunner.runDetached(Build.vigilctl, ["survival", "--store", dir.file("state/survival.sqlite"), "--html", fifo])
             #expect(piped.status == 0, "\(piped.stderr)")
-            #expect(await received.wait(forCount: 1) == 1)
-            #expect(received.all.first?.contains("<td>total: 1 run</td>") == true)
+            #expect(await pagePiped.contains("<td>total: 1 run</td>"))
             var info = stat()
             #expect(stat(fifo, &info) == 0 && info.st_mode & S_IFMT == S_IFIFO, "the FIFO was replaced")
             let badSince = try ProcessRunner.run(Build.vigilctl, ["survival", "--store", dir.file("state/survival.sqlite"), "--since", "yesterday"])

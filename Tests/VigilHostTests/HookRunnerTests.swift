@@ -6,6 +6,7 @@ import Testing
 import VigilKit
 import VigilKitTesting
 @testable import VigilHost
+import VigilTestSupport
 
 /// Real processes through the real runner; timeouts are short so the suite
 /// stays fast, and the time limit turns a runner that hangs into a failure.
@@ -232,7 +233,7 @@ import VigilKitTesting
             )
         }
         // Blocks until the hook has written its pids: the hook is running.
-        let line = await readLine(fromFIFO: fifo)
+        let line = await readAll(fromFIFO: fifo)
         let pids = line.split(separator: " ").compactMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
         try #require(pids.count == 2)
         task.cancel()
@@ -289,28 +290,6 @@ private func processIsGone(_ pid: pid_t, within limit: Duration = .seconds(3)) -
     var entry = pollfd(fd: pidfd, events: Int16(POLLIN), revents: 0)
     let milliseconds = Int32(limit.components.seconds * 1000)
     return poll(&entry, 1, milliseconds) == 1
-}
-
-/// Reads one line from a FIFO on a thread outside the cooperative pool
-/// (opening a FIFO blocks until the writer opens it).
-private func readLine(fromFIFO path: String) async -> String {
-    await withCheckedContinuation { continuation in
-        DispatchQueue.global().async {
-            var bytes: [UInt8] = []
-            let fd = open(path, O_RDONLY)
-            if fd >= 0 {
-                var chunk = [UInt8](repeating: 0, count: 256)
-                while true {
-                    let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-                    if count < 0 && errno == EINTR { continue }
-                    if count <= 0 { break }
-                    bytes += chunk[0..<count]
-                }
-                close(fd)
-            }
-            continuation.resume(returning: String(decoding: bytes, as: UTF8.self))
-        }
-    }
 }
 
 /// A temporary directory removed when the value goes away.
