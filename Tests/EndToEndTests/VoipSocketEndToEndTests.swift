@@ -88,7 +88,7 @@ extension EndToEnd {
             var markers = 0
             func seenUpToMarker() async throws -> String {
                 markers += 1
-                try TestMosquitto.publish(port: broker.port, topic: "status/vigil", message: "marker-\(markers)")
+                try await TestMosquitto.publish(port: broker.port, topic: "status/vigil", message: "marker-\(markers)")
                 let text = try await Self.waitForFile(seen, containing: "marker-\(markers)")
                 return text
             }

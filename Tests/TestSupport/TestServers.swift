@@ -215,11 +215,16 @@ public enum TestMosquitto {
     }
 
     /// Publishes `message` to `topic` with mosquitto_pub (a third-party
-    /// client); `options` such as MQTT 5 and its properties go before.
+    /// client); `options` such as MQTT 5 and its properties go before. Waits
+    /// on a thread of its own: blocking one of the cooperative pool's two
+    /// threads here (this machine has two cores) delayed the in-process
+    /// strategy's pings under CI's load.
     public static func publish(port: Int, topic: String, message: String, user: (String, String)? = nil, options: [String] = [],
-                        clientID: String = "test-publisher") throws {
-        try ProcessRunner.checkedOutput("/usr/bin/mosquitto_pub", options + ["-h", "127.0.0.1", "-p", String(port), "-t", topic, "-m", message, "-i", clientID]
-            + (user.map { ["-u", $0.0, "-P", $0.1] } ?? []))
+                        clientID: String = "test-publisher") async throws {
+        let arguments = options + ["-h", "127.0.0.1", "-p", String(port), "-t", topic, "-m", message, "-i", clientID]
+            + (user.map { ["-u", $0.0, "-P", $0.1] } ?? [])
+        let result = try await ProcessRunner.runDetached("/usr/bin/mosquitto_pub", arguments)
+        guard result.status == 0 else { throw CommandFailure(command: ["/usr/bin/mosquitto_pub"] + arguments, result: result) }
     }
 }
 

@@ -21,6 +21,7 @@ public struct CommandResult: Sendable, Hashable {
 public struct CommandFailure: Error, CustomStringConvertible {
     public var command: [String]
     public var result: CommandResult
+    public init(command: [String], result: CommandResult) { self.command = command; self.result = result }
     public var description: String {
         "\(command.joined(separator: " ")) exited with \(result.status): \(result.output)"
     }
