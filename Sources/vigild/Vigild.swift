@@ -220,7 +220,7 @@ struct Vigild: AsyncParsableCommand {
             )
             // Budgets count awake time: a suspend never eats one.
             environment.budgetClock = AwakeClock()
-            host = try await HostRuntime.start(config: config, environment: environment)
+            host = try await HostRuntime.open(config: config, environment: environment)
         } catch {
             log.error("cannot start: \(error)")
             throw ExitCode(1)
@@ -230,44 +230,57 @@ struct Vigild: AsyncParsableCommand {
         let runLog = logging.adding(["run": .string(host.runId)]).logger("vigild")
         let notifier = makeNotifier(log: runLog)
         let bus = OneShot<BusOutcome>()
-        let hostEvents = host.events(for: "host")
+        let outcome = RunOutcome()
         let settings = config.host
+        let sleepCycle = host.sleepCycle()
+        let strategies = await host.strategies(after: sleepCycle.started)
         // Start order; vigild stops in the reverse order (docs/architecture.md,
         // "Stopping"): the signal service ends first and shuts the group down
         // gracefully; STOPPING=1 goes out; the watchdog and the sleep hooks
-        // stop; the runtime stops its strategies and releases every lease; the
-        // bus shows that and closes; the run's record is written to its end.
-        let services: [ServiceGroupConfiguration.ServiceConfiguration] = host.backgroundServices() + [
-            .init(service: HostBusService(runtime: host, log: runLog, outcome: bus),
+        // stop; the strategies stop and every lease is released; the bus
+        // shows that and closes; the sleep cycle and the metrics endpoint
+        // stop; the run's record (lease events, final heartbeat, end of run)
+        // is written last, by the service that owns the survival store.
+        // Where one service needs another running, it waits for it: the
+        // strategies for the sleep cycle, the bus for the strategies.
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+            .init(service: host.survivalRecorder(outcome: outcome), serviceName: "survival record"),
+        ]
+        if let metrics = host.metricsEndpoint() {
+            services.append(.init(service: metrics, serviceName: "metrics listener"))
+        }
+        services += [
+            .init(service: sleepCycle, serviceName: "sleep cycle"),
+            .init(service: BusPresenceService(parts: host.busParts, settings: settings, after: strategies.started,
+                                              busOutcome: bus, runOutcome: outcome, log: runLog),
                   failureTerminationBehavior: .gracefullyShutdownGroup, serviceName: "bus"),
-            .init(service: host, serviceName: "strategies"),
-            .init(service: SleepHooksService(settings: settings, power: power, log: runLog, events: hostEvents),
+            .init(service: strategies, serviceName: "strategies"),
+            .init(service: SleepHooksService(settings: settings, power: power, log: runLog, events: host.events(for: "host")),
                   successTerminationBehavior: .ignore, serviceName: "sleep hooks"),
             .init(service: WatchdogService(notifier: notifier, scheduler: scheduler, clock: clock, log: runLog),
                   successTerminationBehavior: .ignore, serviceName: "watchdog"),
             .init(service: ServiceManagerService(notifier: notifier, runtime: host, bus: bus, log: runLog),
                   serviceName: "service manager"),
-            .init(service: ReloadSignalService(signals: reloadSignals.stream, runtime: host, log: runLog),
+            .init(service: ReloadSignalService(signals: reloadSignals.stream, reload: { await host.reload() }, log: runLog),
                   serviceName: "reload signal"),
             .init(service: StopSignalService(signals: signals.stream, log: runLog),
                   successTerminationBehavior: .gracefullyShutdownGroup, serviceName: "signals"),
         ]
         let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: services, logger: runLog))
-        var reason = RunEndReason.stopped
+        var failed = false
         do {
             try await group.run()
         } catch {
             runLog.error("\(error)")
-            reason = .failed
+            failed = true
         }
-        await host.finish(reason: reason)
         withExtendedLifetime((signals, reloadSignals)) {}
         output.flush()
         let dropped = output.droppedLines
         if dropped > 0 {
             runLog.notice("\(dropped) log line\(dropped == 1 ? "" : "s") could not be written (stderr full or closed)")
         }
-        if reason == .failed { throw ExitCode(1) }
+        if failed || outcome.failed != nil { throw ExitCode(1) }
     }
 
     /// Writes to stderr without trapping on EPIPE/ENOSPC (unlike

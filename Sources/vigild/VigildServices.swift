@@ -5,76 +5,46 @@ import VigilDBus
 import VigilHost
 import VigilKit
 
-// vigild's own services, beside the runtime's (HostRuntime.backgroundServices
-// and the runtime itself): the bus, the sleep hooks, the systemd watchdog,
-// the service manager's READY/STATUS/STOPPING, and the signals that stop it.
+// vigild's own services, beside those the host makes of its parts (the
+// survival record, the metrics endpoint, the sleep cycle, the strategies):
+// the bus, the sleep hooks, the systemd watchdog, the service manager's
+// READY/STATUS/STOPPING, the reload signal and the signals that stop it.
 // Vigild.swift lists them in one ServiceGroup; their order there is their
 // stop order, reversed.
 
 /// How the bus came up: the one fact the service-manager notifications wait for.
 enum BusOutcome: Sendable {
-    case started(BusService)
+    case started(BusPresence)
     case failed(String)
 }
 
-/// A value set once and awaited by others; a waiter that is cancelled gets nil.
-actor OneShot<Value: Sendable> {
-    private var value: Value?
-    private var waiters: [UInt64: CheckedContinuation<Value?, Never>] = [:]
-    private var nextWaiter: UInt64 = 0
-
-    func set(_ value: Value) {
-        guard self.value == nil else { return }
-        self.value = value
-        for waiter in waiters.values { waiter.resume(returning: value) }
-        waiters = [:]
-    }
-
-    /// The value, once set; nil when the waiting task is cancelled first.
-    func wait() async -> Value? {
-        if let value { return value }
-        let id = nextWaiter
-        nextWaiter += 1
-        return await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
-                if Task.isCancelled {
-                    continuation.resume(returning: nil)
-                } else {
-                    waiters[id] = continuation
-                }
-            }
-        } onCancel: {
-            // Unstructured task: not cancelled: one hop into the actor to withdraw the waiter, from
-            // a synchronous cancellation handler.
-            Task { await self.cancel(id) }
-        }
-    }
-
-    private func cancel(_ id: UInt64) {
-        waiters.removeValue(forKey: id)?.resume(returning: nil)
-    }
-}
-
-/// vigild on its bus (`BusService`): started when the group starts (the
-/// runtime's strategies are running by then, so a client that sees the name
-/// sees them), stopped after the runtime, so the strategies' last states and
-/// the ends of their leases are shown and announced before the connection
-/// closes. A bus that cannot be started fails the service, and the group
+/// Runs vigild's presence on its bus (``BusPresence``): starts once the
+/// strategies have (so a client that sees the name sees them), stopped
+/// after them, so the strategies' last states and the ends of their leases
+/// are shown and announced before the connection closes. A bus that cannot
+/// be started fails the run (``RunOutcome``) and the service, and the group
 /// stops everything else gracefully.
-struct HostBusService: Service {
-    let runtime: HostRuntime
+struct BusPresenceService: Service {
+    let parts: HostBusParts
+    let settings: HostSettings
+    /// Set once the strategies are started.
+    let after: Started
+    /// How the bus came up, for the service manager.
+    let busOutcome: OneShot<BusOutcome>
+    let runOutcome: RunOutcome
     let log: Logger
-    let outcome: OneShot<BusOutcome>
 
     func run() async throws {
-        let bus: BusService
+        guard await after.waitUnlessShutDown() else { return }
+        let bus: BusPresence
         do {
-            bus = try await BusService.start(runtime: runtime, log: log)
+            bus = try await BusPresence.start(parts: parts, selection: settings.bus, stateDir: settings.stateDir, log: log)
         } catch {
-            await outcome.set(.failed("\(error)"))
+            runOutcome.fail("\(error)")
+            await busOutcome.set(.failed("\(error)"))
             throw error
         }
-        await outcome.set(.started(bus))
+        await busOutcome.set(.started(bus))
         try? await gracefulShutdown()
         await bus.stop()
     }
@@ -112,7 +82,7 @@ struct ServiceManagerService: Service {
     }
 
     /// The one-line state sent as systemd's STATUS=.
-    static func statusLine(_ host: HostRuntime, bus: BusService) async -> String {
+    static func statusLine(_ host: HostRuntime, bus: BusPresence) async -> String {
         let strategies = await host.config.strategies.count
         let leases = await host.registry.activeCount
         let line = "\(strategies) strateg\(strategies == 1 ? "y" : "ies"), \(leases) active lease\(leases == 1 ? "" : "s")"
@@ -123,7 +93,7 @@ struct ServiceManagerService: Service {
     /// Sends a STATUS= update whenever a lease changes, when the survival
     /// store stops or starts being writable and when the bus is lost or
     /// back (no timer: idle hosts send nothing), until cancelled.
-    static func sendStatusUpdates(_ notifier: SystemdNotifier, host: HostRuntime, bus: BusService) async {
+    static func sendStatusUpdates(_ notifier: SystemdNotifier, host: HostRuntime, bus: BusPresence) async {
         let (busChanges, busChanged) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         await bus.onChange { _ in busChanged.yield() }
         await withTaskGroup(of: Void.self) { group in
@@ -164,13 +134,13 @@ struct StopSignalService: Service {
 /// stream (the signal is ignored from the start, so it never kills vigild).
 struct ReloadSignalService: Service {
     let signals: AsyncStream<Int32>
-    let runtime: HostRuntime
+    let reload: @Sendable () async -> ReloadResult
     let log: Logger
 
     func run() async {
         for await _ in signals.cancelOnGracefulShutdown() {
             log.notice("received SIGHUP: reloading the config")
-            _ = await runtime.reload()
+            _ = await reload()
         }
     }
 }

@@ -158,11 +158,11 @@ final class HostBusFixture: @unchecked Sendable {
         let loaded = try ConfigLoader.load(path: configPath, resolver: plugins)
         let clock = ManualClock()
         let logs = WaitableLog<LogLine>()
-        let runtime = try await HostRuntime.start(config: loaded, environment: HostRuntime.Environment(
+        let runtime = try await HostRuntime.open(config: loaded, environment: HostRuntime.Environment(
             clock: clock, scheduler: WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock)),
             logging: logs.logging, version: "9.9.9-test", plugins: plugins
         ))
-        let services = RunningHostServices(runtime, logs: logs)
+        let services = await RunningHostServices(runtime, logs: logs)
         let bus: HostBusDaemon
         do { bus = try await offPool { try HostBusDaemon() } } catch {
             await services.stop()
@@ -380,27 +380,40 @@ func offPool(_ work: @escaping @Sendable () -> Void) async {
     }
 }
 
-/// A runtime's services (``HostRuntime/backgroundServices()`` and the
-/// runtime) running in a `ServiceGroup`, as vigild runs them; ``stop()``
-/// shuts the group down gracefully and ends the run.
+/// The services the host makes of its parts (the survival record, the
+/// metrics endpoint, the sleep cycle, the strategies) running in a
+/// `ServiceGroup`, in vigild's order (without the bus: the fixture exports
+/// the API itself); ``stop()`` shuts the group down gracefully, and the
+/// survival record writes the end of the run as it stops.
 final class RunningHostServices: Sendable {
     let runtime: HostRuntime
+    /// How the run ends: a test may fail it, as vigild's bus does.
+    let outcome = RunOutcome()
     private let group: ServiceGroup
     private let running: Task<Void, any Error>
 
-    init(_ runtime: HostRuntime, logs: WaitableLog<LogLine>) {
+    /// Starts the group; returns once the strategies have started.
+    init(_ runtime: HostRuntime, logs: WaitableLog<LogLine>) async {
         self.runtime = runtime
-        let group = ServiceGroup(configuration: ServiceGroupConfiguration(
-            services: runtime.backgroundServices() + [.init(service: runtime, serviceName: "strategies")],
-            logger: logs.logger("vigild")))
+        let sleepCycle = runtime.sleepCycle()
+        let strategies = await runtime.strategies(after: sleepCycle.started)
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+            .init(service: runtime.survivalRecorder(outcome: outcome), serviceName: "survival record"),
+        ]
+        if let metrics = runtime.metricsEndpoint() { services.append(.init(service: metrics, serviceName: "metrics listener")) }
+        services += [
+            .init(service: sleepCycle, serviceName: "sleep cycle"),
+            .init(service: strategies, serviceName: "strategies"),
+        ]
+        let group = ServiceGroup(configuration: ServiceGroupConfiguration(services: services, logger: logs.logger("vigild")))
         self.group = group
         running = Task { try await group.run() }
+        _ = await strategies.started.wait()
     }
 
-    /// Stops the services in reverse order and ends the run (`stopped`).
+    /// Stops the services in reverse order; the run ends as ``outcome`` says.
     func stop() async {
         await group.triggerGracefulShutdown()
         _ = try? await running.value
-        await runtime.finish()
     }
 }

@@ -152,11 +152,11 @@ import VigilTestSupport
         let loaded = try ConfigLoader.load(path: configPath, resolver: plugins)
         let clock = ManualClock()
         let logs = WaitableLog<LogLine>()
-        let runtime = try await HostRuntime.start(config: loaded, environment: HostRuntime.Environment(
+        let runtime = try await HostRuntime.open(config: loaded, environment: HostRuntime.Environment(
             clock: clock, scheduler: WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock)),
             logging: logs.logging, power: LogindPowerBackend(connection: host), version: "9.9.9-test", plugins: plugins))
-        let services = RunningHostServices(runtime, logs: logs)
-        let cycle = try #require(await runtime.returnToSleep)
+        let services = await RunningHostServices(runtime, logs: logs)
+        let cycle = try #require(runtime.returnToSleep)
         let woke = ClockReadings.now()
         await cycle.resumed(SystemWake(wall: woke.wallMicros, startOffsetMicros: 0, suspendedMicros: 60_000_000, cause: .vigilAlarm,
                                        alarm: "tick periodic-wake", alarmStrategy: "tick", alarmKind: "periodic-wake"), readings: woke)

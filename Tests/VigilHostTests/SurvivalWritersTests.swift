@@ -67,6 +67,23 @@ struct SurvivalWritersTests {
         #expect(names == ["lease-acquired", "lease-released"])
     }
 
+    /// The end of the run is written by the service that owns the store
+    /// (the survival record) as it stops, with the run's outcome: nothing
+    /// after the group writes it, so without it the run would stay
+    /// `running`. A graceful stop ends the run `stopped`; a run a service
+    /// failed (vigild's bus, say) ends `failed`.
+    @Test(arguments: [false, true]) func theRecordWritesTheEndOfTheRunAsItStops(failed: Bool) async throws {
+        let dir = try SurvivalTempDir()
+        var runId = ""
+        try await HostBusFixture.with(strategies: "", stateDir: dir.path + "/state") { fixture in
+            runId = fixture.runtime.runId
+            if failed { fixture.services.outcome.fail("the bus could not be started") }
+        }
+        let run = try #require(try SurvivalReport.load(path: dir.store, runs: 1, sinceWallMicros: nil).first)
+        #expect(run.runId == runId)
+        #expect(run.endReason == (failed ? .failed : .stopped))
+    }
+
     /// The next deadline a task sleeps until on `clock`, once one does (a
     /// bound of 10 s for a broken run).
     static func nextDeadline(of clock: ManualClock) async -> VigilInstant? {

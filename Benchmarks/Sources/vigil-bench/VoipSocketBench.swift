@@ -211,7 +211,7 @@ func voipSocketBench(_ arguments: [String]) async throws {
 
 /// vigild's bus projection itself: ``HostBusAPI`` over the benchmark's
 /// registry and supervisor, exported on a private dbus-daemon, as
-/// `HostRuntime.busServices` gives it a running host's parts.
+/// `HostRuntime.busParts` gives it a running host's parts.
 struct BusProjection {
     let bus: TestDBusDaemon
     let connection: DBusConnection
@@ -225,14 +225,14 @@ struct BusProjection {
         let store = try SurvivalStore(path: directory.appendingPathComponent("survival.sqlite").path)
         let bus = try startBenchBus()
         let connection = try await DBusConnection.connect(to: .address(bus.address))
-        let services = HostBusServices(
+        let parts = HostBusParts(
             version: "bench", runId: UUID().uuidString.lowercased(), configPath: "", startedAt: clock.now,
             startedWallMicros: Int64(Date().timeIntervalSince1970 * 1_000_000), clock: clock, logging: .discarding,
             registry: registry, supervisor: supervisor, scheduler: scheduler, store: store, clientLeases: clientLeases,
             inhibits: inhibits, strategyBus: StrategyBusBridge(logging: .discarding), costs: StrategyCosts(clock: clock),
             configuredStrategy: { _ in nil }, reload: { ReloadResult(applied: false, messages: ["benchmark"]) },
             health: { HostHealth() }, servesInhibits: { false })
-        let api = HostBusAPI(services: services, connection: connection, hostUID: getuid())
+        let api = HostBusAPI(parts: parts, connection: connection, hostUID: getuid())
         try await api.export()
         return BusProjection(bus: bus, connection: connection, api: api, directory: directory)
     }

@@ -95,9 +95,13 @@ private final class Target: @unchecked Sendable {
                 try plugins.register([BackgroundTaskKind(), PeriodicWakeKind()], from: "fuzz-object-server")
                 let config = try ConfigLoader.load(path: configPath, resolver: plugins)
                 let clock = SystemClock()
-                let runtime = try await HostRuntime.start(config: config, environment: HostRuntime.Environment(
+                let runtime = try await HostRuntime.open(config: config, environment: HostRuntime.Environment(
                     clock: clock, scheduler: try WakeScheduler.system(clock: clock), logging: .discarding,
                     version: "fuzz", plugins: plugins))
+                let strategies = await runtime.strategies(after: nil)
+                // Unstructured task: never cancelled: the strategies run as long as the fuzzer.
+                Task { await strategies.run() }
+                _ = await strategies.started.wait()
                 let connection = try await DBusConnection.connect(to: .address(address))
                 let api = HostBusAPI(runtime: runtime, connection: connection, hostUID: getuid())
                 try await api.export()

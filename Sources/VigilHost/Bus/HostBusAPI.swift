@@ -6,7 +6,7 @@ import VigilKit
 /// `export()` attaches an object server to the connection and exports the
 /// root object `/org/vigil/Vigil1` (Host + ObjectManager), one object per
 /// strategy and one per active lease. From then on it follows the host
-/// (the ``HostBusServices`` it is given, not the whole runtime):
+/// (the ``HostBusParts`` it is given, not the whole runtime):
 /// lease objects and strategy objects appear and disappear
 /// (`InterfacesAdded` / `InterfacesRemoved`), the Host signals and
 /// `PropertiesChanged` are emitted as the registry and the supervisor
@@ -25,7 +25,7 @@ import VigilKit
 /// following of events.
 public actor HostBusAPI {
     /// What it is given of the host.
-    public nonisolated let services: HostBusServices
+    public nonisolated let parts: HostBusParts
     public nonisolated let connection: DBusConnection
     /// The uid vigild runs as: besides root, the only uid allowed to call
     /// mutating methods.
@@ -137,13 +137,13 @@ public actor HostBusAPI {
     private let survival: SurvivalRunReader
     let log: Logger
 
-    public init(services: HostBusServices, connection: DBusConnection, hostUID: UInt32) {
-        self.services = services
+    public init(parts: HostBusParts, connection: DBusConnection, hostUID: UInt32) {
+        self.parts = parts
         self.connection = connection
         self.hostUID = hostUID
         self.credentials = CallerCredentials(connection: connection)
-        self.survival = SurvivalRunReader(path: services.store.path)
-        self.log = services.logging.logger("dbus")
+        self.survival = SurvivalRunReader(path: parts.store.path)
+        self.log = parts.logging.logger("dbus")
     }
 
     deinit {
@@ -157,8 +157,8 @@ public actor HostBusAPI {
         guard server == nil else { throw DBusError.failed("the org.vigil.Vigil1 objects are already exported") }
         // Subscribe before taking the snapshot: an event that happens in
         // between is in both, and the handlers skip what is already shown.
-        let leaseChanges = await services.registry.changes(excluding: ClientLeases.strategyName)
-        let statusChanges = await services.supervisor.changes()
+        let leaseChanges = await parts.registry.changes(excluding: ClientLeases.strategyName)
+        let statusChanges = await parts.supervisor.changes()
         let server = try await DBusObjectServer(connection: connection, logger: log)
         self.server = server
         // Client leases are shown by an observer of the registry, from the
@@ -167,24 +167,24 @@ public actor HostBusAPI {
         // the snapshot's export skips it).
         let projection = ClientLeaseProjection(self)
         clientLeaseProjection = projection
-        await services.registry.observe(projection)
-        let limiter = PropertiesChangedLimiter(clock: services.clock, log: log) { path, interface, values in
+        await parts.registry.observe(projection)
+        let limiter = PropertiesChangedLimiter(clock: parts.clock, log: log) { path, interface, values in
             try await server.emitPropertiesChanged(path: path, interface: interface, values: values)
         }
         self.limiter = limiter
         try await server.addObjectManager(at: VigilAPI.rootPath)
-        await services.strategyBus.attach(server: server, hostUID: hostUID, credentials: credentials, limiter: limiter)
+        await parts.strategyBus.attach(server: server, hostUID: hostUID, credentials: credentials, limiter: limiter)
         try await server.export(VigilAPI.rootPath, interfaces: [HostBusInterfaces.host(self)])
         published.withLock { $0.server = server }
-        for status in await services.supervisor.statuses where status.state != .stopped {
+        for status in await parts.supervisor.statuses where status.state != .stopped {
             try await addStrategy(status, on: server)
         }
-        for lease in await services.registry.active where leaseEntry(lease.id) == nil {
+        for lease in await parts.registry.active where leaseEntry(lease.id) == nil {
             try await addLease(lease, on: server)
         }
-        if await services.servesInhibits() {
+        if await parts.servesInhibits() {
             let credentials = self.credentials
-            let bridge = InhibitBusBridge(server: server, connection: connection, inhibits: services.inhibits, log: log, credentials: { call in
+            let bridge = InhibitBusBridge(server: server, connection: connection, inhibits: parts.inhibits, log: log, credentials: { call in
                 let caller = try await credentials.of(call.sender)
                 return (caller.uid, caller.pid)
             }, shown: { [weak self] id in await self?.waitUntilShown(id) })
@@ -213,7 +213,7 @@ public actor HostBusAPI {
         }
         self.statusFollower = statusFollower
         followers.append(statusFollower)
-        let breaks = await services.sleepBreaks()
+        let breaks = await parts.sleepBreaks()
         // Unstructured task: kept in `followers`, cancelled by stop() (or deinit).
         followers.append(Task { [weak self] in
             for await broken in breaks {
@@ -242,14 +242,14 @@ public actor HostBusAPI {
     /// the last StrategyStateChanged and lease signals go out before the
     /// connection closes. A follower whose stream goes on is not waited for.
     public func drain() async {
-        if await services.supervisor.changesEnded { await statusFollower?.value }
-        if await services.registry.changesEnded { await leaseFollower?.value }
+        if await parts.supervisor.changesEnded { await statusFollower?.value }
+        if await parts.registry.changesEnded { await leaseFollower?.value }
     }
 
     /// Stops following the host (the objects stay as they are).
     public func stop() async {
         published.withLock { $0.server = nil }
-        if let projection = clientLeaseProjection { await services.registry.stopObserving(projection) }
+        if let projection = clientLeaseProjection { await parts.registry.stopObserving(projection) }
         clientLeaseProjection = nil
         for task in followers { task.cancel() }
         followers = []
@@ -261,9 +261,9 @@ public actor HostBusAPI {
     /// bridge export everything again on the next connection.
     public func connectionLost() async {
         await stop()
-        await services.strategyBus.detach()
-        await services.clientLeases.busLost()
-        await services.inhibits.busLost()
+        await parts.strategyBus.detach()
+        await parts.clientLeases.busLost()
+        await parts.inhibits.busLost()
     }
 
     /// The introspection XML of the whole API (docs/org.vigil.Vigil1.xml),
@@ -470,7 +470,7 @@ public actor HostBusAPI {
                 strategies[status.name] = nil
                 strategyOrder.removeAll { $0 == status.name }
                 try await server.unexport(path)
-                await services.strategyBus.strategyUnexported(status.name)
+                await parts.strategyBus.strategyUnexported(status.name)
                 try await server.emitPropertiesChanged(path: VigilAPI.rootPath, interface: VigilAPI.hostInterface, properties: [VigilAPI.Host.strategies.name])
             }
         } catch {
@@ -479,11 +479,11 @@ public actor HostBusAPI {
     }
 
     private func addStrategy(_ status: StrategyStatus, on server: DBusObjectServer) async throws {
-        let config = await services.configuredStrategy(status.name)?.values ?? [:]
+        let config = await parts.configuredStrategy(status.name)?.values ?? [:]
         strategies[status.name] = StrategyEntry(status: status, config: config)
         strategyOrder.append(status.name)
         try await server.export(VigilAPI.strategyPath(status.name), interfaces: [HostBusInterfaces.strategy(self, name: status.name)])
-        await services.strategyBus.strategyExported(status.name)
+        await parts.strategyBus.strategyExported(status.name)
     }
 
     /// Exports the lease's object, then makes `changes` (in the same hop
@@ -499,7 +499,7 @@ public actor HostBusAPI {
             interfaces.append(shared.clientLease)
         } else {
             kind = strategies[lease.strategy]?.status.kind
-            if kind == nil { kind = await services.configuredStrategy(lease.strategy)?.kind }
+            if kind == nil { kind = await parts.configuredStrategy(lease.strategy)?.kind }
         }
         setLease(lease.id, LeaseEntry(snapshot: lease, kind: kind ?? ""))
         // Shown once exported: a Begin that looks before must wait.
@@ -604,7 +604,7 @@ public actor HostBusAPI {
     /// their coming and going quadratic on the bus, and two of the nine
     /// messages of a Begin and End. Under the lock, with the change.
     private nonisolated func announceLeases(_ state: inout Published) -> [DBusObjectServer.Change] {
-        let clock = services.clock
+        let clock = parts.clock
         switch state.leasesPace.changed(at: clock.now) {
         case .now:
             return [Self.hostPropertiesChanged([VigilAPI.Host.leases.name])]
@@ -627,7 +627,7 @@ public actor HostBusAPI {
         let log = self.log
         published.withLock { state in
             guard state.leasesPace.isPlanned, let server = state.server else { return }
-            state.leasesPace.announced(at: services.clock.now)
+            state.leasesPace.announced(at: parts.clock.now)
             server.applyQueued([Self.hostPropertiesChanged([VigilAPI.Host.leases.name])]) { error in
                 log.warning("cannot announce the Host's Leases on D-Bus: \(error)")
             }
@@ -662,7 +662,7 @@ public actor HostBusAPI {
 
     /// A unique name left the bus: its inhibits, portal requests and sessions end.
     func inhibitorVanished(_ name: String) async {
-        await services.inhibits.ownerVanished(name)
+        await parts.inhibits.ownerVanished(name)
         await inhibitBridge?.ownerVanished(name)
     }
 

@@ -7,7 +7,7 @@ import VigilKit
 /// rule: root and vigild's uid only (docs/security.md).
 extension HostBusAPI {
     nonisolated func appPolicy() async -> AppPolicyReply {
-        let policy = services.inhibits.policy
+        let policy = parts.inhibits.policy
         func micros(_ d: Duration?) -> Int64 { d.map { max(0, $0.microseconds) } ?? -1 }
         var reply = AppPolicyReply()
         reply.rules = await policy.liveRules().map { AppRuleRow(pattern: $0.rule.pattern, action: $0.rule.action.rawValue, leftUsec: micros($0.left)) }
@@ -23,7 +23,7 @@ extension HostBusAPI {
         let duration: Duration? = forMicros == 0 ? nil : .microseconds(Int64(clamping: forMicros))
         let held: [LeaseID]
         do {
-            held = try await services.inhibits.policy.deny(pattern, for: duration)
+            held = try await parts.inhibits.policy.deny(pattern, for: duration)
         } catch {
             throw error.dbusError
         }
@@ -40,7 +40,7 @@ extension HostBusAPI {
         let caller = try await requireMayMutate(call, VigilAPI.Host.allowApp)
         let lifted: Bool
         do {
-            lifted = try await services.inhibits.policy.allow(pattern)
+            lifted = try await parts.inhibits.policy.allow(pattern)
         } catch {
             throw error.dbusError
         }
@@ -55,7 +55,7 @@ extension HostBusAPI {
             log.notice("uid \(caller) released lease \(id)")
             return
         }
-        if let lease = await services.registry.lease(id) {
+        if let lease = await parts.registry.lease(id) {
             throw DBusError.invalidArgs("lease \(id) is held by strategy \"\(ClientText.excerpt(lease.strategy))\", not by an app; stop or reconfigure that strategy instead")
         }
         throw DBusError(name: VigilAPI.leaseEndedError, message: "lease \(id) is not held (it ended, or never was)")
@@ -63,8 +63,8 @@ extension HostBusAPI {
 
     /// Ends an app's inhibit or a client's lease; false when `id` is neither.
     private nonisolated func release(_ id: LeaseID, detail: String) async -> Bool {
-        if await services.inhibits.release(id, detail: detail) { return true }
-        return await services.clientLeases.release(id, detail: detail)
+        if await parts.inhibits.release(id, detail: detail) { return true }
+        return await parts.clientLeases.release(id, detail: detail)
     }
 
     /// The caller's uid, after Reload's trust rule.

@@ -18,7 +18,7 @@ extension HostBusAPI {
         let identity = ClientIdentity(owner: call.sender, uid: caller.uid, pid: caller.pid, name: name)
         let granted: (lease: LeaseSnapshot, fd: Int32)
         do {
-            granted = try await services.clientLeases.begin(identity, reason: reason, budgetMicros: budget)
+            granted = try await parts.clientLeases.begin(identity, reason: reason, budgetMicros: budget)
         } catch {
             if error.code == .outOfDescriptors, DescriptorLimit.firstExhaustion() {
                 log.error("refusing client leases: \(error.description) (logged once)")
@@ -38,7 +38,7 @@ extension HostBusAPI {
     nonisolated func endClientLease(_ id: LeaseID, _ call: DBusMethodCall) async throws {
         let privileged = try await callerIsPrivileged(call)
         do {
-            try await services.clientLeases.endByClient(id, caller: call.sender, privileged: privileged)
+            try await parts.clientLeases.endByClient(id, caller: call.sender, privileged: privileged)
         } catch {
             throw error.dbusError
         }
@@ -47,7 +47,7 @@ extension HostBusAPI {
     nonisolated func renewClientLease(_ id: LeaseID, _ call: DBusMethodCall, budgetMicros: UInt64) async throws {
         let privileged = try await callerIsPrivileged(call)
         do {
-            let renewed = try await services.clientLeases.renew(id, caller: call.sender, privileged: privileged, budgetMicros: budgetMicros)
+            let renewed = try await parts.clientLeases.renew(id, caller: call.sender, privileged: privileged, budgetMicros: budgetMicros)
             // Shown before the reply: a client that reads the lease after
             // Renew returned sees the renewal.
             showRenewal(renewed, on: nil)
@@ -70,7 +70,7 @@ extension HostBusAPI {
         let changes = try await connection.signals(matching: DBusMatchRule(
             sender: DBusConnection.busDriverName, path: "/org/freedesktop/DBus",
             interface: "org.freedesktop.DBus", member: "NameOwnerChanged"))
-        let clientLeases = services.clientLeases
+        let clientLeases = parts.clientLeases
         let credentials = self.credentials
         // Unstructured task: returned; HostBusAPI keeps it in `followers`, cancelled by its stop()
         // (or deinit).

@@ -15,19 +15,19 @@ enum HostBusInterfaces {
     // MARK: Host
 
     static func host(_ api: HostBusAPI?) -> DBusInterface {
-        let services = api?.services
+        let parts = api?.parts
         // A value of the host read without waiting: answered on the connection's queue.
-        func now<T>(_ property: Property<T>, _ value: @escaping @Sendable (HostBusServices) -> T) -> DBusProperty {
+        func now<T>(_ property: Property<T>, _ value: @escaping @Sendable (HostBusParts) -> T) -> DBusProperty {
             .immediate(property) { _ in
-                guard let services else { throw gone() }
-                return value(services)
+                guard let parts else { throw gone() }
+                return value(parts)
             }
         }
         // A value that needs a wait (the store, the health actor).
-        func awaiting<T>(_ property: Property<T>, _ value: @escaping @Sendable (HostBusServices) async -> T) -> DBusProperty {
+        func awaiting<T>(_ property: Property<T>, _ value: @escaping @Sendable (HostBusParts) async -> T) -> DBusProperty {
             .task(property) {
-                guard let services else { throw gone() }
-                return await value(services)
+                guard let parts else { throw gone() }
+                return await value(parts)
             }
         }
         typealias Host = VigilAPI.Host
@@ -53,7 +53,7 @@ enum HostBusInterfaces {
                 DBusMethod(Host.reload) { [weak api] call in
                     guard let api else { throw gone() }
                     _ = try await api.requireMayMutate(call, Host.reload)
-                    let result = await api.services.reload()
+                    let result = await api.parts.reload()
                     var reply = ReloadReply()
                     reply.applied = result.applied
                     reply.messages = result.messages
@@ -81,8 +81,8 @@ enum HostBusInterfaces {
                 now(Host.version) { $0.version },
                 now(Host.runId) { $0.runId },
                 now(Host.startedAt) { UInt64(clamping: $0.startedWallMicros) },
-                now(Host.survivalSeconds) { services in
-                    UInt64(clamping: max(0, (services.clock.now - services.startedAt).components.seconds))
+                now(Host.survivalSeconds) { parts in
+                    UInt64(clamping: max(0, (parts.clock.now - parts.startedAt).components.seconds))
                 },
                 now(Host.powerBackend) { $0.registry.backend.name },
                 now(Host.powerBackendReason) { $0.registry.backend.reason },
@@ -124,7 +124,7 @@ enum HostBusInterfaces {
                 guard api.strategy(named: name) != nil else {
                     throw DBusError.unknownObject("strategy \"\(name)\" is no longer configured")
                 }
-                guard let value = api.services.costs.cost(of: name).properties[declared.name] else {
+                guard let value = api.parts.costs.cost(of: name).properties[declared.name] else {
                     throw DBusError.failed("\(declared.name) is not a field of StrategyCostRow")
                 }
                 return value

@@ -1,22 +1,21 @@
 import Foundation
-import ServiceLifecycle
+import VigilDBus
 import VigilKit
 
-/// The running host: one lease registry, one wake scheduler, one survival
-/// store, and the supervisor running the configured strategies.
+/// The assembled host: one lease registry, one wake scheduler, one survival
+/// store, the supervisor of the configured strategies, and what they share.
 ///
-/// `start` opens the store and begins a run (classifying an unclean previous
-/// run as killed or rebooted) and starts the strategies; `reload` re-reads
-/// the config and applies strategy differences.
-///
-/// The rest is services in one `ServiceGroup` (vigild's, or a test's), whose
-/// order is the stop order reversed: ``backgroundServices()`` (the lease
-/// events, the heartbeat, the metrics listener, the resume watcher), then
-/// the runtime itself, a `Service` whose graceful shutdown stops the
-/// strategies in reverse start order and releases every lease. After the
-/// group has stopped, ``finish(reason:)`` writes the final heartbeat and the
-/// end of the run.
-public actor HostRuntime: Service {
+/// ``open(config:environment:)`` opens the store and begins a run
+/// (classifying an unclean previous run as killed or rebooted), binds the
+/// metrics listener and wires the parts together; it starts nothing that
+/// runs on. What runs is services, each starting and stopping inside its own
+/// `run()`, which the host makes from its parts (each given what it uses):
+/// ``survivalRecorder(outcome:)``, ``metricsEndpoint()``, ``sleepCycle()``
+/// and ``strategies(after:)``. vigild lists them, with the bus and its own
+/// services, in one `ServiceGroup` (Sources/vigild/Vigild.swift), whose
+/// order is the stop order reversed. ``reload()`` re-reads the config and
+/// applies strategy differences.
+public actor HostRuntime {
     /// The config in effect: the one started with, then each applied reload.
     public private(set) var config: VigilConfig
     /// The config file (fixed for the life of the run).
@@ -52,26 +51,20 @@ public actor HostRuntime: Service {
     public nonisolated let metrics: HostMetrics
     /// What each strategy has cost since this run started.
     public nonisolated let costs: StrategyCosts
-    /// The `[metrics] listen` endpoint, when configured.
-    private var metricsListener: MetricsListener?
-    private let readings: @Sendable () -> ClockReadings
+    /// The `[metrics] listen` endpoint, bound; nil when not configured.
+    private nonisolated let metricsListener: MetricsListener?
+    private nonisolated let readings: @Sendable () -> ClockReadings
     /// `[host] survival_interval` (a `[host]` key: fixed for the run).
     private nonisolated let survivalInterval: Duration
-    private var background: [Task<Void, Never>] = []
     /// Writes lease events to the survival log.
-    private let leaseEvents: LeaseEventWriter
-    /// Sees each system resume and records what woke the system.
-    private var resumeWatcher: ResumeWatcher?
+    private nonisolated let leaseEvents: LeaseEventWriter
     /// Wake, work, sleep again; nil without logind (docs/survival.md).
-    public private(set) var returnToSleep: ReturnToSleep?
-    /// Suspends that broke leases; nil without logind.
-    public private(set) var sleepBreaks: SleepBreaks?
-    private let power: any PowerBackend
-    private let inputDirectory: String
-    /// The strategies are stopping or stopped (``run()`` was shut down).
-    private var stopped = false
-    /// ``finish(reason:)`` ran.
-    private var finished = false
+    public nonisolated let returnToSleep: ReturnToSleep?
+    /// Suspends that broke leases, and the logind connection they follow; nil without logind.
+    private nonisolated let sleepBreaks: (SleepBreaks, DBusConnection)?
+    /// Records what woke the system at each resume.
+    private nonisolated let resumeRecorder: ResumeRecorder
+    private nonisolated let power: any PowerBackend
     /// Resolves kinds on reload: the loader that resolved the first config,
     /// so a kind's library is never registered twice.
     private let plugins: PluginLoader
@@ -127,12 +120,13 @@ public actor HostRuntime: Service {
         }
     }
 
-    private init(config: VigilConfig, env: Environment, store: SurvivalStore, began: RunBegan, runId: String, startedWallMicros: Int64) {
+    private init(config: VigilConfig, env: Environment, store: SurvivalStore, began: RunBegan, runId: String,
+                 startReadings: ClockReadings, metricsListener: MetricsListener?) {
         self.config = config
         self.configPath = config.path
         self.version = env.version
         self.startedAt = env.clock.now
-        self.startedWallMicros = startedWallMicros
+        self.startedWallMicros = startReadings.wallMicros
         self.plugins = env.plugins ?? PluginLoader(searchPath: PluginLoader.defaultSearchPath(configured: config.host.pluginPath))
         self.configOverrides = env.configOverrides
         self.clock = env.clock
@@ -141,11 +135,12 @@ public actor HostRuntime: Service {
         // which run it belongs to (`run=` as in the survival log).
         let logging = env.logging.adding(["run": .string(runId)])
         self.logging = logging
-        self.log = logging.logger("vigild")
+        let log = logging.logger("vigild")
+        self.log = log
         self.readings = env.readings
         self.power = env.power
-        self.inputDirectory = env.inputDirectory
         self.survivalInterval = config.host.survivalInterval
+        self.metricsListener = metricsListener
         self.leaseEvents = LeaseEventWriter(store: store, readings: env.readings)
         self.store = store
         self.began = began
@@ -179,79 +174,157 @@ public actor HostRuntime: Service {
         self.conditions = conditions
         services.conditions = conditions
         self.supervisor = Supervisor(services: services)
+        self.resumeRecorder = ResumeRecorder(
+            store: store, scheduler: env.scheduler as? WakeScheduler, runStartBoottimeMicros: startReadings.boottimeMicros, log: log, costs: costs)
+        // Wake, work, sleep again, and sleep that broke a lease: both need
+        // logind (its Suspend, inhibitors, sessions and PrepareForSleep).
+        if let logind = env.power as? LogindPowerBackend {
+            self.sleepBreaks = (SleepBreaks(
+                registry: registry, clock: env.clock, readings: env.readings, runStartBoottimeMicros: startReadings.boottimeMicros, logging: logging,
+                record: { broken, at in
+                    metrics.sleepBroke(broken)
+                    do { try await store.recordEvent(BrokenSleep.eventName, strategy: nil, fields: broken.fields, readings: at) } catch {
+                        log.error("cannot record the sleep that broke leases: \(error)")
+                    }
+                }), logind.connection)
+            let input = InputActivityWatcher(directory: env.inputDirectory, log: logging.logger("sleep"))
+            self.returnToSleep = ReturnToSleep(
+                settings: config.host.returnToSleep, registry: registry, system: LogindSleepSystem(connection: logind.connection),
+                input: input, clock: env.clock, logging: logging, readings: env.readings,
+                outcome: { dark, resume, at in
+                    metrics.darkWake(dark)
+                    do {
+                        try await store.recordEvent(DarkWake.eventName, strategy: nil, fields: dark.fields(wokeBootMicros: resume.boottimeMicros), readings: at)
+                    } catch {
+                        log.error("cannot record the dark wake: \(error)")
+                    }
+                })
+        } else {
+            if config.host.returnToSleep.enabled {
+                log.debug("return_to_sleep and broken-lease reports need the logind power backend; the backend is \(env.power.name)")
+            }
+            self.sleepBreaks = nil
+            self.returnToSleep = nil
+        }
     }
 
-    /// Opens the survival store, begins a run and starts everything.
-    public static func start(config: VigilConfig, environment env: Environment) async throws -> HostRuntime {
+    /// Opens the survival store, begins a run and assembles the host; binds
+    /// `[metrics] listen` first, so a taken port fails here, before the run
+    /// begins. Nothing runs on until the services run.
+    public static func open(config: VigilConfig, environment env: Environment) async throws -> HostRuntime {
         try FileManager.default.createDirectory(atPath: config.host.stateDir, withIntermediateDirectories: true)
         // Bound before the run begins, so a taken port fails the start cleanly.
         let listener = try config.host.metrics.listen.map { address throws(MetricsListenerError) in try MetricsListener(address: address) }
         let store = try SurvivalStore(path: HostPaths.survivalStore(stateDir: config.host.stateDir))
         let runId = try RunID.generate()
-        // From here on the run has its id, and its lines say so (`run=`).
-        let runLog = env.logging.adding(["run": .string(runId)]).logger("vigild")
         let startReadings = env.readings()
         let began = try await store.beginRun(RunStart(
             runId: runId, pid: getpid(), bootID: (try? BootID.current()) ?? "unknown", version: env.version,
             configPath: config.path, interval: config.host.survivalInterval, readings: startReadings
         ))
+        // From here on the run has its id, and its lines say so (`run=`).
+        let host = HostRuntime(config: config, env: env, store: store, began: began, runId: runId,
+                               startReadings: startReadings, metricsListener: listener)
         for run in began.closedRuns {
-            runLog.warning("previous run \(run.runId) (pid \(run.pid)) had no clean end: \(run.endReason.rawValue); it was alive for \(run.alive.vigilDescription)")
+            host.log.warning("previous run \(run.runId) (pid \(run.pid)) had no clean end: \(run.endReason.rawValue); it was alive for \(run.alive.vigilDescription)")
         }
-        let host = HostRuntime(config: config, env: env, store: store, began: began, runId: runId, startedWallMicros: startReadings.wallMicros)
-        await host.startCosts()
-        await host.startMetrics(listener: listener)
-        await host.registry.observe(host.leaseEvents.observer)
-        await host.followStrategyErrors()
-        await host.startSleepCycle(startBoottimeMicros: startReadings.boottimeMicros)
-        await host.startResumeWatch(startBoottimeMicros: startReadings.boottimeMicros)
-        await host.clientLeases.start()
-        await host.inhibits.start()
-        await host.supervisor.start(config.strategies.map {
-            SupervisedStrategy(name: $0.name, kind: $0.kind, strategy: $0.strategy, conditions: $0.conditions)
-        })
-        // One short line for the terminal (what runs, and where to look);
-        // why the clock and the backend are what they are is long, and
-        // `vigilctl status` shows it too.
-        let names = config.strategies.map(\.name).joined(separator: ", ")
-        let what = "\(config.strategies.count) strateg\(config.strategies.count == 1 ? "y" : "ies")"
-            + (config.strategies.isEmpty || names.count > 40 ? "" : " (\(names))")
-        runLog.notice("run \(runId) started with \(what), power backend \(env.power.name); see vigilctl status")
-        runLog.debug("wake clock \(env.scheduler.clockInfo.clock) (\(env.scheduler.clockInfo.reason)); power backend \(env.power.name) (\(env.power.reason))")
+        await host.wire()
+        if let listener {
+            host.log.notice("metrics on http://\(MetricsListenAddress(host: listener.address.host, port: listener.port))/metrics")
+        }
         return host
     }
 
-    /// Strategies' LastError includes their leases' (before any strategy
-    /// starts, so no lease error goes unseen).
-    private func followStrategyErrors() async {
-        let supervisor = self.supervisor
-        await registry.observe(supervisor.errors)
-        // Unstructured task: cancelled by stopStrategies() (the end of run()) with the other
-        // `background` tasks, which it then awaits.
-        background.append(Task { await supervisor.followErrors() })
-    }
-
-    /// The cost counters follow the registry and the scheduler from before
-    /// any strategy starts.
-    private func startCosts() async {
-        let costs = self.costs
+    /// Shows the registry's changes to those that count them (costs,
+    /// metrics, the survival log's lease events, strategies' LastError) and
+    /// the scheduler's timers to the costs and metrics: before any strategy
+    /// starts, so nothing goes unseen.
+    private func wire() async {
+        let costs = self.costs, metrics = self.metrics
         await registry.observe(costs)
         if let scheduler = scheduler as? WakeScheduler {
             await scheduler.observeExpirations { costs.timerExpired(firing: $0) }
         }
-    }
-
-    private func startMetrics(listener: MetricsListener?) async {
-        let metrics = self.metrics
         await registry.observe(metrics)
         if let scheduler = scheduler as? WakeScheduler {
             await scheduler.observeLateness { metrics.observeLateness($0) }
         }
-        if let listener {
-            listener.start { [weak self] in await self?.metricsExposition() ?? [] }
-            metricsListener = listener
-            log.notice("metrics on http://\(MetricsListenAddress(host: listener.address.host, port: listener.port))/metrics")
-        }
+        await registry.observe(leaseEvents.observer)
+        await registry.observe(supervisor.errors)
+    }
+
+    // MARK: the services
+
+    /// The run's record (lease events, heartbeats, its end with `outcome`'s
+    /// reason): first in the group, so it stops last.
+    public nonisolated func survivalRecorder(outcome: RunOutcome) -> SurvivalRecorder {
+        let registry = self.registry, costs = self.costs, inhibits = self.inhibits, logging = self.logging
+        let heartbeat = HeartbeatWriter(
+            store: store, interval: survivalInterval, scheduler: scheduler, clock: clock, readings: readings, log: log,
+            sources: HeartbeatWriter.Sources(
+                activeLeases: {
+                    await registry.active.map {
+                        HeartbeatLease(id: $0.id.rawValue, strategy: $0.strategy, holds: $0.holds, state: $0.state.rawValue)
+                    }
+                },
+                costs: { costs.all() },
+                apps: { await inhibits.policy.appCountsByName() },
+                healthChanged: { [weak self] in await self?.publishHealth() },
+                afterBeat: { [weak self] _ in await self?.writeMetricsTextfile() }))
+        return SurvivalRecorder(
+            store: store, runId: runId, leaseEvents: leaseEvents, heartbeat: heartbeat, outcome: outcome,
+            end: SurvivalRecorder.RunEnd(
+                costs: { costs.all() },
+                apps: { await inhibits.policy.appCountsByName() },
+                droppedLogLines: { logging.droppedLines },
+                afterEnd: { [weak self] in await self?.writeMetricsTextfile() }),
+            readings: readings, log: log)
+    }
+
+    /// `/metrics` over HTTP, when `[metrics] listen` is configured.
+    public nonisolated func metricsEndpoint() -> MetricsEndpoint? {
+        metricsListener.map { MetricsEndpoint(listener: $0) { [weak self] in await self?.metricsExposition() ?? [] } }
+    }
+
+    /// What woke the system, and (with logind) wake, work, sleep again and
+    /// sleep that broke a lease.
+    public nonisolated func sleepCycle() -> SleepCycleService {
+        let registry = self.registry, recorder = resumeRecorder, cycle = returnToSleep, breaks = sleepBreaks?.0
+        return SleepCycleService(
+            parts: SleepCycleService.Parts(
+                sleepBreaks: sleepBreaks, returnToSleep: returnToSleep,
+                resumed: { resume, slept in
+                    await registry.systemResumed()
+                    let wake = await recorder.resumed(resume, suspendedMicros: slept)
+                    await breaks?.resumed(wake, boottimeMicros: resume.boottimeMicros)
+                    await cycle?.resumed(wake, readings: resume)
+                },
+                readings: readings),
+            log: log)
+    }
+
+    /// The configured strategies, the client leases and the apps' inhibits,
+    /// started once `after` is (the sleep cycle).
+    public func strategies(after: Started?) -> StrategiesService {
+        let config = self.config, power = self.power, scheduler = self.scheduler, runId = self.runId, log = self.log
+        return StrategiesService(
+            parts: StrategiesService.Parts(
+                supervisor: supervisor, registry: registry, conditions: conditions, clientLeases: clientLeases, inhibits: inhibits),
+            strategies: config.strategies.map {
+                SupervisedStrategy(name: $0.name, kind: $0.kind, strategy: $0.strategy, conditions: $0.conditions)
+            },
+            after: after,
+            announce: {
+                // One short line for the terminal (what runs, and where to look);
+                // why the clock and the backend are what they are is long, and
+                // `vigilctl status` shows it too.
+                let names = config.strategies.map(\.name).joined(separator: ", ")
+                let what = "\(config.strategies.count) strateg\(config.strategies.count == 1 ? "y" : "ies")"
+                    + (config.strategies.isEmpty || names.count > 40 ? "" : " (\(names))")
+                log.notice("run \(runId) started with \(what), power backend \(power.name); see vigilctl status")
+                log.debug("wake clock \(scheduler.clockInfo.clock) (\(scheduler.clockInfo.reason)); power backend \(power.name) (\(power.reason))")
+            },
+            log: log)
     }
 
     /// The Prometheus exposition of the host now.
@@ -269,114 +342,11 @@ public actor HostRuntime: Service {
         }
     }
 
-    /// The services that keep the run's record and watch the system, in start
-    /// order: the lease events, the heartbeat, the metrics listener and the
-    /// resume watcher. List them before the runtime itself in the group, so
-    /// that they stop after it: the lease events and costs of the stopping
-    /// strategies are still written.
-    public nonisolated func backgroundServices() -> [ServiceGroupConfiguration.ServiceConfiguration] {
-        let registry = self.registry, costs = self.costs
-        let heartbeat = HeartbeatWriter(
-            store: store, interval: survivalInterval, scheduler: scheduler, clock: clock, readings: readings, log: log,
-            sources: HeartbeatWriter.Sources(
-                activeLeases: {
-                    await registry.active.map {
-                        HeartbeatLease(id: $0.id.rawValue, strategy: $0.strategy, holds: $0.holds, state: $0.state.rawValue)
-                    }
-                },
-                costs: { costs.all() },
-                apps: { [inhibits] in await inhibits.policy.appCountsByName() },
-                healthChanged: { [weak self] in await self?.publishHealth() },
-                afterBeat: { [weak self] first in await self?.afterHeartbeat(first: first) }))
-        // The writers end only when the wake scheduler fails (the heartbeat)
-        // or at shutdown: a heartbeat that ends early leaves the host running,
-        // as a missing heartbeat is what the survival log is there to show.
-        return [
-            .init(service: leaseEvents, successTerminationBehavior: .ignore, serviceName: "survival lease events"),
-            .init(service: heartbeat, successTerminationBehavior: .ignore, serviceName: "survival heartbeat"),
-            .init(service: StopAtShutdown("metrics listener") { [weak self] in await self?.stopMetricsListener() }, serviceName: "metrics listener"),
-            .init(service: StopAtShutdown("resume watcher") { [weak self] in await self?.stopResumeWatch() }, serviceName: "resume watcher"),
-        ]
-    }
-
-    private func stopMetricsListener() {
-        metricsListener?.stop()
-    }
-
-    private func stopResumeWatch() async {
-        resumeWatcher?.invalidate()
-        await returnToSleep?.stop()
-        await sleepBreaks?.stop()
-    }
-
-    /// Wake, work, sleep again, and sleep that broke a lease: both need
-    /// logind (its Suspend, inhibitors, sessions and PrepareForSleep).
-    private func startSleepCycle(startBoottimeMicros: Int64) async {
-        guard let logind = power as? LogindPowerBackend else {
-            if config.host.returnToSleep.enabled {
-                log.debug("return_to_sleep and broken-lease reports need the logind power backend; the backend is \(power.name)")
-            }
-            return
-        }
-        let store = self.store, metrics = self.metrics, log = self.log
-        let breaks = SleepBreaks(
-            registry: registry, clock: clock, readings: readings, runStartBoottimeMicros: startBoottimeMicros, logging: logging,
-            record: { broken, at in
-                metrics.sleepBroke(broken)
-                do { try await store.recordEvent(BrokenSleep.eventName, strategy: nil, fields: broken.fields, readings: at) } catch {
-                    log.error("cannot record the sleep that broke leases: \(error)")
-                }
-            })
-        do {
-            try await breaks.watch(logind.connection)
-            sleepBreaks = breaks
-        } catch {
-            log.warning("cannot follow logind's PrepareForSleep, so sleep that breaks a lease is not reported: \(error)")
-        }
-        let input = InputActivityWatcher(directory: inputDirectory, log: logging.logger("sleep"))
-        let cycle = ReturnToSleep(
-            settings: config.host.returnToSleep, registry: registry, system: LogindSleepSystem(connection: logind.connection),
-            input: input, clock: clock, logging: logging, readings: readings,
-            outcome: { dark, resume, at in
-                metrics.darkWake(dark)
-                do {
-                    try await store.recordEvent(DarkWake.eventName, strategy: nil, fields: dark.fields(wokeBootMicros: resume.boottimeMicros), readings: at)
-                } catch {
-                    log.error("cannot record the dark wake: \(error)")
-                }
-            })
-        await cycle.start()
-        returnToSleep = cycle
-    }
-
     /// The broken sleeps from now on (the D-Bus signal's source); an
     /// ended stream without logind.
     public func sleepBreakStream() async -> AsyncStream<BrokenSleep> {
-        guard let sleepBreaks else { return AsyncStream { $0.finish() } }
-        return await sleepBreaks.breaks()
-    }
-
-    /// After each heartbeat: the metrics textfile.
-    private func afterHeartbeat(first: Bool) async {
-        await writeMetricsTextfile()
-    }
-
-    /// Watches for resumes (see ``ResumeWatcher``); without the timerfd the
-    /// host runs on and the survival log still shows suspends, without cause.
-    private func startResumeWatch(startBoottimeMicros: Int64) {
-        let recorder = ResumeRecorder(
-            store: store, scheduler: scheduler as? WakeScheduler, runStartBoottimeMicros: startBoottimeMicros, log: log, costs: costs)
-        do {
-            let cycle = returnToSleep, breaks = sleepBreaks
-            resumeWatcher = try ResumeWatcher(readings: readings) { [registry] resume, slept in
-                await registry.systemResumed()
-                let wake = await recorder.resumed(resume, suspendedMicros: slept)
-                await breaks?.resumed(wake, boottimeMicros: resume.boottimeMicros)
-                await cycle?.resumed(wake, readings: resume)
-            }
-        } catch {
-            log.warning("cannot watch for system resumes, so wakes are not attributed: \(error)")
-        }
+        guard let breaks = sleepBreaks?.0 else { return AsyncStream { $0.finish() } }
+        return await breaks.breaks()
     }
 
     /// The configured strategy called `name` in the config in effect.
@@ -405,7 +375,7 @@ public actor HostRuntime: Service {
     }
 
     private func applyReload() async -> ReloadResult {
-        guard !stopped else {
+        guard await !supervisor.stopping else {
             return ReloadResult(applied: false, messages: ["vigild is shutting down; nothing was reloaded"])
         }
         var fresh: VigilConfig
@@ -453,54 +423,6 @@ public actor HostRuntime: Service {
     /// Records events in the survival log under `source` (e.g. "host").
     public nonisolated func events(for source: String) -> any EventRecording {
         StoreEvents(store: store, strategy: source, readings: readings, log: logging.logger(source))
-    }
-
-    /// Runs until the group shuts down gracefully (or the task is
-    /// cancelled), then stops the strategies.
-    public func run() async {
-        try? await gracefulShutdown()
-        await stopStrategies()
-    }
-
-    /// Stops strategies (reverse start order), each given its stop timeout,
-    /// and releases every lease (the client leases and the apps' inhibits
-    /// too). Then no strategy status or lease change follows: their streams
-    /// end, so the D-Bus API can show the last of them before it closes.
-    private func stopStrategies() async {
-        guard !stopped else { return }
-        stopped = true
-        log.notice("shutting down")
-        await clientLeases.refuseNewLeases()
-        await supervisor.stopAll()
-        await supervisor.endChanges()
-        await conditions.stop()
-        await registry.releaseEverything(detail: "host shutting down")
-        await clientLeases.stop()
-        await inhibits.stop()
-        await registry.endChanges()
-        for task in background { task.cancel() }
-        for task in background { await task.value }
-    }
-
-    /// Ends the run once its services (the group) have stopped: counts the log lines that
-    /// could not be written, writes the final heartbeat and the end of the run
-    /// (`reason`), and a last metrics textfile. Idempotent.
-    public func finish(reason: RunEndReason = .stopped) async {
-        guard !finished else { return }
-        finished = true
-        // Log lines that could not be written (stderr full or closed) are
-        // counted in the survival log, which outlives the lost lines.
-        let dropped = await health().droppedLogLines
-        if dropped > 0 {
-            try? await store.recordEvent("log-lines-dropped", strategy: nil, fields: ["count": String(dropped)], readings: readings())
-        }
-        let apps = await inhibits.policy.appCountsByName()
-        do { try await store.endRun(reason: reason, readings: readings(), costs: costs.all(), apps: apps) } catch {
-            log.error("cannot record the end of run \(runId): \(error)")
-        }
-        // The last textfile says the run stopped.
-        await writeMetricsTextfile()
-        log.notice("run \(runId) ended: \(reason.rawValue)")
     }
 }
 

@@ -155,8 +155,13 @@ public actor Supervisor {
         subscribers = [:]
     }
 
-    /// Starts strategies in the given order.
+    /// True once ``stopAll()`` began: the host is shutting down, and
+    /// ``start(_:)`` starts nothing more (a reload that comes too late).
+    public private(set) var stopping = false
+
+    /// Starts strategies in the given order (none once ``stopping``).
     public func start(_ strategies: [SupervisedStrategy]) {
+        guard !stopping else { return }
         for s in strategies where tasks[s.name] == nil {
             order.append(s.name)
             update(StrategyStatus(name: s.name, kind: s.kind, state: s.conditions == nil || services.conditions == nil ? .running : .waiting, restarts: 0, lastError: nil, startedAt: services.clock.now))
@@ -168,6 +173,7 @@ public actor Supervisor {
 
     /// Stops every strategy, last started first.
     public func stopAll() async {
+        stopping = true
         for name in order.reversed() { await stop(name) }
     }
 

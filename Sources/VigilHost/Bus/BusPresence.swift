@@ -10,7 +10,7 @@ import VigilKit
 /// ``stop()`` undoes it in reverse: releases the name, closes the
 /// connection, and stops the private bus vigild started (removing its
 /// address file).
-public actor BusService {
+public actor BusPresence {
     /// The well-known name vigild owns.
     public static let wellKnownName = VigilAPI.busName
 
@@ -18,7 +18,7 @@ public actor BusService {
     public private(set) var hostBus: BusLocator.HostBus
     /// The connection the objects are exported on (a new one after a reconnect).
     public private(set) var connection: DBusConnection
-    /// Whatever `export` returned: kept alive as long as the service.
+    /// Whatever `export` returned: kept alive as long as the presence.
     private var exported: (any Sendable)?
     /// The private bus to stop on shutdown: started by this vigild, or
     /// adopted from one that was killed.
@@ -90,7 +90,7 @@ public actor BusService {
     /// must stay alive with them), then requests `org.vigil.Vigil1`.
     ///
     /// When the connection is later lost (the bus daemon went away), the
-    /// service logs it at error level and reconnects with `backoff`: it
+    /// presence logs it at error level and reconnects with `backoff`: it
     /// finds the bus again (restarting its own private bus at the same
     /// address file), runs `export` again on the new connection and
     /// re-requests the name.
@@ -103,12 +103,12 @@ public actor BusService {
         backoff: ReconnectBackoff = ReconnectBackoff(),
         log: Logger,
         export: @escaping @Sendable (DBusConnection) async throws -> (any Sendable)?
-    ) async throws(StartError) -> BusService {
+    ) async throws(StartError) -> BusPresence {
         let setup = Setup(selection: selection, stateDir: stateDir, environment: environment, backoff: backoff, export: export)
         let (hostBus, connection, exported, privateBus) = try await connect(setup, log: log, again: false)
-        let service = BusService(hostBus: hostBus, connection: connection, exported: exported, privateBus: privateBus, log: log, setup: setup)
-        await service.watchConnection()
-        return service
+        let presence = BusPresence(hostBus: hostBus, connection: connection, exported: exported, privateBus: privateBus, log: log, setup: setup)
+        await presence.watchConnection()
+        return presence
     }
 
     /// One attempt: bus, connection, export, name. Undoes what it did on failure.
@@ -161,7 +161,7 @@ public actor BusService {
     }
 
     /// Calls `body` with a description of the trouble when the bus is lost,
-    /// and with nil when the service is back on a bus.
+    /// and with nil when vigild is back on a bus.
     public func onChange(_ body: @escaping @Sendable (String?) -> Void) {
         onChange = body
     }
@@ -176,7 +176,7 @@ public actor BusService {
     }
 
     /// The bus went away: end what lived on it, then reconnect with backoff
-    /// until it works or the service stops.
+    /// until it works or the presence is stopped.
     private func connectionLost(_ lost: DBusConnection) async {
         guard !stopped, lost === connection else { return }
         let busName = Self.describe(hostBus)

@@ -4,9 +4,9 @@ import VigilKit
 /// ``HostRuntime``: the lease registry (events and snapshot), the
 /// supervisor's strategy statuses, the configured strategies, reload, the
 /// survival store, the clock and the log. The host builds one
-/// (``HostRuntime/busServices``); the Bus code does not reach into the
+/// (``HostRuntime/busParts``); the Bus code does not reach into the
 /// runtime, and the runtime does not call into the Bus code.
-public struct HostBusServices: Sendable {
+public struct HostBusParts: Sendable {
     /// A configured strategy as the bus shows it: its kind and TOML table.
     public struct StrategyConfig: Sendable {
         public var kind: String
