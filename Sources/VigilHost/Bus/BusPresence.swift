@@ -9,7 +9,8 @@ import VigilKit
 ///
 /// ``stop()`` undoes it in reverse: releases the name, closes the
 /// connection, and stops the private bus vigild started (removing its
-/// address file).
+/// address file). vigild's `BusPresenceService` starts and stops it inside
+/// its `run()`; what the objects show of the host is ``HostBusParts``.
 public actor BusPresence {
     /// The well-known name vigild owns.
     public static let wellKnownName = VigilAPI.busName

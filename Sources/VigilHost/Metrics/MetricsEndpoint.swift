@@ -8,11 +8,6 @@ public struct MetricsEndpoint: Service {
     let listener: MetricsListener
     let exposition: @Sendable () async -> [UInt8]
 
-    public init(listener: MetricsListener, exposition: @escaping @Sendable () async -> [UInt8]) {
-        self.listener = listener
-        self.exposition = exposition
-    }
-
     public func run() async {
         listener.start(exposition)
         try? await gracefulShutdown()

@@ -9,34 +9,19 @@ import VigilKit
 /// Started before the strategies (``started``), stopped after the bus.
 public struct SleepCycleService: Service {
     /// The host's parts the sleep cycle drives, made before the group starts.
-    public struct Parts: Sendable {
+    struct Parts: Sendable {
         /// Sleep that broke leases, and the logind connection it follows.
-        public var sleepBreaks: (SleepBreaks, DBusConnection)?
-        public var returnToSleep: ReturnToSleep?
+        var sleepBreaks: (SleepBreaks, DBusConnection)?
+        var returnToSleep: ReturnToSleep?
         /// Called once per resume with the readings just after it and the time suspended.
-        public var resumed: @Sendable (_ resume: ClockReadings, _ suspendedMicros: Int64) async -> Void
-        public var readings: @Sendable () -> ClockReadings
-
-        public init(sleepBreaks: (SleepBreaks, DBusConnection)?, returnToSleep: ReturnToSleep?,
-                    resumed: @escaping @Sendable (ClockReadings, Int64) async -> Void,
-                    readings: @escaping @Sendable () -> ClockReadings) {
-            self.sleepBreaks = sleepBreaks
-            self.returnToSleep = returnToSleep
-            self.resumed = resumed
-            self.readings = readings
-        }
+        var resumed: @Sendable (_ resume: ClockReadings, _ suspendedMicros: Int64) async -> Void
+        var readings: @Sendable () -> ClockReadings
     }
 
     let parts: Parts
     let log: Logger
     /// Set once everything is watching.
-    public let started: Started
-
-    public init(parts: Parts, log: Logger, started: Started = Started()) {
-        self.parts = parts
-        self.log = log
-        self.started = started
-    }
+    public let started = Started()
 
     public func run() async {
         if let (breaks, logind) = parts.sleepBreaks {

@@ -22,35 +22,33 @@ public actor HostRuntime {
     public nonisolated let configPath: String
     public nonisolated let runId: String
     /// The vigild version this run records.
-    public nonisolated let version: String
+    nonisolated let version: String
     /// When this run started, on the runtime clock and on the wall clock
     /// (microseconds since the Unix epoch, as recorded in the survival log).
-    public nonisolated let startedAt: VigilInstant
-    public nonisolated let startedWallMicros: Int64
+    nonisolated let startedAt: VigilInstant
+    nonisolated let startedWallMicros: Int64
     public nonisolated let registry: LeaseRegistry
     /// Leases D-Bus clients hold (BeginBackgroundTask), in `registry` too.
-    public nonisolated let clientLeases: ClientLeases
+    nonisolated let clientLeases: ClientLeases
     /// Apps' requests through the freedesktop inhibit APIs, as leases.
-    public nonisolated let inhibits: ForeignInhibits
-    public nonisolated let scheduler: any WakeScheduling
-    public nonisolated let supervisor: Supervisor
+    nonisolated let inhibits: ForeignInhibits
+    nonisolated let scheduler: any WakeScheduling
+    nonisolated let supervisor: Supervisor
     /// Whether strategies' `when` conditions hold.
-    public nonisolated let conditions: ConditionMonitor
+    nonisolated let conditions: ConditionMonitor
     /// What strategies put on D-Bus (StrategyContext.bus).
-    public nonisolated let strategyBus: StrategyBusBridge
-    public nonisolated let store: SurvivalStore
-    public nonisolated let clock: any VigilClock
-    /// What `beginRun` found about the previous run.
-    public nonisolated let began: RunBegan
+    nonisolated let strategyBus: StrategyBusBridge
+    nonisolated let store: SurvivalStore
+    nonisolated let clock: any VigilClock
     /// How the host and its strategies make their loggers; every logger
     /// says `run=<run id>`.
-    public nonisolated let logging: HostLogging
+    nonisolated let logging: HostLogging
     /// The host's own lines (`vigild: ...`).
     nonisolated let log: Logger
     /// The Prometheus metrics (docs/metrics.md).
-    public nonisolated let metrics: HostMetrics
+    nonisolated let metrics: HostMetrics
     /// What each strategy has cost since this run started.
-    public nonisolated let costs: StrategyCosts
+    nonisolated let costs: StrategyCosts
     /// The `[metrics] listen` endpoint, bound; nil when not configured.
     private nonisolated let metricsListener: MetricsListener?
     private nonisolated let readings: @Sendable () -> ClockReadings
@@ -59,7 +57,7 @@ public actor HostRuntime {
     /// Writes lease events to the survival log.
     private nonisolated let leaseEvents: LeaseEventWriter
     /// Wake, work, sleep again; nil without logind (docs/survival.md).
-    public nonisolated let returnToSleep: ReturnToSleep?
+    nonisolated let returnToSleep: ReturnToSleep?
     /// Suspends that broke leases, and the logind connection they follow; nil without logind.
     private nonisolated let sleepBreaks: (SleepBreaks, DBusConnection)?
     /// Records what woke the system at each resume.
@@ -120,7 +118,7 @@ public actor HostRuntime {
         }
     }
 
-    private init(config: VigilConfig, env: Environment, store: SurvivalStore, began: RunBegan, runId: String,
+    private init(config: VigilConfig, env: Environment, store: SurvivalStore, runId: String,
                  startReadings: ClockReadings, metricsListener: MetricsListener?) {
         self.config = config
         self.configPath = config.path
@@ -143,7 +141,6 @@ public actor HostRuntime {
         self.metricsListener = metricsListener
         self.leaseEvents = LeaseEventWriter(store: store, readings: env.readings)
         self.store = store
-        self.began = began
         self.runId = runId
         let registry = LeaseRegistry(clock: env.clock, budgetClock: env.budgetClock, backend: env.power)
         self.registry = registry
@@ -223,7 +220,7 @@ public actor HostRuntime {
             configPath: config.path, interval: config.host.survivalInterval, readings: startReadings
         ))
         // From here on the run has its id, and its lines say so (`run=`).
-        let host = HostRuntime(config: config, env: env, store: store, began: began, runId: runId,
+        let host = HostRuntime(config: config, env: env, store: store, runId: runId,
                                startReadings: startReadings, metricsListener: listener)
         for run in began.closedRuns {
             host.log.warning("previous run \(run.runId) (pid \(run.pid)) had no clean end: \(run.endReason.rawValue); it was alive for \(run.alive.vigilDescription)")

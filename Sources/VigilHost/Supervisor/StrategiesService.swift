@@ -12,21 +12,12 @@ import VigilKit
 /// stops next, shows the last of them before it closes.
 public struct StrategiesService: Service {
     /// The host's parts this service starts and stops.
-    public struct Parts: Sendable {
-        public var supervisor: Supervisor
-        public var registry: LeaseRegistry
-        public var conditions: ConditionMonitor
-        public var clientLeases: ClientLeases
-        public var inhibits: ForeignInhibits
-
-        public init(supervisor: Supervisor, registry: LeaseRegistry, conditions: ConditionMonitor,
-                    clientLeases: ClientLeases, inhibits: ForeignInhibits) {
-            self.supervisor = supervisor
-            self.registry = registry
-            self.conditions = conditions
-            self.clientLeases = clientLeases
-            self.inhibits = inhibits
-        }
+    struct Parts: Sendable {
+        var supervisor: Supervisor
+        var registry: LeaseRegistry
+        var conditions: ConditionMonitor
+        var clientLeases: ClientLeases
+        var inhibits: ForeignInhibits
     }
 
     let parts: Parts
@@ -34,21 +25,11 @@ public struct StrategiesService: Service {
     let strategies: [SupervisedStrategy]
     /// Started before the strategies start; nil: nothing to wait for.
     let after: Started?
-    /// Set once the strategies are started.
-    public let started: Started
     /// Logs the start of the run (what runs, the power backend).
     let announce: @Sendable () -> Void
     let log: Logger
-
-    public init(parts: Parts, strategies: [SupervisedStrategy], after: Started?, started: Started = Started(),
-                announce: @escaping @Sendable () -> Void = {}, log: Logger) {
-        self.parts = parts
-        self.strategies = strategies
-        self.after = after
-        self.started = started
-        self.announce = announce
-        self.log = log
-    }
+    /// Set once the strategies are started.
+    public let started = Started()
 
     public func run() async {
         if let after, await !after.waitUnlessShutDown() { return }

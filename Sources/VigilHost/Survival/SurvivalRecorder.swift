@@ -12,27 +12,15 @@ import VigilKit
 /// the end.
 public struct SurvivalRecorder: Service {
     /// What the end of the run records besides the clocks.
-    public struct RunEnd: Sendable {
+    struct RunEnd: Sendable {
         /// What each strategy has cost in this run.
-        public var costs: @Sendable () -> [String: StrategyCostRow]
+        var costs: @Sendable () -> [String: StrategyCostRow]
         /// Each app's refusals and expiries in this run.
-        public var apps: @Sendable () async -> [String: AppRequestCount]
+        var apps: @Sendable () async -> [String: AppRequestCount]
         /// Log lines that could not be written (stderr full or closed).
-        public var droppedLogLines: @Sendable () -> Int
+        var droppedLogLines: @Sendable () -> Int
         /// Runs once the end is written (the last metrics textfile).
-        public var afterEnd: @Sendable () async -> Void
-
-        public init(
-            costs: @escaping @Sendable () -> [String: StrategyCostRow] = { [:] },
-            apps: @escaping @Sendable () async -> [String: AppRequestCount] = { [:] },
-            droppedLogLines: @escaping @Sendable () -> Int = { 0 },
-            afterEnd: @escaping @Sendable () async -> Void = {}
-        ) {
-            self.costs = costs
-            self.apps = apps
-            self.droppedLogLines = droppedLogLines
-            self.afterEnd = afterEnd
-        }
+        var afterEnd: @Sendable () async -> Void
     }
 
     let store: SurvivalStore
@@ -43,18 +31,6 @@ public struct SurvivalRecorder: Service {
     let end: RunEnd
     let readings: @Sendable () -> ClockReadings
     let log: Logger
-
-    public init(store: SurvivalStore, runId: String, leaseEvents: LeaseEventWriter, heartbeat: HeartbeatWriter,
-                outcome: RunOutcome, end: RunEnd, readings: @escaping @Sendable () -> ClockReadings, log: Logger) {
-        self.store = store
-        self.runId = runId
-        self.leaseEvents = leaseEvents
-        self.heartbeat = heartbeat
-        self.outcome = outcome
-        self.end = end
-        self.readings = readings
-        self.log = log
-    }
 
     /// Writes lease events and heartbeats until the group shuts down (the
     /// heartbeat may end earlier, when the wake scheduler fails: the host
