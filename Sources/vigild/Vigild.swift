@@ -234,6 +234,9 @@ struct Vigild: AsyncParsableCommand {
         let settings = config.host
         let sleepCycle = host.sleepCycle()
         let strategies = await host.strategies(after: sleepCycle.started)
+        let status = ServiceManagerService.HostStatus(
+            registry: host.registry, strategyCount: { await host.config.strategies.count },
+            health: { await host.health() }, healthChanges: { await host.healthChanges() })
         // Start order; vigild stops in the reverse order (docs/architecture.md,
         // "Stopping"): the signal service ends first and shuts the group down
         // gracefully; STOPPING=1 goes out; the watchdog and the sleep hooks
@@ -259,7 +262,7 @@ struct Vigild: AsyncParsableCommand {
                   successTerminationBehavior: .ignore, serviceName: "sleep hooks"),
             .init(service: WatchdogService(notifier: notifier, scheduler: scheduler, clock: clock, log: runLog),
                   successTerminationBehavior: .ignore, serviceName: "watchdog"),
-            .init(service: ServiceManagerService(notifier: notifier, runtime: host, bus: bus, log: runLog),
+            .init(service: ServiceManagerService(notifier: notifier, host: status, bus: bus, log: runLog),
                   serviceName: "service manager"),
             .init(service: ReloadSignalService(signals: reloadSignals.stream, reload: { await host.reload() }, log: runLog),
                   serviceName: "reload signal"),

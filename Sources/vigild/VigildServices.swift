@@ -54,8 +54,16 @@ struct BusPresenceService: Service {
 /// its bus name, STATUS= when leases, the store's health or the bus change,
 /// and STOPPING=1 as soon as vigild starts to stop (it stops first).
 struct ServiceManagerService: Service {
+    /// What the STATUS= line reads of the host, and what says it may have changed.
+    struct HostStatus: Sendable {
+        let registry: LeaseRegistry
+        let strategyCount: @Sendable () async -> Int
+        let health: @Sendable () async -> HostHealth
+        let healthChanges: @Sendable () async -> AsyncStream<HostHealth>
+    }
+
     let notifier: SystemdNotifier?
-    let runtime: HostRuntime
+    let host: HostStatus
     let bus: OneShot<BusOutcome>
     let log: Logger
 
@@ -63,10 +71,10 @@ struct ServiceManagerService: Service {
         let outcome = bus
         switch await cancelWhenGracefulShutdown({ await outcome.wait() }) {
         case .started(let bus)?:
-            notifier?.ready(status: await Self.statusLine(runtime, bus: bus))
+            notifier?.ready(status: await Self.statusLine(host, bus: bus))
             if let notifier {
-                let runtime = self.runtime
-                await cancelWhenGracefulShutdown { await Self.sendStatusUpdates(notifier, host: runtime, bus: bus) }
+                let host = self.host
+                await cancelWhenGracefulShutdown { await Self.sendStatusUpdates(notifier, host: host, bus: bus) }
             } else {
                 try? await gracefulShutdown()
             }
@@ -82,8 +90,8 @@ struct ServiceManagerService: Service {
     }
 
     /// The one-line state sent as systemd's STATUS=.
-    static func statusLine(_ host: HostRuntime, bus: BusPresence) async -> String {
-        let strategies = await host.config.strategies.count
+    static func statusLine(_ host: HostStatus, bus: BusPresence) async -> String {
+        let strategies = await host.strategyCount()
         let leases = await host.registry.activeCount
         let line = "\(strategies) strateg\(strategies == 1 ? "y" : "ies"), \(leases) active lease\(leases == 1 ? "" : "s")"
         let troubles = [await bus.trouble, await host.health().summary].compactMap { $0 }
@@ -93,7 +101,7 @@ struct ServiceManagerService: Service {
     /// Sends a STATUS= update whenever a lease changes, when the survival
     /// store stops or starts being writable and when the bus is lost or
     /// back (no timer: idle hosts send nothing), until cancelled.
-    static func sendStatusUpdates(_ notifier: SystemdNotifier, host: HostRuntime, bus: BusPresence) async {
+    static func sendStatusUpdates(_ notifier: SystemdNotifier, host: HostStatus, bus: BusPresence) async {
         let (busChanges, busChanged) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         await bus.onChange { _ in busChanged.yield() }
         await withTaskGroup(of: Void.self) { group in

@@ -132,6 +132,26 @@ extension EndToEnd {
             #expect(last.contains(#"vigil_runs_total{end="stopped"} 1"#), "\(last)")
         }
 
+        /// A `[metrics] listen` port that is taken fails the start before the
+        /// run begins: the socket is bound before the survival store opens
+        /// and before any service runs, so vigild says why and exits 1
+        /// with no run recorded.
+        @Test func aTakenPortFailsTheStartBeforeTheRun() async throws {
+            let dir = try TempDir("vigil-metrics-taken")
+            let taken = try MetricsListener(address: MetricsListenAddress(host: "127.0.0.1", port: 0))
+            let config = try dir.write("vigil.toml", hostConfig(stateDir: dir.file("state"), extra: """
+
+                [metrics]
+                listen = "127.0.0.1:\(taken.port)"
+                """))
+            let daemon = try Daemon(arguments: ["--config", config])
+            #expect(await daemon.waitForExit() == 1)
+            let said = "cannot start: [metrics] listen = \"127.0.0.1:\(taken.port)\": bind: Address already in use"
+            #expect(daemon.output.contains { $0.contains(said) }, "\(daemon.output)")
+            #expect(!FileManager.default.fileExists(atPath: dir.file("state") + "/survival.sqlite"))
+            withExtendedLifetime(taken) {}
+        }
+
         @Test func promtoolAcceptsTheRulesAndTheirTests() throws {
             let rules = Build.packageRoot.appendingPathComponent("Configs/prometheus/vigil-alerts.yml").path
             let tests = Build.packageRoot.appendingPathComponent("Configs/prometheus/vigil-alerts.test.yml").path
