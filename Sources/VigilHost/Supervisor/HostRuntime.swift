@@ -307,9 +307,7 @@ public actor HostRuntime {
         return StrategiesService(
             parts: StrategiesService.Parts(
                 supervisor: supervisor, registry: registry, conditions: conditions, clientLeases: clientLeases, inhibits: inhibits),
-            strategies: config.strategies.map {
-                SupervisedStrategy(name: $0.name, kind: $0.kind, strategy: $0.strategy, conditions: $0.conditions)
-            },
+            strategies: config.strategies.map(\.supervised),
             after: after,
             announce: {
                 // One short line for the terminal (what runs, and where to look);
@@ -398,9 +396,7 @@ public actor HostRuntime {
         for name in diff.removed.reversed() { await supervisor.stop(name) }
         for name in diff.changed.reversed() { await supervisor.stop(name) }
         let toStart = Set(diff.added + diff.changed)
-        await supervisor.start(effective.strategies.filter { toStart.contains($0.name) }.map {
-            SupervisedStrategy(name: $0.name, kind: $0.kind, strategy: $0.strategy, conditions: $0.conditions)
-        })
+        await supervisor.start(effective.strategies.filter { toStart.contains($0.name) }.map(\.supervised))
         let messages = diff.messages
         for message in messages { log.notice("reload: \(message)") }
         return ReloadResult(applied: true, messages: messages)
@@ -420,6 +416,13 @@ public actor HostRuntime {
     /// Records events in the survival log under `source` (e.g. "host").
     public nonisolated func events(for source: String) -> any EventRecording {
         StoreEvents(store: store, strategy: source, readings: readings, log: logging.logger(source))
+    }
+}
+
+extension ConfiguredStrategy {
+    /// What the supervisor runs of it.
+    var supervised: SupervisedStrategy {
+        SupervisedStrategy(name: name, kind: kind, strategy: strategy, conditions: conditions)
     }
 }
 
