@@ -206,6 +206,49 @@ private enum Build {
         }
     }
 
+    /// Statuses that change in a burst on many leases (as 10,000
+    /// voip-socket leases change with each ping) cost the bus a bounded
+    /// number of signals: at most the host's budget at once (100), then a
+    /// quarter of it each quarter second, each lease at most once a second,
+    /// each announcement with the status of its moment; a watcher ends with
+    /// the newest status of every lease, and reads it. Five statuses on 150
+    /// leases are 750 changes: per change (or per lease and second, without
+    /// the host's budget), the first flush alone would be 150 signals.
+    @Test func aBurstOfStatusesIsAnnouncedWithinTheHostsBudgetEndingWithTheNewest() async throws {
+        try await HostBusFixture.with(strategies: "") { f in
+            let registry = f.runtime.registry
+            let signals = try await f.record()
+            var ids: [LeaseID] = []
+            for i in 0..<150 {
+                ids.append(try await registry.acquire(strategy: "burst", LeaseRequest(holds: "h\(i)", reason: "burst")))
+            }
+            let paths = Set(ids.map { VigilAPI.leasePath($0) })
+            _ = await signals.wait { $0.filter { $0.member == "LeaseAcquired" }.count == 150 }
+            for count in UInt64(1)...5 {
+                await registry.setStatuses(ids.map { (lease: $0, status: ["Count": .uint(count)]) })
+            }
+            @Sendable func statuses(_ seen: [SeenSignal]) -> [SeenSignal] { seen.filter { $0.changedProperties["Status"] != nil } }
+            // Each flush is one batch; the next waits for the clock, so the
+            // count is exact once reached. At 0.75 s nothing is due (each
+            // lease announced at 0 s waits until 1 s).
+            for (step, expected) in [(0, 100), (1, 125), (2, 150), (3, 150), (4, 200), (5, 225), (6, 250)] {
+                if step > 0 { await f.clock.advance(by: .milliseconds(250)) }
+                guard expected > statuses(signals.all).count || step == 0 else { continue }
+                _ = await signals.wait { statuses($0).count >= expected }
+                #expect(statuses(signals.all).count == expected, "after \(step * 250) ms")
+            }
+            let seen = statuses(signals.all)
+            #expect(Set(seen.map(\.path)) == paths)
+            let final = HostBusValues.status(["Count": .uint(5)]).busValue
+            for path in paths {
+                let announced = seen.filter { $0.path == path }
+                #expect(announced.count <= 2, "\(path): \(announced.count) announcements")
+                #expect(announced.last?.changedProperties["Status"] == final, "\(path)")
+            }
+            #expect(try await f.get(VigilAPI.leasePath(ids[0]), VigilAPI.leaseInterface, "Status") == final)
+        }
+    }
+
     @Test func everyPropertyAndMethodAnswers() async throws {
         try await HostBusFixture.with(strategies: Self.script) { f in
             let signals = try await f.record()
