@@ -104,6 +104,19 @@ public actor HostBusAPI {
     /// first lease's export.
     private nonisolated let leaseInterfaceValues = Lock<(lease: DBusInterface, clientLease: DBusInterface)?>(nil)
 
+    /// The Strategy interface, one value every strategy object shares
+    /// (``HostBusInterfaces/strategy(_:)``); made at the first strategy's export.
+    private nonisolated let strategyInterfaceValue = Lock<DBusInterface?>(nil)
+
+    private nonisolated var strategyInterface: DBusInterface {
+        strategyInterfaceValue.withLock { value in
+            if let value { return value }
+            let made = HostBusInterfaces.strategy(self)
+            value = made
+            return made
+        }
+    }
+
     private nonisolated var leaseInterfaces: (lease: DBusInterface, clientLease: DBusInterface) {
         leaseInterfaceValues.withLock { values in
             if let values { return values }
@@ -275,6 +288,16 @@ public actor HostBusAPI {
     public func drain() async {
         if await services.supervisor.changesEnded { await statusFollower?.value }
         if await services.registry.changesEnded { await leaseFollower?.value }
+    }
+
+    /// The most rate-limited PropertiesChanged signals a second, for the
+    /// whole host (``PropertiesChangedLimiter``).
+    public static let rateLimitedAnnouncementsPerSecond = PropertiesChangedLimiter.defaultAnnouncementsPerSecond
+
+    /// The PropertiesChanged signals the rate limiter has sent so far (a
+    /// lease's `Status`, strategies' child objects), for the benchmarks.
+    public func rateLimitedAnnouncements() async -> Int {
+        await limiter?.announcements ?? 0
     }
 
     /// Stops following the host (the objects stay as they are).
@@ -511,7 +534,7 @@ public actor HostBusAPI {
     private func addStrategy(_ status: StrategyStatus, on server: DBusObjectServer) async throws {
         let config = await services.configuredStrategy(status.name)?.values ?? [:]
         setStrategy(status.name, StrategyEntry(status: status, config: config))
-        try await server.export(VigilAPI.strategyPath(status.name), interfaces: [HostBusInterfaces.strategy(self, name: status.name)])
+        try await server.export(VigilAPI.strategyPath(status.name), interfaces: [strategyInterface])
         await services.strategyBus.strategyExported(status.name)
     }
 
