@@ -28,7 +28,12 @@ private func paths(_ value: BusValue?) -> [String] {
             let element = VigilAPI.escapePathElement(name)
             #expect(DBusObjectPath.isValid(VigilAPI.strategyPath(name)), "\(name)")
             #expect(VigilAPI.unescapePathElement(element) == name, "\(name) -> \(element)")
+            #expect(VigilAPI.strategyName(path: VigilAPI.strategyPath(name)) == name, "\(name)")
         }
+        // Only a strategy's own object: not a child below it, nor a lease.
+        #expect(VigilAPI.strategyName(path: VigilAPI.strategyPath("dl") + "/Download/1") == nil)
+        #expect(VigilAPI.strategyName(path: VigilAPI.leasePath(LeaseID(1))) == nil)
+        #expect(VigilAPI.strategyName(path: "/org/vigil/Vigil1/Strategy/a_zz") == nil)
         #expect(VigilAPI.unescapePathElement("a_2") == nil)
         #expect(VigilAPI.unescapePathElement("a_zz") == nil)
         #expect(VigilAPI.unescapePathElement("a-b") == nil)
