@@ -173,7 +173,7 @@ public actor HostBusAPI {
     /// Callers' uid and pid by unique name, while they are on the bus.
     nonisolated let credentials: CallerCredentials
     /// At most one PropertiesChanged per second for a lease's `Status` (and
-    /// for strategies' child objects), and at most 100 a second for the
+    /// for strategies' child objects), and at most 20 a second for the
     /// host; a change inside the interval, or beyond the host's budget, is
     /// announced later, with the status of that moment. Reads always see
     /// the newest status.
