@@ -126,13 +126,13 @@ public actor HostBusAPI {
         }
     }
     private var server: DBusObjectServer?
-    /// The strategy entries and their order live only in `published`, as
-    /// the lease entries do: a copy here, handed over after each change,
-    /// shared its storage, so the next change copied the whole table (and
-    /// the order), which made starting 10,000 strategies quadratic.
-    /// ``setStrategy(_:_:)`` changes one entry in place.
-    /// Sets or removes one strategy's entry; a strategy that comes or goes
-    /// changes the order (and the `Strategies` paths) too.
+    // The strategy entries and their order live only in `published`, as
+    // the lease entries do: a copy here, handed over after each change,
+    // shared its storage, so the next change copied the whole table (and
+    // the order), which made starting 10,000 strategies quadratic.
+
+    /// Sets or removes one strategy's entry in place; a strategy that comes
+    /// or goes changes the order (and the `Strategies` paths) too.
     private func setStrategy(_ name: String, _ entry: StrategyEntry?) {
         published.withLock { state in
             let membership = (state.strategies[name] == nil) != (entry == nil)

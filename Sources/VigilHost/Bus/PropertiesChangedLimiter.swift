@@ -213,8 +213,13 @@ actor PropertiesChangedLimiter {
     /// Notes the change and queues the object if it is not queued yet.
     private func mark(_ path: String, _ properties: Set<String>, _ now: VigilInstant) {
         guard let index = objects.index(forKey: path) else { return }
-        // In place: reading the entry out of the table copies it.
-        objects.values[index].pending.formUnion(properties)
+        // In place: reading the entry out of the table copies it. An empty
+        // set takes `properties` as it is (shared, not a set made per change).
+        if objects.values[index].pending.isEmpty {
+            objects.values[index].pending = properties
+        } else {
+            objects.values[index].pending.formUnion(properties)
+        }
         guard objects.values[index].queuedAt == nil else { return }
         let due = objects.values[index].pace.earliest(after: now)
         objects.values[index].queuedAt = due
