@@ -28,7 +28,12 @@ private func paths(_ value: BusValue?) -> [String] {
             let element = VigilAPI.escapePathElement(name)
             #expect(DBusObjectPath.isValid(VigilAPI.strategyPath(name)), "\(name)")
             #expect(VigilAPI.unescapePathElement(element) == name, "\(name) -> \(element)")
+            #expect(VigilAPI.strategyName(path: VigilAPI.strategyPath(name)) == name, "\(name)")
         }
+        // Only a strategy's own object: not a child below it, nor a lease.
+        #expect(VigilAPI.strategyName(path: VigilAPI.strategyPath("dl") + "/Download/1") == nil)
+        #expect(VigilAPI.strategyName(path: VigilAPI.leasePath(LeaseID(1))) == nil)
+        #expect(VigilAPI.strategyName(path: "/org/vigil/Vigil1/Strategy/a_zz") == nil)
         #expect(VigilAPI.unescapePathElement("a_2") == nil)
         #expect(VigilAPI.unescapePathElement("a_zz") == nil)
         #expect(VigilAPI.unescapePathElement("a-b") == nil)
@@ -203,6 +208,52 @@ private enum Build {
             seen = await signals.wait(for: 6)
             #expect(seen[safe: 5]?.changedProperties["Status"] == HostBusValues.status(["State": .string("down"), "Count": .uint(4)]).busValue)
             #expect(signals.descriptions().count == 6)
+        }
+    }
+
+    /// Statuses that change in a burst on many leases (as 10,000
+    /// voip-socket leases change with each ping) cost the bus a bounded
+    /// number of signals: at most the host's budget at once (20), then a
+    /// quarter of it each quarter second, each lease at most once a second,
+    /// each announcement with the status of its moment; a watcher ends with
+    /// the newest status of every lease, and reads it. Five statuses on 30
+    /// leases are 150 changes: per change (or per lease and second, without
+    /// the host's budget), the first flush alone would be 30 signals.
+    @Test func aBurstOfStatusesIsAnnouncedWithinTheHostsBudgetEndingWithTheNewest() async throws {
+        #expect(PropertiesChangedLimiter.defaultAnnouncementsPerSecond == 20)
+        try await HostBusFixture.with(strategies: "") { f in
+            let registry = f.runtime.registry
+            let signals = try await f.record()
+            var ids: [LeaseID] = []
+            for i in 0..<30 {
+                ids.append(try await registry.acquire(strategy: "burst", LeaseRequest(holds: "h\(i)", reason: "burst")))
+            }
+            let paths = Set(ids.map { VigilAPI.leasePath($0) })
+            _ = await signals.wait { $0.filter { $0.member == "LeaseAcquired" }.count == 30 }
+            for count in UInt64(1)...5 {
+                await registry.setStatuses(ids.map { (lease: $0, status: ["Count": .uint(count)]) })
+            }
+            @Sendable func statuses(_ seen: [SeenSignal]) -> [SeenSignal] { seen.filter { $0.changedProperties["Status"] != nil } }
+            // Each flush is one batch, and the next waits for the clock, so
+            // the count is exact once reached: 20 at once (the first
+            // statuses), 5 a quarter second for the 10 left; at 0.75 s
+            // nothing is due (the 20 announced at 0 s wait until 1 s), then
+            // half a second's budget (10) and 5 and 5 for their newest.
+            for (step, expected) in [(0, 20), (1, 25), (2, 30), (3, 30), (4, 40), (5, 45), (6, 50)] {
+                if step > 0 { await f.clock.advance(by: .milliseconds(250)) }
+                guard expected > statuses(signals.all).count || step == 0 else { continue }
+                _ = await signals.wait { statuses($0).count >= expected }
+                #expect(statuses(signals.all).count == expected, "after \(step * 250) ms")
+            }
+            let seen = statuses(signals.all)
+            #expect(Set(seen.map(\.path)) == paths)
+            let final = HostBusValues.status(["Count": .uint(5)]).busValue
+            for path in paths {
+                let announced = seen.filter { $0.path == path }
+                #expect(announced.count <= 2, "\(path): \(announced.count) announcements")
+                #expect(announced.last?.changedProperties["Status"] == final, "\(path)")
+            }
+            #expect(try await f.get(VigilAPI.leasePath(ids[0]), VigilAPI.leaseInterface, "Status") == final)
         }
     }
 

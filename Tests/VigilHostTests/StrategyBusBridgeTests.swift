@@ -31,9 +31,7 @@ import VigilKitTesting
             let server = try await DBusObjectServer(connection: host)
             bridge = StrategyBusBridge(logging: WaitableLog<LogLine>().logging)
             let log = WaitableLog<LogLine>().logger("dbus")
-            let limiter = PropertiesChangedLimiter(clock: clock, log: log) { path, interface, values in
-                try await server.emitPropertiesChanged(path: path, interface: interface, values: values)
-            }
+            let limiter = PropertiesChangedLimiter(clock: clock, log: log, server: server)
             await bridge.attach(server: server, hostUID: getuid(), credentials: CallerCredentials(connection: host), limiter: limiter)
             signals = SignalRecorder(try await client.signals(matching: DBusMatchRule(
                 sender: await host.uniqueName, interface: VigilAPI.propertiesInterface, member: "PropertiesChanged")))

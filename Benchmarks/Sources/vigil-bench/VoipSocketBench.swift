@@ -157,8 +157,10 @@ func voipSocketBench(_ arguments: [String]) async throws {
     // was 10-20 ms of the round's CPU), and the asking's thread CPU is taken
     // out of the round's.
     var roundCPU: [Double] = [], roundServerCPU: [Double] = [], roundPolling: [Double] = []
+    var roundAnnouncements: [Int] = []
     for number in 2...(1 + measuredRounds) {
         let mark = server.totalPings
+        let announcedBefore = await projection?.api.rateLimitedAnnouncements() ?? 0
         let cpuBefore = processCPU(), serverBefore = server.cpuNanoseconds
         var polling = 0.0
         guard await waitFor(seconds: Double(3 * interval), every: .milliseconds(250), cpu: &polling, { server.totalPings >= mark + n }) else {
@@ -168,6 +170,7 @@ func voipSocketBench(_ arguments: [String]) async throws {
         roundCPU.append(processCPU() - cpuBefore - polling)
         roundServerCPU.append(Double(server.cpuNanoseconds - serverBefore) / 1e9)
         roundPolling.append(polling)
+        roundAnnouncements.append((await projection?.api.rateLimitedAnnouncements() ?? 0) - announcedBefore)
     }
     let cpu = median(roundCPU), serverCPU = median(roundServerCPU), polling = median(roundPolling)
     let rss = residentBytes() - rssBefore
@@ -192,6 +195,7 @@ func voipSocketBench(_ arguments: [String]) async throws {
     print("wake scheduler:          \(stats.batchesFired) batches for \(stats.requestsFired) wakes")
     if let projection {
         print("bus projection:          vigild's HostBusAPI on a private dbus-daemon (\(await projection.shownLeases()) lease objects shown); metrics observer, client-lease and inhibit followers attached as in vigild")
+        print("status announcements:    \(roundAnnouncements.sorted()[roundAnnouncements.count / 2]) PropertiesChanged (lease Status) per round of \(n) pings, median of rounds 2-\(1 + measuredRounds) (\(roundAnnouncements.map(String.init).joined(separator: ", "))): at most one per lease and second, \(HostBusAPI.rateLimitedAnnouncementsPerSecond) a second for the host")
     }
     await supervisor.stopAll()
     await projection?.stop()

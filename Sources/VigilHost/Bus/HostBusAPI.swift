@@ -72,8 +72,25 @@ public actor HostBusAPI {
         var leaseRows: DBusPreparedReply<BusTuple<[LeaseRow]>>?
         /// The highest lease id whose object was exported.
         var highestShownLease: UInt64 = 0
-        /// The pace of the Host's `Leases` announcements.
+        /// The pace of the Host's `Leases` and `Strategies` announcements.
         var leasesPace = AnnouncementPace()
+        var strategiesPace = AnnouncementPace()
+
+        /// The pace of `list`'s announcements.
+        subscript(pace list: PacedList) -> AnnouncementPace {
+            get {
+                switch list {
+                case .leases: leasesPace
+                case .strategies: strategiesPace
+                }
+            }
+            set {
+                switch list {
+                case .leases: leasesPace = newValue
+                case .strategies: strategiesPace = newValue
+                }
+            }
+        }
         /// Calls waiting for their lease's object (the inhibit bridge's).
         var showWaiters: [LeaseID: [CheckedContinuation<Void, Never>]] = [:]
         /// The object server, while the host is followed: set once
@@ -87,6 +104,19 @@ public actor HostBusAPI {
     /// first lease's export.
     private nonisolated let leaseInterfaceValues = Lock<(lease: DBusInterface, clientLease: DBusInterface)?>(nil)
 
+    /// The Strategy interface, one value every strategy object shares
+    /// (``HostBusInterfaces/strategy(_:)``); made at the first strategy's export.
+    private nonisolated let strategyInterfaceValue = Lock<DBusInterface?>(nil)
+
+    private nonisolated var strategyInterface: DBusInterface {
+        strategyInterfaceValue.withLock { value in
+            if let value { return value }
+            let made = HostBusInterfaces.strategy(self)
+            value = made
+            return made
+        }
+    }
+
     private nonisolated var leaseInterfaces: (lease: DBusInterface, clientLease: DBusInterface) {
         leaseInterfaceValues.withLock { values in
             if let values { return values }
@@ -96,11 +126,26 @@ public actor HostBusAPI {
         }
     }
     private var server: DBusObjectServer?
-    private var strategyOrder: [String] = [] {
-        didSet { published.withLock { $0.strategyOrder = strategyOrder; $0.strategyPaths = nil; $0.strategyRows = nil } }
-    }
-    private var strategies: [String: StrategyEntry] = [:] {
-        didSet { published.withLock { $0.strategies = strategies; $0.strategyRows = nil } }
+    // The strategy entries and their order live only in `published`, as
+    // the lease entries do: a copy here, handed over after each change,
+    // shared its storage, so the next change copied the whole table (and
+    // the order), which made starting 10,000 strategies quadratic.
+
+    /// Sets or removes one strategy's entry in place; a strategy that comes
+    /// or goes changes the order (and the `Strategies` paths) too.
+    private func setStrategy(_ name: String, _ entry: StrategyEntry?) {
+        published.withLock { state in
+            let membership = (state.strategies[name] == nil) != (entry == nil)
+            state.strategies[name] = entry
+            state.strategyRows = nil
+            guard membership else { return }
+            if entry == nil {
+                state.strategyOrder.removeAll { $0 == name }
+            } else {
+                state.strategyOrder.append(name)
+            }
+            state.strategyPaths = nil
+        }
     }
     /// The lease entries live only in `published` (a second copy here
     /// would share its storage, and every change would copy the whole
@@ -128,9 +173,10 @@ public actor HostBusAPI {
     /// Callers' uid and pid by unique name, while they are on the bus.
     nonisolated let credentials: CallerCredentials
     /// At most one PropertiesChanged per second for a lease's `Status` (and
-    /// for strategies' child objects); a change inside the interval is
-    /// announced at its end, with the status of that moment. Reads always
-    /// see the newest status.
+    /// for strategies' child objects), and at most 20 a second for the
+    /// host; a change inside the interval, or beyond the host's budget, is
+    /// announced later, with the status of that moment. Reads always see
+    /// the newest status.
     private var limiter: PropertiesChangedLimiter?
     /// The freedesktop inhibit names and objects, when served.
     private var inhibitBridge: InhibitBusBridge?
@@ -168,9 +214,7 @@ public actor HostBusAPI {
         let projection = ClientLeaseProjection(self)
         clientLeaseProjection = projection
         await parts.registry.observe(projection)
-        let limiter = PropertiesChangedLimiter(clock: parts.clock, log: log) { path, interface, values in
-            try await server.emitPropertiesChanged(path: path, interface: interface, values: values)
-        }
+        let limiter = PropertiesChangedLimiter(clock: parts.clock, log: log, server: server)
         self.limiter = limiter
         try await server.addObjectManager(at: VigilAPI.rootPath)
         await parts.strategyBus.attach(server: server, hostUID: hostUID, credentials: credentials, limiter: limiter)
@@ -244,6 +288,16 @@ public actor HostBusAPI {
     public func drain() async {
         if await parts.supervisor.changesEnded { await statusFollower?.value }
         if await parts.registry.changesEnded { await leaseFollower?.value }
+    }
+
+    /// The most rate-limited PropertiesChanged signals a second, for the
+    /// whole host (``PropertiesChangedLimiter``).
+    public static let rateLimitedAnnouncementsPerSecond = PropertiesChangedLimiter.defaultAnnouncementsPerSecond
+
+    /// The PropertiesChanged signals the rate limiter has sent so far (a
+    /// lease's `Status`, strategies' child objects), for the benchmarks.
+    public func rateLimitedAnnouncements() async -> Int {
+        await limiter?.announcements ?? 0
     }
 
     /// Stops following the host (the objects stay as they are).
@@ -443,10 +497,10 @@ public actor HostBusAPI {
         guard let server else { return }
         let path = VigilAPI.strategyPath(status.name)
         do {
-            guard var entry = strategies[status.name] else {
+            guard var entry = strategy(named: status.name) else {
                 guard status.state != .stopped else { return }
                 try await addStrategy(status, on: server)
-                try await server.emitPropertiesChanged(path: VigilAPI.rootPath, interface: VigilAPI.hostInterface, properties: [VigilAPI.Host.strategies.name])
+                try await server.apply(published.withLock { announceStrategies(&$0) })
                 try await emit(VigilAPI.Host.strategyStateChanged, StrategyStateChangedSignal(
                     strategy: path, state: status.state.rawValue, lastError: status.lastError ?? ""))
                 return
@@ -460,18 +514,17 @@ public actor HostBusAPI {
             if old.waitingFor != status.waitingFor { changed.append(VigilAPI.Strategy.waitingFor.name) }
             guard !changed.isEmpty else { return }
             entry.status = status
-            strategies[status.name] = entry
+            setStrategy(status.name, entry)
             try await server.emitPropertiesChanged(path: path, interface: VigilAPI.strategyInterface, properties: changed)
             if old.state != status.state || old.lastError != status.lastError {
                 try await emit(VigilAPI.Host.strategyStateChanged, StrategyStateChangedSignal(
                     strategy: path, state: status.state.rawValue, lastError: status.lastError ?? ""))
             }
             if status.state == .stopped {
-                strategies[status.name] = nil
-                strategyOrder.removeAll { $0 == status.name }
+                setStrategy(status.name, nil)
                 try await server.unexport(path)
                 await parts.strategyBus.strategyUnexported(status.name)
-                try await server.emitPropertiesChanged(path: VigilAPI.rootPath, interface: VigilAPI.hostInterface, properties: [VigilAPI.Host.strategies.name])
+                try await server.apply(published.withLock { announceStrategies(&$0) })
             }
         } catch {
             log.warning("cannot publish the state of strategy \(status.name) on D-Bus: \(error)", metadata: ["strategy": "\(status.name)"])
@@ -480,9 +533,8 @@ public actor HostBusAPI {
 
     private func addStrategy(_ status: StrategyStatus, on server: DBusObjectServer) async throws {
         let config = await parts.configuredStrategy(status.name)?.values ?? [:]
-        strategies[status.name] = StrategyEntry(status: status, config: config)
-        strategyOrder.append(status.name)
-        try await server.export(VigilAPI.strategyPath(status.name), interfaces: [HostBusInterfaces.strategy(self, name: status.name)])
+        setStrategy(status.name, StrategyEntry(status: status, config: config))
+        try await server.export(VigilAPI.strategyPath(status.name), interfaces: [strategyInterface])
         await parts.strategyBus.strategyExported(status.name)
     }
 
@@ -498,7 +550,7 @@ public actor HostBusAPI {
             kind = ClientLeases.strategyName
             interfaces.append(shared.clientLease)
         } else {
-            kind = strategies[lease.strategy]?.status.kind
+            kind = strategy(named: lease.strategy)?.status.kind
             if kind == nil { kind = await parts.configuredStrategy(lease.strategy)?.kind }
         }
         setLease(lease.id, LeaseEntry(snapshot: lease, kind: kind ?? ""))
@@ -596,6 +648,20 @@ public actor HostBusAPI {
         return changes
     }
 
+    /// The Host's list properties announced at a pace (at most one
+    /// PropertiesChanged per ``AnnouncementPace/interval``): each
+    /// announcement carries the whole list.
+    enum PacedList: Sendable {
+        case leases, strategies
+
+        var name: String {
+            switch self {
+            case .leases: VigilAPI.Host.leases.name
+            case .strategies: VigilAPI.Host.strategies.name
+            }
+        }
+    }
+
     /// The change that announces the Host's `Leases` now; none when it was
     /// announced less than ``AnnouncementPace/interval`` ago: then it is
     /// announced once at the end of that interval, with the list of that
@@ -604,16 +670,28 @@ public actor HostBusAPI {
     /// their coming and going quadratic on the bus, and two of the nine
     /// messages of a Begin and End. Under the lock, with the change.
     private nonisolated func announceLeases(_ state: inout Published) -> [DBusObjectServer.Change] {
+        announce(.leases, &state)
+    }
+
+    /// ``announceLeases(_:)`` for the Host's `Strategies`: 10,000
+    /// strategies starting made 10,000 announcements of up to 10,000 paths
+    /// each (half a minute of the bus connection's thread, and gigabytes
+    /// through dbus-daemon) while the strategies began to work.
+    private nonisolated func announceStrategies(_ state: inout Published) -> [DBusObjectServer.Change] {
+        announce(.strategies, &state)
+    }
+
+    private nonisolated func announce(_ list: PacedList, _ state: inout Published) -> [DBusObjectServer.Change] {
         let clock = parts.clock
-        switch state.leasesPace.changed(at: clock.now) {
+        switch state[pace: list].changed(at: clock.now) {
         case .now:
-            return [Self.hostPropertiesChanged([VigilAPI.Host.leases.name])]
+            return [Self.hostPropertiesChanged([list.name])]
         case .at(let due):
             // Unstructured task: not cancelled: it ends at `due` (within the pace's interval),
             // holds the API weakly, and is called under the lock, where nothing may wait.
             Task { [weak self] in
                 do { try await clock.sleep(until: due) } catch { return }
-                self?.announceDueLeases()
+                self?.announceDue(list)
             }
             return []
         case .planned:
@@ -621,15 +699,15 @@ public actor HostBusAPI {
         }
     }
 
-    /// The end of the interval in which `Leases` changed after its last
+    /// The end of the interval in which the list changed after its last
     /// announcement.
-    private nonisolated func announceDueLeases() {
+    private nonisolated func announceDue(_ list: PacedList) {
         let log = self.log
         published.withLock { state in
-            guard state.leasesPace.isPlanned, let server = state.server else { return }
-            state.leasesPace.announced(at: parts.clock.now)
-            server.applyQueued([Self.hostPropertiesChanged([VigilAPI.Host.leases.name])]) { error in
-                log.warning("cannot announce the Host's Leases on D-Bus: \(error)")
+            guard state[pace: list].isPlanned, let server = state.server else { return }
+            state[pace: list].announced(at: parts.clock.now)
+            server.applyQueued([Self.hostPropertiesChanged([list.name])]) { error in
+                log.warning("cannot announce the Host's \(list.name) on D-Bus: \(error)")
             }
         }
     }

@@ -106,25 +106,21 @@ enum HostBusInterfaces {
 
     // MARK: Strategy
 
-    static func strategy(_ api: HostBusAPI?, name: String) -> DBusInterface {
+    /// `org.vigil.Vigil1.Strategy`, one value for every strategy object
+    /// (as ``lease(_:)``): each getter reads the strategy whose object path
+    /// it is given. One interface per strategy, each getter a closure of
+    /// its own, was most of a strategy object's memory (10,000 voip-socket
+    /// strategies).
+    static func strategy(_ api: HostBusAPI?) -> DBusInterface {
         func read<T>(_ property: Property<T>, _ value: @escaping @Sendable (HostBusAPI.StrategyEntry) -> T) -> DBusProperty {
-            .immediate(property) { [weak api] _ in
-                guard let api else { throw gone() }
-                guard let entry = api.strategy(named: name) else {
-                    throw DBusError.unknownObject("strategy \"\(name)\" is no longer configured")
-                }
-                return value(entry)
-            }
+            .immediate(property) { [weak api] path in try value(strategyEntry(api, path).entry) }
         }
         // The cost counters, read when asked (no change signal): one
         // getter per field of the contract's row, declared by its fields.
         let costs = VigilAPI.strategy.properties.filter { declared in StrategyCostRow.fields.contains { $0.name == declared.name } }.map { declared in
-            DBusProperty(declared) { [weak api] _ in
-                guard let api else { throw gone() }
-                guard api.strategy(named: name) != nil else {
-                    throw DBusError.unknownObject("strategy \"\(name)\" is no longer configured")
-                }
-                guard let value = api.parts.costs.cost(of: name).properties[declared.name] else {
+            DBusProperty(declared) { [weak api] path in
+                let name = try strategyEntry(api, path).name
+                guard let api, let value = api.parts.costs.cost(of: name).properties[declared.name] else {
                     throw DBusError.failed("\(declared.name) is not a field of StrategyCostRow")
                 }
                 return value
@@ -141,15 +137,18 @@ enum HostBusInterfaces {
                 read(Strategy.lastError) { $0.status.lastError ?? "" },
                 read(Strategy.lastErrorAt) { UInt64(clamping: $0.status.lastErrorWallMicros ?? 0) },
                 read(Strategy.waitingFor) { $0.status.waitingFor },
-                .immediate(Strategy.config, encoded: { [weak api] _ in
-                    guard let api else { throw gone() }
-                    guard let entry = api.strategy(named: name) else {
-                        throw DBusError.unknownObject("strategy \"\(name)\" is no longer configured")
-                    }
-                    return HostBusValues.configTable(entry.config)
-                }),
+                .immediate(Strategy.config, encoded: { [weak api] path in HostBusValues.configTable(try strategyEntry(api, path).entry.config) }),
             ] + costs
         )
+    }
+
+    /// The name and entry of the strategy whose object is at `path`.
+    private static func strategyEntry(_ api: HostBusAPI?, _ path: String) throws(DBusError) -> (name: String, entry: HostBusAPI.StrategyEntry) {
+        guard let api else { throw gone() }
+        guard let name = VigilAPI.strategyName(path: path), let entry = api.strategy(named: name) else {
+            throw DBusError.unknownObject("the strategy at \(ClientText.excerpt(path)) is no longer configured")
+        }
+        return (name, entry)
     }
 
     // MARK: Lease

@@ -64,6 +64,16 @@ public enum VigilAPI {
         return digits > 0 ? LeaseID(id) : nil
     }
 
+    /// The name of the strategy whose object is at `path`
+    /// (``strategyPath(_:)``); nil for any other path (a child object
+    /// below a strategy's object too).
+    public static func strategyName(path: String) -> String? {
+        guard path.hasPrefix(strategyPathPrefix) else { return nil }
+        let element = path.dropFirst(strategyPathPrefix.count)
+        guard !element.contains("/") else { return nil }
+        return unescapePathElement(String(element))
+    }
+
     /// `Download/<id>`: a download's object below its strategy's object.
     public static func downloadRelativePath(_ id: UInt64) -> String {
         "Download/" + String(id)
