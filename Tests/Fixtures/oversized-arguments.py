@@ -7,7 +7,8 @@ and Set with a 30 MiB unknown name.
 Usage: oversized-arguments.py BUS_ADDRESS
 Prints "call PATH INTERFACE.METHOD ARG OUTCOME LENGTH" per call, where
 OUTCOME is the error name or "ok" and LENGTH the error message's length in
-bytes, and "escaped False" if any error message carried a control character.
+bytes, "escaped False" if any error message carried a control character,
+and "gone PATH" for a lease object that ended before the walk reached it.
 """
 import sys
 import xml.etree.ElementTree as ET
@@ -46,6 +47,15 @@ def report(label, reply):
 
 def walk(path):
     reply = call(path, "org.freedesktop.DBus.Introspectable", "Introspect", "", [])
+    if reply.header.message_type == MessageType.error:
+        name = reply.header.fields[HeaderFields.error_name]
+        # A lease may end between its parent's listing and this call (the
+        # tests' "tick" strategy takes and ends one every 250 ms); any other
+        # object that cannot be introspected is a failure, named.
+        if name == "org.freedesktop.DBus.Error.UnknownObject" and path.startswith("/org/vigil/Vigil1/lease/"):
+            print("gone", path)
+            return
+        sys.exit("cannot introspect %s: %s %s" % (path, name, reply.body[0] if reply.body else ""))
     node = ET.fromstring(reply.body[0])
     for interface in node.findall("interface"):
         for method in interface.findall("method"):
