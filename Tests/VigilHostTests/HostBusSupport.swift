@@ -147,10 +147,10 @@ final class HostBusFixture: @unchecked Sendable {
 
     /// `strategies` is the `[[strategy]]` part of the config.
     /// `stateDir`: the host's state_dir (default: `state` in the temp dir).
-    static func make(strategies: String, host hostKeys: String = "", hostUID: UInt32 = getuid(), stateDir: String? = nil) async throws -> HostBusFixture {
-        var template = Array("/tmp/vigil-hostbus-state-XXXXXX".utf8CString)
-        guard let dir = mkdtemp(&template) else { throw POSIXError(.EIO) }
-        let directory = String(cString: dir)
+    /// Writes the config (`config(directory:...)`) to `directory`/vigil.toml and
+    /// opens a host on it, with the test kinds, a manual clock and a waitable log.
+    static func openRuntime(directory: String, _ strategies: String, host hostKeys: String = "",
+                            stateDir: String? = nil) async throws -> (HostRuntime, WaitableLog<LogLine>, ManualClock) {
         let configPath = directory + "/vigil.toml"
         try config(directory: directory, strategies, host: hostKeys, stateDir: stateDir).write(toFile: configPath, atomically: true, encoding: .utf8)
         let plugins = PluginLoader(searchPath: [])
@@ -162,6 +162,15 @@ final class HostBusFixture: @unchecked Sendable {
             clock: clock, scheduler: WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock)),
             logging: logs.logging, version: "9.9.9-test", plugins: plugins
         ))
+        return (runtime, logs, clock)
+    }
+
+    static func make(strategies: String, host hostKeys: String = "", hostUID: UInt32 = getuid(), stateDir: String? = nil) async throws -> HostBusFixture {
+        var template = Array("/tmp/vigil-hostbus-state-XXXXXX".utf8CString)
+        guard let dir = mkdtemp(&template) else { throw POSIXError(.EIO) }
+        let directory = String(cString: dir)
+        let configPath = directory + "/vigil.toml"
+        let (runtime, logs, clock) = try await openRuntime(directory: directory, strategies, host: hostKeys, stateDir: stateDir)
         let services = await RunningHostServices(runtime, logs: logs)
         let bus: HostBusDaemon
         do { bus = try await offPool { try HostBusDaemon() } } catch {

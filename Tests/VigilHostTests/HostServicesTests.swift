@@ -45,20 +45,11 @@ struct HostServicesTests {
     static func open() async throws -> (HostRuntime, WaitableLog<LogLine>, String) {
         var template = Array("/tmp/vigil-host-services-XXXXXX".utf8CString)
         let directory = String(cString: try #require(mkdtemp(&template)))
-        let configPath = directory + "/vigil.toml"
-        try HostBusFixture.config(directory: directory, """
+        let (runtime, logs, _) = try await HostBusFixture.openRuntime(directory: directory, """
             [[strategy]]
             name = "keep"
             kind = "test-idle"
-            """).write(toFile: configPath, atomically: true, encoding: .utf8)
-        let plugins = PluginLoader(searchPath: [])
-        try plugins.register(HostBusKinds.all, from: "HostBusKinds")
-        let loaded = try ConfigLoader.load(path: configPath, resolver: plugins)
-        let clock = ManualClock()
-        let logs = WaitableLog<LogLine>()
-        let runtime = try await HostRuntime.open(config: loaded, environment: HostRuntime.Environment(
-            clock: clock, scheduler: WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock)),
-            logging: logs.logging, version: "9.9.9-test", plugins: plugins))
+            """)
         return (runtime, logs, directory)
     }
 

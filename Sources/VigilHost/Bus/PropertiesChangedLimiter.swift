@@ -185,20 +185,14 @@ actor PropertiesChangedLimiter {
     /// budget allows, else later (`immediately`: now, whatever the interval
     /// and the budget).
     func changed(_ path: String, properties: Set<String>, immediately: Bool = false) async {
-        guard !properties.isEmpty else { return }
-        if immediately {
-            guard var object = objects[path] else { return }
-            object.pending.formUnion(properties)
-            // Its place in the queue, if any, goes stale.
-            object.queuedAt = nil
-            guard let announcement = take(&object, path: path, at: clock.now) else { return }
-            objects[path] = object
-            await send([announcement])
-            return
-        }
-        let now = clock.now
-        mark(path, properties, now)
-        await flushDue()
+        guard immediately else { return await changed([path], properties: properties) }
+        guard !properties.isEmpty, var object = objects[path] else { return }
+        object.pending.formUnion(properties)
+        // Its place in the queue, if any, goes stale.
+        object.queuedAt = nil
+        guard let announcement = take(&object, path: path, at: clock.now) else { return }
+        objects[path] = object
+        await send([announcement])
     }
 
     /// ``changed(_:properties:immediately:)`` for many objects in one call
