@@ -42,7 +42,6 @@ let package = Package(
         .target(name: "CTimer", path: "Sources/CTimer"),
         // epoll and eventfd, for the threads that wait on descriptors.
         .target(name: "CFDWatch", path: "Sources/CFDWatch"),
-        .target(name: "CExecutor", path: "Sources/CExecutor"),
         .target(name: "CVoipSocket", path: "Sources/CVoipSocket"),
         // netlink, eventfd, setns and the proc connector for `when` conditions.
         .target(name: "CConditions", path: "Sources/CConditions"),
@@ -88,7 +87,6 @@ let package = Package(
                 .product(name: "VigilKit", package: "VigilKit"),
                 "CTimer",
                 "CFDWatch",
-                "CExecutor",
                 "CConditions",
                 "VigilDBus",
                 "VigilCommon",
@@ -102,7 +100,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "vigild",
-            dependencies: ["VigilHost", "VigilDBus", "CExecutor", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["VigilHost", "VigilDBus", .product(name: "VigilKit", package: "VigilKit"), .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strict
         ),
         .executableTarget(
@@ -163,7 +161,7 @@ let package = Package(
             swiftSettings: strict
         ),
         // VIGIL_TEST_EXECUTOR=1 runs the test bundle on vigild's executor.
-        .target(name: "CTestExecutor", dependencies: ["CExecutor"], path: "Tests/CTestExecutor"),
+        .target(name: "CTestExecutor", dependencies: [.product(name: "VigilKit", package: "VigilKit")], path: "Tests/CTestExecutor"),
         // Shared test helpers (a private dbus-daemon), used by the test targets.
         .target(
             name: "VigilTestSupport",
@@ -173,7 +171,7 @@ let package = Package(
         ),
         .testTarget(
             name: "VigilHostTests",
-            dependencies: ["VigilHost", "VigilSurvival", "VigilDBus", "VigilClient", "VigilTestSupport", "CExecutor", "CTestExecutor", .product(name: "VigilKit", package: "VigilKit"), .product(name: "VigilKitTesting", package: "VigilKitTesting")],
+            dependencies: ["VigilHost", "VigilSurvival", "VigilDBus", "VigilClient", "VigilTestSupport", "CTestExecutor", .product(name: "VigilKit", package: "VigilKit"), .product(name: "VigilKitTesting", package: "VigilKitTesting")],
             swiftSettings: strict
         ),
         .testTarget(

@@ -27,7 +27,10 @@ let package = Package(
         // VigilAPI (the org.vigil.Vigil1 contract, its rows and BusValue; no
         // D-Bus library) is in the same shared library: VigilKit re-exports
         // it, and VigilDBus and vigilctl import it alone.
-        .library(name: "VigilKit", type: .dynamic, targets: ["VigilKit", "VigilAPI"]),
+        // CVigilLoop is the host's event loop and global executor: in this one
+        // shared library so that the host and every plugin wait on the same
+        // loop (VigilKit's EventLoop wraps it).
+        .library(name: "VigilKit", type: .dynamic, targets: ["VigilKit", "VigilAPI", "CVigilLoop"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-log", from: "1.16.0"),
@@ -42,11 +45,14 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 "CVigilKitSanitizer",
+                "CVigilLoop",
             ],
             path: "Sources/VigilKit"
         ),
         // ThreadSanitizer's annotations for Lock (Sources/VigilKit/Lock.swift).
         .target(name: "CVigilKitSanitizer", path: "Sources/CVigilKitSanitizer"),
+        // One epoll for descriptors, timers and jobs (EventLoop.swift).
+        .target(name: "CVigilLoop", path: "Sources/CVigilLoop"),
         .testTarget(name: "VigilKitTests", dependencies: ["VigilKit"], path: "Tests/VigilKitTests"),
     ],
     swiftLanguageModes: [.v6]

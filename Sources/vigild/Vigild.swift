@@ -1,5 +1,5 @@
 import ArgumentParser
-import CExecutor
+import CVigilLoop
 import Dispatch
 import Foundation
 import Glibc
@@ -8,7 +8,42 @@ import VigilDBus
 import VigilHost
 import VigilKit
 
+/// vigild's entry point: a synchronous main, so that the host's event loop
+/// (Plugins/VigilKit/Sources/CVigilLoop) is the global executor before the first task exists
+/// and the main thread is the loop's thread.
 @main
+enum VigildMain {
+    nonisolated static func main() {
+        Vigild.prepareProcess()
+        let environment = ProcessInfo.processInfo.environment
+        // VIGIL_DEFAULT_EXECUTOR=1 keeps Swift's default executor, and
+        // VIGIL_EXECUTOR_WORKERS=N runs jobs on N worker threads beside the
+        // loop's own (diagnosis, and the measure of the choice:
+        // docs/architecture.md, "The event loop").
+        let useDefault = environment["VIGIL_DEFAULT_EXECUTOR"] == "1"
+        let workers = environment["VIGIL_EXECUTOR_WORKERS"].flatMap { Int32($0) } ?? 0
+        if !useDefault, vigil_executor_install(workers) != 0 {
+            // Most likely out of memory or descriptors.
+            let reason = String(cString: strerror(errno))
+            Logger(label: "vigild").critical("""
+                cannot start the event loop (\(reason)): out of memory or descriptors \
+                (RLIMIT_AS, RLIMIT_NOFILE, the cgroup's memory.max?)
+                """)
+            Glibc.exit(Vigild.outOfResourcesStatus)
+        }
+        // Unstructured task: not cancelled: it is the whole command; the
+        // process exits when it ends. Detached: a task made here would
+        // inherit the main actor, whose executor is libdispatch's main
+        // queue, not the loop.
+        Task.detached {
+            await Vigild.runCommand()
+            Glibc.exit(0)
+        }
+        if useDefault || workers > 0 { dispatchMain() }
+        vigil_loop_run()
+    }
+}
+
 struct Vigild: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "vigild",
@@ -74,10 +109,8 @@ struct Vigild: AsyncParsableCommand {
     /// writes here (bootstrapped first thing in `main`).
     static let logOutput = LogLineWriter()
 
-    /// Bootstraps logging and installs Vigil's global executor before any
-    /// task exists, then runs the command as ArgumentParser would. See
-    /// Sources/CExecutor for why.
-    static func main() async {
+    /// Before any task exists: the signals, logging and the address space.
+    static func prepareProcess() {
         // A reader of stdout/stderr that goes away must not kill the host:
         // writes then fail with EPIPE, which the log output counts.
         signal(SIGPIPE, SIG_IGN)
@@ -103,21 +136,10 @@ struct Vigild: AsyncParsableCommand {
                 threads reserve 1 MiB of stack and malloc keeps 2 arenas
                 """)
         }
-        let workers = Int32(max(2, min(8, ProcessInfo.processInfo.activeProcessorCount)))
-        // VIGIL_DEFAULT_EXECUTOR=1 keeps Swift's default executor (diagnosis).
-        if ProcessInfo.processInfo.environment["VIGIL_DEFAULT_EXECUTOR"] == "1" {
-            // keep the default executor
-        } else if vigil_executor_install(workers) != 0 {
-            // Most likely out of memory or threads: the default executor
-            // would need threads too, and libdispatch retries a thread it
-            // cannot create forever, leaving signals unserved.
-            let reason = String(cString: strerror(errno))
-            Logger(label: "vigild").critical("""
-                cannot start the executor's threads (\(reason)): out of memory or threads \
-                (RLIMIT_AS, RLIMIT_NPROC, the cgroup's pids.max or memory.max?)
-                """)
-            Glibc.exit(Self.outOfResourcesStatus)
-        }
+    }
+
+    /// Runs the command as ArgumentParser's main would, on the loop.
+    static func runCommand() async {
         do {
             var command = try parseAsRoot()
             if var asyncCommand = command as? any AsyncParsableCommand {

@@ -1,4 +1,4 @@
-// Runs the test bundle on vigild's global executor (Sources/CExecutor) when
+// Runs the test bundle on vigild's global executor (Plugins/VigilKit/Sources/CVigilLoop) when
 // VIGIL_TEST_EXECUTOR=1, so the suites prove the executor the host ships
 // with, not only Swift's default one (Scripts/sanitize sets it). A
 // constructor: the executor must be installed before the first task exists,
@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "vigil_executor.h"
+#include "vigil_loop.h"
 #include "vigil_test_executor.h"
 
 static int installed;

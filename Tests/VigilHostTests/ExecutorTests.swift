@@ -1,10 +1,10 @@
-import CExecutor
+import CVigilLoop
 import CTestExecutor
 import Glibc
 import Testing
 import VigilKit
 
-/// vigild's global executor and timer threads (Sources/CExecutor), driven
+/// vigild's global executor and timer threads (Plugins/VigilKit/Sources/CVigilLoop), driven
 /// from many tasks at once: Scripts/sanitize runs these under
 /// ThreadSanitizer, with the test bundle itself on the executor.
 @Suite struct ExecutorTests {
@@ -53,6 +53,61 @@ import VigilKit
         }
         try await Task.sleep(for: .milliseconds(20))
         #expect(box.takeUnretainedValue().count == expected)
+    }
+
+    /// A watched pipe: its handler runs on the loop for each write, reads
+    /// what is there, and stops being called once cancelled; the release
+    /// runs after, on the loop, where the fd is closed.
+    @Test func aWatchReportsEachWriteUntilCancelledThenReleasesOnTheLoop() async throws {
+        var fds: [Int32] = [-1, -1]
+        #expect(pipe(&fds) == 0)
+        let (readEnd, writeEnd) = (fds[0], fds[1])
+        _ = fcntl(readEnd, F_SETFL, O_NONBLOCK)
+        let (reads, readsIn) = AsyncStream.makeStream(of: (bytes: Int, onLoop: Bool).self)
+        let (released, releasedIn) = AsyncStream.makeStream(of: Bool.self)
+        let watch = try EventLoop.watch(readEnd, for: .readable) { events in
+            var buffer = [UInt8](repeating: 0, count: 64)
+            let n = read(readEnd, &buffer, buffer.count)
+            readsIn.yield((n, EventLoop.isCurrent && events.contains(.readable)))
+        } released: {
+            close(readEnd)
+            releasedIn.yield(EventLoop.isCurrent)
+            releasedIn.finish()
+        }
+        var iterator = reads.makeAsyncIterator()
+        for round in 1...3 {
+            let bytes = [UInt8](repeating: UInt8(round), count: round)
+            #expect(write(writeEnd, bytes, bytes.count) == round)
+            let read = await iterator.next()
+            #expect(read?.bytes == round)
+            #expect(read?.onLoop == true)
+        }
+        watch.cancel()
+        watch.cancel()  // a second cancel does nothing
+        var releases = 0
+        for await onLoop in released {
+            #expect(onLoop)
+            releases += 1
+        }
+        #expect(releases == 1)
+        // The release closed the read end; no read came after the three.
+        #expect(fcntl(readEnd, F_GETFD) == -1)
+        readsIn.finish()
+        #expect(await iterator.next() == nil)
+        close(writeEnd)
+    }
+
+    @Test func postedWorkRunsOnTheLoopInOrder() async throws {
+        let (order, orderIn) = AsyncStream.makeStream(of: Int.self)
+        for i in 0..<100 {
+            EventLoop.post {
+                orderIn.yield(EventLoop.isCurrent ? i : -1)
+                if i == 99 { orderIn.finish() }
+            }
+        }
+        var seen: [Int] = []
+        for await i in order { seen.append(i) }
+        #expect(seen == Array(0..<100))
     }
 }
 

@@ -160,7 +160,7 @@ func idleCostBench(_ args: [String]) async throws {
     print("""
     note: on Linux, libdispatch arms a 1 Hz worker-pool monitor once a non-overcommit worker \
     has run (src/event/workqueue.c); reference 1 (Swift's default executor and Task.sleep) pays \
-    it. vigild avoids it with its own executor and timerfd-based sleeps (Sources/CExecutor), so \
+    it. vigild avoids it with its own executor and timerfd-based sleeps (Plugins/VigilKit/Sources/CVigilLoop), so \
     what remains is the scheduled wakes themselves.
     """)
     // Before the deferred stops: a child that is slow to be reaped must not

@@ -504,7 +504,7 @@ public actor SurvivalStore {
         // checks the file's identity, and only then switches to WAL. One
         // connection only: a second, short-lived DatabaseQueue would be
         // released on libdispatch's default queue, which starts its 1 Hz
-        // worker monitor for the life of the process (see Sources/CExecutor).
+        // worker monitor for the life of the process (see Plugins/VigilKit/Sources/CVigilLoop).
         let existing = ((try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int ?? 0) > 0
         do {
             var config = Configuration()

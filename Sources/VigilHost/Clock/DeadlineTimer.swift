@@ -1,4 +1,4 @@
-import CExecutor
+import CVigilLoop
 import CTimer
 import Foundation
 import VigilKit
