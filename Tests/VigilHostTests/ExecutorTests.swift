@@ -90,8 +90,8 @@ import VigilKit
             releases += 1
         }
         #expect(releases == 1)
-        // The release closed the read end; no read came after the three.
-        #expect(fcntl(readEnd, F_GETFD) == -1)
+        // No read came after the three. (Whether the release closed the read
+        // end cannot be checked by its number: other suites reuse it.)
         readsIn.finish()
         #expect(await iterator.next() == nil)
         close(writeEnd)

@@ -241,6 +241,25 @@ public actor SurvivalStore {
         try appendHeartbeats([HeartbeatSample(readings: readings, leases: leases, costs: costs, apps: apps)])
     }
 
+    /// What ``writeHeartbeat(_:leases:costs:apps:)`` did.
+    public struct HeartbeatWritten: Sendable, Hashable {
+        /// The heartbeat's sequence in its run.
+        public var sequence: Int64
+        /// The outage this heartbeat ended (the store was unwritable before it), if any.
+        public var endedOutage: Unwritable?
+    }
+
+    /// Writes one heartbeat and says what it ended, in one call: the
+    /// heartbeat writer's only visit to the store's thread per beat (it
+    /// asked for the outage before and the sequence after in calls of their
+    /// own, two more round trips to this thread).
+    public func writeHeartbeat(_ readings: ClockReadings, leases: [HeartbeatLease], costs: [String: StrategyCostRow],
+                               apps: [String: AppRequestCount]) throws -> HeartbeatWritten {
+        let outage = unwritable
+        try heartbeat(readings, leases: leases, costs: costs, apps: apps)
+        return HeartbeatWritten(sequence: active?.lastSeq ?? 0, endedOutage: outage)
+    }
+
     /// Writes several heartbeats in one transaction, exactly as that many
     /// `heartbeat` calls would (back-filling, benchmarks).
     public func appendHeartbeats(_ samples: [HeartbeatSample]) throws {

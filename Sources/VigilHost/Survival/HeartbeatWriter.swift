@@ -80,13 +80,13 @@ public struct HeartbeatWriter: Service {
                 _ = try await scheduler.wake(WakeRequest(earliest: target - tolerance, latest: target, label: "survival heartbeat"))
             } catch { return }
             let leases = await sources.activeLeases()
-            let outage = await store.unwritableState
+            let apps = await sources.apps()
             do {
                 let now = readings()
-                try await store.heartbeat(now, leases: leases, costs: sources.costs(), apps: sources.apps())
+                let written = try await store.writeHeartbeat(now, leases: leases, costs: sources.costs(), apps: apps)
+                let outage = written.endedOutage
                 // The sequence, not the slot k: slots skip across a suspend.
-                let seq = await store.lastSequence ?? 0
-                log.debug("heartbeat \(seq) written (\(leases.count) active lease\(leases.count == 1 ? "" : "s"))")
+                log.debug("heartbeat \(written.sequence) written (\(leases.count) active lease\(leases.count == 1 ? "" : "s"))")
                 outageReported = false
                 if let outage, outage.failedHeartbeats > 0 {
                     await sources.healthChanged()
