@@ -1,7 +1,8 @@
 // vigil-bench wake-latency [--requesters N] [--period-ms P] [--window-ms W] [--seconds S]
 //
 // N periodic requesters (period P, window W, phases spread over the period)
-// run for S seconds on the real wake scheduler (timerfd + DispatchSource).
+// run for S seconds on the real wake scheduler (its timerfd watched on the
+// host's event loop, which runs the tasks too, as in vigild).
 // Reference, same run: a bare CLOCK_MONOTONIC periodic timerfd read in a
 // loop on its own thread, i.e. the latency of the kernel timer itself.
 import CTimer
@@ -15,6 +16,9 @@ func wakeLatencyBench(_ args: [String]) async throws {
     let window = Duration.milliseconds(options.windowMs)
     let runTime = Duration.seconds(options.seconds)
     print("wake-latency: \(options.requesters) requesters, period \(options.periodMs) ms, window \(options.windowMs) ms, \(options.seconds) s each run")
+    print(EventLoop.isCurrent
+        ? "executor: the host's event loop, as in vigild (one thread for the timer, the scheduler and the requesters)"
+        : "executor: Swift's default executor (VIGIL_BENCH_EXECUTOR=default)")
 
     // Reference first, alone, so the two runs do not compete for the 2 cores.
     let reference = try await bareTimerFDLateness(period: period, runTime: runTime)

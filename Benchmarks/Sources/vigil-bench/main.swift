@@ -1,12 +1,13 @@
 // vigil-bench NAME: runs one benchmark and prints its figures next to the
 // reference it is compared with, measured in the same run.
 // vigil-bench smoke: runs every benchmark in its brief form (Smoke.swift).
+import CVigilLoop
 import Foundation
 import Glibc
 
 /// A benchmark: what runs it, and its brief form for `vigil-bench smoke`
 /// (every benchmark says how it runs in seconds, or why it is left out).
-struct Benchmark {
+struct Benchmark: Sendable {
     enum Smoke: Sendable {
         /// The arguments of each brief form (most have one); given the host
         /// directory (`hostBuildDirectory()`) for benchmarks that take a
@@ -16,7 +17,7 @@ struct Benchmark {
         case skipped(String)
     }
 
-    var run: (_ arguments: [String]) async throws -> Void
+    var run: @Sendable (_ arguments: [String]) async throws -> Void
     var smoke: Smoke
 }
 
@@ -58,13 +59,34 @@ guard let name = arguments.first, let benchmark = benchmarks[name] else {
         """)
     exit(arguments.isEmpty || arguments.first == "--help" ? 0 : 2)
 }
-do {
-    try await benchmark.run(Array(arguments.dropFirst()))
-} catch {
-    // A benchmark that cannot run says why, without a crash report.
-    FileHandle.standardError.write(Data("vigil-bench \(name): \(error)\n".utf8))
-    exit(1)
+/// Runs the benchmark; a benchmark that cannot run says why, without a crash report.
+@Sendable func run(_ benchmark: Benchmark, _ name: String, _ arguments: [String]) async {
+    do {
+        try await benchmark.run(arguments)
+    } catch {
+        FileHandle.standardError.write(Data("vigil-bench \(name): \(error)\n".utf8))
+        exit(1)
+    }
 }
+// wake-latency measures the wake scheduler as vigild runs it: on the host's
+// event loop, which is then this process's only executor thread, as in
+// vigild (VIGIL_BENCH_EXECUTOR=default measures it on Swift's default
+// executor instead). The loop takes the main thread for good: the task runs
+// there, and the process exits when it ends.
+if name == "wake-latency", ProcessInfo.processInfo.environment["VIGIL_BENCH_EXECUTOR"] != "default" {
+    guard vigil_executor_install(0) == 0 else {
+        FileHandle.standardError.write(Data("vigil-bench \(name): cannot install the event loop: \(String(cString: strerror(errno)))\n".utf8))
+        exit(1)
+    }
+    let rest = Array(arguments.dropFirst())
+    // Unstructured task: not cancelled: it is the whole benchmark; the process exits when it ends.
+    Task.detached {
+        await run(benchmark, name, rest)
+        exit(0)
+    }
+    vigil_loop_run()
+}
+await run(benchmark, name, Array(arguments.dropFirst()))
 
 /// Arguments a benchmark cannot use: said in one line, without a crash report.
 struct BenchUsageError: Error, CustomStringConvertible {
