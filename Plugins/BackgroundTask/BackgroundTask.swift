@@ -147,9 +147,9 @@ public struct BackgroundTask: KeepAliveStrategy {
             // Next check: every check_every, but not past the end.
             var next = context.clock.now + checkEvery
             if let end { next = min(next, end) }
-            if let job {
+            if job != nil {
                 // Wake early when the command exits.
-                try await waitUntil(next, orFinished: job, context)
+                try await waitUntil(next, orFinished: outcome, context)
             } else {
                 _ = try await context.scheduler.wake(WakeRequest(earliest: next, latest: next, label: "\(context.name) check"))
             }
@@ -162,9 +162,14 @@ public struct BackgroundTask: KeepAliveStrategy {
         }
     }
 
-    private func waitUntil(_ instant: VigilInstant, orFinished job: Task<HookResult?, Never>, _ context: StrategyContext) async throws {
+    /// Returns at `instant`, or earlier when the command exits. Neither
+    /// waiter outlives the other: awaiting the job's task itself (as this
+    /// did) ignores cancellation, so the group waited for the command's end
+    /// at every check (no renewal while it ran) and at shutdown (vigild did
+    /// not stop while a long command ran).
+    private func waitUntil(_ instant: VigilInstant, orFinished outcome: JobOutcome, _ context: StrategyContext) async throws {
         try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { _ = await job.value }
+            group.addTask { await outcome.finished() }
             group.addTask { _ = try await context.scheduler.wake(WakeRequest(earliest: instant, latest: instant, label: "\(context.name) check")) }
             try await group.next()
             group.cancelAll()
@@ -175,5 +180,36 @@ public struct BackgroundTask: KeepAliveStrategy {
 /// The command's result once it has exited.
 actor JobOutcome {
     private(set) var result: HookResult?
-    func finish(_ r: HookResult) { result = r }
+    private var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
+    private var nextWaiter = 0
+
+    func finish(_ r: HookResult) {
+        result = r
+        for waiter in waiters.values { waiter.resume() }
+        waiters = [:]
+    }
+
+    /// Returns once the command has exited, or as soon as the calling task
+    /// is cancelled.
+    func finished() async {
+        guard result == nil else { return }
+        let id = nextWaiter
+        nextWaiter += 1
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+                if result != nil || Task.isCancelled {
+                    waiter.resume()
+                } else {
+                    waiters[id] = waiter
+                }
+            }
+        } onCancel: {
+            // Unstructured task: not cancelled: one hop into this actor to end one wait.
+            Task { await self.stopWaiting(id) }
+        }
+    }
+
+    private func stopWaiting(_ id: Int) {
+        waiters.removeValue(forKey: id)?.resume()
+    }
 }

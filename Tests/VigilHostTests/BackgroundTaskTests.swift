@@ -90,6 +90,32 @@ enum BackgroundTaskPlugin {
         #expect(events.all.contains { $0.name == "task-finished" && $0.fields["exit"] == "exited with status 3" })
     }
 
+    /// A command that runs longer than the checks: its lease is renewed
+    /// while it runs, and stopping the strategy ends the wait at once (the
+    /// check once awaited the command's task, which ignores cancellation: no
+    /// renewal until the command exited, and vigild hung at SIGTERM).
+    @Test func aLongCommandIsRenewedWhileItRunsAndStopEndsIt() async throws {
+        let clock = SystemClock()
+        let registry = LeaseRegistry(clock: clock)
+        let supervisor = Supervisor(services: StrategyServices(
+            registry: registry, scheduler: try WakeScheduler.system(clock: clock), clock: clock, logging: WaitableLog<LogLine>().logging,
+            hooks: { name, log in HookRunner(strategy: name, log: log) }, events: { _ in RecordingEvents() }))
+        let strategy = try BackgroundTaskPlugin.make([
+            "budget": .string("2s"), "renew_when": .string("1500ms"), "check_every": .string("200ms"),
+            "command": .array(["sleep", "100"].map(ConfigValue.string)),
+        ])
+        let stream = await registry.events()
+        await supervisor.start([SupervisedStrategy(name: "long", kind: "background-task", strategy: strategy)])
+        var kinds: [LeaseEvent.Kind] = []
+        for await e in stream {
+            kinds.append(e.kind)
+            if kinds.filter({ $0 == .renewed }).count == 3 || e.kind == .expiring || e.kind == .released { break }
+        }
+        #expect(kinds == [.acquired, .renewed, .renewed, .renewed], "\(kinds)")
+        await supervisor.stopAll()
+        #expect(await registry.active.isEmpty)
+    }
+
     @Test func badOptionsAreRefusedClearly() throws {
         let problems = try BackgroundTaskPlugin.problems([
             "what": .array([.string("sleeep")]), "budget": .string("0s"), "mode": .string("later"),

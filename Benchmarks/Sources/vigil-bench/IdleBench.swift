@@ -80,6 +80,28 @@ func idleCostBench(_ args: [String]) async throws {
         "when = { network = \"online\", time = [\"00:00-24:00\"] }",
     ])
     let gated = try vigildProcess(bin, dir: dir, name: "vigil-gated", config: gatedConfig, logLevel: "warning")
+    // Every idle kind the thread target names: periodic-wakes, a
+    // background-task holding its lease for a long command (checked every
+    // 10 minutes), and a download-session with nothing queued.
+    let mixedConfig = config.components(separatedBy: "[[strategy]]")[0]
+        .replacingOccurrences(of: "\(dir.path)/state", with: "\(dir.path)/state-mixed")
+        + idleStrategyTables(conditions: []).components(separatedBy: "[[strategy]]").prefix(3).joined(separator: "[[strategy]]")
+        + """
+
+        [[strategy]]
+        name = "task"
+        kind = "background-task"
+        command = ["sleep", "100000"]
+        budget = "1h"
+        check_every = "10m"
+
+        [[strategy]]
+        name = "fetch"
+        kind = "download-session"
+        dir = "\(dir.path)/downloads"
+
+        """
+    let mixed = try vigildProcess(bin, dir: dir, name: "vigil-mixed", config: mixedConfig, logLevel: "warning")
     // The same host, run by the earlier build.
     let previous = try previousBin.map { previousBin in
         try vigildProcess(previousBin, dir: dir, name: "vigil-previous",
@@ -96,11 +118,12 @@ func idleCostBench(_ args: [String]) async throws {
     reference.arguments = ["-c", "while sleep \(Int(interval)); do :; done"]
     try host.run()
     try gated.run()
+    try mixed.run()
     try previous?.run()
     try swiftReference.run()
     try reference.run()
     defer {
-        for p in [host, gated] + (previous.map { [$0] } ?? []) { p.terminate(); p.waitUntilExit() }
+        for p in [host, gated, mixed] + (previous.map { [$0] } ?? []) { p.terminate(); p.waitUntilExit() }
         // The references hold nothing worth a clean stop: SIGKILL, and the
         // sh loop's sleep too before waiting. Foundation's Process reported
         // sh's end only once that sleep had ended as well, whether sh got
@@ -113,6 +136,7 @@ func idleCostBench(_ args: [String]) async throws {
     // Let start-up finish (plugin loading, store migration) before measuring.
     try await Task.sleep(for: .seconds(3))
     let hostBefore = sampleThreads(pid: host.processIdentifier)
+    let mixedBefore = sampleThreads(pid: mixed.processIdentifier)
     let gatedBefore = sampleThreads(pid: gated.processIdentifier)
     let previousBefore = previous.map { sampleThreads(pid: $0.processIdentifier) }
     let swiftBefore = sampleThreads(pid: swiftReference.processIdentifier)
@@ -120,6 +144,7 @@ func idleCostBench(_ args: [String]) async throws {
     print("measuring idle host (5 x periodic-wake every 10m, heartbeat every \(Int(interval))s) for \(Int(seconds)) s ...")
     try await Task.sleep(for: .seconds(seconds))
     let hostAfter = sampleThreads(pid: host.processIdentifier)
+    let mixedAfter = sampleThreads(pid: mixed.processIdentifier)
     let gatedAfter = sampleThreads(pid: gated.processIdentifier)
     let previousAfter = previous.map { sampleThreads(pid: $0.processIdentifier) }
     let swiftAfter = sampleThreads(pid: swiftReference.processIdentifier)
@@ -142,6 +167,7 @@ func idleCostBench(_ args: [String]) async throws {
         return (totalV, cpu)
     }
     let (hv, hcpu) = report("vigild (pid \(host.processIdentifier))", hostBefore, hostAfter)
+    let (mv, mcpu) = report("vigild with 3 periodic-wakes, a background-task holding its lease and an idle download-session (pid \(mixed.processIdentifier))", mixedBefore, mixedAfter)
     let (gv, gcpu) = report("vigild, 3 of the 5 strategies gated by unchanging when conditions (pid \(gated.processIdentifier))", gatedBefore, gatedAfter)
     let previousFigures = previous.flatMap { p in
         previousBefore.flatMap { before in previousAfter.map { report("vigild of the earlier build in \(previousBin?.path ?? "?") (pid \(p.processIdentifier))", before, $0) } }
@@ -152,6 +178,15 @@ func idleCostBench(_ args: [String]) async throws {
     print("\nscheduled wakes in the window: \(expectedWakes) heartbeat(s), 0 strategy runs (10-minute periods)")
     print(String(format: "vigild:      %4d voluntary switches (%.1f per scheduled wake), %.2f CPU s", hv, Double(hv) / Double(max(expectedWakes, 1)), hcpu))
     print(String(format: "vigild gated: %3d voluntary switches (%.1f per scheduled wake), %.2f CPU s; the 3 condition threads (vigil-power, vigil-files, vigil-network) are listed above", gv, Double(gv) / Double(max(expectedWakes, 1)), gcpu))
+    print(String(format: "vigild mixed: %3d voluntary switches, %.2f CPU s", mv, mcpu))
+    // Threads at the end of the window (target: at most 3), each with its
+    // name; the references have 1 (sh) and the Swift runtime's own.
+    func threads(_ sample: [Int: ThreadSample]) -> String {
+        let names = sample.values.map(\.name).sorted()
+        return "\(names.count) (\(names.joined(separator: ", ")))"
+    }
+    print("threads: vigild \(threads(hostAfter)); vigild mixed \(threads(mixedAfter)); vigild gated \(threads(gatedAfter)); "
+        + "reference 1 \(swiftAfter.count); reference 2 \(refAfter.count)")
     if let (pv, pcpu) = previousFigures {
         print(String(format: "vigild, earlier build: %d voluntary switches, %.2f CPU s (this build: %+d)", pv, pcpu, hv - pv))
     }
