@@ -174,6 +174,10 @@ public struct BackgroundTask: KeepAliveStrategy {
             try await group.next()
             group.cancelAll()
         }
+        // Stopped: the command's waiter returns at once when cancelled, so
+        // the group can end without the clock's error; without this check
+        // the loop above would go round without waiting.
+        try Task.checkCancellation()
     }
 }
 

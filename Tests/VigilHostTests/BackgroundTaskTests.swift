@@ -97,8 +97,9 @@ enum BackgroundTaskPlugin {
     @Test func aLongCommandIsRenewedWhileItRunsAndStopEndsIt() async throws {
         let clock = SystemClock()
         let registry = LeaseRegistry(clock: clock)
+        let log = WaitableLog<LogLine>()
         let supervisor = Supervisor(services: StrategyServices(
-            registry: registry, scheduler: try WakeScheduler.system(clock: clock), clock: clock, logging: WaitableLog<LogLine>().logging,
+            registry: registry, scheduler: try WakeScheduler.system(clock: clock), clock: clock, logging: log.logging,
             hooks: { name, log in HookRunner(strategy: name, log: log) }, events: { _ in RecordingEvents() }))
         let strategy = try BackgroundTaskPlugin.make([
             "budget": .string("2s"), "renew_when": .string("1500ms"), "check_every": .string("200ms"),
@@ -113,6 +114,10 @@ enum BackgroundTaskPlugin {
         }
         #expect(kinds == [.acquired, .renewed, .renewed, .renewed], "\(kinds)")
         await supervisor.stopAll()
+        // The strategy itself returned: the supervisor gives up after 10 s
+        // and says so (as it did when the wait ignored cancellation, and
+        // when a cancelled wait went round without waiting).
+        #expect(!log.all.contains { $0.message.contains("did not stop") })
         #expect(await registry.active.isEmpty)
     }
 
