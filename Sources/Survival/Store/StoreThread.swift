@@ -1,3 +1,4 @@
+import CVigilLoop
 import Dispatch
 import Foundation
 import VigilKit
@@ -33,7 +34,11 @@ final class StoreThread: SerialExecutor, Sendable {
 
     init(name: String) {
         let shared = self.shared
+        // Named from inside: Foundation's `Thread.name` does not reach the
+        // kernel's name on Linux, and /proc (idle-cost's thread list) shows that.
+        let threadName = String(name.prefix(15))
         let thread = Thread {
+            vigil_name_thread(threadName)
             shared.state.withLock { $0.thread = pthread_self() }
             while true {
                 shared.available.wait()

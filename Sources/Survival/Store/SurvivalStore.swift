@@ -86,7 +86,7 @@ public actor SurvivalStore {
     let database: DatabaseQueue
     /// Where the store's methods run: their writes wait for the disk, and
     /// must not hold a thread of the cooperative pool meanwhile.
-    private nonisolated let thread = StoreThread(name: "vigil.survival")
+    private nonisolated let thread = StoreThread(name: "vigil-store")
     public nonisolated var unownedExecutor: UnownedSerialExecutor { thread.asUnownedSerialExecutor() }
 
     /// Whether the store's methods run on its thread (for tests).

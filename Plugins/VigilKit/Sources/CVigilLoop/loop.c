@@ -654,6 +654,10 @@ vigil_executor_stats vigil_executor_statistics(void) {
     return s;
 }
 
+void vigil_name_thread(const char *name) {
+    pthread_setname_np(pthread_self(), name);
+}
+
 unsigned long long vigil_fit_address_space(void) {
     struct rlimit limit;
     if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 0;

@@ -96,6 +96,9 @@ typedef struct {
 
 vigil_executor_stats vigil_executor_statistics(void);
 
+/// Names the calling thread as /proc and tools show it (15 characters at most).
+void vigil_name_thread(const char *name);
+
 /// Under a finite address-space limit (RLIMIT_AS: prlimit --as, ulimit -v,
 /// systemd LimitAS=), makes every thread created later reserve 1 MiB of
 /// stack instead of RLIMIT_STACK's 8 MiB and limits malloc to 2 arenas (each
