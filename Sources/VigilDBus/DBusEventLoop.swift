@@ -223,8 +223,10 @@ extension DBusEventLoop: TaskExecutor {
 }
 
 /// One libdbus watch (a socket to wait on), on its connection's loop.
-/// Only used on the loop's thread.
-final class DBusWatchBox {
+///
+/// `@unchecked Sendable`: it wraps libdbus's watch and is only used on the
+/// loop's thread; another thread only posts it there (``update(adding:)``).
+final class DBusWatchBox: @unchecked Sendable {
     let watch: OpaquePointer
     let fd: Int32
     let loop: DBusEventLoop
@@ -244,6 +246,10 @@ final class DBusWatchBox {
 
     /// Reads the watch's state from libdbus (added or toggled).
     func update(adding: Bool = false) {
+        // libdbus toggles the read watch from whichever thread releases the
+        // received message that brings the connection's unread messages
+        // back under their size limit (live_messages_notify): a task's.
+        guard EventLoop.isCurrent else { return EventLoop.post { self.update(adding: adding) } }
         guard !removed else { return }
         flags = dbus_watch_get_flags(watch)
         var wanted: EventLoop.Events = []
