@@ -12,18 +12,21 @@ import VigilKit
 /// connection therefore causes no wakeups, and needs no thread of its own.
 ///
 /// Every libdbus call for the connection happens on the loop's one thread,
-/// so libdbus never takes a lock another thread holds, and a message read
-/// completes its call's continuation without a context switch. In vigild
+/// so the connection's lock in libdbus is never contended, and a message
+/// read completes its call's continuation without a context switch (the
+/// one exception, a watch toggled from a task's thread, is posted to the
+/// loop: ``DBusWatchBox/update(adding:)``). In vigild
 /// that thread also runs every Swift job: nothing here, nor in a task that
 /// prefers this executor, may wait for the loop (a semaphore, a blocking
 /// libdbus call such as `dbus_connection_send_with_reply_and_block` or
 /// `dbus_pending_call_block`, a blocking flush), since the loop would be
 /// the one waiting. Calls await their reply through a pending call's notify.
 ///
-/// Before (issue 47) each connection had a thread with an epoll set of its
-/// own; the host loop's watches guard against a socket number that libdbus
-/// closed and another connection reused in a different way: libdbus removes
-/// a socket's watches (and so the loop's registration) before it closes it.
+/// Each connection used to have a thread of its own ("vigil-dbus", until
+/// issue 47) with its own epoll set, so that a socket number libdbus closed
+/// and another connection reused could not be confused with it. In the one
+/// set that is kept by libdbus's order of work: it removes a socket's
+/// watches (and so the loop's registration) before it closes the socket.
 final class DBusEventLoop: @unchecked Sendable {
     // Invariant: `ended` is behind its lock (read by `async` and `enqueue`
     // on any thread). Everything else mutable is touched only on the host
