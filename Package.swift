@@ -57,8 +57,9 @@ let package = Package(
         .target(
             name: "VigilDBus",
             // VigilAPI (in the VigilKit product) for ClientText, the one way an
-            // error quotes a client's text, and the contract; VigilKit for Lock.
-            dependencies: ["CDBus", "CDBusShim", "CFDWatch", .product(name: "VigilKit", package: "VigilKit")],
+            // error quotes a client's text, and the contract; VigilKit for Lock
+            // and the host's event loop (EventLoop, CVigilLoop's timers).
+            dependencies: ["CDBus", "CDBusShim", .product(name: "VigilKit", package: "VigilKit")],
             swiftSettings: strict
         ),
         // The typed client of the org.vigil.Vigil1 API (vigilctl, vigil-bench, tests).

@@ -4,13 +4,16 @@ import CDBusShim
 import Dispatch
 import Foundation
 
-/// A connection to a message bus, driven by a thread of its own.
+/// A connection to a message bus, driven by the host's event loop.
 ///
-/// All libdbus calls for the connection happen on one thread, its
-/// ``DBusEventLoop``: it reads when the socket becomes readable, dispatches
-/// what it read, and waits for libdbus timeouts (only present while a call
-/// awaits its reply). An idle connection therefore causes no wakeups. Every
-/// public method may be called from any task; it hops to the loop.
+/// All libdbus calls for the connection happen on the loop's one thread,
+/// through its ``DBusEventLoop``: it reads when the socket becomes
+/// readable, dispatches what it read, and runs libdbus's timeouts (only
+/// present while a call awaits its reply) as the loop's timers. An idle
+/// connection therefore causes no wakeups. Every public method may be
+/// called from any task; it hops to the loop, and none waits there: a call
+/// awaits its reply through libdbus's pending-call notify, never a
+/// blocking libdbus call (the loop is also vigild's only executor thread).
 ///
 /// `@unchecked Sendable`: the libdbus handle and every mutable property are
 /// only touched on `queue`, the loop's thread (the methods below hop there
@@ -26,7 +29,8 @@ public final class DBusConnection: @unchecked Sendable {
         case address(String)
     }
 
-    /// The loop (thread) every libdbus call of this connection runs on.
+    /// The connection's part of the host loop, on whose thread every libdbus
+    /// call of this connection runs.
     let queue: DBusEventLoop
     /// The libdbus connection (nil once closed).
     private(set) var raw: OpaquePointer?
@@ -115,7 +119,7 @@ public final class DBusConnection: @unchecked Sendable {
         let address = try address(of: bus)
         guard !address.utf8.contains(0) else { throw DBusError.failed("invalid bus address") }
         _ = threadsInitialized
-        let queue = try DBusEventLoop()
+        let queue = DBusEventLoop()
         let connection: DBusConnection = try await withCheckedThrowingContinuation { continuation in
             queue.async {
                 var error = CDBus.DBusError()
@@ -150,7 +154,9 @@ public final class DBusConnection: @unchecked Sendable {
         return connection
     }
 
-    /// libdbus needs its thread support before any use from several threads.
+    /// libdbus needs its thread support before any use from several threads:
+    /// a connection's calls all run on the loop's thread, but messages are
+    /// built, read and released by tasks on other threads too.
     private static let threadsInitialized: Bool = dbus_threads_init_default() != 0
 
     static func takeError(_ error: inout CDBus.DBusError, fallback: String) -> DBusError {

@@ -1,193 +1,100 @@
 import CDBus
-import CFDWatch
+import CVigilLoop
 import Glibc
 import VigilKit
 
-/// The thread a connection's libdbus work runs on: it waits in
-/// `epoll_wait(2)` on the connection's socket (libdbus's watches) and an
-/// eventfd, with the nearest libdbus timeout (present only while a call
-/// awaits its reply) as the wait's timeout, so an idle connection causes
-/// no wakeups. Work from other threads (``async(execute:)``) is queued and
-/// the thread woken through the eventfd; work queued while it is busy, as
-/// the dispatching of the messages it just read, costs no wakeup.
+/// A connection's libdbus work, run on the host's event loop (VigilKit's
+/// ``EventLoop``): the connection's socket is one of the loop's watches
+/// (libdbus's watches, merged per descriptor), its libdbus timeouts (present
+/// only while a call awaits its reply) are the loop's monotonic timers, and
+/// the work other tasks hand it (``async(execute:)``, the jobs of the tasks
+/// that prefer it as their executor) is posted to the loop. An idle
+/// connection therefore causes no wakeups, and needs no thread of its own.
 ///
-/// With libdispatch sources (the first design), each message read took
-/// three threads: the manager thread's epoll saw the socket readable, a
-/// worker ran the read source's handler, and the manager re-armed the
-/// source; every toggle of libdbus's write watch was another round through
-/// the manager. Here one thread reads, dispatches and writes.
+/// Every libdbus call for the connection happens on the loop's one thread,
+/// so the connection's lock in libdbus is never contended, and a message
+/// read completes its call's continuation without a context switch (the
+/// one exception, a watch toggled from a task's thread, is posted to the
+/// loop: ``DBusWatchBox/update(adding:)``). In vigild
+/// that thread also runs every Swift job: nothing here, nor in a task that
+/// prefers this executor, may wait for the loop (a semaphore, a blocking
+/// libdbus call such as `dbus_connection_send_with_reply_and_block` or
+/// `dbus_pending_call_block`, a blocking flush), since the loop would be
+/// the one waiting. Calls await their reply through a pending call's notify.
 ///
-/// Each connection has its own loop, and so its own epoll set: a socket
-/// number closed by libdbus and reused by another connection can never be
-/// confused with it.
+/// Each connection used to have a thread of its own ("vigil-dbus", until
+/// issue 47) with its own epoll set, so that a socket number libdbus closed
+/// and another connection reused could not be confused with it. In the one
+/// set that is kept by libdbus's order of work: it removes a socket's
+/// watches (and so the loop's registration) before it closes the socket.
 final class DBusEventLoop: @unchecked Sendable {
-    // Invariant: what other threads share (`Shared`) is behind `shared`.
-    // Everything else mutable (`watches`, `registered`, `timeouts`) is
-    // touched only on the loop's thread, by the jobs and the libdbus
-    // callbacks it runs. `epoll` and `wakeFD` are set in init and closed
-    // in deinit, after the thread (which holds the loop) has returned.
-    private struct Shared: ~Copyable {
-        var jobs: [Job] = []
-        /// The thread is running, not waiting: it looks at `jobs` before
-        /// it waits again, so queueing needs no wakeup.
-        var awake = true
-        var stopping = false
-        var ended = false
-    }
-    private let shared = Lock(Shared())
-    private let epoll: Int32
-    private let wakeFD: Int32
+    // Invariant: `ended` is behind its lock (read by `async` and `enqueue`
+    // on any thread). Everything else mutable is touched only on the host
+    // loop's thread, by the posted work, the watch handlers and timer
+    // callbacks it runs and the libdbus callbacks those cause.
+    private let ended = Lock(false)
 
+    /// libdbus's watches, by descriptor: it usually has two (read, write)
+    /// for its one socket, and epoll takes a descriptor only once.
     private var watches: [Int32: [DBusWatchBox]] = [:]
-    /// The interest each fd is registered with in `epoll` (absent: none).
-    private var registered: [Int32: UInt32] = [:]
-    private var timeouts: [ObjectIdentifier: DBusTimeoutBox] = [:]
+    /// The loop's watch of each descriptor, with what it waits for (absent:
+    /// nothing is wanted).
+    private var registered: [Int32: (watch: EventLoop.Watch, events: EventLoop.Events)] = [:]
+    /// Armed timeouts, cancelled when the loop stops.
+    private var timeoutBoxes: [ObjectIdentifier: DBusTimeoutBox] = [:]
     /// Run once when their fd becomes writable (``whenWritable(_:_:)``).
     private var writableWaiters: [Int32: () -> Void] = [:]
+    /// Set by tests (``holdReading()``): the sockets are not read.
+    private var readingHeld = false
+    /// ``stop()``'s teardown ran: nothing is registered any more, nor
+    /// will be.
+    private(set) var stopped = false
 
-    /// Work queued for the loop's thread: a closure, or a job of a task
-    /// that runs on the loop as its executor (kept as it is, rather than
-    /// wrapped in a closure that would cost an allocation per job).
-    private enum Job: Sendable {
-        case closure(@Sendable () -> Void)
-        case task(UnownedJob)
-    }
+    init() {}
 
-    /// The epoll token of the eventfd; fds are registered as fd + 1.
-    private static let wakeToken: UInt64 = 0
-
-    init() throws(DBusError) {
-        let epoll = vigil_fdwatch_create()
-        guard epoll >= 0 else { throw .failed("cannot create the D-Bus connection's epoll set: \(String(cString: strerror(errno)))") }
-        let wakeFD = vigil_fdwatch_eventfd()
-        guard wakeFD >= 0, vigil_fdwatch_add(epoll, wakeFD, Self.wakeToken, UInt32(VIGIL_FDWATCH_IN)) == 0 else {
-            let message = String(cString: strerror(errno))
-            if wakeFD >= 0 { close(wakeFD) }
-            close(epoll)
-            throw .failed("cannot create the D-Bus connection's wake eventfd: \(message)")
-        }
-        self.epoll = epoll
-        self.wakeFD = wakeFD
-        // A bare pthread with a 1 MiB stack (the loop's frames are few):
-        // Foundation's Thread would fault in its own machinery, which an
-        // idle vigild's memory budget has no room for.
-        var attributes = pthread_attr_t()
-        pthread_attr_init(&attributes)
-        defer { pthread_attr_destroy(&attributes) }
-        pthread_attr_setstacksize(&attributes, 1 << 20)
-        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
-        // The thread holds the loop (released when `run` returns).
-        let context = Unmanaged.passRetained(self).toOpaque()
-        var thread = pthread_t()
-        let started = pthread_create(&thread, &attributes, { context in
-            guard let context else { return nil }
-            let loop = Unmanaged<DBusEventLoop>.fromOpaque(context).takeRetainedValue()
-            vigil_fdwatch_name_thread("vigil-dbus")
-            loop.run()
-            return nil
-        }, context)
-        guard started == 0 else {
-            Unmanaged<DBusEventLoop>.fromOpaque(context).release()
-            throw .failed("cannot start the D-Bus connection's thread: \(String(cString: strerror(started)))")
-        }
-    }
-
-    deinit {
-        close(epoll)
-        close(wakeFD)
-    }
-
-    /// Runs `job` on the loop's thread, after the jobs queued before it.
-    /// Dropped once the loop has ended (its connection is gone).
+    /// Runs `job` on the loop's thread, after the work queued before it
+    /// (the host loop runs its posts in order). Dropped once ``stop()`` was
+    /// called (its connection is gone).
     func async(execute job: @escaping @Sendable () -> Void) {
-        post { state in
-            guard !state.ended else { return false }
-            state.jobs.append(.closure(job))
-            return true
-        }
+        guard !ended.withLock({ $0 }) else { return }
+        EventLoop.post(job)
     }
 
-    /// Ends the thread once the jobs queued so far have run.
+    /// Ends the connection's watches and timers once the work queued so far
+    /// has run; work queued later is dropped.
     func stop() {
-        post { state in
-            state.stopping = true
-            return true
+        let first = ended.withLock { ended -> Bool in
+            defer { ended = true }
+            return !ended
+        }
+        guard first else { return }
+        EventLoop.post { [self] in
+            stopped = true
+            for registration in registered.values { registration.watch.cancel() }
+            registered = [:]
+            for box in timeoutBoxes.values { box.remove() }
+            // Break the box <-> loop references of anything libdbus left.
+            watches = [:]
+            timeoutBoxes = [:]
+            writableWaiters = [:]
+            turnEnders = []
         }
     }
 
-    /// Makes `change` to the shared state; when it gave the thread
-    /// something to do and the thread waits, wakes it.
-    @discardableResult
-    private func post(_ change: (inout Shared) -> Bool) -> Bool {
-        let (changed, wake) = shared.withLock { state -> (Bool, Bool) in
-            guard change(&state) else { return (false, false) }
-            guard !state.awake else { return (true, false) }
-            state.awake = true
-            return (true, true)
-        }
-        if wake { vigil_fdwatch_eventfd_signal(wakeFD) }
-        return changed
-    }
+    // MARK: turns (loop thread)
 
-    private func run() {
-        var tokens = [UInt64](repeating: 0, count: 64)
-        var events = [UInt32](repeating: 0, count: 64)
-        // The batch being run and the queue swap buffers, so neither
-        // array is reallocated as jobs come and go.
-        var batch: [Job] = []
-        while true {
-            let stop = shared.withLock { state -> Bool in
-                if state.jobs.isEmpty {
-                    if state.stopping {
-                        state.ended = true
-                    } else {
-                        state.awake = false
-                    }
-                    return state.stopping
-                }
-                swap(&state.jobs, &batch)
-                return false
-            }
-            if stop { break }
-            if !batch.isEmpty {
-                for job in batch {
-                    switch job {
-                    case .closure(let body): body()
-                    case .task(let job): job.runSynchronously(on: asUnownedTaskExecutor())
-                    }
-                }
-                batch.removeAll(keepingCapacity: true)
-                endTurn()
-                continue
-            }
-            let ready = vigil_fdwatch_wait(epoll, &tokens, &events, Int32(tokens.count), nextTimeoutMilliseconds())
-            shared.withLock { $0.awake = true }
-            if ready < 0 {
-                // Only EINTR is expected: the set and the buffers are ours.
-                continue
-            }
-            for index in 0..<Int(ready) {
-                if tokens[index] == Self.wakeToken {
-                    vigil_fdwatch_eventfd_drain(wakeFD)
-                } else {
-                    handle(fd: Int32(truncatingIfNeeded: tokens[index] - 1), events: events[index])
-                }
-            }
-            fireDueTimeouts()
-            endTurn()
-        }
-        // Break the box <-> loop references of anything libdbus left.
-        watches = [:]
-        timeouts = [:]
-        writableWaiters = [:]
-        turnEnders = []
-    }
-
-    /// Run at the end of the current turn (a batch of jobs, or the events
-    /// of one wait), before the loop looks for more work.
+    /// Run at the end of the current turn: once the work queued before
+    /// the first of them (the other replies of the handlers of the messages
+    /// just read, say) has run, since they are posted after it.
     private var turnEnders: [() -> Void] = []
+    private var turnEndPosted = false
 
-    func atEndOfTurn(_ body: @escaping () -> Void) { turnEnders.append(body) }
+    func atEndOfTurn(_ body: @escaping () -> Void) {
+        turnEnders.append(body)
+        guard !turnEndPosted else { return }
+        turnEndPosted = true
+        async { [self] in endTurn() }
+    }
 
     private func endTurn() {
         while !turnEnders.isEmpty {
@@ -195,11 +102,13 @@ final class DBusEventLoop: @unchecked Sendable {
             turnEnders = []
             for body in enders { body() }
         }
+        turnEndPosted = false
     }
 
     // MARK: watches (loop thread)
 
     func add(_ box: DBusWatchBox) {
+        guard !stopped else { return }
         watches[box.fd, default: []].append(box)
         refresh(box.fd)
     }
@@ -209,24 +118,35 @@ final class DBusEventLoop: @unchecked Sendable {
         refresh(box.fd)
     }
 
-    /// Registers `fd` for what its enabled watches want. An fd no enabled
-    /// watch wants leaves the set: registered with no interest, a hung-up
-    /// socket would be reported over and over with nobody to handle it.
+    /// Registers `fd` with the loop for what its enabled watches want. An
+    /// fd no enabled watch wants leaves the loop: with no interest, a
+    /// hung-up socket would still be reported over and over with nobody to
+    /// handle it. libdbus removes a socket's watches before it closes the
+    /// socket, so the registration never outlives the descriptor.
     func refresh(_ fd: Int32) {
+        assert(EventLoop.isCurrent, "libdbus's watches change only on the loop")
+        guard !stopped else { return }
         let boxes = watches[fd] ?? []
         if boxes.isEmpty { watches[fd] = nil }
-        let waiting = writableWaiters[fd] != nil ? UInt32(VIGIL_FDWATCH_OUT) : 0
-        let wanted = boxes.reduce(waiting) { $0 | $1.interest }
+        let waiting: EventLoop.Events = writableWaiters[fd] != nil ? .writable : []
+        var wanted = boxes.reduce(waiting) { $0.union($1.interest) }
+        if readingHeld { wanted.remove(.readable) }
         let current = registered[fd]
-        guard wanted != (current ?? 0) else { return }
-        let token = UInt64(UInt32(bitPattern: fd)) + 1
-        if wanted == 0 {
-            _ = vigil_fdwatch_remove(epoll, fd)
+        guard wanted != (current?.events ?? []) else { return }
+        if wanted.isEmpty {
+            current?.watch.cancel()
             registered[fd] = nil
-        } else if current == nil {
-            if vigil_fdwatch_add(epoll, fd, token, wanted) == 0 { registered[fd] = wanted }
+        } else if let current {
+            if current.watch.change(to: wanted) { registered[fd] = (current.watch, wanted) }
         } else {
-            if vigil_fdwatch_modify(epoll, fd, token, wanted) == 0 { registered[fd] = wanted }
+            // Fails only for a descriptor epoll does not take (closed, or
+            // not a socket): libdbus's socket is neither while it has
+            // watches. The connection then stays silent, as it would
+            // with a socket that never becomes ready.
+            let watch = try? EventLoop.watch(fd, for: wanted) { [weak self] events in
+                self?.handle(fd: fd, events: events)
+            }
+            if let watch { registered[fd] = (watch, wanted) }
         }
     }
 
@@ -238,84 +158,86 @@ final class DBusEventLoop: @unchecked Sendable {
         refresh(fd)
     }
 
-    private func handle(fd: Int32, events: UInt32) {
-        let wakes = UInt32(VIGIL_FDWATCH_OUT | VIGIL_FDWATCH_HUP | VIGIL_FDWATCH_ERR)
+    /// Stops reading the connection's sockets until ``resumeReading()``
+    /// (on the loop): what peers send waits in the socket. For tests, which
+    /// can no longer make a connection's own thread wait: that thread is
+    /// every connection's.
+    func holdReading() {
+        readingHeld = true
+        for fd in Array(watches.keys) { refresh(fd) }
+    }
+
+    func resumeReading() {
+        readingHeld = false
+        for fd in Array(watches.keys) { refresh(fd) }
+    }
+
+    private func handle(fd: Int32, events: EventLoop.Events) {
         var waiter: (() -> Void)?
-        if events & wakes != 0, let body = writableWaiters.removeValue(forKey: fd) {
+        if !events.isDisjoint(with: [.writable, .hangUp, .error]), let body = writableWaiters.removeValue(forKey: fd) {
             waiter = body
             refresh(fd)
         }
         defer { waiter?() }
         guard let boxes = watches[fd] else { return }
         var flags: UInt32 = 0
-        if events & UInt32(VIGIL_FDWATCH_IN) != 0 { flags |= DBUS_WATCH_READABLE.rawValue }
-        if events & UInt32(VIGIL_FDWATCH_OUT) != 0 { flags |= DBUS_WATCH_WRITABLE.rawValue }
-        if events & UInt32(VIGIL_FDWATCH_HUP) != 0 { flags |= DBUS_WATCH_HANGUP.rawValue }
-        if events & UInt32(VIGIL_FDWATCH_ERR) != 0 { flags |= DBUS_WATCH_ERROR.rawValue }
+        if events.contains(.readable), !readingHeld { flags |= DBUS_WATCH_READABLE.rawValue }
+        if events.contains(.writable) { flags |= DBUS_WATCH_WRITABLE.rawValue }
+        if events.contains(.hangUp) { flags |= DBUS_WATCH_HANGUP.rawValue }
+        if events.contains(.error) { flags |= DBUS_WATCH_ERROR.rawValue }
         var connection: DBusConnection?
-        for box in boxes where box.interest != 0 {
+        for box in boxes where !box.interest.isEmpty {
             let mine = flags & (box.flags | DBUS_WATCH_HANGUP.rawValue | DBUS_WATCH_ERROR.rawValue)
             guard mine != 0, box.handle(mine) else { continue }
             connection = connection ?? box.connection
         }
+        // What was read is dispatched now, in this turn: its handlers'
+        // replies then leave together at its end.
         connection?.drainDispatch()
     }
 
     // MARK: timeouts (loop thread)
 
-    func arm(_ box: DBusTimeoutBox) { timeouts[ObjectIdentifier(box)] = box }
-
-    func disarm(_ box: DBusTimeoutBox) { timeouts[ObjectIdentifier(box)] = nil }
-
-    private func nextTimeoutMilliseconds() -> Int32 {
-        guard let nearest = timeouts.values.lazy.map(\.deadline).min() else { return -1 }
-        let now = Self.now()
-        guard nearest > now else { return 0 }
-        return Int32(clamping: (nearest - now + 999_999) / 1_000_000)
+    func armed(_ box: DBusTimeoutBox) {
+        guard !stopped else { return }
+        timeoutBoxes[ObjectIdentifier(box)] = box
     }
 
-    private func fireDueTimeouts() {
-        guard !timeouts.isEmpty else { return }
-        let now = Self.now()
-        let due = timeouts.values.filter { $0.deadline <= now }
-        for box in due { box.fire(now: now) }
-    }
+    func disarmed(_ box: DBusTimeoutBox) { timeoutBoxes[ObjectIdentifier(box)] = nil }
 
-    /// CLOCK_MONOTONIC in nanoseconds, the clock epoll_wait's timeout counts.
-    static func now() -> UInt64 {
+    /// CLOCK_MONOTONIC in nanoseconds, the clock of the loop's awake timers.
+    static func now() -> Int64 {
         var spec = timespec()
         clock_gettime(CLOCK_MONOTONIC, &spec)
-        return UInt64(spec.tv_sec) * 1_000_000_000 + UInt64(spec.tv_nsec)
+        return Int64(spec.tv_sec) * 1_000_000_000 + Int64(spec.tv_nsec)
     }
 }
 
 /// The loop as a task executor: the tasks of ``DBusMethod/brief(_:in:out:_:)``
-/// handlers run their jobs on the loop's thread, between its other work.
+/// handlers run their jobs on the loop's thread, between the connection's
+/// other work.
 extension DBusEventLoop: TaskExecutor {
     func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
-        let queued = post { state in
-            guard !state.ended else { return false }
-            state.jobs.append(.task(job))
-            return true
-        }
-        // The connection is gone: the task still finishes, on the global
-        // pool (a job dropped would leave it suspended for ever).
-        if !queued { globalConcurrentExecutor.enqueue(ExecutorJob(job)) }
+        // Never dropped, even once the connection is gone: the task must
+        // still finish (a job dropped would leave it suspended for ever).
+        EventLoop.post { [self] in job.runSynchronously(on: asUnownedTaskExecutor()) }
     }
 }
 
 /// One libdbus watch (a socket to wait on), on its connection's loop.
-/// Only used on the loop's thread.
-final class DBusWatchBox {
+///
+/// `@unchecked Sendable`: it wraps libdbus's watch and is only used on the
+/// loop's thread; another thread only posts it there (``update(adding:)``).
+final class DBusWatchBox: @unchecked Sendable {
     let watch: OpaquePointer
     let fd: Int32
     let loop: DBusEventLoop
     weak var connection: DBusConnection?
     /// The libdbus flags (readable, writable) the watch is for.
     private(set) var flags: UInt32 = 0
-    /// What the loop waits for on the watch's behalf (0 while disabled).
-    private(set) var interest: UInt32 = 0
+    /// What the loop waits for on the watch's behalf (none while disabled).
+    private(set) var interest: EventLoop.Events = []
     private var removed = false
 
     init(watch: OpaquePointer, loop: DBusEventLoop, connection: DBusConnection?) {
@@ -327,12 +249,16 @@ final class DBusWatchBox {
 
     /// Reads the watch's state from libdbus (added or toggled).
     func update(adding: Bool = false) {
+        // libdbus toggles the read watch from whichever thread releases the
+        // received message that brings the connection's unread messages
+        // back under their size limit (live_messages_notify): a task's.
+        guard EventLoop.isCurrent else { return EventLoop.post { self.update(adding: adding) } }
         guard !removed else { return }
         flags = dbus_watch_get_flags(watch)
-        var wanted: UInt32 = 0
+        var wanted: EventLoop.Events = []
         if dbus_watch_get_enabled(watch) != 0 {
-            if flags & DBUS_WATCH_READABLE.rawValue != 0 { wanted |= UInt32(VIGIL_FDWATCH_IN) }
-            if flags & DBUS_WATCH_WRITABLE.rawValue != 0 { wanted |= UInt32(VIGIL_FDWATCH_OUT) }
+            if flags & DBUS_WATCH_READABLE.rawValue != 0 { wanted.insert(.readable) }
+            if flags & DBUS_WATCH_WRITABLE.rawValue != 0 { wanted.insert(.writable) }
         }
         interest = wanted
         if adding { loop.add(self) } else { loop.refresh(fd) }
@@ -341,7 +267,7 @@ final class DBusWatchBox {
     func remove() {
         guard !removed else { return }
         removed = true
-        interest = 0
+        interest = []
         loop.remove(self)
     }
 
@@ -353,14 +279,17 @@ final class DBusWatchBox {
     }
 }
 
-/// One libdbus timeout (a reply deadline), on its connection's loop. Only
-/// used on the loop's thread.
+/// One libdbus timeout (a reply deadline), as a monotonic timer of the
+/// host loop. Only used on the loop's thread.
 final class DBusTimeoutBox {
     let timeout: OpaquePointer
     let loop: DBusEventLoop
     weak var connection: DBusConnection?
-    /// When it fires next (CLOCK_MONOTONIC ns), while armed.
-    private(set) var deadline: UInt64 = 0
+    /// The scheduled timer and its context, while armed.
+    private var armed: (id: UInt64, shot: Unmanaged<Shot>)?
+    /// Which arming is current: a shot that finds another arming (or none)
+    /// current when it runs is stale.
+    private var generation: UInt64 = 0
     private var removed = false
 
     init(timeout: OpaquePointer, loop: DBusEventLoop, connection: DBusConnection?) {
@@ -371,26 +300,67 @@ final class DBusTimeoutBox {
 
     /// Arms it for its interval from now, or disarms it (added or toggled).
     func update() {
-        guard !removed, dbus_timeout_get_enabled(timeout) != 0 else { return loop.disarm(self) }
-        deadline = DBusEventLoop.now() + Self.nanoseconds(dbus_timeout_get_interval(timeout))
-        loop.arm(self)
+        disarm()
+        guard !removed, dbus_timeout_get_enabled(timeout) != 0 else { return }
+        arm()
     }
 
     func remove() {
         removed = true
-        loop.disarm(self)
+        disarm()
+    }
+
+    private func arm() {
+        generation &+= 1
+        guard !loop.stopped else { return }
+        let deadline = DBusEventLoop.now() + Int64(max(0, dbus_timeout_get_interval(timeout))) * 1_000_000
+        // The shot holds the box until it runs or is cancelled.
+        let shot = Unmanaged.passRetained(Shot(box: self, generation: generation))
+        let id = vigil_timer_schedule(1, deadline, { context in
+            guard let context else { return }
+            let shot = Unmanaged<Shot>.fromOpaque(context).takeRetainedValue()
+            shot.box.fire(generation: shot.generation)
+        }, shot.toOpaque())
+        guard id != 0 else {
+            // The loop cannot start: the call waits without a deadline,
+            // as it would on a connection whose loop never runs.
+            shot.release()
+            return
+        }
+        armed = (id, shot)
+        loop.armed(self)
+    }
+
+    private func disarm() {
+        generation &+= 1
+        guard let (id, shot) = armed else { return }
+        armed = nil
+        loop.disarmed(self)
+        // 1: removed before running, so it never will and its shot is
+        // ours to release. 0: it ran (and released its shot), or runs now
+        // on this thread and finds itself stale.
+        if vigil_timer_cancel(1, id) == 1 { shot.release() }
     }
 
     /// The deadline passed: libdbus handles it (a call's reply timed out),
-    /// and it repeats after its interval unless libdbus removed it.
-    func fire(now: UInt64) {
-        guard !removed else { return }
-        deadline = now + Self.nanoseconds(dbus_timeout_get_interval(timeout))
+    /// and it repeats after its interval unless libdbus removes or toggles
+    /// it meanwhile.
+    fileprivate func fire(generation: UInt64) {
+        guard generation == self.generation, !removed else { return }
+        // This shot is running and released: not for `disarm` to cancel.
+        armed = nil
+        arm()
         _ = dbus_timeout_handle(timeout)
         connection?.drainDispatch()
     }
 
-    private static func nanoseconds(_ milliseconds: Int32) -> UInt64 {
-        UInt64(max(0, milliseconds)) * 1_000_000
+    /// One arming's timer context.
+    fileprivate final class Shot {
+        let box: DBusTimeoutBox
+        let generation: UInt64
+        init(box: DBusTimeoutBox, generation: UInt64) {
+            self.box = box
+            self.generation = generation
+        }
     }
 }

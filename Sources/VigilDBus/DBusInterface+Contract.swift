@@ -15,7 +15,7 @@ extension DBusMethod {
         }
     }
 
-    /// `method` in a task on the connection's thread (see
+    /// `method` in a task on the connection's loop (see
     /// ``brief(_:in:out:_:)``): the handler waits only for actors.
     public static func brief<each In, Out>(_ method: Method<repeat each In, Out>,
                                            _ handler: @escaping @Sendable (DBusMethodCall, repeat each In) async throws -> Out) -> DBusMethod {

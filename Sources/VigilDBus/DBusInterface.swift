@@ -123,8 +123,8 @@ public struct DBusMethod: Sendable {
     /// Set for an immediate method whose reply body is marshalled once and
     /// reused (``DBusPreparedBody``).
     public var preparedHandler: (@Sendable (DBusMethodCall) throws -> DBusPreparedBody)?
-    /// The handler's task prefers the connection's own thread
-    /// (``brief(_:in:out:_:)``).
+    /// The handler's task prefers the connection's loop, the host loop's
+    /// thread (``brief(_:in:out:_:)``).
     public var runsOnConnectionThread = false
 
     public init(_ name: String, in inArguments: [DBusArgument] = [], out outArguments: [DBusArgument] = [], handler: @escaping Handler) {
@@ -152,12 +152,12 @@ public struct DBusMethod: Sendable {
     }
 
     /// A method whose handler waits only for actors and replies, and does
-    /// little work itself: its task runs on the connection's thread (the
+    /// little work itself: its task runs on the connection's loop (the
     /// task's preferred executor; actors it calls run there too when they
     /// are free), so a call needs no thread woken to start it, to hop into
     /// an actor, or to queue its reply. A handler that computes for long
-    /// holds up the connection's other calls meanwhile: use
-    /// ``init(_:in:out:handler:)`` for that.
+    /// holds up the loop (every connection, timer and, in vigild, task)
+    /// meanwhile: use ``init(_:in:out:handler:)`` for that.
     public static func brief(_ name: String, in inArguments: [DBusArgument] = [], out outArguments: [DBusArgument] = [],
                              _ handler: @escaping Handler) -> DBusMethod {
         var method = DBusMethod(name, in: inArguments, out: outArguments, handler: handler)

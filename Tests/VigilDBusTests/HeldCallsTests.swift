@@ -38,10 +38,10 @@ import VigilTestSupport
         defer { monitor.stop() }
         #expect(await monitor.lines.wait { $0.contains { $0.hasPrefix("sig") } }, "dbus-monitor did not start")
 
-        // The service's thread waits, so every call below is in its socket
-        // before it reads any of them.
-        let gate = DispatchSemaphore(value: 0)
-        service.queue.async { gate.wait() }
+        // The service stops reading, so every call below is in its socket
+        // before it reads any of them. (Not by making its thread wait: that
+        // thread is the loop's, which every connection here needs.)
+        await service.onQueue { $0.queue.holdReading() }
         func call(_ connection: DBusConnection, _ member: String) -> Task<DBusMessage, any Error> {
             Task { try await connection.call(destination: destination, path: Self.path, interface: Self.interfaceName, member: member) }
         }
@@ -65,9 +65,9 @@ import VigilTestSupport
         // second (CI, 2026-11-28: held 2, not 3). The replies start only
         // once it is stopped.
         #expect(await processIsStopped(bus.pid), "dbus-daemon \(bus.pid) did not stop")
-        gate.signal()
+        await service.onQueue { $0.queue.resumeReading() }
         #expect(await quickCallers.wait { $0.contains(otherName) })
-        // Two rounds through the service's thread: the brief call's task has
+        // Two rounds through the loop: the brief call's task has
         // finished by the first, the reply job it queued has run by the second.
         await service.onQueue { _ in }
         await service.onQueue { _ in }

@@ -567,7 +567,7 @@ public actor HostBusAPI {
     /// (``ClientLeaseProjection``): the entry changes, and the object's
     /// export or removal and the signals are queued on the connection in
     /// event order, under the lock. BeginBackgroundTask and End make their
-    /// registry change on the connection's thread (brief handlers), so the
+    /// registry change on the connection's loop (brief handlers), so the
     /// object and the signals go ahead of their reply, and no follower wakes
     /// per lease. Nothing while the objects are not exported.
     nonisolated func showClientLeaseEvent(_ event: LeaseEvent) {
