@@ -106,7 +106,7 @@ func backgroundTaskBench(_ args: [String]) async throws {
         print("  ratio floor / C reference:  \(medianRatio(floorRates, echoRates)); vigild / floor: \(medianRatio(vigildRates, floorRates))")
         let lease = leaseCPU.per(count * rounds), floorLease = floorCPU.per(count * rounds), pair = echoCPU.per(count * rounds)
         let pairTotal = pair.echo + pair.bus + pair.client
-        print(String(format: "  CPU per lease: vigild %.0f us (its D-Bus thread %.0f), dbus-daemon %.0f, this client %.0f; total %.0f us",
+        print(String(format: "  CPU per lease: vigild %.0f us (its event loop, the main thread, %.0f), dbus-daemon %.0f, this client %.0f; total %.0f us",
                      lease.server, lease.serverBusThread, lease.bus, lease.client, lease.server + lease.bus + lease.client))
         print(String(format: "  CPU per floor lease: the C server %.0f us, dbus-daemon %.0f, this client %.0f; total %.0f us",
                      floorLease.server, floorLease.bus, floorLease.client, floorLease.server + floorLease.bus + floorLease.client))
@@ -263,7 +263,7 @@ private struct CPUParties {
 
     func sample() -> Sample {
         let busCost = threadCost(bus)
-        return Sample(server: threadCost(server).cpuNanos, serverBusThread: threadCost(server, named: "vigil-dbus").cpuNanos,
+        return Sample(server: threadCost(server).cpuNanos, serverBusThread: threadCost(server, named: "vigild").cpuNanos,
                       echo: threadCost(echo).cpuNanos, bus: busCost.cpuNanos, client: threadCost(getpid()).cpuNanos,
                       busWaits: busCost.voluntary)
     }
