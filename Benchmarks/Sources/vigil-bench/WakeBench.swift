@@ -1,7 +1,7 @@
 // vigil-bench wake-latency [--requesters N] [--period-ms P] [--window-ms W] [--seconds S]
 //
 // N periodic requesters (period P, window W, phases spread over the period)
-// run for S seconds on the real wake scheduler (timerfd + DispatchSource).
+// run for S seconds on the real wake scheduler (timerfd watched on the event loop).
 // Reference, same run: a bare CLOCK_MONOTONIC periodic timerfd read in a
 // loop on its own thread, i.e. the latency of the kernel timer itself.
 import CTimer
