@@ -101,7 +101,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "vigild",
-            dependencies: ["VigilHost", "VigilDBus", .product(name: "VigilKit", package: "VigilKit"), .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["VigilHost", "VigilDBus", "CTimer", .product(name: "VigilKit", package: "VigilKit"), .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strict
         ),
         .executableTarget(

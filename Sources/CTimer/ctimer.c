@@ -2,6 +2,9 @@
 #include <string.h>
 #include <unistd.h>
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/signalfd.h>
 
 int64_t vigil_clock_ns(int clock) {
     struct timespec ts;
@@ -58,4 +61,39 @@ int vigil_timerfd_arm_cancel_on_set(int fd, int64_t ns) {
 
 long vigil_getrandom_nonblock(void *buffer, size_t length) {
     return (long)getrandom(buffer, length, GRND_NONBLOCK);
+}
+
+static int vigil_fill_sigset(sigset_t *set, const int *signals, int count) {
+    sigemptyset(set);
+    for (int i = 0; i < count; i++) {
+        if (sigaddset(set, signals[i]) != 0) return -1;
+    }
+    return 0;
+}
+
+int vigil_block_signals(const int *signals, int count) {
+    sigset_t set;
+    if (vigil_fill_sigset(&set, signals, count) != 0) return errno;
+    return pthread_sigmask(SIG_BLOCK, &set, NULL);
+}
+
+int vigil_signalfd(const int *signals, int count) {
+    sigset_t set;
+    if (vigil_fill_sigset(&set, signals, count) != 0) return -1;
+    return signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+}
+
+int vigil_signalfd_read(int fd) {
+    struct signalfd_siginfo info;
+    ssize_t n;
+    do {
+        n = read(fd, &info, sizeof info);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) return -1;
+    // The kernel returns whole records only.
+    if (n != (ssize_t)sizeof info) {
+        errno = EIO;
+        return -1;
+    }
+    return (int)info.ssi_signo;
 }

@@ -14,6 +14,9 @@ import VigilKit
 @main
 enum VigildMain {
     nonisolated static func main() {
+        // First, before any thread exists, so that every thread inherits the
+        // mask and these signals wait for their signalfd (SignalStream).
+        SignalStream.blockForStreams(Vigild.streamedSignals)
         Vigild.prepareProcess()
         let environment = ProcessInfo.processInfo.environment
         // VIGIL_DEFAULT_EXECUTOR=1 keeps Swift's default executor, and
@@ -103,6 +106,9 @@ struct Vigild: AsyncParsableCommand {
     static let addressSpaceFloor: UInt64 = 256 << 20
     /// `EX_OSERR`: the system cannot give vigild the memory or threads it needs.
     static let outOfResourcesStatus: Int32 = 71
+
+    /// The signals read from a ``SignalStream`` (blocked in every thread).
+    static let streamedSignals: [Int32] = [SIGTERM, SIGINT, SIGHUP]
 
     /// Where vigild's log lines go: stderr, with journald priorities when
     /// stderr is the journal. The one handler of swift-log's LoggingSystem
@@ -205,8 +211,14 @@ struct Vigild: AsyncParsableCommand {
         }
         defer { lock.release() }
 
-        let signals = SignalStream([SIGTERM, SIGINT])
-        let reloadSignals = SignalStream([SIGHUP])
+        let signals: SignalStream, reloadSignals: SignalStream
+        do {
+            signals = try SignalStream([SIGTERM, SIGINT])
+            reloadSignals = try SignalStream([SIGHUP])
+        } catch {
+            log.critical("cannot watch signals: \(error)")
+            throw ExitCode(Self.outOfResourcesStatus)
+        }
         let clock = SystemClock()
         let scheduler: WakeScheduler
         do {

@@ -177,7 +177,7 @@ func idleCostBench(_ args: [String]) async throws {
     let expectedWakes = Int((seconds / interval).rounded(.down))
     print("\nscheduled wakes in the window: \(expectedWakes) heartbeat(s), 0 strategy runs (10-minute periods)")
     print(String(format: "vigild:      %4d voluntary switches (%.1f per scheduled wake), %.2f CPU s", hv, Double(hv) / Double(max(expectedWakes, 1)), hcpu))
-    print(String(format: "vigild gated: %3d voluntary switches (%.1f per scheduled wake), %.2f CPU s; the 3 condition threads (vigil-power, vigil-files, vigil-network) are listed above", gv, Double(gv) / Double(max(expectedWakes, 1)), gcpu))
+    print(String(format: "vigild gated: %3d voluntary switches (%.1f per scheduled wake), %.2f CPU s; the condition sources are watches on the event loop (no threads of their own)", gv, Double(gv) / Double(max(expectedWakes, 1)), gcpu))
     print(String(format: "vigild mixed: %3d voluntary switches, %.2f CPU s", mv, mcpu))
     // Threads at the end of the window (target: at most 3), each with its
     // name; the references have 1 (sh) and the Swift runtime's own.

@@ -40,4 +40,19 @@ int64_t vigil_timerfd_read(int fd);
 /// number of bytes written, or -1 with errno set (EAGAIN while the kernel's
 /// pool is not initialised, ENOSYS before Linux 3.17). For run ids.
 long vigil_getrandom_nonblock(void *buffer, size_t length);
+
+/// Adds `signals` to the calling thread's signal mask (SIG_BLOCK), which
+/// threads created later inherit. Call it on the main thread before any
+/// other thread exists, so that none of them takes these signals and they
+/// wait for `vigil_signalfd`. 0, or an errno value.
+int vigil_block_signals(const int *signals, int count);
+
+/// signalfd(2) (not in Glibc's Swift module) for `signals`, non-blocking and
+/// close-on-exec: the fd, or -1 with errno set. The signals must be blocked
+/// in every thread (`vigil_block_signals`), or a thread may take them first.
+int vigil_signalfd(const int *signals, int count);
+
+/// Reads one pending signal from a non-blocking signalfd: its number, or
+/// -1 with errno set (EAGAIN when none is pending).
+int vigil_signalfd_read(int fd);
 #endif

@@ -1,5 +1,4 @@
 import CTimer
-import Dispatch
 import Foundation
 import Glibc
 import VigilKit
@@ -10,13 +9,28 @@ import VigilKit
 /// Started with `vigil_spawn` (own process group, clean signal state):
 /// `dbus-daemon --session --nofork --print-address=1 --address=unix:dir=DIR`.
 /// Its stdout and stderr share one pipe: the address line is read from it
-/// synchronously at start (bounded by a timeout); afterwards a read source
-/// on a private serial queue forwards anything the daemon prints to the log,
-/// and a pidfd source notices when it exits. Nothing polls.
-public final class PrivateBus: @unchecked Sendable {
-    // Invariant: the `var`s are read and written only on `queue`; the `let`s
-    // never change after init. That makes the unchecked Sendable sound.
-    private let queue = DispatchQueue(label: "vigil.private-bus")
+/// synchronously at start (bounded by a timeout); afterwards a watch on the
+/// host's ``EventLoop`` forwards anything the daemon prints to the log, and
+/// a watch on its pidfd notices when it exits. Nothing polls, and no thread
+/// is its own.
+public final class PrivateBus: Sendable {
+    // The mutable state is in `state`; the handlers of the watches and the
+    // grace timer run on the loop and take the lock briefly (never while
+    // logging or resuming a waiter). The daemon is signalled only under the
+    // lock while `exitStatus` is nil, and reaped only under it, so a signal
+    // never reaches a reused pid.
+    private struct State {
+        var output: EventLoop.Watch?
+        /// The output reached end-of-file (its watch is, or is to be, cancelled).
+        var outputEnded = false
+        var exit: EventLoop.Watch?
+        var pending = [UInt8]()
+        var exitStatus: Int32?
+        var stopping = false
+        var exitWaiters: [CheckedContinuation<Void, Never>] = []
+        var exitTimer: LoopTimer?
+    }
+    private let state = Lock(State())
     /// The daemon's process id.
     public let pid: pid_t
     /// The address the daemon listens on, as it printed it.
@@ -27,12 +41,10 @@ public final class PrivateBus: @unchecked Sendable {
     /// False for a daemon adopted from a vigild that died: not our child,
     /// so its exit is seen through its pidfd and never reaped here.
     private let isChild: Bool
-    private var outputSource: (any DispatchSourceRead)?
-    private var exitSource: (any DispatchSourceRead)?
-    private var pending = [UInt8]()
-    private var exitStatus: Int32?
-    private var stopping = false
-    private var exitWaiters: [CheckedContinuation<Void, Never>] = []
+
+    /// The most read from the daemon's output per event; the rest is
+    /// reported again (level-triggered), so a chatty daemon cannot hold the loop.
+    private static let drainLimit = 64 * 1024
 
     /// Why a private bus could not be started.
     public struct StartError: Error, CustomStringConvertible {
@@ -100,7 +112,17 @@ public final class PrivateBus: @unchecked Sendable {
             close(readEnd)
             throw error
         }
-        bus.queue.sync { bus.watch(output: readEnd) }
+        do {
+            try bus.watch(output: readEnd)
+        } catch {
+            // Out of memory: a daemon whose output nobody reads would block
+            // once the pipe is full.
+            kill(pid, SIGKILL)
+            var status: Int32 = 0
+            _ = waitpid(pid, &status, 0)
+            close(readEnd)
+            throw StartError(description: "cannot watch \(program)'s output: \(error)")
+        }
         return bus
     }
 
@@ -116,7 +138,12 @@ public final class PrivateBus: @unchecked Sendable {
         guard pidfd >= 0 else { return nil }
         _ = fcntl(pidfd, F_SETFD, FD_CLOEXEC)
         let bus = PrivateBus(pid: pid, address: address, addressFile: addressFile, log: log, isChild: false)
-        bus.queue.sync { bus.watchExit(pidfd) }
+        do {
+            try bus.watchExit(pidfd)
+        } catch {
+            close(pidfd)
+            return nil
+        }
         return bus
     }
 
@@ -124,91 +151,127 @@ public final class PrivateBus: @unchecked Sendable {
     /// removes the address file if it still names this daemon. Idempotent.
     public func stop(grace: Duration = .seconds(3)) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            queue.async {
-                self.stopping = true
-                if self.exitStatus != nil {
-                    continuation.resume()
-                    return
-                }
-                self.exitWaiters.append(continuation)
-                kill(self.pid, SIGTERM)
-                let timer = DispatchSource.makeTimerSource(queue: self.queue)
-                timer.schedule(deadline: .now() + .milliseconds(Int(grace.components.seconds * 1000 + grace.components.attoseconds / 1_000_000_000_000_000)))
-                timer.setEventHandler {
-                    timer.cancel()
-                    if self.exitStatus == nil {
-                        self.log.warning("the private dbus-daemon (pid \(self.pid)) ignored SIGTERM; killing it")
-                        kill(self.pid, SIGKILL)
-                    }
-                }
-                // The timer keeps itself alive until cancelled; the exit
-                // handler cancels it when the daemon went first.
-                self.exitTimer = timer
-                timer.resume()
+            let signalled = state.withLock { state -> Bool in
+                state.stopping = true
+                guard state.exitStatus == nil else { return false }
+                state.exitWaiters.append(continuation)
+                kill(pid, SIGTERM)
+                return true
             }
+            guard signalled else {
+                continuation.resume()
+                return
+            }
+            // Scheduled outside the lock: the loop may be running a handler
+            // that waits for it.
+            let timer = LoopTimer.after(grace) { [self] in
+                let killed = state.withLock { state -> Bool in
+                    guard state.exitStatus == nil else { return false }
+                    kill(pid, SIGKILL)
+                    return true
+                }
+                if killed { log.warning("the private dbus-daemon (pid \(pid)) ignored SIGTERM; killing it") }
+            }
+            // The exit handler cancels the timer when the daemon went first.
+            let exited = state.withLock { state -> Bool in
+                if state.exitStatus == nil { state.exitTimer = timer }
+                return state.exitStatus != nil
+            }
+            if exited { timer?.cancel() }
         }
         if BusLocator.readAddressFile(addressFile) == address {
             unlink(addressFile)
         }
     }
 
-    private var exitTimer: (any DispatchSourceTimer)?
-
     /// True while the daemon has not exited.
     public var isRunning: Bool {
-        queue.sync { exitStatus == nil }
+        state.withLock { $0.exitStatus == nil }
     }
 
-    // MARK: - On queue
+    // MARK: - On the loop
 
-    private func watch(output fd: Int32) {
+    private func watch(output fd: Int32) throws(EventLoopError) {
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-        let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
         // Handlers hold `self` strongly: the bus object lives as long as the
-        // daemon can still produce events; both sources are cancelled when it exits.
-        source.setEventHandler { self.drain(fd) }
-        source.setCancelHandler { close(fd) }
-        outputSource = source
-        source.resume()
+        // daemon can still produce events; both watches are cancelled when it exits.
+        let output = try EventLoop.watch(fd, for: .readable) { _ in
+            self.drain(fd)
+        } released: {
+            close(fd)
+        }
+        // The handler may have seen end-of-file before the watch was stored.
+        let ended = state.withLock { state -> Bool in
+            if !state.outputEnded { state.output = output }
+            return state.outputEnded
+        }
+        if ended { output.cancel() }
 
         let pidfd = vigil_pidfd_open(pid)
         if pidfd >= 0 {
             _ = fcntl(pidfd, F_SETFD, FD_CLOEXEC)
-            watchExit(pidfd)
+            do {
+                try watchExit(pidfd)
+            } catch {
+                // The exit still shows as end-of-file on the output pipe.
+                close(pidfd)
+            }
         }
         // Without pidfd (Linux < 5.3) the exit shows as end-of-file on the
         // output pipe, which the daemon holds until it exits.
     }
 
-    private func watchExit(_ pidfd: Int32) {
-        let exit = DispatchSource.makeReadSource(fileDescriptor: pidfd, queue: queue)
-        exit.setEventHandler { self.reap() }
-        exit.setCancelHandler { close(pidfd) }
-        exitSource = exit
-        exit.resume()
+    private func watchExit(_ pidfd: Int32) throws(EventLoopError) {
+        let exit = try EventLoop.watch(pidfd, for: .readable) { _ in
+            self.reap()
+        } released: {
+            close(pidfd)
+        }
+        // The handler may have reaped the daemon before the watch was stored.
+        let exited = state.withLock { state -> Bool in
+            if state.exitStatus == nil { state.exit = exit }
+            return state.exitStatus != nil
+        }
+        if exited { exit.cancel() }
     }
 
+    /// On the loop: reads what the daemon printed (bounded) and logs its lines.
     private func drain(_ fd: Int32) {
         var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
+        var lines: [String] = []
+        var ended = false
+        var drained = 0
+        while drained < Self.drainLimit {
             let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             if n > 0 {
-                pending.append(contentsOf: buffer[0..<n])
-                while let nl = pending.firstIndex(of: 0x0A) {
-                    let line = String(decoding: pending[0..<nl], as: UTF8.self)
-                    pending.removeSubrange(0...nl)
-                    if !line.isEmpty { log.info("dbus-daemon: \(Self.shortLine(line))") }
+                drained += n
+                state.withLock { state in
+                    state.pending.append(contentsOf: buffer[0..<n])
+                    while let nl = state.pending.firstIndex(of: 0x0A) {
+                        let line = String(decoding: state.pending[0..<nl], as: UTF8.self)
+                        state.pending.removeSubrange(0...nl)
+                        if !line.isEmpty { lines.append(line) }
+                    }
                 }
                 continue
             }
             if n < 0 && (errno == EINTR) { continue }
-            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return }
+            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { break }
             // End of file: the daemon (and anything it spawned) closed it.
-            outputSource?.cancel()
-            outputSource = nil
-            if exitSource == nil { reap() }
-            return
+            ended = true
+            break
         }
+        for line in lines { log.info("dbus-daemon: \(Self.shortLine(line))") }
+        guard ended else { return }
+        let (output, watchesExit) = state.withLock { state in
+            defer {
+                state.output = nil
+                state.outputEnded = true
+            }
+            return (state.output, state.exit != nil)
+        }
+        output?.cancel()
+        if !watchesExit { reap() }
     }
 
     /// A line of the daemon's output for vigild's log: without the
@@ -224,28 +287,44 @@ public final class PrivateBus: @unchecked Sendable {
         return ClientText.excerpt(String(rest), limit: 160)
     }
 
+    /// On the loop, when the daemon exited (its pidfd is readable, or
+    /// without a pidfd its output ended).
     private func reap() {
-        guard exitStatus == nil else { return }
-        var status: Int32 = 0
-        if isChild {
-            var got: pid_t
-            repeat { got = waitpid(pid, &status, exitSource == nil ? 0 : WNOHANG) } while got < 0 && errno == EINTR
-            guard got == pid else { return }
+        let (done, retry) = state.withLock { state -> ((status: Int32, exit: EventLoop.Watch?, timer: LoopTimer?, waiters: [CheckedContinuation<Void, Never>], stopping: Bool)?, Bool) in
+            guard state.exitStatus == nil else { return (nil, false) }
+            var status: Int32 = 0
+            if isChild {
+                // WNOHANG: the loop must not wait. A readable pidfd means
+                // the daemon has exited; an ended output pipe (no pidfd)
+                // that it is about to, so that case tries again shortly.
+                var got: pid_t
+                repeat { got = waitpid(pid, &status, WNOHANG) } while got < 0 && errno == EINTR
+                if got == 0 { return (nil, state.exit == nil) }
+                guard got == pid else { return (nil, false) }
+            }
+            // An adopted daemon's pidfd became readable: it exited; its status
+            // belongs to its parent.
+            state.exitStatus = status
+            defer {
+                state.exit = nil
+                state.exitTimer = nil
+                state.exitWaiters.removeAll()
+            }
+            return ((status, state.exit, state.exitTimer, state.exitWaiters, state.stopping), false)
         }
-        // An adopted daemon's pidfd became readable: it exited; its status
-        // belongs to its parent.
-        exitStatus = status
-        exitSource?.cancel()
-        exitSource = nil
-        exitTimer?.cancel()
-        exitTimer = nil
-        if !stopping {
+        if retry {
+            _ = LoopTimer.after(.milliseconds(100)) { self.reap() }
+            return
+        }
+        guard let done else { return }
+        done.exit?.cancel()
+        done.timer?.cancel()
+        if !done.stopping {
+            let status = done.status
             let how = !isChild ? "exited" : vigil_wifsignaled(status) != 0 ? "was killed by signal \(vigil_wtermsig(status))" : "exited with status \(vigil_wexitstatus(status))"
             log.error("the private dbus-daemon (pid \(pid)) \(how); clients cannot reach this host until vigild has started a new one and reconnected")
         }
-        let waiters = exitWaiters
-        exitWaiters.removeAll()
-        for waiter in waiters { waiter.resume() }
+        for waiter in done.waiters { waiter.resume() }
     }
 
     // MARK: - Helpers

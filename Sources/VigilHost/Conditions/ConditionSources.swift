@@ -27,7 +27,7 @@ typealias FactSink = @Sendable (ConditionFact) -> Void
 /// each path, re-armed as directories come and go.
 final class FileExistenceWatcher: @unchecked Sendable {
     // Invariant: `thread` is set in init and only stopped afterwards; the
-    // rest is in `state` (the poll thread and `add` both take its lock).
+    // rest is in `state` (the watch's handler on the loop and `add` both take its lock).
     private struct State {
         var paths: Set<String> = []
         var reported: [String: Bool] = [:]
@@ -141,7 +141,7 @@ struct PowerReading: Sendable, Hashable {
 /// the tree is on sysfs, kernel uevents of the power_supply subsystem (real
 /// sysfs attributes change without inotify events).
 final class PowerSupplyWatcher: @unchecked Sendable {
-    // Invariant: `inotify` and `uevent` are set before the thread starts and
+    // Invariant: `inotify` and `uevent` are set before the watch starts and
     // closed only after it stopped.
     private let directory: String
     private let inotify: Int32
@@ -165,7 +165,7 @@ final class PowerSupplyWatcher: @unchecked Sendable {
         // uevents say when (unprivileged processes may listen; without them,
         // in a container without netlink, inotify still serves a tree that is
         // written to). A tree elsewhere (tests, power_supply_dir) is watched
-        // by inotify alone, so the thread sleeps until that tree changes,
+        // by inotify alone, so the loop is not woken until that tree changes,
         // whatever other devices do.
         let onSysfs = (realpath(directory, nil).map { resolved in
             defer { free(resolved) }
@@ -227,19 +227,21 @@ extension UnsafeRawBufferPointer {
 /// up and running (has carrier) and has an IPv4 or a non-link-local IPv6 address.
 final class LinkWatcher: @unchecked Sendable {
     // Invariant: `thread` is set in init and only stopped afterwards. The
-    // socket is opened on the poll thread in `prepare` (inside the network
-    // namespace) and closed only after the thread stopped.
+    // socket is opened in `prepare` (on the watcher's own thread inside a
+    // test's network namespace, else before the loop watches it) and closed
+    // only after the watch stopped.
     private let socketBox = SocketBox()
     private var thread: PollThread?
     /// The first reading.
     let initial: Bool
 
     /// `namespace`: a network namespace (/run/netns/NAME) the watcher's
-    /// thread enters first; tests only.
+    /// thread enters first (then the watcher keeps a thread of its own:
+    /// a namespace is per thread); tests only.
     init(namespace: String?, sink: @escaping FactSink) throws(ConditionWatchError) {
         let box = socketBox
         let first = OnlineBox()
-        thread = try PollThread(name: "vigil-network", prepare: {
+        thread = try PollThread(name: "vigil-network", onLoop: namespace == nil, prepare: {
             if let namespace, vigil_setns_net(namespace) != 0 {
                 return .failure(ConditionWatchError("setns \(namespace)", errno))
             }
@@ -294,12 +296,12 @@ final class LinkWatcher: @unchecked Sendable {
     }
 }
 
-/// The netlink socket, opened on the poll thread and closed by `stop()`.
+/// The netlink socket, opened in `prepare` and closed by `stop()`.
 private final class SocketBox: Sendable {
     let fd = Lock<Int32>(-1)
 }
 
-/// The last answer: the first reading on the poll thread, then each change.
+/// The last answer: the first reading in `prepare`, then each change.
 private final class OnlineBox: Sendable {
     let online = Lock(false)
 }

@@ -3,34 +3,58 @@ import CTimer
 import Foundation
 import VigilKit
 
-/// A thread blocked in `poll` on a few descriptors, calling `readable` with
-/// each one that is ready. It has no timeout: while nothing happens on its
-/// descriptors it never wakes (the host's idle cost stays as it is).
+/// A few descriptors watched on the host's ``EventLoop``, calling
+/// `readable` (on the loop: it must not block) with each one that is ready.
+/// No timeout: while nothing happens on its descriptors nothing wakes (the
+/// host's idle cost stays as it is), and no thread is its own.
+///
+/// `onLoop: false` keeps the old shape, a thread of its own blocked in
+/// `poll`, for a watcher whose `prepare` and `readable` must run on a thread
+/// that entered a test's network namespace (a namespace is per thread, and
+/// the loop's must not change).
 final class PollThread: Sendable {
-    // `readable` is fixed at init and only called by the thread;
-    // `stopWriter` is written once by the first `stop()` (`stopped` says
-    // which), then the thread exits and signals `done`. The polled
-    // descriptors belong to the caller.
+    // `readable` is fixed at init. On the loop, `watches` holds the watches
+    // until the first `stop()` takes them; with a thread, `stopWriter` is
+    // written once by the first `stop()` (`stopped` says which), then the
+    // thread exits and signals `done`. The polled descriptors belong to the
+    // caller, who closes them after `stop()`.
     private let stopFD: Int32
     private let stopWriter: Int32
     private let readable: @Sendable (Int32) -> Void
     private let done = DispatchSemaphore(value: 0)
     private let stopped = Lock(false)
+    private let watches = Lock<[EventLoop.Watch]>([])
 
-    /// Starts the thread, which first runs `prepare` (opening the
-    /// descriptors to poll, and reading the first state, on the thread
-    /// itself: a test's network namespace is entered there), then polls.
-    /// Throws what `prepare` failed with.
+    /// Runs `prepare` (opening the descriptors to watch, and reading the
+    /// first state) on the caller's thread, or with `onLoop: false` starts
+    /// the thread, which runs it first (a test's network namespace is
+    /// entered there), then waits. Throws what `prepare` failed with.
     init(
-        name: String, prepare: @escaping @Sendable () -> Result<[Int32], ConditionWatchError>,
+        name: String, onLoop: Bool = true, prepare: @escaping @Sendable () -> Result<[Int32], ConditionWatchError>,
         readable: @escaping @Sendable (Int32) -> Void
     ) throws(ConditionWatchError) {
+        self.readable = readable
+        if onLoop {
+            stopFD = -1
+            stopWriter = -1
+            let fds = try prepare().get()
+            var made: [EventLoop.Watch] = []
+            for fd in fds {
+                do {
+                    made.append(try EventLoop.watch(fd, for: .readable) { _ in readable(fd) })
+                } catch {
+                    for watch in made { watch.cancel() }
+                    throw ConditionWatchError("watch", error.code)
+                }
+            }
+            watches.withLock { $0 = made }
+            return
+        }
         var pipeFDs: [Int32] = [-1, -1]
         guard vigil_pipe_cloexec(&pipeFDs) == 0 else { throw ConditionWatchError("pipe", errno) }
         let stopFD = pipeFDs[0]
         self.stopFD = stopFD
         self.stopWriter = pipeFDs[1]
-        self.readable = readable
         let ready = DispatchSemaphore(value: 0)
         let prepared = Lock<Result<[Int32], ConditionWatchError>?>(nil)
         let thread = Thread { [self] in
@@ -70,13 +94,34 @@ final class PollThread: Sendable {
         done.signal()
     }
 
-    /// Ends the thread and waits for it. Idempotent.
+    /// Stops watching; once it returns `readable` is not called again, so
+    /// the caller may close the descriptors. Idempotent.
     func stop() {
         let first = stopped.withLock { stopped -> Bool in
             defer { stopped = true }
             return !stopped
         }
         guard first else { return }
+        guard stopFD >= 0 else {
+            let taken = watches.withLock { watches in
+                defer { watches = [] }
+                return watches
+            }
+            // On the loop no handler is under way, and a cancelled watch's
+            // is not called again. Elsewhere one may be: wait until the loop
+            // released every watch (it never waits for this thread).
+            if EventLoop.isCurrent {
+                for watch in taken { watch.cancel() }
+                return
+            }
+            let released = DispatchSemaphore(value: 0)
+            for watch in taken {
+                EventLoop.post { watch.cancel() }
+            }
+            EventLoop.post { released.signal() }
+            released.wait()
+            return
+        }
         var one: UInt8 = 1
         _ = write(stopWriter, &one, 1)
         done.wait()

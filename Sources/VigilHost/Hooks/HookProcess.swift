@@ -3,14 +3,15 @@ import Foundation
 import Glibc
 import VigilKit
 
-/// One running hook: watches its exit, drains its output, feeds its stdin and
-/// enforces its timeout, from one monitor thread blocked in `poll(2)`.
+/// One running hook: watches its exit (pidfd), drains its output, feeds its
+/// stdin and enforces its timeout, all on the host's ``EventLoop``: a watch
+/// per descriptor and one loop timer for the next deadline. No thread of its
+/// own, and nothing wakes but its events and deadlines.
 ///
-/// Why a thread and not dispatch sources: creating and cancelling read sources
-/// on short-lived pipes and pidfds for every hook run crashed vigild now and
-/// then inside libdispatch's epoll loop (`_dispatch_event_loop_drain`, a
-/// freed event note); hooks are occasional, a thread each is cheap, and
-/// `poll` with the next deadline as its timeout wakes only for events.
+/// (Before issue 47 a monitor thread per hook blocked in `poll(2)`: dispatch
+/// read sources made and cancelled for every run had crashed vigild inside
+/// libdispatch's epoll loop. The loop's watches are released explicitly, and
+/// a descriptor is closed only once its watch is released.)
 ///
 /// Lifecycle: the process is done when its leader has been reaped AND its
 /// output pipe reached end-of-file (every process in the group that holds
@@ -21,15 +22,26 @@ import VigilKit
 /// open cannot hold the hook forever.
 final class HookProcess: Sendable {
     /// The only state shared with callers; the monitor state (`Monitor`) is
-    /// touched only by the monitor thread.
+    /// touched only on the loop.
     private struct Shared {
         var finished: HookResult?
         var waiter: CheckedContinuation<HookResult, Never>?
-        var killRequested = false
     }
-    private let shared = Lock(Shared())
-    /// Written to wake the monitor thread (cancellation).
-    private let wakeWrite: Int32
+    /// `Shared` in a class, so that the monitor's completion can hold it.
+    private final class Outcome: Sendable {
+        let state = Lock(Shared())
+
+        func finish(_ result: HookResult) {
+            let w: CheckedContinuation<HookResult, Never>? = state.withLock { shared in
+                shared.finished = result
+                defer { shared.waiter = nil }
+                return shared.waiter
+            }
+            w?.resume(returning: result)
+        }
+    }
+    private let outcome = Outcome()
+    private let monitor: Monitor
     let pid: pid_t
 
     /// Takes ownership of `outputFD` (read end of the output pipe) and
@@ -40,23 +52,14 @@ final class HookProcess: Sendable {
         drainAfterKill: Duration = .milliseconds(500), started: ContinuousClock.Instant
     ) {
         self.pid = pid
-        var wake: [Int32] = [-1, -1]
-        if vigil_pipe_cloexec(&wake) != 0 { wake = [-1, -1] }
-        self.wakeWrite = wake[1]
-        let monitor = Monitor(
-            pid: pid, outputFD: outputFD, stdinFD: stdinFD, stdin: stdin, wakeRead: wake[0],
+        let outcome = self.outcome
+        monitor = Monitor(
+            pid: pid, outputFD: outputFD, stdinFD: stdinFD, stdin: stdin,
             outputCap: max(0, outputCap), timeout: timeout, killGrace: killGrace,
-            drainAfterKill: drainAfterKill, started: started)
-        let thread = Thread { [self] in
-            let result = monitor.run { [self] in shared.withLock { $0.killRequested } }
-            finish(result)
-        }
-        thread.name = "vigil.hook.\(pid)"
-        thread.start()
-    }
-
-    deinit {
-        if wakeWrite >= 0 { close(wakeWrite) }
+            drainAfterKill: drainAfterKill, started: started
+        ) { result in outcome.finish(result) }
+        let monitor = self.monitor
+        EventLoop.post { monitor.start() }
     }
 
     /// Waits until the process is done; cancellation of the caller kills
@@ -64,7 +67,7 @@ final class HookProcess: Sendable {
     func result() async -> HookResult {
         await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
-                let done: HookResult? = shared.withLock {
+                let done: HookResult? = outcome.state.withLock {
                     if let finished = $0.finished { return finished }
                     $0.waiter = continuation
                     return nil
@@ -72,37 +75,32 @@ final class HookProcess: Sendable {
                 if let done { continuation.resume(returning: done) }
             }
         } onCancel: {
-            shared.withLock { $0.killRequested = true }
-            if wakeWrite >= 0 {
-                var byte: UInt8 = 1
-                _ = write(wakeWrite, &byte, 1)
-            }
+            let monitor = self.monitor
+            EventLoop.post { monitor.killRequested() }
         }
     }
 
-    private func finish(_ result: HookResult) {
-        let w: CheckedContinuation<HookResult, Never>? = shared.withLock { shared in
-            shared.finished = result
-            defer { shared.waiter = nil }
-            return shared.waiter
-        }
-        w?.resume(returning: result)
-    }
-
-    /// The monitor thread's state and loop.
-    // Invariant: created in init and handed to the monitor thread, which is
-    // then the only thread that touches it.
+    /// The monitor's state and handlers.
+    // Invariant: created in init and then touched only on the loop (`start`
+    // and `killRequested` are posted there; the watches' handlers and the
+    // timer run there), one call at a time.
     private final class Monitor: @unchecked Sendable {
         let pid: pid_t
         var pidfd: Int32
         var outputFD: Int32
         var stdinFD: Int32
-        let wakeRead: Int32
         let outputCap: Int
         let timeout: Duration
         let killGrace: Duration
         let drainAfterKill: Duration
         let started: ContinuousClock.Instant
+        let onFinish: @Sendable (HookResult) -> Void
+
+        var pidWatch: EventLoop.Watch?
+        var outputWatch: EventLoop.Watch?
+        var stdinWatch: EventLoop.Watch?
+        var timer: LoopTimer?
+        var finished = false
 
         var waitStatus: HookExit?
         var cpuTime: Duration = .zero
@@ -115,55 +113,77 @@ final class HookProcess: Sendable {
         var termSentAt: ContinuousClock.Instant?
         var killSentAt: ContinuousClock.Instant?
 
-        init(pid: pid_t, outputFD: Int32, stdinFD: Int32, stdin: [UInt8], wakeRead: Int32,
+        init(pid: pid_t, outputFD: Int32, stdinFD: Int32, stdin: [UInt8],
              outputCap: Int, timeout: Duration, killGrace: Duration, drainAfterKill: Duration,
-             started: ContinuousClock.Instant) {
+             started: ContinuousClock.Instant, onFinish: @escaping @Sendable (HookResult) -> Void) {
             self.pid = pid
             self.outputFD = outputFD
             self.stdinFD = stdinFD
             self.pendingStdin = stdin
-            self.wakeRead = wakeRead
             self.outputCap = outputCap
             self.timeout = timeout
             self.killGrace = killGrace
             self.drainAfterKill = drainAfterKill
             self.started = started
+            self.onFinish = onFinish
             self.pidfd = vigil_pidfd_open(pid)
             for fd in [outputFD, stdinFD] where fd >= 0 {
                 _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
             }
-            if stdinFD >= 0 && stdin.isEmpty { closeStdin() }
         }
 
-        func run(killRequested: () -> Bool) -> HookResult {
-            while waitStatus == nil || outputFD >= 0 {
-                var fds: [pollfd] = []
-                if pidfd >= 0 { fds.append(pollfd(fd: pidfd, events: Int16(POLLIN), revents: 0)) }
-                if outputFD >= 0 { fds.append(pollfd(fd: outputFD, events: Int16(POLLIN), revents: 0)) }
-                if stdinFD >= 0 { fds.append(pollfd(fd: stdinFD, events: Int16(POLLOUT), revents: 0)) }
-                if wakeRead >= 0 { fds.append(pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)) }
-                let ready = poll(&fds, nfds_t(fds.count), pollTimeoutMilliseconds())
-                if ready < 0 && errno != EINTR { break }
-                for entry in fds where entry.revents != 0 {
-                    switch entry.fd {
-                    case pidfd: reap()
-                    case outputFD: drainOutput()
-                    case stdinFD: writeStdin()
-                    case wakeRead:
-                        var sink = [UInt8](repeating: 0, count: 16)
-                        _ = read(wakeRead, &sink, sink.count)
-                    default: break
-                    }
-                }
-                if pidfd < 0 && waitStatus == nil { reap() }  // no pidfd (kernel < 5.3): check each turn
-                if killRequested() { sendFinalKill() }
-                checkDeadlines()
+        /// On the loop: watches the descriptors and arms the first deadline.
+        func start() {
+            if stdinFD >= 0 && pendingStdin.isEmpty { closeStdin() }
+            // Each descriptor is closed when the loop releases its watch.
+            if pidfd >= 0 {
+                let fd = pidfd
+                pidWatch = try? EventLoop.watch(fd, for: .readable) { [self] _ in reap(); step() } released: { close(fd) }
+                if pidWatch == nil { closePidfd() }  // then re-checked on a timer
             }
-            return finish()
+            if outputFD >= 0 {
+                let fd = outputFD
+                outputWatch = try? EventLoop.watch(fd, for: .readable) { [self] _ in drainOutput(); step() } released: { close(fd) }
+                if outputWatch == nil { closeOutput() }  // out of memory: the output is lost
+            }
+            if stdinFD >= 0 {
+                let fd = stdinFD
+                stdinWatch = try? EventLoop.watch(fd, for: .writable) { [self] _ in writeStdin(); step() } released: { close(fd) }
+                if stdinWatch == nil { closeStdin() }
+            }
+            step()
         }
 
-        /// Milliseconds until the next deadline (timeout, kill grace, drain), or -1.
-        func pollTimeoutMilliseconds() -> Int32 {
+        /// On the loop: the caller of `result()` was cancelled.
+        func killRequested() {
+            guard !finished else { return }
+            sendFinalKill()
+            step()
+        }
+
+        /// After each event: the deadlines, then either the result or the
+        /// timer for the next deadline.
+        func step() {
+            guard !finished else { return }
+            if pidfd < 0 && waitStatus == nil { reap() }  // no pidfd (kernel < 5.3): check each turn
+            checkDeadlines()
+            timer?.cancel()
+            timer = nil
+            guard waitStatus == nil || outputFD >= 0 else {
+                finished = true
+                onFinish(finish())
+                return
+            }
+            if let delay = nextDeadline() {
+                timer = LoopTimer.after(delay) { [self] in
+                    timer = nil
+                    step()
+                }
+            }
+        }
+
+        /// Time until the next deadline (timeout, kill grace, drain), or nil.
+        func nextDeadline() -> Duration? {
             var next: ContinuousClock.Instant?
             if let killSentAt {
                 next = killSentAt + drainAfterKill
@@ -177,9 +197,9 @@ final class HookProcess: Sendable {
                 let recheck = ContinuousClock.now + .milliseconds(50)
                 next = next.map { min($0, recheck) } ?? recheck
             }
-            guard let next else { return -1 }
-            let ms = (next - ContinuousClock.now).clampedNanoseconds / 1_000_000 + 1
-            return Int32(clamping: ms)
+            guard let next else { return nil }
+            // A millisecond late rather than early, as poll's timeout was.
+            return max(.zero, next - ContinuousClock.now) + .milliseconds(1)
         }
 
         func checkDeadlines() {
@@ -202,25 +222,31 @@ final class HookProcess: Sendable {
         }
 
         func reap() {
+            guard waitStatus == nil else { return }
             var status: Int32 = 0
             var usage = rusage()
             var got: pid_t
             // wait4, not waitpid: the rusage is the command's CPU (its
             // strategy's ChildCPUUsec), with the children it waited for.
+            // WNOHANG: the loop never waits.
             repeat { got = wait4(pid, &status, WNOHANG, &usage) } while got < 0 && errno == EINTR
             if got == 0 { return }  // not exited yet
-            if pidfd >= 0 { close(pidfd); pidfd = -1 }
+            closePidfd()
             waitStatus = got < 0 ? .exited(-1) : HookProcess.exit(fromWaitStatus: status)
             if got > 0 { cpuTime = HookProcess.duration(usage.ru_utime) + HookProcess.duration(usage.ru_stime) }
         }
 
+        /// Reads what is there, at most 1 MiB a turn (the watch reports the
+        /// rest), so a hook that floods its output cannot hold the loop.
         func drainOutput() {
-            while outputFD >= 0 {
+            var drained = 0
+            while outputFD >= 0, drained < 1 << 20 {
                 let count = readBuffer.withUnsafeMutableBytes { read(outputFD, $0.baseAddress, $0.count) }
                 if count > 0 {
                     let room = outputCap - output.count
                     if room > 0 { output.append(contentsOf: readBuffer[0..<min(room, count)]) }
                     outputTotal += count
+                    drained += count
                     continue
                 }
                 if count < 0 && errno == EINTR { continue }
@@ -229,8 +255,22 @@ final class HookProcess: Sendable {
             }
         }
 
+        /// Cancels `watch`, whose `released` closes `fd`; closes `fd` at
+        /// once when it was never watched.
+        private static func release(_ watch: EventLoop.Watch?, _ fd: Int32) {
+            guard let watch else {
+                close(fd)
+                return
+            }
+            watch.cancel()
+        }
+
+        func closePidfd() {
+            if pidfd >= 0 { Self.release(pidWatch, pidfd); pidfd = -1; pidWatch = nil }
+        }
+
         func closeOutput() {
-            if outputFD >= 0 { close(outputFD); outputFD = -1 }
+            if outputFD >= 0 { Self.release(outputWatch, outputFD); outputFD = -1; outputWatch = nil }
         }
 
         func writeStdin() {
@@ -248,15 +288,14 @@ final class HookProcess: Sendable {
         }
 
         func closeStdin() {
-            if stdinFD >= 0 { close(stdinFD); stdinFD = -1 }
+            if stdinFD >= 0 { Self.release(stdinWatch, stdinFD); stdinFD = -1; stdinWatch = nil }
             pendingStdin = []
         }
 
         func finish() -> HookResult {
             closeStdin()
             closeOutput()
-            if pidfd >= 0 { close(pidfd); pidfd = -1 }
-            if wakeRead >= 0 { close(wakeRead) }
+            closePidfd()
             var text = String(decoding: output, as: UTF8.self)
             if outputTotal > output.count {
                 if !text.isEmpty && !text.hasSuffix("\n") { text += "\n" }

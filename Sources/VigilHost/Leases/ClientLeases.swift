@@ -338,7 +338,7 @@ public actor ClientLeases {
         let made = try HangupWatcher { [weak self] token in
             guard let self else { return }
             // Unstructured task: not cancelled: one hop into the actor per hang-up, from the
-            // watcher's thread.
+            // event loop (which must not wait for the actor).
             Task { await self.hungUp(token) }
         }
         watcher = made

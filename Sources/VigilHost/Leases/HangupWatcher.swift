@@ -1,4 +1,3 @@
-import CFDWatch
 import CTimer
 import Foundation
 import VigilKit
@@ -8,72 +7,42 @@ import VigilKit
 /// copy of the write end is closed (by the client, or by the kernel when the
 /// client dies) the read end reports end-of-file.
 ///
-/// One thread blocked in `epoll_wait(2)` watches every read end, started
-/// with the first watch; it wakes only for those events (no timeout), so an
-/// idle host makes no wakeups. Adding and dropping a watch changes the epoll
-/// set from the caller's thread (`epoll_ctl` is safe against a concurrent
-/// wait), so a lease's begin and end never wake the thread: with `poll(2)`
-/// each did, and each rebuilt the whole set.
+/// Each read end is one watch on the host's ``EventLoop``: the process's one
+/// epoll wakes only for those events (no timeout, no thread of its own), so
+/// an idle host makes no wakeups, and a lease's begin and end only add or
+/// cancel a watch (`epoll_ctl`).
 ///
-/// A read end is closed, and leaves the set, under `state`'s lock; the
-/// thread looks up and reads an fd only under that lock too, so it never
-/// reads a descriptor number that was closed and reused.
+/// A read end is closed only when the loop releases its watch, after which
+/// the handler that reads it is never called again: the handler never reads
+/// a descriptor number that was closed and reused.
 final class HangupWatcher: Sendable {
-    // A watched read end is read, removed from the epoll set or closed only
-    // with `state`'s lock held. `epoll`, `wakeRead`, `wakeWrite` and
-    // `onHangup` are set in init and never change (the descriptors are
-    // closed only in deinit, after the thread, which holds the watcher, has
-    // returned).
+    // The live watches are in `state`; a token leaves it exactly once, under
+    // the lock (by a hang-up, `forget` or `stop`), and whoever removes it
+    // cancels the watch, outside the lock. `onHangup` is set in init and
+    // never changes.
     private struct State {
-        var watches: [UInt64: Int32] = [:]
+        var watches: [UInt64: EventLoop.Watch] = [:]
         var nextToken: UInt64 = 1
-        var started = false
-        var stopping = false
+        var stopped = false
     }
     private let state = Lock(State())
-    private let epoll: Int32
-    private let wakeRead: Int32
-    private let wakeWrite: Int32
     private let onHangup: @Sendable (UInt64) -> Void
 
-    /// The epoll data of the wake pipe; watches have tokens from 1.
-    private static let wakeToken: UInt64 = 0
     /// The most a client's writes into its lease pipe are drained per
-    /// event; what is left is reported again (the set is level-triggered).
+    /// event; what is left is reported again (the watch is level-triggered),
+    /// so one chatty client cannot hold the loop.
     private static let drainLimit = 64 * 1024
 
-    /// `onHangup` runs on the watcher thread with the token of a watch whose
-    /// pipe lost its last writer, once per watch.
+    /// `onHangup` runs on the loop (it must not block) with the token of a
+    /// watch whose pipe lost its last writer, once per watch.
     init(onHangup: @escaping @Sendable (UInt64) -> Void) throws {
-        let epoll = vigil_fdwatch_create()
-        guard epoll >= 0 else {
-            throw PowerBackendError("cannot create the lease fd watcher's epoll set: \(String(cString: strerror(errno)))")
-        }
-        var fds: [Int32] = [-1, -1]
-        guard vigil_pipe_cloexec(&fds) == 0 else {
-            let message = String(cString: strerror(errno))
-            close(epoll)
-            throw PowerBackendError("cannot create the lease fd watcher's wake pipe: \(message)")
-        }
-        self.epoll = epoll
-        wakeRead = fds[0]
-        wakeWrite = fds[1]
         self.onHangup = onHangup
-        _ = fcntl(wakeRead, F_SETFL, fcntl(wakeRead, F_GETFL) | O_NONBLOCK)
-        _ = fcntl(wakeWrite, F_SETFL, fcntl(wakeWrite, F_GETFL) | O_NONBLOCK)
-        guard Self.add(wakeRead, token: Self.wakeToken, to: epoll) == 0 else {
-            let message = String(cString: strerror(errno))
-            close(epoll)
-            close(wakeRead)
-            close(wakeWrite)
-            throw PowerBackendError("cannot watch the lease fd watcher's wake pipe: \(message)")
-        }
     }
 
     deinit {
-        close(epoll)
-        close(wakeRead)
-        close(wakeWrite)
+        // Unreported, as by `stop`: a watch left live would keep reporting
+        // its end-of-file to a handler whose watcher is gone.
+        for watch in state.withLock({ $0.watches.values }) { watch.cancel() }
     }
 
     /// Makes a pipe and watches its read end. Returns a token naming the
@@ -94,26 +63,41 @@ final class HangupWatcher: Sendable {
             throw Self.failure("cannot pass a lease pipe", code)
         }
         close(spare)
-        _ = fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK)
-        let (token, startThread, failure) = state.withLock { state -> (UInt64, Bool, String?) in
-            let token = state.nextToken
-            guard Self.add(fds[0], token: token, to: epoll) == 0 else {
-                return (0, false, String(cString: strerror(errno)))
-            }
-            state.nextToken += 1
-            state.watches[token] = fds[0]
-            defer { state.started = true }
-            return (token, !state.started, nil)
-        }
-        if let failure {
+        let readEnd = fds[0]
+        _ = fcntl(readEnd, F_SETFL, fcntl(readEnd, F_GETFL) | O_NONBLOCK)
+        guard let token = state.withLock({ state -> UInt64? in
+            guard !state.stopped else { return nil }
+            defer { state.nextToken += 1 }
+            return state.nextToken
+        }) else {
             close(fds[0])
             close(fds[1])
-            throw PowerBackendError("cannot watch a lease pipe: \(failure)")
+            throw PowerBackendError("cannot watch a lease pipe: the lease fd watcher is stopped")
         }
-        if startThread {
-            let thread = Thread { [self] in loop() }
-            thread.name = "vigil-lease-fds"
-            thread.start()
+        // The watch is made outside the lock (the handler takes it on the
+        // loop). Until it is in `watches` its handler ignores the pipe; the
+        // caller still holds the write end, so no hang-up can be missed.
+        let watch: EventLoop.Watch
+        do {
+            watch = try EventLoop.watch(readEnd, for: .readable) { [weak self] events in
+                self?.ready(token, readEnd, events)
+            } released: {
+                close(readEnd)
+            }
+        } catch {
+            close(fds[0])
+            close(fds[1])
+            throw PowerBackendError("cannot watch a lease pipe: \(error)")
+        }
+        let added = state.withLock { state -> Bool in
+            guard !state.stopped else { return false }
+            state.watches[token] = watch
+            return true
+        }
+        guard added else {
+            watch.cancel()
+            close(fds[1])
+            throw PowerBackendError("cannot watch a lease pipe: the lease fd watcher is stopped")
         }
         return (token, fds[1])
     }
@@ -126,87 +110,51 @@ final class HangupWatcher: Sendable {
     }
 
     /// Stops a watch without its hang-up being reported (the lease ended
-    /// another way) and closes the read end. Unknown tokens (already
-    /// reported) are ignored.
+    /// another way); the loop closes the read end once it lets the watch go.
+    /// Unknown tokens (already reported) are ignored.
     func forget(_ token: UInt64) {
-        state.withLock { state in
-            guard let fd = state.watches.removeValue(forKey: token) else { return }
-            unwatch(fd)
-        }
+        state.withLock { $0.watches.removeValue(forKey: token) }?.cancel()
     }
 
     /// How many pipes are watched.
     var watchedCount: Int { state.withLock { $0.watches.count } }
 
-    /// Ends the thread; the remaining read ends are closed unreported.
+    /// Stops every watch; the remaining read ends are closed unreported, and
+    /// no pipe is made afterwards.
     func stop() {
-        state.withLock { $0.stopping = true }
-        var byte: UInt8 = 1
-        _ = write(wakeWrite, &byte, 1)
-    }
-
-    private static func add(_ fd: Int32, token: UInt64, to epoll: Int32) -> Int32 {
-        vigil_fdwatch_add(epoll, fd, token, UInt32(VIGIL_FDWATCH_IN))
-    }
-
-    /// Takes `fd` out of the set and closes it. `state`'s lock held.
-    private func unwatch(_ fd: Int32) {
-        _ = vigil_fdwatch_remove(epoll, fd)
-        close(fd)
-    }
-
-    private func loop() {
-        var tokens = [UInt64](repeating: 0, count: 64)
-        var events = [UInt32](repeating: 0, count: 64)
-        while true {
-            let ready = vigil_fdwatch_wait(epoll, &tokens, &events, Int32(tokens.count), -1)
-            if ready < 0 {
-                if errno == EINTR { continue }
-                return
-            }
-            var hungUp: [UInt64] = []
-            let stop = state.withLock { state -> Bool in
-                for (token, event) in zip(tokens, events).prefix(Int(ready)) {
-                    if token == Self.wakeToken {
-                        drainWakePipe()
-                        continue
-                    }
-                    // Forgotten since epoll_wait returned: already closed.
-                    guard let fd = state.watches[token], lostWriters(fd, events: event) else { continue }
-                    state.watches[token] = nil
-                    unwatch(fd)
-                    hungUp.append(token)
-                }
-                guard state.stopping else { return false }
-                for fd in state.watches.values { unwatch(fd) }
-                state.watches = [:]
-                return true
-            }
-            if stop { return }
-            for token in hungUp { onHangup(token) }
+        let watches = state.withLock { state in
+            state.stopped = true
+            defer { state.watches = [:] }
+            return state.watches.values
         }
+        for watch in watches { watch.cancel() }
+    }
+
+    /// On the loop, when `fd` (the read end of `token`'s pipe) is ready.
+    private func ready(_ token: UInt64, _ fd: Int32, _ events: EventLoop.Events) {
+        guard Self.lostWriters(fd, events: events) else { return }
+        // Forgotten or stopped meanwhile: not reported.
+        guard let watch = state.withLock({ $0.watches.removeValue(forKey: token) }) else { return }
+        watch.cancel()
+        onHangup(token)
     }
 
     /// True when the pipe's writers are all gone: hang-up or error, or
-    /// end-of-file after draining whatever a client wrote into it. `state`'s lock held.
-    private func lostWriters(_ fd: Int32, events: UInt32) -> Bool {
-        if events & UInt32(VIGIL_FDWATCH_IN) != 0 {
-            var buffer = [UInt8](repeating: 0, count: 4096)
-            var drained = 0
-            while drained < Self.drainLimit {
-                let n = read(fd, &buffer, buffer.count)
-                if n == 0 { return true }
-                if n < 0 { return errno != EAGAIN && errno != EINTR }
-                drained += n
+    /// end-of-file after draining whatever a client wrote into it.
+    private static func lostWriters(_ fd: Int32, events: EventLoop.Events) -> Bool {
+        if events.contains(.readable) {
+            return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 4096) { buffer in
+                var drained = 0
+                while drained < Self.drainLimit {
+                    let n = read(fd, buffer.baseAddress, buffer.count)
+                    if n == 0 { return true }
+                    if n < 0 { return errno != EAGAIN && errno != EINTR }
+                    drained += n
+                }
+                // More is waiting: reported again on the loop's next turn.
+                return false
             }
-            // More is waiting: reported again by the next epoll_wait.
-            return false
         }
-        return events & UInt32(VIGIL_FDWATCH_HUP | VIGIL_FDWATCH_ERR) != 0
-    }
-
-    private func drainWakePipe() {
-        var buffer = [UInt8](repeating: 0, count: 64)
-        while read(wakeRead, &buffer, buffer.count) > 0 {}
+        return !events.isDisjoint(with: [.hangUp, .error])
     }
 }

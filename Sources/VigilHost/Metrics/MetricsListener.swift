@@ -7,17 +7,28 @@ import VigilKit
 /// Why not an HTTP library: the ones that would fit (Hummingbird, Vapor,
 /// anything on SwiftNIO) add minutes to every clean build and CI run for one
 /// GET route, and run event-loop threads of their own. This answers exactly
-/// what Prometheus asks (`GET /metrics`), one connection at a time, on one
-/// thread blocked in `accept(2)`: while nobody scrapes, it never wakes.
+/// what Prometheus asks (`GET /metrics`), one connection at a time, on the
+/// host's ``EventLoop``: the non-blocking listening socket is watched for
+/// readability, so while nobody scrapes nothing wakes, and the connection
+/// is read and written as it is ready (the loop never waits for a client).
 ///
 /// Bounds: a request head is at most ``maxRequestBytes`` and must arrive
 /// within ``readTimeout``; the answer must be taken within ``writeTimeout``.
 /// Anything else gets 400, 404, 405 or 431 and the connection is closed.
 public final class MetricsListener: Sendable {
-    // `fd` is set in init and closed only by the accept thread after `stop`
-    // shut it down (or by deinit when never started).
+    // `fd` is set in init; once started it is closed only when the loop
+    // releases the listening watch (after `stop`), else by deinit.
+    // `state` holds the rest; the handlers run on the loop.
+    private struct State {
+        var started = false
+        var stopping = false
+        var watch: EventLoop.Watch?
+        /// A connection is being answered: the listening watch waits for nothing meanwhile.
+        var serving = false
+        var backoff: LoopTimer?
+    }
     private let fd: Int32
-    private let state = Lock((started: false, stopping: false))
+    private let state = Lock(State())
     public let address: MetricsListenAddress
     /// The port bound (the configured one, or the kernel's choice for 0).
     public let port: UInt16
@@ -30,7 +41,7 @@ public final class MetricsListener: Sendable {
     public init(address: MetricsListenAddress) throws(MetricsListenerError) {
         self.address = address
         let family = address.isIPv6 ? AF_INET6 : AF_INET
-        let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { throw MetricsListenerError(address, "socket", errno) }
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
@@ -56,60 +67,197 @@ public final class MetricsListener: Sendable {
     }
 
     deinit {
-        if !state.withLock({ $0.started }) { close(fd) }
+        if state.withLock({ $0.watch == nil }) { close(fd) }
     }
 
-    /// Starts the accept thread; `exposition` is called once per scrape.
+    /// Starts accepting; `exposition` is called once per scrape.
     public func start(_ exposition: @escaping @Sendable () async -> [UInt8]) {
-        guard state.withLock({ s in defer { s.started = true }; return !s.started }) else { return }
-        let thread = Thread { [self] in acceptLoop(exposition) }
-        thread.name = "vigil-metrics"
-        thread.start()
+        guard state.withLock({ s in defer { s.started = true }; return !s.started && !s.stopping }) else { return }
+        let fd = self.fd
+        // The handler holds `self` until `stop` cancels the watch.
+        guard let watch = try? EventLoop.watch(fd, for: .readable, handler: { _ in
+            self.acceptOne(exposition)
+        }, released: {
+            close(fd)
+        }) else {
+            // Out of memory: nothing is accepted (scrapes wait in the
+            // backlog and time out); the socket is closed by deinit.
+            return
+        }
+        let stopped = state.withLock { s -> Bool in
+            if !s.stopping { s.watch = watch }
+            return s.stopping
+        }
+        if stopped { watch.cancel() }
     }
 
     /// Stops accepting; a scrape being answered finishes first.
     public func stop() {
-        let started = state.withLock { s in
+        let (watch, backoff) = state.withLock { s in
             s.stopping = true
-            return s.started
+            defer { s.backoff = nil }
+            return (s.watch, s.backoff)
         }
-        // Wakes the thread out of accept(2) (EINVAL); it closes the socket.
-        if started { shutdown(fd, Int32(SHUT_RDWR)) }
+        backoff?.cancel()
+        watch?.cancel()
     }
 
-    private func acceptLoop(_ exposition: @escaping @Sendable () async -> [UInt8]) {
-        while true {
-            let client = accept(fd, nil, nil)
-            if client < 0 {
-                let code = errno
-                if state.withLock({ $0.stopping }) { break }
-                if code == EMFILE || code == ENFILE || code == ENOBUFS || code == ENOMEM {
-                    // Out of descriptors or memory: let the host recover
-                    // rather than spin on the same failure.
-                    usleep(100_000)
-                }
-                continue
+    /// On the loop: the listening socket is readable.
+    private func acceptOne(_ exposition: @escaping @Sendable () async -> [UInt8]) {
+        // accept4 is not in Glibc's Swift module; on Linux the accepted
+        // socket inherits neither flag, so both are set here.
+        let client = accept(fd, nil, nil)
+        if client < 0 {
+            let code = errno
+            if code == EMFILE || code == ENFILE || code == ENOBUFS || code == ENOMEM {
+                // Out of descriptors or memory: let the host recover rather
+                // than spin on the same failure; accept again in 100 ms.
+                pause()
+                let timer = LoopTimer.after(.milliseconds(100)) { [self] in resume() }
+                state.withLock { s in if !s.stopping { s.backoff = timer } }
             }
-            _ = fcntl(client, F_SETFD, FD_CLOEXEC)
-            serve(client, exposition)
-            close(client)
+            return  // EAGAIN (another took it), ECONNABORTED: wait for the next
         }
-        close(fd)
+        _ = fcntl(client, F_SETFD, FD_CLOEXEC)
+        _ = fcntl(client, F_SETFL, fcntl(client, F_GETFL) | O_NONBLOCK)
+        // One connection at a time: the listener waits for nothing until it is answered.
+        pause()
+        Connection(fd: client, exposition: exposition) { [self] in resume() }.start()
     }
 
-    private func serve(_ client: Int32, _ exposition: @escaping @Sendable () async -> [UInt8]) {
-        setTimeout(client, SO_RCVTIMEO, Self.readTimeout)
-        setTimeout(client, SO_SNDTIMEO, Self.writeTimeout)
-        guard let head = readHead(client) else {
-            respond(client, status: "431 Request Header Fields Too Large", body: Array("request head larger than \(Self.maxRequestBytes) bytes or not finished in time\n".utf8))
-            return
+    private func pause() {
+        let watch = state.withLock { s in
+            s.serving = true
+            return s.watch
         }
-        switch Self.route(head) {
-        case .metrics(let withBody):
-            let body = Self.run(exposition)
-            respond(client, status: "200 OK", contentType: "text/plain; version=0.0.4; charset=utf-8", body: body, sendBody: withBody)
-        case .error(let status, let message):
-            respond(client, status: status, body: Array((message + "\n").utf8))
+        watch?.change(to: [])
+    }
+
+    private func resume() {
+        let watch = state.withLock { s in
+            s.serving = false
+            s.backoff = nil
+            return s.stopping ? nil : s.watch
+        }
+        watch?.change(to: .readable)
+    }
+
+    /// One client, read and answered as it is ready.
+    // Invariant: touched only on the loop (its watch's handler, its timers,
+    // and the post that hands it the exposition), one call at a time.
+    private final class Connection: @unchecked Sendable {
+        let fd: Int32
+        let exposition: @Sendable () async -> [UInt8]
+        let done: @Sendable () -> Void
+        var watch: EventLoop.Watch?
+        var timer: LoopTimer?
+        var head: [UInt8] = []
+        var out: [UInt8] = []
+        var sent = 0
+        var writing = false
+        var closed = false
+
+        init(fd: Int32, exposition: @escaping @Sendable () async -> [UInt8], done: @escaping @Sendable () -> Void) {
+            self.fd = fd
+            self.exposition = exposition
+            self.done = done
+        }
+
+        func start() {
+            let fd = self.fd
+            // The handler holds the connection until `finish` cancels it.
+            guard let watch = try? EventLoop.watch(fd, for: .readable, handler: { _ in self.ready() }, released: { close(fd) }) else {
+                close(fd)
+                closed = true
+                done()
+                return
+            }
+            self.watch = watch
+            timer = LoopTimer.after(MetricsListener.readTimeout) { self.timedOut() }
+        }
+
+        func ready() {
+            guard !closed else { return }
+            if writing { flush(); return }
+            var chunk = [UInt8](repeating: 0, count: 1_024)
+            while head.count < MetricsListener.maxRequestBytes {
+                let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, min($0.count, MetricsListener.maxRequestBytes - head.count), 0) }
+                if n < 0 && errno == EINTR { continue }
+                if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { return }
+                guard n > 0 else { return tooLarge() }  // closed or failed before the head ended
+                head += chunk[..<n]
+                if MetricsListener.headEnds(head) { return route() }
+            }
+            tooLarge()
+        }
+
+        func timedOut() {
+            timer = nil
+            guard !closed else { return }
+            // Reading: the head did not come in time; writing: the answer was not taken.
+            if writing { finish() } else { tooLarge() }
+        }
+
+        func tooLarge() {
+            respond(status: "431 Request Header Fields Too Large", body: Array("request head larger than \(MetricsListener.maxRequestBytes) bytes or not finished in time\n".utf8))
+        }
+
+        func route() {
+            timer?.cancel()
+            timer = nil
+            switch MetricsListener.route(head) {
+            case .metrics(let withBody):
+                // Nothing to wait for on the socket while the exposition is built.
+                watch?.change(to: [])
+                let exposition = self.exposition
+                // Unstructured task: not cancelled: one scrape's body; the
+                // answer is written on the loop.
+                Task {
+                    let body = await exposition()
+                    EventLoop.post {
+                        self.respond(status: "200 OK", contentType: "text/plain; version=0.0.4; charset=utf-8", body: body, sendBody: withBody)
+                    }
+                }
+            case .error(let status, let message):
+                respond(status: status, body: Array((message + "\n").utf8))
+            }
+        }
+
+        func respond(status: String, contentType: String = "text/plain; charset=utf-8", body: [UInt8], sendBody: Bool = true) {
+            guard !closed else { return }
+            timer?.cancel()
+            out = Array("HTTP/1.1 \(status)\r\nContent-Type: \(contentType)\r\nContent-Length: \(body.count)\r\nConnection: close\r\n\r\n".utf8)
+            if sendBody { out += body }
+            writing = true
+            timer = LoopTimer.after(MetricsListener.writeTimeout) { self.timedOut() }
+            flush()
+        }
+
+        func flush() {
+            while sent < out.count {
+                let n = out.withUnsafeBytes { bytes -> Int in
+                    guard let base = bytes.baseAddress else { return 0 }
+                    return send(fd, base + sent, bytes.count - sent, Int32(MSG_NOSIGNAL))
+                }
+                if n < 0 && errno == EINTR { continue }
+                if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                    watch?.change(to: .writable)
+                    return
+                }
+                guard n > 0 else { break }
+                sent += n
+            }
+            finish()
+        }
+
+        func finish() {
+            guard !closed else { return }
+            closed = true
+            timer?.cancel()
+            timer = nil
+            watch?.cancel()  // its `released` closes the socket
+            watch = nil
+            done()
         }
     }
 
@@ -139,66 +287,11 @@ public final class MetricsListener: Sendable {
         }
     }
 
-    /// Reads until the blank line ending the head; nil past the size bound,
-    /// on timeout or when the peer closes first.
-    private func readHead(_ client: Int32) -> [UInt8]? {
-        var head: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 1_024)
-        while head.count < Self.maxRequestBytes {
-            let n = chunk.withUnsafeMutableBytes { recv(client, $0.baseAddress, min($0.count, Self.maxRequestBytes - head.count), 0) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { return nil }
-            head += chunk[..<n]
-            if Self.headEnds(head) { return head }
-        }
-        return nil
-    }
-
     static func headEnds(_ bytes: [UInt8]) -> Bool {
         let crlf: [UInt8] = [13, 10, 13, 10], lf: [UInt8] = [10, 10]
         return bytes.indices.contains { i in bytes[i...].starts(with: crlf) || bytes[i...].starts(with: lf) }
     }
 
-    private func respond(_ client: Int32, status: String, contentType: String = "text/plain; charset=utf-8", body: [UInt8], sendBody: Bool = true) {
-        var out = Array("HTTP/1.1 \(status)\r\nContent-Type: \(contentType)\r\nContent-Length: \(body.count)\r\nConnection: close\r\n\r\n".utf8)
-        if sendBody { out += body }
-        var sent = 0
-        while sent < out.count {
-            let n = out.withUnsafeBytes { bytes -> Int in
-                guard let base = bytes.baseAddress else { return 0 }
-                return send(client, base + sent, bytes.count - sent, Int32(MSG_NOSIGNAL))
-            }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { return }
-            sent += n
-        }
-    }
-
-    private func setTimeout(_ client: Int32, _ option: Int32, _ duration: Duration) {
-        var tv = timeval(tv_sec: Int(duration.components.seconds), tv_usec: 0)
-        setsockopt(client, SOL_SOCKET, option, &tv, socklen_t(MemoryLayout<timeval>.size))
-    }
-
-    /// Runs `body` on the concurrency pool and blocks this (dedicated)
-    /// thread until it returns.
-    private static func run(_ body: @escaping @Sendable () async -> [UInt8]) -> [UInt8] {
-        let done = DispatchSemaphore(value: 0)
-        let slot = ResultSlot()
-        // Unstructured task: not cancelled: the listener's thread waits for it (a scrape's body),
-        // as a synchronous caller of async work.
-        Task {
-            let bytes = await body()
-            slot.value.withLock { $0 = bytes }
-            done.signal()
-        }
-        done.wait()
-        return slot.value.withLock { $0 }
-    }
-}
-
-/// Hands the exposition from the task that computed it to the listener thread.
-private final class ResultSlot: Sendable {
-    let value = Lock<[UInt8]>([])
 }
 
 /// The listener could not be set up.

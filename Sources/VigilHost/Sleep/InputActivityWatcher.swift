@@ -1,4 +1,3 @@
-import Dispatch
 import Foundation
 import Glibc
 import VigilKit
@@ -9,16 +8,18 @@ import VigilKit
 /// desktop (there may be none). The devices are open only during a dark
 /// wake, so a machine in use never wakes vigild per key press. Reading
 /// them needs root or the `input` group; devices that cannot be opened are
-/// skipped (the first such is logged at debug).
+/// skipped (the first such is logged at debug). Each open device is a
+/// watch on the host's ``EventLoop``; no thread waits for them.
 public final class InputActivityWatcher: InputActivity, Sendable {
-    // Each DispatchSource owns its fd and closes it when cancelled.
+    // Each watch owns its fd, which the loop closes when it releases the
+    // cancelled watch; until then no other descriptor can take its number,
+    // so `watches` may be keyed by fd.
     private struct State {
-        var sources: [Int32: DeviceSource] = [:]
+        var watches: [Int32: EventLoop.Watch] = [:]
         var seenText: String?
     }
     private let state = Lock(State())
     private let directory: String
-    private let queue = DispatchQueue(label: "vigil.input-activity")
     private let log: Logger?
     private let onSeen: (@Sendable (String) -> Void)?
     /// The most devices watched at once.
@@ -31,11 +32,16 @@ public final class InputActivityWatcher: InputActivity, Sendable {
         self.onSeen = onSeen
     }
 
+    deinit {
+        // A watch left live would report input to a handler whose watcher is gone.
+        closeAll()
+    }
+
     public func begin() async {
         closeAll()
         let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [])
             .filter { $0.hasPrefix("event") }.sorted().prefix(Self.maxDevices)
-        var sources: [Int32: DeviceSource] = [:]
+        state.withLock { $0.seenText = nil }
         var refused: String?
         for name in names {
             let fd = open("\(directory)/\(name)", O_RDONLY | O_NONBLOCK | O_CLOEXEC)
@@ -43,17 +49,22 @@ public final class InputActivityWatcher: InputActivity, Sendable {
                 if refused == nil { refused = "\(name): \(String(cString: strerror(errno)))" }
                 continue
             }
-            let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-            source.setEventHandler { [weak self] in self?.readable(fd) }
-            source.setCancelHandler { close(fd) }
-            sources[fd] = DeviceSource(source: source)
+            do {
+                let watch = try EventLoop.watch(fd, for: .readable) { [weak self] _ in
+                    self?.readable(fd)
+                } released: {
+                    close(fd)
+                }
+                // A handler that ran before this finds no watch to stop;
+                // the next one (level-triggered) does.
+                state.withLock { $0.watches[fd] = watch }
+            } catch {
+                // EPERM: a regular file, which epoll cannot watch.
+                close(fd)
+                if refused == nil { refused = "\(name): \(error)" }
+            }
         }
         if let refused { log?.debug("cannot watch every input device for a person at the machine (\(refused))") }
-        state.withLock {
-            $0.sources = sources
-            $0.seenText = nil
-        }
-        for device in sources.values { device.source.resume() }
     }
 
     public func seen() async -> String? { state.withLock { $0.seenText } }
@@ -61,20 +72,19 @@ public final class InputActivityWatcher: InputActivity, Sendable {
     public func end() async { closeAll() }
 
     private func closeAll() {
-        let sources = state.withLock { state in
-            defer { state.sources = [:] }
-            return state.sources
+        let watches = state.withLock { state in
+            defer { state.watches = [:] }
+            return state.watches
         }
-        for device in sources.values { device.source.cancel() }
+        for watch in watches.values { watch.cancel() }
     }
 
     private func stopWatching(_ fd: Int32) {
-        let device = state.withLock { $0.sources.removeValue(forKey: fd) }
-        device?.source.cancel()
+        state.withLock { $0.watches.removeValue(forKey: fd) }?.cancel()
     }
 
-    /// Reads what is there (at most 64 events a wake) and keeps the first
-    /// thing a person did.
+    /// On the loop: reads what is there (at most 64 events a wake, so a busy
+    /// device cannot hold the loop) and keeps the first thing a person did.
     private func readable(_ fd: Int32) {
         var buffer = [UInt8](repeating: 0, count: Self.eventSize * 64)
         let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
@@ -97,15 +107,6 @@ public final class InputActivityWatcher: InputActivity, Sendable {
             return true
         }
         if first { onSeen?(what) }
-    }
-
-    /// One device's read source, kept in `state`.
-    private struct DeviceSource: @unchecked Sendable {
-        // Invariant: its handlers are set before it is wrapped; afterwards
-        // only `resume` and `cancel` are called, which libdispatch makes
-        // safe from any thread (a source is not marked Sendable for its
-        // setters).
-        let source: any DispatchSourceRead
     }
 
     /// `struct input_event` on 64-bit Linux: a 16-byte timeval, type,

@@ -1,5 +1,4 @@
 import CTimer
-import Dispatch
 import Foundation
 import VigilKit
 
@@ -10,13 +9,14 @@ import VigilKit
 /// date centuries away, so it never simply expires) becomes readable and its
 /// read fails with `ECANCELED`. Setting the clock does the same, so each such
 /// wake compares `CLOCK_BOOTTIME − CLOCK_MONOTONIC` with the last value: it
-/// grows only across a suspend, by exactly the time slept. The process sleeps
-/// in epoll in between: no polling.
+/// grows only across a suspend, by exactly the time slept. The timerfd is
+/// watched on the host's ``EventLoop``: the process sleeps in its epoll in
+/// between, with no polling and no thread of its own.
 public final class ResumeWatcher: @unchecked Sendable {
-    // Invariant: the mutable state is in `state`; `source` (a dispatch
-    // source, safe to cancel from any thread but not marked Sendable) is set
-    // in init and only cancelled afterwards; `fd` stays open until `source`
-    // is cancelled and its cancel handler closes it.
+    // Invariant: the mutable state is in `state`; `watch` is set in init,
+    // before `self` is shared, and only cancelled afterwards (from any
+    // thread); `fd` stays open until the loop releases the watch and
+    // `released` closes it.
     private struct State {
         var lastOffsetMicros: Int64
         var handler: (@Sendable (_ resume: ClockReadings, _ suspendedMicros: Int64) async -> Void)?
@@ -24,7 +24,7 @@ public final class ResumeWatcher: @unchecked Sendable {
     }
     private let state: Lock<State>
     private let fd: Int32
-    private let source: any DispatchSourceRead
+    private var watch: EventLoop.Watch?
     private let readings: @Sendable () -> ClockReadings
 
     /// Creates the timerfd; `handler` is called once per resume with the clock
@@ -44,10 +44,18 @@ public final class ResumeWatcher: @unchecked Sendable {
         self.readings = readings
         let now = readings()
         state = Lock(State(lastOffsetMicros: now.boottimeMicros - now.monotonicMicros, handler: handler))
-        source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: DispatchQueue(label: "vigil.resume-watcher"))
-        source.setEventHandler { [weak self] in self?.clockChanged() }
-        source.setCancelHandler { close(fd) }
-        source.resume()
+        do {
+            // Weak: the loop keeps the handler until the watch is cancelled,
+            // which deinit does.
+            watch = try EventLoop.watch(fd, for: .readable) { [weak self] _ in
+                self?.clockChanged()
+            } released: {
+                close(fd)
+            }
+        } catch {
+            close(fd)
+            throw WakeTimerError(operation: "watch timerfd(CLOCK_REALTIME)", code: error.code)
+        }
     }
 
     deinit { invalidate() }
@@ -57,7 +65,8 @@ public final class ResumeWatcher: @unchecked Sendable {
         vigil_timerfd_arm_cancel_on_set(fd, 7_258_118_400 * 1_000_000_000)
     }
 
-    /// Runs on the source's queue when the fd is readable.
+    /// Runs on the loop when the fd is readable; never blocks (the fd is
+    /// non-blocking).
     private func clockChanged() {
         // ECANCELED (clock set or resume) is the event; re-arm for the next.
         _ = vigil_timerfd_read(fd)
@@ -73,8 +82,8 @@ public final class ResumeWatcher: @unchecked Sendable {
             return (handler, slept)
         }
         guard let pending else { return }
-        // Unstructured task: not cancelled: delivers one resume to the handler, from the dispatch
-        // source's queue into Swift concurrency.
+        // Unstructured task: not cancelled: delivers one resume to the handler, from the loop
+        // into Swift concurrency.
         Task { await pending.call(now, pending.slept) }
     }
 
@@ -84,6 +93,6 @@ public final class ResumeWatcher: @unchecked Sendable {
             defer { state.closed = true; state.handler = nil }
             return !state.closed
         }
-        if wasOpen { source.cancel() }
+        if wasOpen { watch?.cancel() }
     }
 }

@@ -1,5 +1,4 @@
 import CTimer
-import Dispatch
 import Foundation
 import VigilKit
 
@@ -34,25 +33,25 @@ public struct WakeTimerError: Error, Hashable, Sendable, CustomStringConvertible
 }
 
 /// The real ``WakeTimer``: a non-blocking timerfd armed with an absolute
-/// deadline (`TFD_TIMER_ABSTIME`), watched by a `DispatchSource` read source
-/// (epoll inside), so the process sleeps in the kernel until the deadline:
-/// no polling and no wakeups besides the armed ones.
+/// deadline (`TFD_TIMER_ABSTIME`), watched on the host's ``EventLoop`` (one
+/// epoll for the whole process), so the process sleeps in the kernel until
+/// the deadline: no polling, no thread of its own and no wakeups besides the
+/// armed ones.
 ///
 /// `CLOCK_BOOTTIME` and `CLOCK_BOOTTIME_ALARM` share the `VigilInstant`
 /// timeline (boottime nanoseconds), so deadlines need no conversion.
 public final class TimerFDWakeTimer: WakeTimer, @unchecked Sendable {
-    // Invariant: `handler` and `closed` are in `state`; `source` (a dispatch
-    // source, safe to cancel from any thread but not marked Sendable) is set
-    // in init and only cancelled afterwards; `fd` stays open until `source`
-    // is cancelled and its cancel handler closes it, and `arm` checks
-    // `closed` under the lock before touching `fd`.
+    // Invariant: `handler` and `closed` are in `state`; `watch` is set in
+    // init and only cancelled afterwards (from any thread); `fd` stays open
+    // until the loop releases the watch and `released` closes it, and `arm`
+    // checks `closed` under the lock before touching `fd`.
     private struct State {
         var handler: (@Sendable () async -> Void)?
         var closed = false
     }
     private let state = Lock(State())
     private let fd: Int32
-    private let source: any DispatchSourceRead
+    private var watch: EventLoop.Watch?
 
     public let clockName: String
 
@@ -65,38 +64,44 @@ public final class TimerFDWakeTimer: WakeTimer, @unchecked Sendable {
     public convenience init(clockID: Int32, clockName: String) throws(WakeTimerError) {
         let fd = vigil_timerfd_create(clockID, vigil_TFD_CLOEXEC | vigil_TFD_NONBLOCK)
         guard fd >= 0 else { throw WakeTimerError(operation: "timerfd_create(\(clockName))", code: errno) }
-        self.init(adopting: fd, clockName: clockName)
+        try self.init(adopting: fd, clockName: clockName)
     }
 
-    /// Takes ownership of an open, non-blocking timerfd.
-    public init(adopting fd: Int32, clockName: String) {
+    /// Takes ownership of an open, non-blocking timerfd (closed on failure).
+    public init(adopting fd: Int32, clockName: String) throws(WakeTimerError) {
         self.fd = fd
         self.clockName = clockName
-        let queue = DispatchQueue(label: "vigil.wake.timerfd.\(clockName)")
-        source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
-        source.setEventHandler { [weak self] in self?.readExpiry() }
-        source.setCancelHandler { close(fd) }
-        source.resume()
+        do {
+            // Weak: the loop keeps the handler until the watch is cancelled,
+            // which deinit does.
+            watch = try EventLoop.watch(fd, for: .readable) { [weak self] _ in
+                self?.readExpiry()
+            } released: {
+                close(fd)
+            }
+        } catch {
+            close(fd)
+            throw WakeTimerError(operation: "watch timerfd(\(clockName))", code: error.code)
+        }
     }
 
     deinit {
-        source.cancel()
+        watch?.cancel()
     }
 
-    /// Runs on the source's queue when the fd is readable.
+    /// Runs on the loop when the fd is readable; never blocks (the fd is
+    /// non-blocking and one read drains it).
     private func readExpiry() {
         // EAGAIN means the timer was re-armed (which resets the count)
         // between becoming readable and this read: not an expiry.
         guard vigil_timerfd_read(fd) > 0 else { return }
         guard let handler = state.withLock({ $0.closed ? nil : $0.handler }) else { return }
         // Hop into Swift concurrency; the handler hops into the scheduler
-        // actor. At high priority: Swift's pool keeps a set of threads per
-        // priority, so a wake is delivered even while every thread of the
-        // default priority is busy or blocked (a plugin's slow work, a long
-        // reply being built), and the requesters it resumes at high priority
-        // go on there too.
+        // actor, and the loop returns to its epoll at once. At high priority
+        // so that, where the executor has a pool, a wake is served ahead of
+        // default-priority work, and the requesters it resumes go on there too.
         // Unstructured task: not cancelled: delivers one expiry to the handler (the scheduler),
-        // from the dispatch source's queue into Swift concurrency.
+        // from the loop into Swift concurrency.
         Task(priority: .high) { await handler() }
     }
 
@@ -122,7 +127,7 @@ public final class TimerFDWakeTimer: WakeTimer, @unchecked Sendable {
             return !state.closed
         }
         if wasOpen {
-            source.cancel()
+            watch?.cancel()
         }
     }
 }
