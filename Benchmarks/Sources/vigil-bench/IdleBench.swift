@@ -116,12 +116,28 @@ func idleCostBench(_ args: [String]) async throws {
     let reference = Process()
     reference.executableURL = URL(fileURLWithPath: "/bin/sh")
     reference.arguments = ["-c", "while sleep \(Int(interval)); do :; done"]
+    // Reference 3: the floor of the same work, the simplest program that
+    // writes a heartbeat row once per interval into SQLite as the survival
+    // store does (WAL, synchronous = FULL: an fsync per commit), one thread.
+    let storeReference = Process()
+    storeReference.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+    storeReference.arguments = ["-c", """
+        import sqlite3, sys, time
+        db = sqlite3.connect(sys.argv[1], isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.execute("CREATE TABLE IF NOT EXISTS beat (at REAL)")
+        while True:
+            time.sleep(\(Int(interval)))
+            db.execute("INSERT INTO beat VALUES (?)", (time.time(),))
+        """, dir.appendingPathComponent("reference-store.sqlite").path]
     try host.run()
     try gated.run()
     try mixed.run()
     try previous?.run()
     try swiftReference.run()
     try reference.run()
+    try storeReference.run()
     defer {
         for p in [host, gated, mixed] + (previous.map { [$0] } ?? []) { p.terminate(); p.waitUntilExit() }
         // The references hold nothing worth a clean stop: SIGKILL, and the
@@ -129,9 +145,9 @@ func idleCostBench(_ args: [String]) async throws {
         // sh's end only once that sleep had ended as well, whether sh got
         // SIGTERM or SIGKILL: up to a minute after the figures.
         let loopSleep = childProcesses(of: reference.processIdentifier)
-        for p in [swiftReference, reference] { kill(p.processIdentifier, SIGKILL) }
+        for p in [swiftReference, reference, storeReference] { kill(p.processIdentifier, SIGKILL) }
         for child in loopSleep { kill(child, SIGKILL) }
-        for p in [swiftReference, reference] { p.waitUntilExit() }
+        for p in [swiftReference, reference, storeReference] { p.waitUntilExit() }
     }
     // Let start-up finish (plugin loading, store migration) before measuring.
     try await Task.sleep(for: .seconds(3))
@@ -141,6 +157,7 @@ func idleCostBench(_ args: [String]) async throws {
     let previousBefore = previous.map { sampleThreads(pid: $0.processIdentifier) }
     let swiftBefore = sampleThreads(pid: swiftReference.processIdentifier)
     let refBefore = sampleThreads(pid: reference.processIdentifier)
+    let storeRefBefore = sampleThreads(pid: storeReference.processIdentifier)
     print("measuring idle host (5 x periodic-wake every 10m, heartbeat every \(Int(interval))s) for \(Int(seconds)) s ...")
     try await Task.sleep(for: .seconds(seconds))
     let hostAfter = sampleThreads(pid: host.processIdentifier)
@@ -149,6 +166,7 @@ func idleCostBench(_ args: [String]) async throws {
     let previousAfter = previous.map { sampleThreads(pid: $0.processIdentifier) }
     let swiftAfter = sampleThreads(pid: swiftReference.processIdentifier)
     let refAfter = sampleThreads(pid: reference.processIdentifier)
+    let storeRefAfter = sampleThreads(pid: storeReference.processIdentifier)
     let ticksPerSecond = Double(sysconf(Int32(_SC_CLK_TCK)))
 
     func report(_ label: String, _ before: [Int: ThreadSample], _ after: [Int: ThreadSample]) -> (Int, Double) {
@@ -173,6 +191,7 @@ func idleCostBench(_ args: [String]) async throws {
         previousBefore.flatMap { before in previousAfter.map { report("vigild of the earlier build in \(previousBin?.path ?? "?") (pid \(p.processIdentifier))", before, $0) } }
     }
     let (sv, scpu) = report("reference 1: Swift process sleeping \(Int(interval)) s at a time (same runtime; pid \(swiftReference.processIdentifier))", swiftBefore, swiftAfter)
+    let (tv, tcpu) = report("reference 3: a python3 loop writing one SQLite row (WAL, synchronous = FULL) every \(Int(interval)) s (pid \(storeReference.processIdentifier))", storeRefBefore, storeRefAfter)
     let (rv, rcpu) = report("reference 2: sh loop waking every \(Int(interval)) s (pid \(reference.processIdentifier))", refBefore, refAfter)
     let expectedWakes = Int((seconds / interval).rounded(.down))
     print("\nscheduled wakes in the window: \(expectedWakes) heartbeat(s), 0 strategy runs (10-minute periods)")
@@ -192,6 +211,7 @@ func idleCostBench(_ args: [String]) async throws {
     }
     print(String(format: "reference 1: %4d voluntary switches, %.2f CPU s", sv, scpu))
     print(String(format: "reference 2: %4d voluntary switches, %.2f CPU s", rv, rcpu))
+    print(String(format: "reference 3: %4d voluntary switches (%.1f per scheduled wake), %.2f CPU s: the floor of the same work (a heartbeat row, fsynced)", tv, Double(tv) / Double(max(expectedWakes, 1)), tcpu))
     print("""
     note: on Linux, libdispatch arms a 1 Hz worker-pool monitor once a non-overcommit worker \
     has run (src/event/workqueue.c); reference 1 (Swift's default executor and Task.sleep) pays \
