@@ -211,10 +211,15 @@ func observe(_ registry: LeaseRegistry) async -> (EventLog, Task<Void, Never>) {
             }
         ))
         await clock.advance(by: .seconds(10))
+        // The expiry's work runs on other threads: wait for its state, a
+        // bounded number of settles (one settle was not always enough
+        // under ThreadSanitizer on a busy machine).
+        for _ in 0..<50 where await registry.lease(id)?.state != .expiring { await clock.settle() }
         #expect(await registry.lease(id)?.state == .expiring)
         await clock.advance(by: .seconds(2))
         #expect(await registry.lease(id)?.state == .expiring)
         await clock.advance(by: .seconds(1))
+        for _ in 0..<50 where await registry.lease(id) != nil { await clock.settle() }
         #expect(await registry.lease(id) == nil)
         #expect(await cancelled.value == 1, "the handler task must be cancelled")
         await clock.settle()
