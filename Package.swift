@@ -40,8 +40,6 @@ let package = Package(
     ],
     targets: [
         .target(name: "CTimer", path: "Sources/CTimer"),
-        // epoll and eventfd, for the threads that wait on descriptors.
-        .target(name: "CFDWatch", path: "Sources/CFDWatch"),
         .target(name: "CVoipSocket", path: "Sources/CVoipSocket"),
         // netlink, eventfd, setns and the proc connector for `when` conditions.
         .target(name: "CConditions", path: "Sources/CConditions"),
@@ -87,7 +85,6 @@ let package = Package(
             dependencies: [
                 .product(name: "VigilKit", package: "VigilKit"),
                 "CTimer",
-                "CFDWatch",
                 "CConditions",
                 "VigilDBus",
                 "VigilCommon",

@@ -332,6 +332,17 @@ static Watch *watch_for_locked(uint64_t token) {
     return w;
 }
 
+// Puts a slot back on the free list, growing the list if needed. Out of
+// memory, the slot is simply never reused. Lock held.
+static void free_slot_locked(uint32_t slot) {
+    if (free_count == free_capacity) {
+        size_t cap = free_capacity ? free_capacity * 2 : 64;
+        uint32_t *f = realloc(free_slots, cap * sizeof *f);
+        if (f) { free_slots = f; free_capacity = cap; }
+    }
+    if (free_count < free_capacity) free_slots[free_count++] = slot;
+}
+
 static void loop_dispatch(uint64_t token, uint32_t events);
 
 // --- The loop ---------------------------------------------------------------
@@ -475,13 +486,7 @@ uint64_t vigil_loop_watch(int fd, uint32_t events, void (*callback)(void *contex
     if (epoll_ctl(loop_epoll, EPOLL_CTL_ADD, fd, &event) != 0) {
         int code = errno;
         w->live = 0;
-        // Back on the free list (the array was grown for it if needed).
-        if (free_count == free_capacity) {
-            size_t cap = free_capacity ? free_capacity * 2 : 64;
-            uint32_t *f = realloc(free_slots, cap * sizeof *f);
-            if (f) { free_slots = f; free_capacity = cap; }
-        }
-        if (free_count < free_capacity) free_slots[free_count++] = slot;
+        free_slot_locked(slot);
         pthread_mutex_unlock(&watch_lock);
         errno = code;
         return 0;
@@ -513,13 +518,7 @@ int vigil_loop_unwatch(uint64_t id, void (*released)(void *context)) {
     epoll_ctl(loop_epoll, EPOLL_CTL_DEL, w->fd, NULL);  // fails only for an fd already closed: gone anyway
     w->live = 0;
     void *context = w->context;
-    uint32_t slot = (uint32_t)((id & 0xffffffffu) - TOKEN_BASE);
-    if (free_count == free_capacity) {
-        size_t cap = free_capacity ? free_capacity * 2 : 64;
-        uint32_t *f = realloc(free_slots, cap * sizeof *f);
-        if (f) { free_slots = f; free_capacity = cap; }
-    }
-    if (free_count < free_capacity) free_slots[free_count++] = slot;  // else the slot is never reused
+    free_slot_locked((uint32_t)((id & 0xffffffffu) - TOKEN_BASE));
     pthread_mutex_unlock(&watch_lock);
     // After the callbacks of the events already read (they run first, on
     // the loop, or are dropped as stale).
