@@ -133,7 +133,9 @@ if [ "$phase" = 1 ]; then
     run vigilctl-leases vigilctl leases
     check vigilctl-leases sh -c 'grep -q guest-hold /run/vigil-guest/out.vigilctl-leases && grep -q keep /run/vigil-guest/out.vigilctl-leases'
     run vigilctl-status vigilctl status
-    check vigilctl-status grep -Eq 'leases: +2 active' /run/vigil-guest/out.vigilctl-status
+    # keep and guest-hold are held throughout; tick's run, every 12 s, holds
+    # a short lease of its own while its command runs, so a third may show.
+    check vigilctl-status awk '/^ *leases: +[0-9]+ active/ { n = $2 } END { exit !(n == 2 || n == 3) }' /run/vigil-guest/out.vigilctl-status
     check vigilctl-can-wake grep -Eq 'can wake system: +yes' /run/vigil-guest/out.vigilctl-status
     # A block lease refuses a suspend that checks inhibitors (and names it).
     run suspend-checked systemctl suspend --check-inhibitors=yes
