@@ -174,7 +174,10 @@ struct SurvivalPictureTests {
         let chromium = "/usr/bin/chromium"
         try #require(FileManager.default.isExecutableFile(atPath: chromium),
                      "headless Chromium is missing: install Debian's chromium package (Scripts/packages lists it; Scripts/test installs it)")
-        let shot = try ProcessRunner.run(chromium, [
+        // Off the cooperative pool: Chromium takes 15 to 50 s here, and on
+        // two cores the pool has two threads, which every other test running
+        // beside this one (and their in-process D-Bus services) needs.
+        let shot = try await ProcessRunner.runDetached(chromium, [
             "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--user-data-dir=\(dir.path)/chromium",
             "--screenshot=\(png)", "--window-size=1280,720", "file://\(page)",
         ], environment: ["PATH": "/usr/bin:/bin", "HOME": dir.path])
@@ -184,7 +187,7 @@ struct SurvivalPictureTests {
         // Not blank: many colours, and the picture's own colours in it
         // (awake, suspended, stalled, unwritable, held, the Vigil alarm mark).
         let colours = ["a3d69b", "5b84c4", "d9413b", "f0a030", "9467bd", "14306b"]
-        let decoded = try ProcessRunner.run("/usr/bin/python3", [Self.fixture("png-colours.py"), png] + colours)
+        let decoded = try await ProcessRunner.runDetached("/usr/bin/python3", [Self.fixture("png-colours.py"), png] + colours)
         #expect(decoded.status == 0, "\(decoded.stderr)")
         struct Colours: Decodable { var width: Int; var height: Int; var distinct: Int; var pixels: [String: Int] }
         let result = try JSONDecoder().decode(Colours.self, from: Data(decoded.stdout.utf8))
