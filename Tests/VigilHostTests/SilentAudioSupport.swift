@@ -336,6 +336,26 @@ enum SignalMeasure {
         stride(from: 0, to: interleaved.count - 1, by: 2).map { Double(interleaved[$0]) }
     }
 
+    /// The longest stretch of `x` without a dropout: a run of at least
+    /// `dropout` zero samples (1 ms at 48 kHz). A sine of the tests' lowest
+    /// slope (60 Hz at -40 dBFS, 2.6 steps a sample at its zero crossing)
+    /// has at most one zero sample in a row; a stream the loaded machine
+    /// did not refill in time (an underrun) has hundreds.
+    static func longestUnbroken(_ x: [Double], dropout: Int = 48) -> ArraySlice<Double> {
+        var best = x[0..<0]
+        var start = 0, zeros = 0
+        for (i, value) in x.enumerated() {
+            zeros = value == 0 ? zeros + 1 : 0
+            if zeros == dropout {
+                let end = i - dropout + 1
+                if end - start > best.count { best = x[start..<end] }
+            }
+            if zeros >= dropout { start = i + 1 }
+        }
+        if x.count - start > best.count { best = x[start...] }
+        return best
+    }
+
     static func peak(_ samples: [Int16]) -> Int {
         samples.map { abs(Int($0)) }.max() ?? 0
     }

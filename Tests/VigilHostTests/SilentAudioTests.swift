@@ -65,8 +65,8 @@ import VigilKit
             _ = try recording.stop()
             steady = try await pulse.startRecording().frames(pulse.sinkRate)
         } else {
-            // One second of signal, from its first sample on.
-            steady = try await recording.signalFrames(pulse.sinkRate)
+            // Two seconds of signal, from its first sample on.
+            steady = try await recording.signalFrames(2 * pulse.sinkRate)
         }
         await h.supervisor.stopAll()
         switch signal {
@@ -74,8 +74,10 @@ import VigilKit
             #expect(SignalMeasure.peak(steady) == 0)
         case "fluctuate":
             #expect(SignalMeasure.peak(steady) == 1)
-            // Every frame is ±1, alternating: no run of zeros.
-            let left = SignalMeasure.leftChannel(steady)
+            // Every frame is ±1, alternating: no zeros, where the stream
+            // ran unbroken (see below), for at least half a second.
+            let left = SignalMeasure.longestUnbroken(SignalMeasure.leftChannel(steady), dropout: 4)
+            #expect(left.count >= pulse.sinkRate / 2, "no half second without a dropout in \(steady.count / 2) frames")
             #expect(left.filter { $0 == 0 }.count < left.count / 100, "\(left.prefix(20))")
         default:
             let frequency = options["frequency_hz"].flatMap { v -> Double? in
@@ -86,7 +88,12 @@ import VigilKit
             case .string("5%")?: 0.05
             default: 0.01
             }
-            let x = SignalMeasure.leftChannel(steady)[...]
+            // Measured where the stream ran unbroken: on a loaded machine
+            // an underrun leaves a gap of silence, which spreads energy
+            // over every frequency without saying anything of the signal.
+            // At least half a second of it, or the stream itself is broken.
+            let x = SignalMeasure.longestUnbroken(SignalMeasure.leftChannel(steady))
+            #expect(x.count >= pulse.sinkRate / 2, "no half second without a dropout in \(steady.count / 2) frames")
             let measured = SignalMeasure.zeroCrossingFrequency(x, rate: pulse.sinkRate)
             #expect(abs(measured - frequency) < frequency * 0.002, "measured \(measured) Hz, configured \(frequency) Hz")
             let share = SignalMeasure.energyShare(x, at: frequency, rate: pulse.sinkRate)
