@@ -38,7 +38,9 @@ import VigilTestSupport
 /// the benchmark runs the real one (``HostBusAPI``, on a private
 /// dbus-daemon: lease objects, their rate-limited Status announcements)
 /// with vigild's other registry followers; `--no-follower` measures
-/// without them.
+/// without them. All of it runs on the host's event loop, which is this
+/// process's only executor thread, as in vigild (main.swift;
+/// `VIGIL_BENCH_EXECUTOR=default`: on Swift's default executor).
 func voipSocketBench(_ arguments: [String]) async throws {
     if arguments.first == PongServerProcess.childFlag {
         try runPongServerChild()
@@ -98,6 +100,9 @@ func voipSocketBench(_ arguments: [String]) async throws {
     let target = terminator?.address ?? server.address
     let front = terminator.map { " (nginx TLS, \($0.workers) workers, in front of \(server.address))" } ?? ""
     print("placement: \(placement.map { $0.description(tls: tls) } ?? (pin ? "not pinned (fewer than two cores)" : "not pinned (--no-pin)"))")
+    print(EventLoop.isCurrent
+        ? "executor: the host's event loop, as in vigild (one thread runs the strategies' tasks, the followers and the bus connection; the plugin's socket thread beside it)"
+        : "executor: Swift's default executor (VIGIL_BENCH_EXECUTOR=default)")
     print("voip-socket: \(n) \(tls ? "TLS " : "")connections to \(target)\(front), keepalive_interval \(interval)s, aligned to \(interval)s slots, \(follower ? "with" : "without") vigild's bus projection (HostBusAPI on a private dbus-daemon) and its other registry followers")
 
     let kind = try PluginLoader(searchPath: [try hostBuildDirectory().path]).loadKind("voip-socket").get()
@@ -138,10 +143,13 @@ func voipSocketBench(_ arguments: [String]) async throws {
         strategies.append(SupervisedStrategy(name: "voip\(i)", kind: "voip-socket", strategy: strategy))
     }
     let rssBefore = residentBytes(), heapBefore = heapInUse()
-    let started = ContinuousClock.now
+    let started = ContinuousClock.now, startCPU = processCPU()
     await supervisor.start(strategies)
     guard await waitFor(seconds: 120, { server.accepted >= n }) else { throw BenchError("only \(server.accepted) of \(n) connected") }
-    print("connected \(n) in \(format(ContinuousClock.now - started)); RSS +\(kibPerConnection(residentBytes() - rssBefore, n)) KiB per connection (malloc in use +\(kibPerConnection(heapInUse() - heapBefore, n)))")
+    // The CPU the start took (this process, every thread): what the
+    // followers add there is CPU, whatever else the machine runs; the
+    // time it takes also depends on that.
+    print("connected \(n) in \(format(ContinuousClock.now - started)), \(String(format: "%.2f", processCPU() - startCPU)) s of CPU; RSS +\(kibPerConnection(residentBytes() - rssBefore, n)) KiB per connection (malloc in use +\(kibPerConnection(heapInUse() - heapBefore, n)))")
 
     // Round 1: every connection pings once (maybe split over two slots while connecting).
     guard await waitFor(seconds: Double(3 * interval), { server.connectionsWithPings(atLeast: 1) >= n }) else {

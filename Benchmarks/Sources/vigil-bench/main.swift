@@ -68,12 +68,14 @@ guard let name = arguments.first, let benchmark = benchmarks[name] else {
         exit(1)
     }
 }
-// wake-latency measures the wake scheduler as vigild runs it: on the host's
-// event loop, which is then this process's only executor thread, as in
-// vigild (VIGIL_BENCH_EXECUTOR=default measures it on Swift's default
-// executor instead). The loop takes the main thread for good: the task runs
-// there, and the process exits when it ends.
-if name == "wake-latency", ProcessInfo.processInfo.environment["VIGIL_BENCH_EXECUTOR"] != "default" {
+// wake-latency and voip-socket measure the host's parts as vigild runs
+// them: on the host's event loop, which is then this process's only
+// executor thread, as in vigild (VIGIL_BENCH_EXECUTOR=default measures them
+// on Swift's default executor instead). The loop takes the main thread for
+// good: the task runs there, and the process exits when it ends. Not
+// voip-socket's pong server child, which runs no host parts.
+let onTheLoop = (name == "wake-latency" || name == "voip-socket") && arguments.dropFirst().first != PongServerProcess.childFlag
+if onTheLoop, ProcessInfo.processInfo.environment["VIGIL_BENCH_EXECUTOR"] != "default" {
     guard vigil_executor_install(0) == 0 else {
         FileHandle.standardError.write(Data("vigil-bench \(name): cannot install the event loop: \(String(cString: strerror(errno)))\n".utf8))
         exit(1)

@@ -46,10 +46,13 @@ public actor HostBusAPI {
         /// Its object path, made once: a status batch names thousands.
         var path: String
 
-        init(snapshot: LeaseSnapshot, kind: String) {
+        /// `path`: the lease's object path, the one string the object
+        /// server's table and the rate limiter key the object by too (each
+        /// made its own copy: 48 bytes of heap apiece per lease).
+        init(snapshot: LeaseSnapshot, kind: String, path: String) {
             self.snapshot = snapshot
             self.kind = kind
-            self.path = VigilAPI.leasePath(snapshot.id)
+            self.path = path
         }
 
         /// Takes `status`; returns the path to announce (changed in place:
@@ -99,28 +102,31 @@ public actor HostBusAPI {
     }
 
     private nonisolated let published = Lock(Published())
-    /// The Lease and ClientLease interfaces, one value each that every
-    /// lease object shares (``HostBusInterfaces/lease(_:)``); made at the
-    /// first lease's export.
-    private nonisolated let leaseInterfaceValues = Lock<(lease: DBusInterface, clientLease: DBusInterface)?>(nil)
+    /// The interface lists of lease objects: a lease's (Lease) and a
+    /// client lease's (Lease, ClientLease), one array each that every lease
+    /// object shares (``HostBusInterfaces/lease(_:)``), so the object
+    /// server's table holds a reference per object, not an array of its
+    /// own (96 bytes of heap per lease); made at the first lease's export.
+    private nonisolated let leaseInterfaceValues = Lock<(lease: [DBusInterface], clientLease: [DBusInterface])?>(nil)
 
-    /// The Strategy interface, one value every strategy object shares
+    /// The Strategy interface, in one array every strategy object shares
     /// (``HostBusInterfaces/strategy(_:)``); made at the first strategy's export.
-    private nonisolated let strategyInterfaceValue = Lock<DBusInterface?>(nil)
+    private nonisolated let strategyInterfaceValue = Lock<[DBusInterface]?>(nil)
 
-    private nonisolated var strategyInterface: DBusInterface {
+    private nonisolated var strategyInterfaces: [DBusInterface] {
         strategyInterfaceValue.withLock { value in
             if let value { return value }
-            let made = HostBusInterfaces.strategy(self)
+            let made = [HostBusInterfaces.strategy(self)]
             value = made
             return made
         }
     }
 
-    private nonisolated var leaseInterfaces: (lease: DBusInterface, clientLease: DBusInterface) {
+    private nonisolated var leaseInterfaces: (lease: [DBusInterface], clientLease: [DBusInterface]) {
         leaseInterfaceValues.withLock { values in
             if let values { return values }
-            let made = (lease: HostBusInterfaces.lease(self), clientLease: HostBusInterfaces.clientLease(self))
+            let lease = HostBusInterfaces.lease(self)
+            let made = (lease: [lease], clientLease: [lease, HostBusInterfaces.clientLease(self)])
             values = made
             return made
         }
@@ -347,6 +353,16 @@ public actor HostBusAPI {
 
     nonisolated func strategy(named name: String) -> StrategyEntry? { published.withLock { $0.strategies[name] } }
 
+    /// `read` of the strategy's entry where it lies, under the lock (as
+    /// ``readLease(_:_:)``): a property getter takes one field, not a copy
+    /// of the whole entry. Nil when the strategy is not shown.
+    nonisolated func readStrategy<T>(_ name: String, _ read: (borrowing StrategyEntry) -> T) -> T? {
+        published.withLock { state in
+            guard let index = state.strategies.index(forKey: name) else { return nil }
+            return read(state.strategies.values[index])
+        }
+    }
+
     /// `read` of the lease's entry where it lies, under the lock: a
     /// property getter takes one field, not a copy of the whole entry
     /// (every string of it retained and released, for each of the
@@ -534,7 +550,7 @@ public actor HostBusAPI {
     private func addStrategy(_ status: StrategyStatus, on server: DBusObjectServer) async throws {
         let config = await parts.configuredStrategy(status.name)?.values ?? [:]
         setStrategy(status.name, StrategyEntry(status: status, config: config))
-        try await server.export(VigilAPI.strategyPath(status.name), interfaces: [strategyInterface])
+        try await server.export(VigilAPI.strategyPath(status.name), interfaces: strategyInterfaces)
         await parts.strategyBus.strategyExported(status.name)
     }
 
@@ -542,25 +558,27 @@ public actor HostBusAPI {
     /// to the connection's queue when they read without waiting).
     private func addLease(_ lease: LeaseSnapshot, on server: DBusObjectServer, then changes: [DBusObjectServer.Change] = []) async throws {
         let shared = leaseInterfaces
-        var interfaces = [shared.lease]
+        var interfaces = shared.lease
         var kind: String?
         if lease.strategy == ForeignInhibits.strategyName {
             kind = ForeignInhibits.strategyName
         } else if lease.client != nil {
             kind = ClientLeases.strategyName
-            interfaces.append(shared.clientLease)
+            interfaces = shared.clientLease
         } else {
             kind = strategy(named: lease.strategy)?.status.kind
             if kind == nil { kind = await parts.configuredStrategy(lease.strategy)?.kind }
         }
-        setLease(lease.id, LeaseEntry(snapshot: lease, kind: kind ?? ""))
+        // One string for the path, wherever the object is kept.
+        let path = VigilAPI.leasePath(lease.id)
+        setLease(lease.id, LeaseEntry(snapshot: lease, kind: kind ?? "", path: path))
         // Shown once exported: a Begin that looks before must wait.
         defer {
             published.withLock { $0.highestShownLease = max($0.highestShownLease, lease.id.rawValue) }
             resumeShowWaiters(lease.id)
         }
-        try await server.apply([.export(path: VigilAPI.leasePath(lease.id), interfaces: interfaces)] + changes)
-        await limiter?.track(VigilAPI.leasePath(lease.id), interface: interfaces[0], startsInterval: false)
+        try await server.apply([.export(path: path, interfaces: interfaces)] + changes)
+        await limiter?.track(path, interface: interfaces[0], startsInterval: false)
     }
 
     /// A client lease's life-cycle event, on the registry as it is published
@@ -585,12 +603,11 @@ public actor HostBusAPI {
             switch event.kind {
             case .acquired:
                 guard state.leases[id] == nil else { return }
-                let shared = leaseInterfaces
-                state.leases[id] = LeaseEntry(snapshot: event.lease, kind: ClientLeases.strategyName)
+                state.leases[id] = LeaseEntry(snapshot: event.lease, kind: ClientLeases.strategyName, path: path)
                 state.leasePaths = nil
                 state.leaseRows = nil
                 changes = [
-                    .export(path: path, interfaces: [shared.lease, shared.clientLease]),
+                    .export(path: path, interfaces: leaseInterfaces.clientLease),
                 ] + announceLeases(&state) + [
                     Self.hostSignal(VigilAPI.Host.leaseAcquired, LeaseAcquiredSignal(lease: path, strategy: event.lease.strategy, holds: event.lease.holds)),
                 ]

@@ -112,18 +112,19 @@ enum HostBusInterfaces {
     /// its own, was most of a strategy object's memory (10,000 voip-socket
     /// strategies).
     static func strategy(_ api: HostBusAPI?) -> DBusInterface {
-        func read<T>(_ property: Property<T>, _ value: @escaping @Sendable (HostBusAPI.StrategyEntry) -> T) -> DBusProperty {
-            .immediate(property) { [weak api] path in try value(strategyEntry(api, path).entry) }
+        func read<T>(_ property: Property<T>, _ value: @escaping @Sendable (borrowing HostBusAPI.StrategyEntry) -> T) -> DBusProperty {
+            .immediate(property) { [weak api] path in try readStrategy(api, path, value) }
         }
         // The cost counters, read when asked (no change signal): one
-        // getter per field of the contract's row, declared by its fields.
-        let costs = VigilAPI.strategy.properties.filter { declared in StrategyCostRow.fields.contains { $0.name == declared.name } }.map { declared in
-            DBusProperty(declared) { [weak api] path in
-                let name = try strategyEntry(api, path).name
-                guard let api, let value = api.parts.costs.cost(of: name).properties[declared.name] else {
-                    throw DBusError.failed("\(declared.name) is not a field of StrategyCostRow")
-                }
-                return value
+        // getter per field of the contract's row, declared by its fields,
+        // each encoding its own field (not the whole row's properties
+        // once per field: a strategy's InterfacesAdded reads them all).
+        let costs = VigilAPI.strategy.properties.compactMap { declared -> DBusProperty? in
+            guard let field = StrategyCostRow.fields.first(where: { $0.name == declared.name }) else { return nil }
+            return DBusProperty(declared) { [weak api] path in
+                let name = try readStrategy(api, path) { $0.status.name }
+                guard let api else { throw gone() }
+                return field.value(of: api.parts.costs.cost(of: name))
             }
         }
         typealias Strategy = VigilAPI.Strategy
@@ -137,18 +138,20 @@ enum HostBusInterfaces {
                 read(Strategy.lastError) { $0.status.lastError ?? "" },
                 read(Strategy.lastErrorAt) { UInt64(clamping: $0.status.lastErrorWallMicros ?? 0) },
                 read(Strategy.waitingFor) { $0.status.waitingFor },
-                .immediate(Strategy.config, encoded: { [weak api] path in HostBusValues.configTable(try strategyEntry(api, path).entry.config) }),
+                .immediate(Strategy.config, encoded: { [weak api] path in HostBusValues.configTable(try readStrategy(api, path) { $0.config }) }),
             ] + costs
         )
     }
 
-    /// The name and entry of the strategy whose object is at `path`.
-    private static func strategyEntry(_ api: HostBusAPI?, _ path: String) throws(DBusError) -> (name: String, entry: HostBusAPI.StrategyEntry) {
+    /// `value` read from the entry of the strategy whose object is at
+    /// `path`, where it lies (``HostBusAPI/readStrategy(_:_:)``): not a
+    /// copy of the whole entry per property.
+    private static func readStrategy<T>(_ api: HostBusAPI?, _ path: String, _ value: (borrowing HostBusAPI.StrategyEntry) -> T) throws(DBusError) -> T {
         guard let api else { throw gone() }
-        guard let name = VigilAPI.strategyName(path: path), let entry = api.strategy(named: name) else {
+        guard let name = VigilAPI.strategyName(path: path), let read = api.readStrategy(name, value) else {
             throw DBusError.unknownObject("the strategy at \(ClientText.excerpt(path)) is no longer configured")
         }
-        return (name, entry)
+        return read
     }
 
     // MARK: Lease

@@ -78,6 +78,10 @@ public struct APIField<Row>: Sendable {
     let encode: @Sendable (Row) -> BusValue
     let decode: @Sendable (inout Row, BusValue) -> Bool
 
+    /// This field of `row`, encoded: one property of an object whose
+    /// properties are a row, without the row's whole ``APIRow/properties``.
+    public func value(of row: Row) -> BusValue { encode(row) }
+
     /// A field of a basic type.
     public init<Value: BusCodable>(_ name: String, _ keyPath: WritableKeyPath<Row, Value> & Sendable) {
         self.name = name
