@@ -67,10 +67,8 @@ import VigilTestSupport
         let pipes = try (0..<8).map { _ in try watcher.makeWatchedPipe() }
         watcher.stop()
         #expect(watcher.watchedCount == 0)
-        for pipe in pipes {
-            #expect(lostItsReader(pipe.writeEnd), "a read end is still open after stop()")
-            close(pipe.writeEnd)
-        }
+        #expect(lostTheirReaders(pipes.map(\.writeEnd)), "a read end is still open after stop()")
+        for pipe in pipes { close(pipe.writeEnd) }
         await loopTurns()
         #expect(hangups.total == 0, "stop() reported hang-ups")
         #expect(throws: (any Error).self) { try watcher.makeWatchedPipe() }
@@ -158,20 +156,24 @@ final class Hangups: Sendable {
     }
 }
 
-/// Whether the pipe whose write end is `writeEnd` lost its reader: poll
-/// reports POLLERR on a write end once every read end is closed. Waits up
-/// to `timeout` for it (the loop closes read ends on its own thread).
-func lostItsReader(_ writeEnd: Int32, timeout: Duration = .seconds(10)) -> Bool {
-    var entry = pollfd(fd: writeEnd, events: 0, revents: 0)
+/// Whether the pipes whose write ends are `writeEnds` lost their readers:
+/// poll reports POLLERR on a write end once every read end is closed. Waits
+/// up to `timeout` for it (the loop closes read ends on its own thread).
+func lostTheirReaders(_ writeEnds: [Int32], timeout: Duration = .seconds(10)) -> Bool {
+    var waiting = writeEnds
     let deadline = ContinuousClock.now + timeout
-    while true {
+    while !waiting.isEmpty {
+        var entries = waiting.map { pollfd(fd: $0, events: 0, revents: 0) }
         let left = deadline - ContinuousClock.now
         let ms = max(0, Int32(left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000))
-        let n = poll(&entry, 1, ms)
-        if n > 0 { return entry.revents & Int16(POLLERR) != 0 }
+        let n = poll(&entries, nfds_t(entries.count), ms)
         if n == 0 || (n < 0 && errno != EINTR) { return false }
+        waiting = entries.filter { $0.revents & Int16(POLLERR) == 0 }.map(\.fd)
     }
+    return true
 }
+
+func lostItsReader(_ writeEnd: Int32) -> Bool { lostTheirReaders([writeEnd]) }
 
 /// A pipe named by its inode: /proc/self/fd shows each of its ends as
 /// `pipe:[inode]`, so its read end can be found, and seen closed, without
