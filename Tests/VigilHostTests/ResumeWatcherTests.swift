@@ -64,9 +64,10 @@ import VigilTestSupport
         // A wake with the clocks' offset as it was, or grown by less than
         // the gap rule's threshold, is a clock set: read, not reported.
         #expect(ResumeTimerFD.wake(fd) == 0)
-        await loopTurns()
+        #expect(await clocks.wait(reads: 3), "a second wake was not seen")
         clocks.suspend(micros: 500_000)
         #expect(ResumeTimerFD.wake(fd) == 0)
+        #expect(await clocks.wait(reads: 4), "a third wake was not seen")
         await loopTurns()
         #expect(clocks.reads == 4)
         #expect(resumes.all.count == 1)
@@ -111,25 +112,32 @@ import VigilTestSupport
 final class ResumeClocks: Sendable {
     private struct State {
         var now = ClockReadings(wallMicros: 1_800_000_000_000_000, monotonicMicros: 5_000_000_000, boottimeMicros: 5_000_000_000)
-        var reads = 0
         var readsOffLoop = 0
     }
     private let state = Lock(State())
+    private let counted = WaitableCount()
 
     var now: ClockReadings { state.withLock { $0.now } }
-    var reads: Int { state.withLock { $0.reads } }
+    var reads: Int { counted.value }
     /// Reads after the first (made by init, on the test's thread) that were not on the loop.
     var readsOffLoop: Int { state.withLock { $0.readsOffLoop } }
 
     var read: @Sendable () -> ClockReadings {
         { [self] in
             let onLoop = EventLoop.isCurrent
-            return state.withLock { state in
-                if state.reads > 0 && !onLoop { state.readsOffLoop += 1 }
-                state.reads += 1
+            let first = counted.value == 0
+            let now = state.withLock { state in
+                if !first && !onLoop { state.readsOffLoop += 1 }
                 return state.now
             }
+            counted.add()
+            return now
         }
+    }
+
+    /// Waits until the clocks were read `reads` times; false after `timeout`.
+    func wait(reads: Int, timeout: Duration = .seconds(30)) async -> Bool {
+        await counted.wait(for: reads, timeout: timeout)
     }
 
     func suspend(micros: Int64) {
@@ -146,52 +154,22 @@ final class Resumes: Sendable {
         var readings: ClockReadings
         var suspendedMicros: Int64
     }
-    private struct State {
-        var all: [Resume] = []
-        var waiter: (count: Int, done: CheckedContinuation<Void, Never>)?
-        var cancelled = false
-    }
-    private let state = Lock(State())
+    private let state = Lock<[Resume]>([])
+    private let counted = WaitableCount()
 
-    var all: [Resume] { state.withLock { $0.all } }
+    var all: [Resume] { state.withLock { $0 } }
 
     var record: @Sendable (ClockReadings, Int64) async -> Void {
         { [self] readings, slept in
-            let done = state.withLock { state -> CheckedContinuation<Void, Never>? in
-                state.all.append(Resume(readings: readings, suspendedMicros: slept))
-                guard let waiter = state.waiter, state.all.count >= waiter.count else { return nil }
-                state.waiter = nil
-                return waiter.done
-            }
-            done?.resume()
+            state.withLock { $0.append(Resume(readings: readings, suspendedMicros: slept)) }
+            counted.add()
         }
     }
 
     /// The resumes once there are `count`; nil after `timeout` (a bound for
     /// a broken run, not a measure).
     func wait(count: Int, timeout: Duration = .seconds(30)) async -> [Resume]? {
-        let reached = await first(within: timeout) { [self] () async -> [Resume]? in
-            await withTaskCancellationHandler {
-                await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
-                    let now = state.withLock { state -> Bool in
-                        if state.all.count >= count || state.cancelled { return true }
-                        state.waiter = (count, done)
-                        return false
-                    }
-                    if now { done.resume() }
-                }
-            } onCancel: {
-                state.withLock { state -> CheckedContinuation<Void, Never>? in
-                    state.cancelled = true
-                    defer { state.waiter = nil }
-                    return state.waiter?.done
-                }?.resume()
-            }
-            let all = self.all
-            return all.count >= count ? all : nil
-        }
-        state.withLock { $0.cancelled = false }
-        return reached
+        await counted.wait(for: count, timeout: timeout) ? all : nil
     }
 }
 
