@@ -10,10 +10,12 @@ import VigilTestSupport
 /// `TFD_TIMER_CANCEL_ON_SET`, watched on the loop. The kernel makes it ready
 /// on a resume or when anyone sets the wall clock; neither is done here (a
 /// suspend needs the machine, and setting the clock would change it for
-/// every process on it: the guest test in Tests/Guest suspends for real).
-/// The tests wake the same descriptor with `TFD_IOC_SET_TICKS`, which makes
-/// it readable exactly as the kernel's cancellation does and touches nothing
-/// else, and give the watcher clock readings in which the suspend happened.
+/// every process on it: the guest test in Tests/Guest suspends for real and
+/// checks each wake's attribution, which starts here). The tests wake the
+/// same descriptor with `TFD_IOC_SET_TICKS`, which makes it readable as the
+/// kernel's cancellation does and touches nothing else (its read then
+/// returns a count, not ECANCELED: the watcher looks at neither), and give
+/// the watcher clock readings in which the suspend happened.
 @Suite struct ResumeWatcherTests {
     @Test func armsACancelOnSetRealtimeTimerAndStaysIdle() async throws {
         let clocks = ResumeClocks()
