@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-import VigilHost
+@testable import VigilHost
 import VigilKit
 
 /// `when` conditions gate a strategy: it runs while they hold, is stopped
@@ -52,6 +52,21 @@ import VigilKit
         try await status.next(.running)
         try await eventuallyLeases(host, "download", 1)
 
+        // While nothing changes, the power source does not wake (issue 47;
+        // it used to be counted on its thread's context switches, and is
+        // now counted where its descriptors are handed to it): not on the
+        // loop's next turns (a descriptor left ready would be handed to it
+        // on every one), and not in a second of real time (the second only
+        // bounds how slow a periodic wake it would catch: the count must
+        // not move at all). The tree was written before the watch began,
+        // so nothing is pending.
+        await loopTurns()
+        let idle = await host.monitor.sourceWakeups
+        try await Task.sleep(for: .seconds(1))
+        await loopTurns()
+        let afterIdle = await host.monitor.sourceWakeups
+        #expect(afterIdle == idle, "the power source woke \(afterIdle - idle) times with nothing changed")
+
         let clock = ContinuousClock()
         let unplugged = clock.now
         try tree.write("AC/online", "0")
@@ -60,6 +75,14 @@ import VigilKit
         #expect(stoppedAfter < .seconds(1), "stopped \(stoppedAfter) after unplugging")
         #expect(waiting.waitingFor == "ac_power = true")
         #expect(await host.activeLeases(of: "download") == 0)
+        // The count above counts: the unplugging woke the source. And once
+        // the loop has handed it what the write queued, it is quiet again
+        // (what woke it was read, not left ready).
+        #expect(await host.monitor.sourceWakeups > afterIdle)
+        await loopTurns()
+        let settled = await host.monitor.sourceWakeups
+        await loopTurns()
+        #expect(await host.monitor.sourceWakeups == settled, "the power source keeps waking after one change")
 
         try tree.write("AC/online", "1")
         try await status.next(.running)

@@ -84,6 +84,9 @@ final class FileExistenceWatcher: @unchecked Sendable {
         return state
     }
 
+    /// How many times its descriptors woke it (``PollThread/wakeups``).
+    var wakeups: Int { thread?.wakeups ?? 0 }
+
     func stop() {
         thread?.stop()
         state.withLock { state in
@@ -202,6 +205,9 @@ final class PowerSupplyWatcher: @unchecked Sendable {
         }
     }
 
+    /// How many times its descriptors woke it (``PollThread/wakeups``).
+    var wakeups: Int { thread?.wakeups ?? 0 }
+
     func stop() {
         thread?.stop()
         close(inotify)
@@ -289,6 +295,9 @@ final class LinkWatcher: @unchecked Sendable {
         return false
     }
 
+    /// How many times its descriptors woke it (``PollThread/wakeups``).
+    var wakeups: Int { thread?.wakeups ?? 0 }
+
     func stop() {
         thread?.stop()
         let fd = socketBox.fd.withLock { $0 }
@@ -373,6 +382,9 @@ final class ProcessWatcher: @unchecked Sendable {
         let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
         return entries.compactMap { pid_t($0) }.filter { comm($0) == name }
     }
+
+    /// How many times its descriptors woke it (``PollThread/wakeups``).
+    var wakeups: Int { thread?.wakeups ?? 0 }
 
     func stop() {
         thread?.stop()

@@ -24,6 +24,12 @@ final class PollThread: Sendable {
     private let done = DispatchSemaphore(value: 0)
     private let stopped = Lock(false)
     private let watches = Lock<[EventLoop.Watch]>([])
+    private let wakes = WakeCount()
+
+    /// How many times a descriptor was found ready and `readable` called:
+    /// what this watcher costs the process in wakeups (tests check an idle
+    /// one makes none).
+    var wakeups: Int { wakes.value.withLock { $0 } }
 
     /// Runs `prepare` (opening the descriptors to watch, and reading the
     /// first state) on the caller's thread, or with `onLoop: false` starts
@@ -33,6 +39,11 @@ final class PollThread: Sendable {
         name: String, onLoop: Bool = true, prepare: @escaping @Sendable () -> Result<[Int32], ConditionWatchError>,
         readable: @escaping @Sendable (Int32) -> Void
     ) throws(ConditionWatchError) {
+        let wakes = self.wakes
+        let readable: @Sendable (Int32) -> Void = { fd in
+            wakes.value.withLock { $0 += 1 }
+            readable(fd)
+        }
         self.readable = readable
         if onLoop {
             stopFD = -1
@@ -128,6 +139,11 @@ final class PollThread: Sendable {
         close(stopFD)
         close(stopWriter)
     }
+}
+
+/// A ``PollThread``'s count of wakeups, shared with its handler.
+private final class WakeCount: Sendable {
+    let value = Lock(0)
 }
 
 /// A watch that could not be set up: what failed and the system's reason.

@@ -23,7 +23,8 @@ public final class ResumeWatcher: @unchecked Sendable {
         var closed = false
     }
     private let state: Lock<State>
-    private let fd: Int32
+    /// The timerfd (internal for the tests, which wake it).
+    let fd: Int32
     private var watch: EventLoop.Watch?
     private let readings: @Sendable () -> ClockReadings
 
