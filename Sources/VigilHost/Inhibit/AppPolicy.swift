@@ -179,7 +179,7 @@ public actor AppPolicy {
     /// Whether `subjects` (app name, executable) may hold a lease now, and
     /// with which limits. Throws, counting a refusal for `app`, when a live
     /// deny matches or the app's budget is spent.
-    public func admit(app: String, subjects: [String], who: String) throws(ClientLeaseError) -> Grant {
+    public func admit(app: String, subjects: [String], who: @autoclosure @Sendable () -> String) throws(ClientLeaseError) -> Grant {
         let now = clock.now
         dropLapsedRules(now)
         var grant = Grant(app: app, cap: mostSpecific(settings.caps, matching: subjects),
@@ -188,7 +188,7 @@ public actor AppPolicy {
             if rule.action == .deny {
                 count(app) { $0.refused += 1 }
                 let until = rule.until.map { " for \(($0 - now).vigilDescription) more" } ?? " until vigild restarts"
-                throw ClientLeaseError(.accessDenied, "\(who) is denied by vigilctl inhibitors --deny \"\(ClientText.excerpt(rule.pattern))\"\(until)")
+                throw ClientLeaseError(.accessDenied, "\(who()) is denied by vigilctl inhibitors --deny \"\(ClientText.excerpt(rule.pattern))\"\(until)")
             }
             grant.liveAllowed = true
         }
@@ -200,7 +200,7 @@ public actor AppPolicy {
             guard left >= Self.leastGrant else {
                 count(app) { $0.refused += 1 }
                 let rest = left > .zero ? " (\(left.vigilDescription) left, under the least grant of \(Self.leastGrant.vigilDescription))" : ""
-                throw ClientLeaseError(.limitExceeded, "\(who) is refused: it has held the machine for \(used.vigilDescription) of awake time in the last 24h, its whole app_budget \"\(ClientText.excerpt(budget.pattern))\" of \(budget.limit.vigilDescription) per 24h\(rest)")
+                throw ClientLeaseError(.limitExceeded, "\(who()) is refused: it has held the machine for \(used.vigilDescription) of awake time in the last 24h, its whole app_budget \"\(ClientText.excerpt(budget.pattern))\" of \(budget.limit.vigilDescription) per 24h\(rest)")
             }
             grant.budgetLeft = left
         }

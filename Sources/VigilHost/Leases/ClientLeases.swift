@@ -120,8 +120,9 @@ public actor ClientLeases {
         // The app is the task's name and the caller's executable, as for inhibits.
         let executable = InhibitCaller.executable(of: identity.pid)
         let subjects = [identity.name] + (executable.map { [$0] } ?? [])
-        let who = "background task \"\(ClientText.excerpt(identity.name))\" (\(executable.map { ClientText.excerpt($0) } ?? "executable unknown"))"
-        let grant = try await policy.admit(app: identity.name, subjects: subjects, who: who)
+        // Described only for a refusal: a granted lease never shows it.
+        let who = { @Sendable in "background task \"\(ClientText.excerpt(identity.name))\" (\(executable.map { ClientText.excerpt($0) } ?? "executable unknown"))" }
+        let grant = try await policy.admit(app: identity.name, subjects: subjects, who: who())
         let budget = grant.limit(asked) ?? asked
         let rule = grant.limitingRule(asked)
         let uid = identity.uid
@@ -145,7 +146,6 @@ public actor ClientLeases {
         // point, until the lease is held or refused.
         let ticket = pending.reserve(uid: uid, budget: budget)
         let log = self.log
-        let shown = ClientText.excerpt(identity.name)
         let policy = self.policy
         let app = identity.name
         let request = LeaseRequest(
@@ -155,7 +155,7 @@ public actor ClientLeases {
             onExpire: { [weak self] expiry in
                 await policy.expiring(app: app)
                 if let rule {
-                    log?.with(lease: expiry.lease).warning("background task \"\(shown)\" reached \(rule); releasing lease \(expiry.lease) in \(expiry.grace.vigilDescription) unless it ends first")
+                    log?.with(lease: expiry.lease).warning("background task \"\(ClientText.excerpt(app))\" reached \(rule); releasing lease \(expiry.lease) in \(expiry.grace.vigilDescription) unless it ends first")
                 }
                 await self?.waitForEnd(expiry.lease)
             }
@@ -174,7 +174,7 @@ public actor ClientLeases {
             watcher?.forget(pipe.token)
             close(pipe.writeEnd)
             await registry.release(lease.id, detail: denied)
-            throw ClientLeaseError(.accessDenied, "\(who) is \(denied)")
+            throw ClientLeaseError(.accessDenied, "\(who()) is \(denied)")
         }
         // Still reserved until it is held: no suspension point in between.
         pending.release(ticket)

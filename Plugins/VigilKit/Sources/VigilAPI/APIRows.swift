@@ -35,7 +35,7 @@ extension APIRow {
 
     /// Rows as the array a method returns.
     public static func array(_ rows: [Self]) -> BusValue {
-        .array(elementSignature: signature, rows.map(\.busValue))
+        .array(elementSignature: signature, rows.map { $0.busValue })  // no key path: see Array.busValue
     }
 
     /// The rows of an array a method returned.

@@ -13,13 +13,18 @@ public enum ClientText {
     /// Counts unicode scalars of the escaped text (so at most 4 × `limit`
     /// bytes), and reads no further into `text` than it quotes.
     public static func excerpt(_ text: String, limit: Int = excerptLimit) -> String {
+        // Counted as it grows: a UnicodeScalarView's count walks the whole
+        // view, which made each excerpt quadratic in its length.
         var out = String.UnicodeScalarView()
+        var count = 0
         for scalar in text.unicodeScalars {
             let piece = escape(scalar)
-            guard out.count + (piece?.unicodeScalars.count ?? 1) <= limit else {
+            let width = piece?.unicodeScalars.count ?? 1
+            guard count + width <= limit else {
                 return String(out) + "…"
             }
             if let piece { out.append(contentsOf: piece.unicodeScalars) } else { out.append(scalar) }
+            count += width
         }
         return String(out)
     }
