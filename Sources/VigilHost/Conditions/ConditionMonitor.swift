@@ -232,13 +232,13 @@ public actor ConditionMonitor {
         }
     }
 
-    /// Stops every source.
     /// How many times the descriptor sources (files, power, network,
     /// processes) have woken, together: an idle host's stays put.
     var sourceWakeups: Int {
         [fileWatcher?.wakeups, powerWatcher?.wakeups, linkWatcher?.wakeups, processWatcher?.wakeups].reduce(0) { $0 + ($1 ?? 0) }
     }
 
+    /// Stops every source.
     public func stop() async {
         stopped = true
         fileWatcher?.stop()

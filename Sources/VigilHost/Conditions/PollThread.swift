@@ -1,6 +1,7 @@
 import CConditions
 import CTimer
 import Foundation
+import Synchronization
 import VigilKit
 
 /// A few descriptors watched on the host's ``EventLoop``, calling
@@ -29,7 +30,7 @@ final class PollThread: Sendable {
     /// How many times a descriptor was found ready and `readable` called:
     /// what this watcher costs the process in wakeups (tests check an idle
     /// one makes none).
-    var wakeups: Int { wakes.value.withLock { $0 } }
+    var wakeups: Int { wakes.value.load(ordering: .relaxed) }
 
     /// Runs `prepare` (opening the descriptors to watch, and reading the
     /// first state) on the caller's thread, or with `onLoop: false` starts
@@ -41,7 +42,7 @@ final class PollThread: Sendable {
     ) throws(ConditionWatchError) {
         let wakes = self.wakes
         let readable: @Sendable (Int32) -> Void = { fd in
-            wakes.value.withLock { $0 += 1 }
+            wakes.value.wrappingAdd(1, ordering: .relaxed)
             readable(fd)
         }
         self.readable = readable
@@ -141,9 +142,10 @@ final class PollThread: Sendable {
     }
 }
 
-/// A ``PollThread``'s count of wakeups, shared with its handler.
+/// A ``PollThread``'s count of wakeups, shared with its handler: a
+/// counter, so an atomic (as `StrategyErrors`'), not a lock.
 private final class WakeCount: Sendable {
-    let value = Lock(0)
+    let value = Atomic<Int>(0)
 }
 
 /// A watch that could not be set up: what failed and the system's reason.
