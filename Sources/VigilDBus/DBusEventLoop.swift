@@ -1,5 +1,4 @@
 import CDBus
-import CVigilLoop
 import Glibc
 import VigilKit
 
@@ -204,13 +203,6 @@ final class DBusEventLoop: @unchecked Sendable {
     }
 
     func disarmed(_ box: DBusTimeoutBox) { timeoutBoxes[ObjectIdentifier(box)] = nil }
-
-    /// CLOCK_MONOTONIC in nanoseconds, the clock of the loop's awake timers.
-    static func now() -> Int64 {
-        var spec = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &spec)
-        return Int64(spec.tv_sec) * 1_000_000_000 + Int64(spec.tv_nsec)
-    }
 }
 
 /// The loop as a task executor: the tasks of ``DBusMethod/brief(_:in:out:_:)``
@@ -280,15 +272,18 @@ final class DBusWatchBox: @unchecked Sendable {
 }
 
 /// One libdbus timeout (a reply deadline), as a monotonic timer of the
-/// host loop. Only used on the loop's thread.
-final class DBusTimeoutBox {
+/// host loop (an ``EventLoop/Timer``). `@unchecked Sendable`: it wraps
+/// libdbus's timeout and is only used on the loop's thread, where its
+/// timer's callback runs too.
+final class DBusTimeoutBox: @unchecked Sendable {
     let timeout: OpaquePointer
     let loop: DBusEventLoop
     weak var connection: DBusConnection?
-    /// The scheduled timer and its context, while armed.
-    private var armed: (id: UInt64, shot: Unmanaged<Shot>)?
-    /// Which arming is current: a shot that finds another arming (or none)
-    /// current when it runs is stale.
+    /// The scheduled timer, while armed. Its callback holds the box until
+    /// it runs or is cancelled.
+    private var armed: EventLoop.Timer?
+    /// Which arming is current: a callback that finds another arming (or
+    /// none) current when it runs is stale.
     private var generation: UInt64 = 0
     private var removed = false
 
@@ -313,54 +308,34 @@ final class DBusTimeoutBox {
     private func arm() {
         generation &+= 1
         guard !loop.stopped else { return }
-        let deadline = DBusEventLoop.now() + Int64(max(0, dbus_timeout_get_interval(timeout))) * 1_000_000
-        // The shot holds the box until it runs or is cancelled.
-        let shot = Unmanaged.passRetained(Shot(box: self, generation: generation))
-        let id = vigil_timer_schedule(1, deadline, { context in
-            guard let context else { return }
-            let shot = Unmanaged<Shot>.fromOpaque(context).takeRetainedValue()
-            shot.box.fire(generation: shot.generation)
-        }, shot.toOpaque())
-        guard id != 0 else {
-            // The loop cannot start: the call waits without a deadline,
-            // as it would on a connection whose loop never runs.
-            shot.release()
-            return
-        }
-        armed = (id, shot)
+        let interval = Duration.milliseconds(max(0, dbus_timeout_get_interval(timeout)))
+        let generation = generation
+        // The loop cannot start: the call waits without a deadline, as it
+        // would on a connection whose loop never runs.
+        guard let timer = try? EventLoop.Timer.after(interval, on: .monotonic, { [self] in fire(generation: generation) }) else { return }
+        armed = timer
         loop.armed(self)
     }
 
     private func disarm() {
         generation &+= 1
-        guard let (id, shot) = armed else { return }
+        guard let timer = armed else { return }
         armed = nil
         loop.disarmed(self)
-        // 1: removed before running, so it never will and its shot is
-        // ours to release. 0: it ran (and released its shot), or runs now
-        // on this thread and finds itself stale.
-        if vigil_timer_cancel(1, id) == 1 { shot.release() }
+        // Not removed when it ran already, or runs now on this thread and
+        // finds itself stale.
+        timer.cancel()
     }
 
     /// The deadline passed: libdbus handles it (a call's reply timed out),
     /// and it repeats after its interval unless libdbus removes or toggles
     /// it meanwhile.
-    fileprivate func fire(generation: UInt64) {
+    private func fire(generation: UInt64) {
         guard generation == self.generation, !removed else { return }
-        // This shot is running and released: not for `disarm` to cancel.
+        // This timer is running: not for `disarm` to cancel.
         armed = nil
         arm()
         _ = dbus_timeout_handle(timeout)
         connection?.drainDispatch()
-    }
-
-    /// One arming's timer context.
-    fileprivate final class Shot {
-        let box: DBusTimeoutBox
-        let generation: UInt64
-        init(box: DBusTimeoutBox, generation: UInt64) {
-            self.box = box
-            self.generation = generation
-        }
     }
 }

@@ -160,6 +160,37 @@ import VigilKit
         for await i in order { seen.append(i) }
         #expect(seen == Array(0..<100))
     }
+
+    /// `EventLoop.Timer`: its body runs once, on the loop; a timer cancelled
+    /// in time never runs, and only the first cancel of it says so. While
+    /// an earlier timer is pending, the cancelled one stays in the loop's
+    /// heap, and a second cancel used to find it there and release its body
+    /// twice. Every timer here is due before the witness on the same clock,
+    /// so the loop would have run them first: waiting for the witness is
+    /// enough.
+    @Test func aLoopTimerRunsOnceOnTheLoopAndACancelledOneNever() async throws {
+        let ran = FiredBox()
+        let cancelledRan = FiredBox()
+        for clock in [EventLoop.TimerClock.boottime, .monotonic] {
+            _ = try EventLoop.Timer.after(.milliseconds(40), on: clock) { ran.record() }
+            let cancelled = try EventLoop.Timer.after(.milliseconds(50), on: clock) { cancelledRan.record() }
+            #expect(cancelled.cancel())
+            #expect(!cancelled.cancel())
+            let onLoop: Bool = await withCheckedContinuation { c in
+                do {
+                    _ = try EventLoop.Timer.after(.milliseconds(100), on: clock) {
+                        ran.record()
+                        c.resume(returning: EventLoop.isCurrent)
+                    }
+                } catch {
+                    c.resume(returning: false)
+                }
+            }
+            #expect(onLoop)
+        }
+        #expect(ran.count == 4)
+        #expect(cancelledRan.count == 0)
+    }
 }
 
 /// Counts callbacks; called on the timer thread.
@@ -168,3 +199,4 @@ final class FiredBox: Sendable {
     func record() { calls.withLock { $0 += 1 } }
     var count: Int { calls.withLock { $0 } }
 }
+

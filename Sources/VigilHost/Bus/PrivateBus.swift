@@ -28,7 +28,7 @@ public final class PrivateBus: Sendable {
         var exitStatus: Int32?
         var stopping = false
         var exitWaiters: [CheckedContinuation<Void, Never>] = []
-        var exitTimer: LoopTimer?
+        var exitTimer: EventLoop.Timer?
     }
     private let state = Lock(State())
     /// The daemon's process id.
@@ -164,7 +164,7 @@ public final class PrivateBus: Sendable {
             }
             // Scheduled outside the lock: the loop may be running a handler
             // that waits for it.
-            let timer = LoopTimer.after(grace) { [self] in
+            let timer = try? EventLoop.Timer.after(grace) { [self] in
                 let killed = state.withLock { state -> Bool in
                     guard state.exitStatus == nil else { return false }
                     kill(pid, SIGKILL)
@@ -290,7 +290,7 @@ public final class PrivateBus: Sendable {
     /// On the loop, when the daemon exited (its pidfd is readable, or
     /// without a pidfd its output ended).
     private func reap() {
-        let (done, retry) = state.withLock { state -> ((status: Int32, exit: EventLoop.Watch?, timer: LoopTimer?, waiters: [CheckedContinuation<Void, Never>], stopping: Bool)?, Bool) in
+        let (done, retry) = state.withLock { state -> ((status: Int32, exit: EventLoop.Watch?, timer: EventLoop.Timer?, waiters: [CheckedContinuation<Void, Never>], stopping: Bool)?, Bool) in
             guard state.exitStatus == nil else { return (nil, false) }
             var status: Int32 = 0
             if isChild {
@@ -313,7 +313,7 @@ public final class PrivateBus: Sendable {
             return ((status, state.exit, state.exitTimer, state.exitWaiters, state.stopping), false)
         }
         if retry {
-            _ = LoopTimer.after(.milliseconds(100)) { self.reap() }
+            _ = try? EventLoop.Timer.after(.milliseconds(100)) { self.reap() }
             return
         }
         guard let done else { return }

@@ -1,21 +1,20 @@
-import CVigilLoop
-import CTimer
 import Foundation
 import VigilKit
 
 /// Sleeps until a `CLOCK_BOOTTIME` (or, `awake`, a `CLOCK_MONOTONIC`)
-/// deadline on Vigil's own timer threads.
+/// deadline, on the host's event loop (an ``EventLoop/Timer``).
 ///
 /// Why not `Task.sleep`: in Swift 6.3 it schedules through libdispatch's
 /// global queues, whose worker monitor then wakes the process every second
-/// for the rest of its life. This timer is one timerfd armed for the earliest
-/// pending deadline; a cancelled sleep is removed and never wakes anything.
+/// for the rest of its life. The loop's timers wait on one timerfd per
+/// clock, armed for the earliest pending deadline; a cancelled sleep is
+/// removed and never wakes anything.
 enum DeadlineTimer {
     /// One sleeper. Resumed exactly once: by the timer, or by cancellation.
     private final class Sleeper: Sendable {
         struct State {
             var continuation: CheckedContinuation<Void, any Error>?
-            var id: UInt64 = 0
+            var timer: EventLoop.Timer?
             var cancelled = false
         }
         let state = Lock(State())
@@ -30,12 +29,14 @@ enum DeadlineTimer {
     }
 
     /// A deadline already past returns at once (after a cancellation check).
+    /// Throws `CancellationError` when cancelled, or the loop's error when
+    /// it cannot be started.
     static func sleep(until deadline: Int64, awake: Bool = false) async throws {
-        guard deadline > vigil_clock_ns(awake ? vigil_CLOCK_MONOTONIC : vigil_CLOCK_BOOTTIME) else {
+        let clock: EventLoop.TimerClock = awake ? .monotonic : .boottime
+        guard deadline > clock.now else {
             try Task.checkCancellation()
             return
         }
-        let timeline: Int32 = awake ? 1 : 0
         let sleeper = Sleeper()
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
@@ -48,28 +49,26 @@ enum DeadlineTimer {
                     c.resume(throwing: CancellationError())
                     return
                 }
-                // The timer owns one reference until it fires or is cancelled.
-                let context = Unmanaged.passRetained(sleeper).toOpaque()
-                let id = vigil_timer_schedule(timeline, deadline, { context in
-                    guard let context else { return }
-                    Unmanaged<Sleeper>.fromOpaque(context).takeRetainedValue().resume(.success(()))
-                }, context)
-                if id == 0 {
-                    Unmanaged<Sleeper>.fromOpaque(context).release()
-                    sleeper.resume(.failure(POSIXError(.EAGAIN)))
-                    return
+                do {
+                    let timer = try EventLoop.Timer.at(deadline, on: clock) { sleeper.resume(.success(())) }
+                    // A cancellation that came in between found no timer to
+                    // stop: stopped here, so it does not hold the sleeper
+                    // until its deadline.
+                    let cancelledMeanwhile: Bool = sleeper.state.withLock {
+                        $0.timer = timer
+                        return $0.cancelled
+                    }
+                    if cancelledMeanwhile { timer.cancel() }
+                } catch {
+                    sleeper.resume(.failure(error))
                 }
-                sleeper.state.withLock { $0.id = id }
             }
         } onCancel: {
-            let id: UInt64 = sleeper.state.withLock {
+            let timer: EventLoop.Timer? = sleeper.state.withLock {
                 $0.cancelled = true
-                return $0.id
+                return $0.timer
             }
-            // Removed before firing: the timer's reference is ours to drop.
-            if id != 0, vigil_timer_cancel(timeline, id) != 0 {
-                Unmanaged.passUnretained(sleeper).release()
-            }
+            timer?.cancel()
             sleeper.resume(.failure(CancellationError()))
         }
     }

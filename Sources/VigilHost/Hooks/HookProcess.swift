@@ -99,7 +99,7 @@ final class HookProcess: Sendable {
         var pidWatch: EventLoop.Watch?
         var outputWatch: EventLoop.Watch?
         var stdinWatch: EventLoop.Watch?
-        var timer: LoopTimer?
+        var timer: EventLoop.Timer?
         var finished = false
 
         var waitStatus: HookExit?
@@ -175,7 +175,7 @@ final class HookProcess: Sendable {
                 return
             }
             if let delay = nextDeadline() {
-                timer = LoopTimer.after(delay) { [self] in
+                timer = try? EventLoop.Timer.after(delay) { [self] in
                     timer = nil
                     step()
                 }

@@ -25,7 +25,7 @@ public final class MetricsListener: Sendable {
         var watch: EventLoop.Watch?
         /// A connection is being answered: the listening watch waits for nothing meanwhile.
         var serving = false
-        var backoff: LoopTimer?
+        var backoff: EventLoop.Timer?
     }
     private let fd: Int32
     private let state = Lock(State())
@@ -113,7 +113,7 @@ public final class MetricsListener: Sendable {
                 // Out of descriptors or memory: let the host recover rather
                 // than spin on the same failure; accept again in 100 ms.
                 pause()
-                let timer = LoopTimer.after(.milliseconds(100)) { [self] in resume() }
+                let timer = try? EventLoop.Timer.after(.milliseconds(100)) { [self] in resume() }
                 state.withLock { s in if !s.stopping { s.backoff = timer } }
             }
             return  // EAGAIN (another took it), ECONNABORTED: wait for the next
@@ -150,7 +150,7 @@ public final class MetricsListener: Sendable {
         let exposition: @Sendable () async -> [UInt8]
         let done: @Sendable () -> Void
         var watch: EventLoop.Watch?
-        var timer: LoopTimer?
+        var timer: EventLoop.Timer?
         var head: [UInt8] = []
         var out: [UInt8] = []
         var sent = 0
@@ -173,7 +173,7 @@ public final class MetricsListener: Sendable {
                 return
             }
             self.watch = watch
-            timer = LoopTimer.after(MetricsListener.readTimeout) { self.timedOut() }
+            timer = try? EventLoop.Timer.after(MetricsListener.readTimeout) { self.timedOut() }
         }
 
         func ready() {
@@ -229,7 +229,7 @@ public final class MetricsListener: Sendable {
             out = Array("HTTP/1.1 \(status)\r\nContent-Type: \(contentType)\r\nContent-Length: \(body.count)\r\nConnection: close\r\n\r\n".utf8)
             if sendBody { out += body }
             writing = true
-            timer = LoopTimer.after(MetricsListener.writeTimeout) { self.timedOut() }
+            timer = try? EventLoop.Timer.after(MetricsListener.writeTimeout) { self.timedOut() }
             flush()
         }
 

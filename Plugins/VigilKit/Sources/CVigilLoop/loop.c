@@ -559,6 +559,12 @@ int vigil_timer_cancel(int awake, uint64_t id) {
     for (size_t i = 0; i < t->count; i++) {
         if (!t->heap[i].job && t->heap[i].seq == id) { found = 1; break; }
     }
+    // Cancelled before and still in the heap (not yet on top): a second
+    // cancel finds nothing to remove, or its caller would release the
+    // callback's context twice.
+    for (size_t i = 0; found && i < t->cancelled_count; i++) {
+        if (t->cancelled[i] == id) found = 0;
+    }
     if (found) {
         if (t->cancelled_count == t->cancelled_capacity) {
             size_t cap = t->cancelled_capacity ? t->cancelled_capacity * 2 : 16;

@@ -73,6 +73,89 @@ public enum EventLoop {
     /// True on the loop's thread.
     public static var isCurrent: Bool { vigil_loop_is_current() != 0 }
 
+    /// The clock a ``Timer``'s deadline is read on.
+    public enum TimerClock: Sendable, Hashable {
+        /// `CLOCK_BOOTTIME`: time spent suspended counts.
+        case boottime
+        /// `CLOCK_MONOTONIC`: stops while the system is suspended (awake time).
+        case monotonic
+
+        /// Now on this clock, in nanoseconds.
+        public var now: Int64 {
+            var ts = timespec()
+            clock_gettime(self == .boottime ? CLOCK_BOOTTIME : CLOCK_MONOTONIC, &ts)
+            return Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec)
+        }
+
+        var awake: Int32 { self == .monotonic ? 1 : 0 }
+    }
+
+    /// A callback that runs once on the loop at a deadline: an entry of the
+    /// loop's timer heap, which waits on one timerfd per clock with every
+    /// other timer of the process (and every `Task.sleep`). For waiting code
+    /// that is not a task: a grace period before SIGKILL, a back-off, a
+    /// library's timeout. A strategy times its own work through its
+    /// context's `clock` and `scheduler` instead, which tests drive.
+    ///
+    /// ```swift
+    /// let timer = try EventLoop.Timer.after(.seconds(5)) {
+    ///     // on the loop, once, unless cancelled before
+    /// }
+    /// ...
+    /// timer.cancel()
+    /// ```
+    ///
+    /// Dropping the value does not stop the timer: the loop holds `body`
+    /// until it runs or ``cancel()`` removes it.
+    public struct Timer: Sendable, Hashable {
+        let id: UInt64
+        let clock: TimerClock
+        /// The `Posted` box's address: the loop holds one reference to it
+        /// until the timer runs (which takes it) or `cancel` removes it.
+        let context: UInt
+
+        /// Calls `body` on the loop at `deadline` (nanoseconds on `clock`),
+        /// at once if it has passed. Throws when the loop cannot be started
+        /// (out of memory or descriptors).
+        public static func at(
+            _ deadline: Int64, on clock: TimerClock = .boottime, _ body: @escaping @Sendable () -> Void
+        ) throws(EventLoopError) -> Timer {
+            let box = Unmanaged.passRetained(Posted(body: body))
+            let id = vigil_timer_schedule(clock.awake, deadline, { context in
+                guard let context else { return }
+                Unmanaged<Posted>.fromOpaque(context).takeRetainedValue().body()
+            }, box.toOpaque())
+            guard id != 0 else {
+                let code = errno
+                box.release()
+                throw EventLoopError(operation: "schedule a timer", code: code == 0 ? ENOMEM : code)
+            }
+            return Timer(id: id, clock: clock, context: UInt(bitPattern: box.toOpaque()))
+        }
+
+        /// Calls `body` on the loop once `delay` has passed on `clock`
+        /// (a negative delay counts as none).
+        public static func after(
+            _ delay: Duration, on clock: TimerClock = .boottime, _ body: @escaping @Sendable () -> Void
+        ) throws(EventLoopError) -> Timer {
+            let parts = delay.components
+            let ns = max(0, parts.seconds) &* 1_000_000_000 &+ max(0, parts.attoseconds) / 1_000_000_000
+            return try at(clock.now &+ ns, on: clock, body)
+        }
+
+        /// Stops the timer from any thread. True if it was removed before it
+        /// ran (`body` will never run); false if it ran, is running now, or
+        /// was cancelled already.
+        @discardableResult
+        public func cancel() -> Bool {
+            // Removed before it ran: the loop's reference is ours to drop.
+            guard vigil_timer_cancel(clock.awake, id) != 0,
+                  let context = UnsafeMutableRawPointer(bitPattern: context) else { return false }
+            Unmanaged<Posted>.fromOpaque(context).release()
+            return true
+        }
+    }
+
     private final class Posted: Sendable {
         let body: @Sendable () -> Void
         init(body: @escaping @Sendable () -> Void) { self.body = body }

@@ -80,7 +80,8 @@ void vigil_loop_post(void (*callback)(void *context), void *context);
 uint64_t vigil_timer_schedule(int awake, int64_t deadline_ns, void (*callback)(void *context), void *context);
 
 /// Cancels a scheduled callback. Returns 1 if it was removed before running
-/// (it will never run), 0 if it already ran or is running.
+/// (it will never run), 0 if it already ran, is running, or was cancelled
+/// already (so exactly one cancel of a callback that never ran returns 1).
 int vigil_timer_cancel(int awake, uint64_t id);
 
 /// Counters since the loop started.
