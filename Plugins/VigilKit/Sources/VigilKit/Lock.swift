@@ -10,18 +10,27 @@ import Synchronization
 /// (Scripts/sanitize found dozens, none real). This forwards to Mutex and
 /// marks each critical section's start and end for TSan; without TSan the
 /// marks are two calls that return at once.
+///
+/// Inlinable, so each caller gets it specialized for its `Value`: called
+/// through VigilKit's library unspecialized, every critical section paid
+/// for a generic call, the runtime's metadata lookups for `Mutex<Value>`
+/// and dynamic exclusivity checks, several per lease on vigild's lease
+/// path (docs/benchmarks.md, Begin+End against the C floor).
 public struct Lock<Value: ~Copyable>: ~Copyable, Sendable {
-    private let mutex: Mutex<Value>
+    @usableFromInline let mutex: Mutex<Value>
     /// Names the lock to TSan: its address, fixed for the lock's life. (Not
     /// the guarded value's: taking that address is itself an access TSan
     /// checks, before the mark.)
-    private let name = LockName()
+    @usableFromInline let name: LockName
 
+    @inlinable
     public init(_ initialValue: consuming sending Value) {
         mutex = Mutex(initialValue)
+        name = LockName()
     }
 
     /// Runs `body` with the value while holding the lock.
+    @inlinable
     public borrowing func withLock<Result: ~Copyable, E: Error>(
         _ body: (inout sending Value) throws(E) -> sending Result
     ) throws(E) -> sending Result {
@@ -35,4 +44,7 @@ public struct Lock<Value: ~Copyable>: ~Copyable, Sendable {
 }
 
 /// An object whose address names one ``Lock`` to ThreadSanitizer.
-private final class LockName: Sendable {}
+@usableFromInline
+final class LockName: Sendable {
+    @usableFromInline init() {}
+}
