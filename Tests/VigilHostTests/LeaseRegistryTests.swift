@@ -251,6 +251,29 @@ func observe(_ registry: LeaseRegistry) async -> (EventLog, Task<Void, Never>) {
         #expect(await registry.active.map(\.id) == [b])
     }
 
+    /// A holder's ids are kept inline while it has one lease, in a set
+    /// while it has more: releaseAll finds what is left after some ended.
+    @Test func releaseAllEndsTheLeasesLeftAfterSomeEnded() async throws {
+        let registry = LeaseRegistry(clock: ManualClock())
+        let a1 = try await registry.acquire(strategy: "a", LeaseRequest(holds: "1", reason: "r"))
+        let a2 = try await registry.acquire(strategy: "a", LeaseRequest(holds: "2", reason: "r"))
+        let a3 = try await registry.acquire(strategy: "a", LeaseRequest(holds: "3", reason: "r"))
+        let b = try await registry.acquire(strategy: "b", LeaseRequest(holds: "4", reason: "r"))
+        await registry.release(a1)
+        await registry.release(a3)
+        await registry.releaseAll(strategy: "a", detail: "strategy stopped")
+        #expect(await registry.active.map(\.id) == [b])
+        #expect(await registry.state(of: a2) == .released)
+
+        // After all of a holder's leases ended, its next one is found too.
+        let a4 = try await registry.acquire(strategy: "a", LeaseRequest(holds: "5", reason: "r"))
+        let a5 = try await registry.acquire(strategy: "a", LeaseRequest(holds: "6", reason: "r"))
+        await registry.release(a4)
+        await registry.releaseAll(strategy: "a", detail: "strategy stopped")
+        #expect(await registry.active.map(\.id) == [b])
+        #expect(await registry.state(of: a5) == .released)
+    }
+
     @Test func historyIsBoundedByBytesAsWellAsByCount() async throws {
         let limit = 256 << 10
         let registry = LeaseRegistry(clock: ManualClock(), historyLimit: 1_000, historyByteLimit: limit)

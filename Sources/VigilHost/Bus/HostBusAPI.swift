@@ -31,28 +31,66 @@ public actor HostBusAPI {
     /// mutating methods.
     public nonisolated let hostUID: UInt32
 
-    /// What the strategy object shows.
+    /// What the strategy object shows: its fields out of line
+    /// (``OutOfLine``), so the table of strategies holds a word per bucket.
     struct StrategyEntry: Sendable {
-        var status: StrategyStatus
+        private struct Fields: Sendable {
+            var status: StrategyStatus
+            var config: [String: ConfigValue]
+            var path: String
+        }
+        private var fields: OutOfLine<Fields>
+
+        /// `path`: the strategy's object path, the string the object
+        /// server's table keys it by and the `Strategies` list shows.
+        init(status: StrategyStatus, config: [String: ConfigValue], path: String) {
+            fields = OutOfLine(Fields(status: status, config: config, path: path))
+        }
+
+        /// Its object path, made once.
+        var path: String { fields.value.path }
+
+        var status: StrategyStatus {
+            _read { yield fields.value.status }
+            _modify { yield &fields.value.status }
+        }
         /// The strategy's TOML table when the object was exported.
-        var config: [String: ConfigValue]
+        var config: [String: ConfigValue] {
+            _read { yield fields.value.config }
+            _modify { yield &fields.value.config }
+        }
     }
 
-    /// What a lease object shows.
+    /// What a lease object shows: its fields out of line (``OutOfLine``),
+    /// so the table of leases holds a word per bucket, not a snapshot.
     struct LeaseEntry: Sendable {
-        var snapshot: LeaseSnapshot
+        private struct Fields: Sendable {
+            var snapshot: LeaseSnapshot
+            var kind: String
+            var path: String
+        }
+        private var fields: OutOfLine<Fields>
+
+        var snapshot: LeaseSnapshot {
+            _read { yield fields.value.snapshot }
+            _modify { yield &fields.value.snapshot }
+        }
         /// The kind of the lease's strategy.
-        var kind: String
+        var kind: String {
+            _read { yield fields.value.kind }
+            _modify { yield &fields.value.kind }
+        }
         /// Its object path, made once: a status batch names thousands.
-        var path: String
+        var path: String {
+            _read { yield fields.value.path }
+            _modify { yield &fields.value.path }
+        }
 
         /// `path`: the lease's object path, the one string the object
         /// server's table and the rate limiter key the object by too (each
         /// made its own copy: 48 bytes of heap apiece per lease).
         init(snapshot: LeaseSnapshot, kind: String, path: String) {
-            self.snapshot = snapshot
-            self.kind = kind
-            self.path = path
+            fields = OutOfLine(Fields(snapshot: snapshot, kind: kind, path: path))
         }
 
         /// Takes `status`; returns the path to announce (changed in place:
@@ -378,7 +416,8 @@ public actor HostBusAPI {
     nonisolated func strategyPaths() -> BusEncoded<[ObjectPath]> {
         published.withLock { state in
             if let cached = state.strategyPaths { return cached }
-            let paths = BusEncoded(state.strategyOrder.map { ObjectPath(VigilAPI.strategyPath($0)) })
+            // The entries' own path strings, shared, not a copy of each.
+            let paths = BusEncoded(state.strategyOrder.map { ObjectPath(state.strategies[$0]?.path ?? VigilAPI.strategyPath($0)) })
             state.strategyPaths = paths
             return paths
         }
@@ -387,7 +426,8 @@ public actor HostBusAPI {
     nonisolated func leasePaths() -> BusEncoded<[ObjectPath]> {
         published.withLock { state in
             if let cached = state.leasePaths { return cached }
-            let paths = BusEncoded(state.leases.keys.sorted().map { ObjectPath(VigilAPI.leasePath($0)) })
+            // The entries' own path strings, shared, not a copy of each.
+            let paths = BusEncoded(state.leases.sorted { $0.key < $1.key }.map { ObjectPath($0.value.path) })
             state.leasePaths = paths
             return paths
         }
@@ -417,7 +457,7 @@ public actor HostBusAPI {
             guard let entry = leases[id] else { return nil }
             let lease = entry.snapshot
             return LeaseRow(
-                path: VigilAPI.leasePath(id), id: id.rawValue, strategy: lease.strategy, kind: entry.kind,
+                path: entry.path, id: id.rawValue, strategy: lease.strategy, kind: entry.kind,
                 holds: lease.holds, reason: lease.reason, acquiredAt: UInt64(clamping: lease.acquiredWallMicros),
                 deadline: HostBusValues.deadlineWallMicros(lease), renewals: UInt32(clamping: lease.renewals),
                 state: lease.state.rawValue)
@@ -426,8 +466,9 @@ public actor HostBusAPI {
 
     static func strategyRows(order strategyOrder: [String], _ strategies: [String: StrategyEntry]) -> [StrategyRow] {
         strategyOrder.compactMap { name -> StrategyRow? in
-            guard let status = strategies[name]?.status else { return nil }
-            return StrategyRow(path: VigilAPI.strategyPath(name), name: name, kind: status.kind, state: status.state.rawValue,
+            guard let entry = strategies[name] else { return nil }
+            let status = entry.status
+            return StrategyRow(path: entry.path, name: name, kind: status.kind, state: status.state.rawValue,
                                restarts: UInt32(clamping: status.restarts), lastError: status.lastError ?? "")
         }
     }
@@ -549,8 +590,10 @@ public actor HostBusAPI {
 
     private func addStrategy(_ status: StrategyStatus, on server: DBusObjectServer) async throws {
         let config = await parts.configuredStrategy(status.name)?.values ?? [:]
-        setStrategy(status.name, StrategyEntry(status: status, config: config))
-        try await server.export(VigilAPI.strategyPath(status.name), interfaces: strategyInterfaces)
+        // One string for the path, wherever the object is kept.
+        let path = VigilAPI.strategyPath(status.name)
+        setStrategy(status.name, StrategyEntry(status: status, config: config, path: path))
+        try await server.export(path, interfaces: strategyInterfaces)
         await parts.strategyBus.strategyExported(status.name)
     }
 

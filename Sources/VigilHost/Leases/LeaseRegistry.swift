@@ -138,14 +138,41 @@ public enum LeaseChange: Sendable, Hashable {
 /// grace time; then the lease is released (`expired`), force-released if the
 /// handler overran. Every change is published to `events()` subscribers.
 public actor LeaseRegistry: LeaseStatusSink {
+    /// An active lease: its fields out of line (``OutOfLine``), so that
+    /// `entries` holds a word per bucket, not the few hundred bytes of a
+    /// snapshot and a request.
     private struct Entry {
-        var snapshot: LeaseSnapshot
-        var request: LeaseRequest
-        var token: (any PowerToken)?
+        private struct Fields {
+            var snapshot: LeaseSnapshot
+            var request: LeaseRequest
+            var token: (any PowerToken)?
+            var renewing = 0
+        }
+        private var fields: OutOfLine<Fields>
+
+        init(snapshot: LeaseSnapshot, request: LeaseRequest, token: (any PowerToken)?) {
+            fields = OutOfLine(Fields(snapshot: snapshot, request: request, token: token))
+        }
+
+        var snapshot: LeaseSnapshot {
+            _read { yield fields.value.snapshot }
+            _modify { yield &fields.value.snapshot }
+        }
+        var request: LeaseRequest {
+            _read { yield fields.value.request }
+            _modify { yield &fields.value.request }
+        }
+        var token: (any PowerToken)? {
+            _read { yield fields.value.token }
+            _modify { yield &fields.value.token }
+        }
         /// Renewals waiting for the power backend. While one is, the old
         /// deadline does not expire the lease: its holder asked in time,
         /// and the renewal's answer decides (a new deadline, or the end).
-        var renewing = 0
+        var renewing: Int {
+            _read { yield fields.value.renewing }
+            _modify { yield &fields.value.renewing }
+        }
     }
 
     /// Times of events and acquisitions (boottime in vigild).
@@ -157,7 +184,7 @@ public actor LeaseRegistry: LeaseStatusSink {
     /// The ids in `entries` by holder, so releasing one strategy's leases
     /// does not go through (and copy) every entry: stopping 10,000
     /// voip-socket strategies was quadratic.
-    private var byStrategy: [String: Set<LeaseID>] = [:]
+    private var byStrategy: [String: HolderLeases] = [:]
     private var nextID: UInt64 = 1
     /// Active leases' deadlines, earliest first, watched by one task
     /// (`deadlineWatch`) rather than one task per lease, which cost every
@@ -352,7 +379,11 @@ public actor LeaseRegistry: LeaseStatusSink {
             }
         }
         entries[id] = Entry(snapshot: snapshot, request: request, token: token)
-        byStrategy[strategy, default: []].insert(id)
+        if let held = byStrategy[strategy] {
+            byStrategy[strategy] = held.inserting(id)
+        } else {
+            byStrategy[strategy] = .one(id)
+        }
         publish(.acquired, snapshot)
         armWatcher(id)
         return snapshot
@@ -487,7 +518,7 @@ public actor LeaseRegistry: LeaseStatusSink {
 
     /// Releases every lease held by `strategy` (its `run` ended).
     public func releaseAll(strategy: String, detail: String) async {
-        for id in (byStrategy[strategy] ?? []).sorted() {
+        for id in byStrategy[strategy]?.sorted ?? [] {
             await end(id, as: .released, forced: false, detail: detail)
         }
     }
@@ -503,8 +534,8 @@ public actor LeaseRegistry: LeaseStatusSink {
 
     private func end(_ id: LeaseID, as kind: LeaseEvent.Kind, forced: Bool, detail: String) async {
         guard var entry = entries.removeValue(forKey: id) else { return }
-        if byStrategy[entry.snapshot.strategy]?.remove(id) != nil, byStrategy[entry.snapshot.strategy]?.isEmpty == true {
-            byStrategy[entry.snapshot.strategy] = nil
+        if let held = byStrategy[entry.snapshot.strategy] {
+            byStrategy[entry.snapshot.strategy] = held.removing(id)
         }
         entry.snapshot.state = kind == .expired ? .expired : .released
         await entry.token?.release()
@@ -740,5 +771,42 @@ public struct RegistryLease: BatchableLeaseHandle {
 
     public var state: LeaseState {
         get async { await registry.state(of: id) ?? .released }
+    }
+}
+
+/// The ids of one holder's leases (``LeaseRegistry``'s `byStrategy`): most
+/// holders have one, kept inline; a set of one cost an allocation of about
+/// a hundred bytes per strategy.
+private enum HolderLeases {
+    case one(LeaseID)
+    case many(Set<LeaseID>)
+
+    func inserting(_ id: LeaseID) -> HolderLeases {
+        switch self {
+        case .one(let held):
+            return held == id ? self : .many([held, id])
+        case .many(var ids):
+            ids.insert(id)
+            return .many(ids)
+        }
+    }
+
+    /// Nil when no id is left.
+    func removing(_ id: LeaseID) -> HolderLeases? {
+        switch self {
+        case .one(let held):
+            return held == id ? nil : self
+        case .many(var ids):
+            ids.remove(id)
+            if ids.count == 1, let last = ids.first { return .one(last) }
+            return ids.isEmpty ? nil : .many(ids)
+        }
+    }
+
+    var sorted: [LeaseID] {
+        switch self {
+        case .one(let id): [id]
+        case .many(let ids): ids.sorted()
+        }
     }
 }

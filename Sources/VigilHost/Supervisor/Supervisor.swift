@@ -106,7 +106,9 @@ public actor Supervisor {
     private let stopTimeout: Duration
     private var order: [String] = []
     private var tasks: [String: Task<Void, Never>] = [:]
-    private var status: [String: StrategyStatus] = [:]
+    /// Each strategy's status, out of line (``OutOfLine``): a word per
+    /// bucket of the table, not the hundred bytes of a status.
+    private var status: [String: OutOfLine<StrategyStatus>] = [:]
     private var subscribers: [UInt64: AsyncStream<StrategyStatus>.Continuation] = [:]
     private var nextSubscriber: UInt64 = 0
     /// Each strategy's own last failure and its leases' errors, folded
@@ -121,7 +123,7 @@ public actor Supervisor {
     }
 
     /// Current status of every strategy, in start order.
-    public var statuses: [StrategyStatus] { order.compactMap { status[$0] } }
+    public var statuses: [StrategyStatus] { order.compactMap { status[$0]?.value } }
 
     /// Every status change from now on; ends after ``endChanges()``.
     public func changes() -> AsyncStream<StrategyStatus> {
@@ -198,7 +200,7 @@ public actor Supervisor {
         }
         await services.registry.releaseAll(strategy: name, detail: "strategy stopped")
         errors.forgetFailure(of: name)
-        if var s = status[name] {
+        if var s = status[name]?.value {
             s.state = .stopped
             update(s)
         }
@@ -280,21 +282,21 @@ public actor Supervisor {
     }
 
     private func setState(_ name: String, _ state: StrategyRunState) {
-        guard var s = status[name], s.state != state else { return }
+        guard var s = status[name]?.value, s.state != state else { return }
         s.state = state
         s.waitingFor = ""
         update(s)
     }
 
     private func setWaiting(_ name: String, _ waitingFor: String) {
-        guard var s = status[name], s.state != .waiting || s.waitingFor != waitingFor else { return }
+        guard var s = status[name]?.value, s.state != .waiting || s.waitingFor != waitingFor else { return }
         s.state = .waiting
         s.waitingFor = waitingFor
         update(s)
     }
 
     private func recordFailure(_ name: String, _ error: String) {
-        guard var s = status[name] else { return }
+        guard var s = status[name]?.value else { return }
         s.restarts += 1
         (s.lastError, s.lastErrorWallMicros) = errors.recordFailure(of: name, error)
         s.state = .backoff
@@ -306,7 +308,7 @@ public actor Supervisor {
     /// runs this; without it, LastError is the strategies' own failures.
     public func followErrors() async {
         for await name in errors.changes {
-            guard var s = status[name] else { continue }
+            guard var s = status[name]?.value else { continue }
             let newest = errors.newest(of: name)
             guard newest?.error != s.lastError || newest?.wallMicros != s.lastErrorWallMicros else { continue }
             s.lastError = newest?.error
@@ -316,7 +318,7 @@ public actor Supervisor {
     }
 
     private func update(_ s: StrategyStatus) {
-        status[s.name] = s
+        status[s.name] = OutOfLine(s)
         for c in subscribers.values { c.yield(s) }
     }
 }
