@@ -14,6 +14,11 @@ struct InstantHeap<Element: InstantOrdered> {
     var first: Element? { items.first }
     var isEmpty: Bool { items.isEmpty }
 
+    /// Visits every entry, in no order.
+    func forEach(_ body: (Element) -> Void) {
+        for item in items { body(item) }
+    }
+
     mutating func push(_ element: Element) {
         items.append(element)
         var child = items.count - 1

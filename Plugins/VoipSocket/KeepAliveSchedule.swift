@@ -1,7 +1,7 @@
 import VigilKit
 
 /// The next keep-alive rounds of every connection, one heap per wake
-/// scheduler and alignment, woken through that scheduler.
+/// scheduler, alignment and window, woken through that scheduler.
 ///
 /// Why not a task per connection: a task keeps its stack slab (a few
 /// kilobytes) for as long as it lives, and waking it for a ping costs
@@ -11,19 +11,39 @@ import VigilKit
 /// same batch, from that one wake. The host's scheduler still sees the
 /// window of the most urgent round, so it coalesces with other strategies'
 /// wakes as before, and a test clock drives it exactly.
+///
+/// With an alignment, rounds that came apart merge again. A batch goes when
+/// every window it takes in has opened (the request's `earliest` is the
+/// latest opening among the rounds whose window opens before the most
+/// urgent one's end), so a wake coalesced early or an aligned slot cannot
+/// cut it in two. One keeper of the group leads: a batch without the
+/// leader's round (while the leader has one waiting) goes at that opening,
+/// as early as its windows allow, instead of as late as they allow, and so
+/// closes on the leader's batch by up to the window's width less the
+/// margin each round (1.5 s for 10 s and 20 %) until its windows hold the
+/// leader's batch and it rides along (docs/benchmarks.md, "The spread is
+/// the start's wall time"). No ping goes outside its window: a batch fires
+/// inside every window it takes in.
 final class KeepAliveSchedule: Sendable {
     static let shared = KeepAliveSchedule()
 
-    /// Rounds waiting on one scheduler, with one alignment.
+    /// Rounds waiting on one scheduler, with one alignment and the same
+    /// window (interval and jitter): rounds of one period, which can keep
+    /// in step once merged. Other periods still coalesce in the scheduler.
     struct Key: Hashable {
         var scheduler: ObjectIdentifier
         var align: Duration?
+        /// Where the window opens and where it aims, after the base (ns).
+        var opens: Int64
+        var aims: Int64
 
         /// A keeper's key, worked out once per session: telling schedulers
         /// apart takes a dynamic cast, too dear for every ping.
-        init(_ scheduler: any WakeScheduling, align: Duration?) {
+        init(_ scheduler: any WakeScheduling, align: Duration?, window: (earliest: Int64, target: Int64)) {
             self.scheduler = instanceIdentity(of: scheduler)
             self.align = align
+            self.opens = window.earliest
+            self.aims = window.target
         }
     }
 
@@ -51,6 +71,9 @@ final class KeepAliveSchedule: Sendable {
         var live = 0
         /// The wake request in flight: its number, window end and task.
         var waker: (number: UInt64, latest: VigilInstant, task: Task<Void, Never>)?
+        /// The keeper whose batch the others close on (aligned groups): the
+        /// first one added, replaced by the next one added when it goes.
+        var leader: PingKeeper?
     }
 
     private struct State {
@@ -69,8 +92,13 @@ final class KeepAliveSchedule: Sendable {
             func add(_ group: inout Group, _ lastWaker: inout UInt64) -> Task<Void, Never>? {
                 if keeper.scheduledEntry.exchange(generation, ordering: .relaxed) == 0 { group.live += 1 }
                 group.heap.push(Entry(earliest: earliest, latest: latest, keeper: keeper, generation: generation))
-                if let waker = group.waker, waker.latest <= latest { return nil }
-                // None waits yet, or it waits past this window's end.
+                if group.leader == nil { group.leader = keeper }
+                // The leader's round decides whether the batch waiting
+                // closes on it or is its batch: the wake is worked out again.
+                let leads = key.align != nil && group.leader === keeper
+                if !leads, let waker = group.waker, waker.latest <= latest { return nil }
+                // None waits yet, it waits past this window's end, or the
+                // leader's round came.
                 let old = group.waker?.task
                 arm(&group, key: key, lastWaker: &lastWaker)
                 return old
@@ -86,6 +114,7 @@ final class KeepAliveSchedule: Sendable {
         let cancel: Task<Void, Never>? = state.withLock { s in
             guard var group = s.groups.removeValue(forKey: key) else { return nil }
             if keeper.scheduledEntry.exchange(0, ordering: .relaxed) != 0 { group.live -= 1 }
+            if group.leader === keeper { group.leader = nil }  // the next one added leads
             guard group.live == 0 else {
                 s.groups[key] = group
                 return nil
@@ -103,6 +132,7 @@ final class KeepAliveSchedule: Sendable {
             group.waker = nil
             return
         }
+        let (earliest, latest) = window(for: top, in: group, aligned: key.align != nil)
         lastWaker += 1
         let number = lastWaker
         // The wake is the most urgent round's, so its strategy's wakeup
@@ -110,7 +140,7 @@ final class KeepAliveSchedule: Sendable {
         // Rounds of other instances that come due in the same firing ride
         // along, as requests coalesce.
         let request = WakeRequest(
-            earliest: top.earliest, latest: top.latest, align: key.align,
+            earliest: earliest, latest: latest, align: key.align,
             label: "voip-socket keep-alive (\(group.live) connection\(group.live == 1 ? "" : "s"))",
             forStrategy: top.keeper.strategy)
         let scheduler = group.scheduler
@@ -123,7 +153,34 @@ final class KeepAliveSchedule: Sendable {
             guard let firing = try? await scheduler.wake(request) else { return }  // cancelled: replaced or nothing left
             fire(key: key, number: number, at: firing.firedAt)
         }
-        group.waker = (number, top.latest, task)
+        group.waker = (number, latest, task)
+    }
+
+    /// The window of the wake for the batch `top` heads. Without alignment,
+    /// `top`'s own (its random target as the end), as before. With it: from
+    /// the latest opening among the live rounds whose window opens by
+    /// `top`'s end (they are the batch, and fire together wherever the
+    /// scheduler puts the wake), to `top`'s end; or at that opening when
+    /// the leader has a round waiting outside the batch, so that the batch
+    /// closes on the leader's. Every round of the batch has the window
+    /// inside its own, and one pass over the heap (once or twice a round)
+    /// finds it.
+    private func window(for top: Entry, in group: Group, aligned: Bool) -> (VigilInstant, VigilInstant) {
+        guard aligned else { return (top.earliest, top.latest) }
+        let leader = group.leader
+        var opens = top.earliest
+        var leaderIn = false
+        group.heap.forEach { entry in
+            guard entry.earliest <= top.latest,
+                entry.keeper.scheduledEntry.load(ordering: .relaxed) == entry.generation
+            else { return }
+            if entry.earliest > opens { opens = entry.earliest }
+            if entry.keeper === leader { leaderIn = true }
+        }
+        if let leader, !leaderIn, leader.scheduledEntry.load(ordering: .relaxed) != 0 {
+            return (opens, opens)  // behind the leader's batch: catch up
+        }
+        return (opens, top.latest)
     }
 
     /// A wake fired at `now`: every round whose window opened is due.

@@ -66,14 +66,15 @@ final class PingKeeper: Sendable {
         self.scheduler = connection.context.scheduler
         self.strategy = connection.context.name
         self.clock = connection.context.clock
-        self.scheduleKey = KeepAliveSchedule.Key(connection.context.scheduler, align: settings.align)
+        let offsets = Self.windowOffsets(interval: interval, jitter: settings.jitter)
+        self.scheduleKey = KeepAliveSchedule.Key(connection.context.scheduler, align: settings.align, window: offsets)
         self.ping = settings.ping
         self.expectsPong = !settings.expect.isEmpty
         self.handlerTimeout = settings.handlerTimeout
         self.skipPingOnTraffic = settings.skipPingOnTraffic
         self.countsClientTraffic = settings.wire == .mqtt
         self.state = Lock(State(phase: .stopped, base: connectedAt))
-        self.offsets = Self.windowOffsets(interval: interval, jitter: settings.jitter)
+        self.offsets = offsets
     }
 
     /// Schedules the first round.

@@ -8,7 +8,7 @@ import VigilHost
 import VigilKit
 import VigilTestSupport
 
-/// vigil-bench voip-socket [connections] [interval-seconds] [--tls] [--rounds K] [--no-pin]: that many
+/// vigil-bench voip-socket [connections] [interval-seconds] [--tls] [--rounds K] [--no-pin] [--split S]: that many
 /// voip-socket instances (default 10,000) in this process, each holding one
 /// keep-alive connection to a pong server on 127.0.0.1 (an epoll loop in a
 /// child process, ``PongServerProcess``, so this process needs only n
@@ -25,6 +25,11 @@ import VigilTestSupport
 /// Reference, same run and server: the same round done by a bare epoll loop
 /// over n plain sockets (send n pings, wait for n pongs), no strategy
 /// machinery.
+///
+/// `--split S` starts half of the connections, then the other half S
+/// seconds (a decimal) after the first half is up: two phases more than the
+/// window's width apart, as a slow start makes them, to see them merge
+/// again (each measured round's spread is printed).
 ///
 /// The side measured (this process) and the far end (the pong server, and
 /// nginx) run on separate cores (``CorePlacement``); `--no-pin` leaves them
@@ -46,7 +51,7 @@ func voipSocketBench(_ arguments: [String]) async throws {
         try runPongServerChild()
         return
     }
-    let usage = "usage: vigil-bench voip-socket [connections] [interval-seconds] [--tls] [--no-follower] [--rounds K] [--no-pin]"
+    let usage = "usage: vigil-bench voip-socket [connections] [interval-seconds] [--tls] [--no-follower] [--rounds K] [--no-pin] [--split SECONDS]"
     if arguments.contains("--help") {
         print(usage)
         return
@@ -63,6 +68,14 @@ func voipSocketBench(_ arguments: [String]) async throws {
     // each strategy round did not vary with it: the median of five rounds
     // is steadier than of three.
     let measuredRounds = try takeRounds(&args, default: 5, usage: usage)
+    var split: Double?
+    if let flag = args.firstIndex(of: "--split") {
+        guard flag + 1 < args.count, let s = Double(args[flag + 1]), s > 0, s < 60 else {
+            throw BenchError("--split takes seconds between the two halves' starts, above 0 and below 60\n\(usage)")
+        }
+        split = s
+        args.removeSubrange(flag...(flag + 1))
+    }
     if let unknown = args.first(where: { $0.hasPrefix("--") }) { throw BenchError("unknown option \(unknown)\n\(usage)") }
     var n = args.first.flatMap(Int.init) ?? 10_000
     let interval = args.dropFirst().first.flatMap(Int64.init) ?? 10
@@ -144,7 +157,16 @@ func voipSocketBench(_ arguments: [String]) async throws {
     }
     let rssBefore = residentBytes(), heapBefore = heapInUse()
     let started = ContinuousClock.now, startCPU = processCPU()
-    await supervisor.start(strategies)
+    if let split {
+        let half = n / 2
+        await supervisor.start(Array(strategies[..<half]))
+        guard await waitFor(seconds: 120, { server.accepted >= half }) else { throw BenchError("only \(server.accepted) of \(half) connected") }
+        try await Task.sleep(for: .milliseconds(Int64(split * 1000)))
+        print("split: the first \(half) connections up, the other \(n - half) started \(split) s later")
+        await supervisor.start(Array(strategies[half...]))
+    } else {
+        await supervisor.start(strategies)
+    }
     guard await waitFor(seconds: 120, { server.accepted >= n }) else { throw BenchError("only \(server.accepted) of \(n) connected") }
     // The CPU the start took (this process, every thread): what the
     // followers add there is CPU, whatever else the machine runs; the
@@ -165,7 +187,7 @@ func voipSocketBench(_ arguments: [String]) async throws {
     // was 10-20 ms of the round's CPU), and the asking's thread CPU is taken
     // out of the round's.
     var roundCPU: [Double] = [], roundServerCPU: [Double] = [], roundPolling: [Double] = []
-    var roundAnnouncements: [Int] = []
+    var roundAnnouncements: [Int] = [], roundSpreads: [Double] = []
     for number in 2...(1 + measuredRounds) {
         let mark = server.totalPings
         let announcedBefore = await projection?.api.rateLimitedAnnouncements() ?? 0
@@ -179,6 +201,7 @@ func voipSocketBench(_ arguments: [String]) async throws {
         roundServerCPU.append(Double(server.cpuNanoseconds - serverBefore) / 1e9)
         roundPolling.append(polling)
         roundAnnouncements.append((await projection?.api.rateLimitedAnnouncements() ?? 0) - announcedBefore)
+        roundSpreads.append(server.lastRound().spreadMs)
     }
     let cpu = median(roundCPU), serverCPU = median(roundServerCPU), polling = median(roundPolling)
     let rss = residentBytes() - rssBefore
@@ -195,7 +218,7 @@ func voipSocketBench(_ arguments: [String]) async throws {
     print("")
     print("memory per connection:   \(String(format: "%.1f", Double(rss) / Double(n) / 1024)) KiB (RSS +\(rss / 1_048_576) MiB for \(n); target <= \(tls ? 64 : 16) KiB)")
     print("leases held:             \(active)")
-    print("round of \(n) pings:       first to last ping \(String(format: "%.1f", round.spreadMs)) ms (target <= 1000 ms)")
+    print("round of \(n) pings:       first to last ping \(String(format: "%.1f", round.spreadMs)) ms (target <= 1000 ms); rounds 2-\(1 + measuredRounds): \(roundSpreads.map { String(format: "%.0f", $0) }.joined(separator: ", ")) ms")
     print("CPU per round:           \(String(format: "%.1f", cpu * 1000)) ms strategy side, median of rounds 2-\(1 + measuredRounds) (\(roundCPU.map { String(format: "%.1f", $0 * 1000) }.joined(separator: ", ")) ms; \(String(format: "%.2f", cpu / Double(n) * 1e6)) us per ping; the benchmark's own polling of the server, \(String(format: "%.1f", polling * 1000)) ms, taken out); server process \(String(format: "%.1f", serverCPU * 1000)) ms")
     print("pings inside window:     \(round.insideWindow(interval: Double(interval)))/\(round.gaps.count) with gap in [0.8, 1.0] x \(interval) s (+ round spread); latest \(String(format: "%.1f", round.maxLatenessMs(interval: Double(interval)))) ms after the window end; earliest gap \(String(format: "%.3f", (round.gaps.min() ?? 0))) s")
     print("late pings (strategy):   \(latePings) of \(sentPings) pings so far started after their window's end; overruns \(overruns)")
