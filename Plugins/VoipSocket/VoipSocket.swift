@@ -150,8 +150,12 @@ final class VoipConnection: Sendable {
     // inlined into it, and the frames of `run` and `session` live as long as
     // the connection (10,000 connections: every byte counts 10,000 times).
     // So the steps that run once per connection (connect, hooks, events,
-    // backoff) are `@inline(never)` functions whose frames are freed when
-    // they return, and `run` keeps only the link and a few counters.
+    // backoff) are `@inline(never)` functions, and `run` keeps only the link
+    // and a few counters. Those steps also run in child tasks: a task keeps
+    // the stack slabs of its deepest await chain until it ends (a frame
+    // that does not fit the next slab gets a new one as large as all the
+    // slabs after the current one), so a deep connect in the strategy's own
+    // task would cost its depth for the life of the connection.
 
     func run() async {
         var attempt = 0
@@ -159,13 +163,18 @@ final class VoipConnection: Sendable {
         while !Task.isCancelled {
             let link: TCPLink
             let plan: SessionPlan
-            switch await connectOrBackOff(attempt: &attempt) {
+            // Connecting (resolving, the deadline race, the protocol's
+            // opening exchange), hooks, events and the backoff run once per
+            // connection, each in a child task for the reason given at
+            // `start`: the connect path is the deepest, and this task would
+            // otherwise keep its slabs for the life of the connection.
+            switch await inChildTask({ [attempt] in await self.connectOrBackOff(attempt: attempt) }) {
             case .connected(let l, let p): (link, plan) = (l, p)
-            case .retry: continue
+            case .retry:
+                attempt += 1
+                continue
             case .stop: return
             }
-            // Hooks and events run once per connection, in a child task
-            // for the reason given at `start`.
             // An MQTT session or a SIP registration proved itself in the
             // opening exchange; a raw connection does at its first pong.
             let opened = settings.wire == .mqtt || plan.registers
@@ -177,13 +186,17 @@ final class VoipConnection: Sendable {
                 return
             }
             link.close()
-            guard await announceDisconnected(link, reason: reason, pingsBefore: pingsBefore, attempt: &attempt) else { return }
+            let next = await inChildTask { [attempt] in
+                await self.announceDisconnected(link, reason: reason, pingsBefore: pingsBefore, attempt: attempt)
+            }
+            guard let next else { return }
+            attempt = next
         }
     }
 
-    private enum ConnectOutcome {
+    private enum ConnectOutcome: Sendable {
         case connected(TCPLink, SessionPlan)
-        /// It failed and the backoff passed.
+        /// It failed and the backoff passed: the next attempt is one later.
         case retry
         /// Cancelled.
         case stop
@@ -191,7 +204,7 @@ final class VoipConnection: Sendable {
 
     /// Connects; on failure logs it and backs off.
     @inline(never)
-    private func connectOrBackOff(attempt: inout Int) async -> ConnectOutcome {
+    private func connectOrBackOff(attempt: Int) async -> ConnectOutcome {
         do {
             let (link, plan) = try await connect()
             return .connected(link, plan)
@@ -205,7 +218,6 @@ final class VoipConnection: Sendable {
             context.log.warning("cannot connect to \(settings.endpoint): \(message)\(permanent ? " (not transient: retrying at the longest backoff)" : "")")
             await context.events.record("connect-failed", ["remote": settings.endpoint.description, "error": message])
             guard await backOff(attempt: attempt, longest: permanent, after: message) else { return .stop }
-            attempt += 1
             return .retry
         }
     }
@@ -235,9 +247,10 @@ final class VoipConnection: Sendable {
     }
 
     /// Log, event and `on_disconnect` for an ended link, then the backoff;
-    /// false when cancelled.
+    /// the next attempt's number, nil when cancelled.
     @inline(never)
-    private func announceDisconnected(_ link: TCPLink, reason: String, pingsBefore: UInt64, attempt: inout Int) async -> Bool {
+    private func announceDisconnected(_ link: TCPLink, reason: String, pingsBefore: UInt64, attempt: Int) async -> Int? {
+        var attempt = attempt
         let (local, remote) = figures.withLock { ($0.local, $0.remote) }
         // A connection that proved itself (something came back, or a ping
         // went out) resets the backoff; one that dies at once does not.
@@ -251,9 +264,8 @@ final class VoipConnection: Sendable {
                 variables: ["local": local, "remote": remote, "reason": reason])
             if !result.exit.succeeded { context.log.warning("on_disconnect \(result.exit)") }
         }
-        guard await backOff(attempt: attempt, after: reason) else { return false }
-        attempt += 1
-        return true
+        guard await backOff(attempt: attempt, after: reason) else { return nil }
+        return attempt + 1
     }
 
     private static let cancelled = "cancelled"
@@ -507,28 +519,45 @@ final class VoipConnection: Sendable {
     }
 
     /// Keeps `link` alive until it dies; returns why it ended.
+    ///
+    /// Its frame lives as long as the connection: it keeps the keeper and
+    /// awaits; making the keeper, the hooks' task group and the end's
+    /// report are functions of their own, whose frames are not held.
     @inline(never)
     private func session(on link: TCPLink, plan: SessionPlan, connectedAt: VigilInstant) async -> String {
         // The keep-alive has no task: the shared schedule's wakes run it
         // (``PingKeeper``), and it closes the link when it gives up, which
         // ends the waits below.
+        let keeper = startKeeper(on: link, plan: plan, connectedAt: connectedAt)
+        let ended = settings.onData != nil || plan.registers ? await handlers(on: link, plan: plan) : await link.awaitEnd()
+        return await sessionEnded(keeper, ended: ended)
+    }
+
+    @inline(never)
+    private func startKeeper(on link: TCPLink, plan: SessionPlan, connectedAt: VigilInstant) -> PingKeeper {
         let keeper = PingKeeper(connection: self, link: link, interval: plan.interval, since: connectedAt)
         keeper.start()
-        let ended: String
-        if settings.onData != nil || plan.registers {
-            ended = await withTaskGroup(of: String.self) { group in
-                // The data loop ends when the link ended and every byte went
-                // to the hook; it stands in for awaitEnd so the last data
-                // before a close still reaches on_data.
-                group.addTask { await self.deliverData(from: link) }
-                if plan.registers { group.addTask { await self.renewRegistration(plan, on: link) } }
-                let first = await group.next() ?? Self.cancelled
-                group.cancelAll()
-                return first
-            }
-        } else {
-            ended = await link.awaitEnd()
+        return keeper
+    }
+
+    /// `on_data` and the SIP renewals for as long as the link lasts.
+    @inline(never)
+    private func handlers(on link: TCPLink, plan: SessionPlan) async -> String {
+        await withTaskGroup(of: String.self) { group in
+            // The data loop ends when the link ended and every byte went
+            // to the hook; it stands in for awaitEnd so the last data
+            // before a close still reaches on_data.
+            group.addTask { await self.deliverData(from: link) }
+            if plan.registers { group.addTask { await self.renewRegistration(plan, on: link) } }
+            let first = await group.next() ?? Self.cancelled
+            group.cancelAll()
+            return first
         }
+    }
+
+    /// Stops the keeper; why the session ended (the keeper's failure first).
+    @inline(never)
+    private func sessionEnded(_ keeper: PingKeeper, ended: String) async -> String {
         let (failure, overrunLate) = keeper.stop()
         if let overrunLate, let failure {
             context.log.warning("\(failure); closing the connection")

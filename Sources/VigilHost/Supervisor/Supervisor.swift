@@ -207,7 +207,26 @@ public actor Supervisor {
         order.removeAll { $0 == name }
     }
 
+    // Memory: a task keeps the stack slabs of its deepest await chain until
+    // it ends, and every strategy's task runs `supervise` and
+    // `runWithRestarts` under its whole run (10,000 connections: every byte
+    // of these frames counts 10,000 times). So what they keep across their
+    // awaits is one reference (``StrategyRun``), and what runs once (making
+    // the context, the gated loop, a run's end and the backoff) is in
+    // `@inline(never)` functions whose frames are freed when they return.
+
     private func supervise(_ s: SupervisedStrategy) async {
+        let run = makeRun(s)
+        guard let conditions = s.conditions, let monitor = services.conditions else {
+            await runWithRestarts(run)
+            return
+        }
+        await superviseGated(run, conditions: conditions, monitor: monitor)
+    }
+
+    /// The strategy's context, logger and wake owner, built once for all its runs.
+    @inline(never)
+    private func makeRun(_ s: SupervisedStrategy) -> StrategyRun {
         let log = services.logging.logger(s.name, metadata: ["strategy": .string(s.name)])
         let context = StrategyContext(
             name: s.name, kind: s.kind, log: log,
@@ -216,29 +235,30 @@ public actor Supervisor {
             clock: services.clock, events: services.events(s.name),
             store: services.store(s.name), bus: services.bus(s.name), cost: services.cost(s.name)
         )
-        guard let conditions = s.conditions, let monitor = services.conditions else {
-            await runWithRestarts(s, context: context, log: log)
-            return
-        }
-        // Gated: a run starts each time the conditions come to hold and is
-        // cancelled (its leases released) each time they stop holding.
+        return StrategyRun(s, context: context)
+    }
+
+    /// A run starts each time the conditions come to hold and is cancelled
+    /// (its leases released) each time they stop holding.
+    @inline(never)
+    private func superviseGated(_ r: StrategyRun, conditions: StrategyConditions, monitor: ConditionMonitor) async {
         var run: Task<Void, Never>?
         for await verdict in await monitor.verdicts(for: conditions) {
             if verdict.holds {
                 guard run == nil else { continue }
-                log.info("conditions hold; starting")
+                r.context.log.info("conditions hold; starting")
                 // Unstructured task: cancelled below when the conditions stop holding, or when
                 // supervise(_:) is cancelled.
-                run = Task { await self.runWithRestarts(s, context: context, log: log) }
+                run = Task { await self.runWithRestarts(r) }
             } else {
                 if let current = run {
-                    log.info("waiting for \(verdict.waitingFor); stopping")
+                    r.context.log.info("waiting for \(verdict.waitingFor); stopping")
                     current.cancel()
                     await current.value
                     run = nil
-                    await context.events.record("strategy-waiting", ["waiting_for": verdict.waitingFor])
+                    await r.context.events.record("strategy-waiting", ["waiting_for": verdict.waitingFor])
                 }
-                setWaiting(s.name, verdict.waitingFor)
+                setWaiting(r.name, verdict.waitingFor)
             }
         }
         if let run {
@@ -249,36 +269,50 @@ public actor Supervisor {
 
     /// Runs the strategy, restarting it with backoff when it throws, until
     /// it finishes or is cancelled.
-    private func runWithRestarts(_ s: SupervisedStrategy, context: StrategyContext, log: Logger) async {
+    private func runWithRestarts(_ r: StrategyRun) async {
         var attempt = 0
         while !Task.isCancelled {
             let started = services.clock.now
-            setState(s.name, .running)
+            setState(r.name, .running)
+            let failure: (any Error)?
             do {
                 // The wakes it asks for name it (a system wake's attribution).
-                try await WakeOwner.$current.withValue(WakeOwner(strategy: s.name, kind: s.kind)) {
-                    try await s.strategy.run(in: context)
+                try await WakeOwner.$current.withValue(r.owner) {
+                    try await r.strategy.run(in: r.context)
                 }
-                await services.runEnded(s.name)
-                await services.registry.releaseAll(strategy: s.name, detail: "strategy finished")
-                log.info("finished")
-                setState(s.name, .finished)
-                return
+                failure = nil
             } catch {
-                await services.runEnded(s.name)
-                await services.registry.releaseAll(strategy: s.name, detail: "strategy \(Task.isCancelled ? "stopped" : "failed")")
-                if Task.isCancelled { return }
-                // A run that lasted longer than the longest backoff counts as
-                // healthy: start the backoff sequence again.
-                if services.clock.now - started > backoff.maximum { attempt = 0 }
-                let delay = backoff.delay(attempt: attempt)
-                attempt += 1
-                log.error("failed: \(error); restart #\(attempt) in \(delay.vigilDescription)")
-                recordFailure(s.name, "\(error)")
-                await context.events.record("strategy-failed", ["error": "\(error)", "restart_in_ms": String(delay.microseconds / 1_000)])
-                do { try await services.clock.sleep(for: delay) } catch { return }
+                failure = error
             }
+            guard await runEnded(r, failure: failure, started: started, attempt: &attempt) else { return }
         }
+    }
+
+    /// After a run: releases its leases; when it failed, records that and
+    /// waits out the backoff. False when it is not to run again (it
+    /// finished, or was cancelled).
+    @inline(never)
+    private func runEnded(_ r: StrategyRun, failure: (any Error)?, started: VigilInstant, attempt: inout Int) async -> Bool {
+        guard let error = failure else {
+            await services.runEnded(r.name)
+            await services.registry.releaseAll(strategy: r.name, detail: "strategy finished")
+            r.context.log.info("finished")
+            setState(r.name, .finished)
+            return false
+        }
+        await services.runEnded(r.name)
+        await services.registry.releaseAll(strategy: r.name, detail: "strategy \(Task.isCancelled ? "stopped" : "failed")")
+        if Task.isCancelled { return false }
+        // A run that lasted longer than the longest backoff counts as
+        // healthy: start the backoff sequence again.
+        if services.clock.now - started > backoff.maximum { attempt = 0 }
+        let delay = backoff.delay(attempt: attempt)
+        attempt += 1
+        r.context.log.error("failed: \(error); restart #\(attempt) in \(delay.vigilDescription)")
+        recordFailure(r.name, "\(error)")
+        await r.context.events.record("strategy-failed", ["error": "\(error)", "restart_in_ms": String(delay.microseconds / 1_000)])
+        do { try await services.clock.sleep(for: delay) } catch { return false }
+        return true
     }
 
     private func setState(_ name: String, _ state: StrategyRunState) {
@@ -320,5 +354,22 @@ public actor Supervisor {
     private func update(_ s: StrategyStatus) {
         status[s.name] = OutOfLine(s)
         for c in subscribers.values { c.yield(s) }
+    }
+}
+
+/// What every run of one supervised strategy runs with, by reference: the
+/// frames of `supervise` and `runWithRestarts` live as long as the
+/// strategy, and a context is a few hundred bytes.
+private final class StrategyRun: Sendable {
+    let name: String
+    let strategy: any KeepAliveStrategy
+    let context: StrategyContext
+    let owner: WakeOwner
+
+    init(_ s: SupervisedStrategy, context: StrategyContext) {
+        name = s.name
+        strategy = s.strategy
+        self.context = context
+        owner = WakeOwner(strategy: s.name, kind: s.kind)
     }
 }
