@@ -211,9 +211,10 @@ public actor Supervisor {
     // it ends, and every strategy's task runs `supervise` and
     // `runWithRestarts` under its whole run (10,000 connections: every byte
     // of these frames counts 10,000 times). So what they keep across their
-    // awaits is one reference (``StrategyRun``), and what runs once (making
-    // the context, the gated loop, a run's end and the backoff) is in
-    // `@inline(never)` functions whose frames are freed when they return.
+    // awaits is one reference (``StrategyRun``), and the rest (making the
+    // context, a run's end and the backoff, and the loop of a strategy with
+    // conditions, whose runs are tasks of their own) is in `@inline(never)`
+    // functions, whose frames this task does not hold while the strategy runs.
 
     private func supervise(_ s: SupervisedStrategy) async {
         let run = makeRun(s)
@@ -224,7 +225,7 @@ public actor Supervisor {
         await superviseGated(run, conditions: conditions, monitor: monitor)
     }
 
-    /// The strategy's context, logger and wake owner, built once for all its runs.
+    /// The strategy's context and wake owner, built once for all its runs.
     @inline(never)
     private func makeRun(_ s: SupervisedStrategy) -> StrategyRun {
         let log = services.logging.logger(s.name, metadata: ["strategy": .string(s.name)])
