@@ -108,6 +108,9 @@ func backgroundTaskBench(_ args: [String]) async throws {
         let pairTotal = pair.echo + pair.bus + pair.client
         print(String(format: "  CPU per lease: vigild %.0f us (its event loop, the main thread, %.0f), dbus-daemon %.0f, this client %.0f; total %.0f us",
                      lease.server, lease.serverBusThread, lease.bus, lease.client, lease.server + lease.bus + lease.client))
+        // Read against the bus's own CPU in the same phase (the same work
+        // per lease), vigild's cost holds still while the machine's load moves.
+        print(String(format: "  vigild / dbus-daemon CPU per lease: %.2f", lease.server / max(lease.bus, 1e-9)))
         print(String(format: "  CPU per floor lease: the C server %.0f us, dbus-daemon %.0f, this client %.0f; total %.0f us",
                      floorLease.server, floorLease.bus, floorLease.client, floorLease.server + floorLease.bus + floorLease.client))
         print(String(format: "  CPU per echo pair: dbus-test-tool %.0f us, dbus-daemon %.0f, this client %.0f; total %.0f us",
