@@ -130,18 +130,26 @@ import VigilTestSupport
         // Bounded generously: only the cut-offs below are timed.
         #expect(await server.count(.accepted, atLeast: 4, timeout: .seconds(30)))
         let status = await h.waitForStatus { $0["Overruns"]?.uintValue ?? 0 >= 3 }
+        #expect(await h.waitForEvent("handler-overrun", count: 3))
         await h.supervisor.stopAll()
-        // Three overruns, measured at the server from the ping to the close.
-        // None may come early; the best shows the deadline is enforced within
-        // 100 ms; the others may be later when the rest of the suite loads
-        // both cores (a 2-core machine running every test at once).
+        // None came early, by the strategy's own clock: each overrun's
+        // lateness is read from the instant its ping was due.
+        let lateness = h.recorded("handler-overrun").compactMap { $0["late_ms"].flatMap(Int.init) }
+        #expect(lateness.count >= 3 && lateness.allSatisfy { $0 >= 0 }, "cut off before handler_timeout: \(h.recorded("handler-overrun"))")
+        // Three overruns, measured at the server from the ping to the close:
+        // the best shows the deadline is enforced within 100 ms; the others
+        // may be later when the rest of the suite loads both cores (a 2-core
+        // machine running every test at once). The server's thread stamps a
+        // ping when it reads it, which a loaded machine can delay by tens of
+        // milliseconds more than the close (it measured 241.8 ms once), so
+        // its lower bound only catches a cut-off plainly early.
         var cutOffs: [Double] = []
         for connection in 1...3 {
             let ping = try #require(server.all(.ping).first { $0.connection == connection })
             let closed = try #require(server.all(.closedByClient).first { $0.connection == connection })
             cutOffs.append((closed.at - ping.at).seconds * 1000)
         }
-        #expect(cutOffs.allSatisfy { $0 >= 245 }, "closed before handler_timeout (250 ms): \(cutOffs) ms after the ping")
+        #expect(cutOffs.allSatisfy { $0 >= 200 }, "closed well before handler_timeout (250 ms): \(cutOffs) ms after the ping")
         #expect((cutOffs.min() ?? .infinity) <= 250 + 100, "closed \(cutOffs) ms after the ping; handler_timeout is 250 ms")
         #expect(cutOffs.allSatisfy { $0 <= 250 + 1_000 }, "\(cutOffs)")
         #expect(status["LastError"]?.stringValue.contains("overran handler_timeout (250ms): no pong") == true, "\(status)")
