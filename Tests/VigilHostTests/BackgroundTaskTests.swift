@@ -101,8 +101,13 @@ enum BackgroundTaskPlugin {
         let supervisor = Supervisor(services: StrategyServices(
             registry: registry, scheduler: try WakeScheduler.system(clock: clock), clock: clock, logging: log.logging,
             hooks: { name, log in HookRunner(strategy: name, log: log) }, events: { _ in RecordingEvents() }))
+        // A renewal is due 0.5 s after each acquisition or renewal (every
+        // 200 ms check); the budget leaves 5.5 s beyond that before the lease
+        // expires, so a suite that starves the process for a second or two
+        // on two cores cannot pass for a missed renewal (it did with a 2 s
+        // budget and 1.5 s of slack: acquired, then expiring, in CI).
         let strategy = try BackgroundTaskPlugin.make([
-            "budget": .string("2s"), "renew_when": .string("1500ms"), "check_every": .string("200ms"),
+            "budget": .string("6s"), "renew_when": .string("5500ms"), "check_every": .string("200ms"),
             "command": .array(["sleep", "100"].map(ConfigValue.string)),
         ])
         let stream = await registry.events()
