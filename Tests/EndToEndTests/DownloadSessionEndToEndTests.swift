@@ -63,6 +63,21 @@ extension EndToEnd {
                             "org.vigil.Vigil1.Download", name]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
             }
 
+            /// Polls `property` (every 20 ms, at most `timeout`) until `done`
+            /// holds; returns the last value. A download's object and its
+            /// state reach the bus after the log line that reports them
+            /// (the projection follows the strategy's status): two true
+            /// events whose order is not fixed.
+            func waitForProperty(_ id: Int, _ name: String, timeout: Duration = .seconds(10), until done: (String) -> Bool) async throws -> String {
+                let end = ContinuousClock.now + timeout
+                var value = try property(id, name)
+                while !done(value), ContinuousClock.now < end {
+                    try await Task.sleep(for: .milliseconds(20))
+                    value = try property(id, name)
+                }
+                return value
+            }
+
             func size(_ path: String) -> Int {
                 var st = stat()
                 return stat(path, &st) == 0 ? Int(st.st_size) : -1
@@ -261,7 +276,7 @@ extension EndToEnd {
             #expect(h.size(h.downloads + "/small.bin.part") == -1)
             // A 1 MiB download can fail before vigild serves the bus.
             _ = try await daemon.waitForLine(containing: "serving org.vigil.Vigil1")
-            #expect(try h.property(1, "State") == "s \"failed\"")
+            #expect(try await h.waitForProperty(1, "State") { $0 == "s \"failed\"" } == "s \"failed\"")
             #expect(try h.property(1, "LastError").contains("expected \(wrong)"))
             try await h.waitForSize(h.dir.file("failed.txt"), atLeast: 10)
             #expect(try String(contentsOfFile: h.dir.file("failed.txt"), encoding: .utf8).contains("sha256 mismatch"))
@@ -469,7 +484,7 @@ extension EndToEnd {
             _ = try await daemon.waitForLine(containing: "download 1 failed")
             #expect(!daemon.output.contains { $0.contains("completed") })
             #expect(h.size(h.downloads + "/liar.bin") == -1)
-            #expect(try h.property(1, "State") == "s \"failed\"")
+            #expect(try await h.waitForProperty(1, "State") { $0 == "s \"failed\"" } == "s \"failed\"")
             daemon.signal(SIGTERM)
             #expect(await daemon.waitForExit() == 0)
         }
@@ -541,7 +556,7 @@ extension EndToEnd {
             }
             // Still here, and still answering for the download it gave up.
             _ = try await daemon.waitForLine(containing: "download 1 failed")
-            #expect(try h.property(1, "State") == "s \"failed\"")
+            #expect(try await h.waitForProperty(1, "State") { $0 == "s \"failed\"" } == "s \"failed\"")
             daemon.signal(SIGTERM)
             #expect(await daemon.waitForExit() == 0)
         }
