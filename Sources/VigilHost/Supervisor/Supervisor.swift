@@ -294,15 +294,14 @@ public actor Supervisor {
     /// finished, or was cancelled).
     @inline(never)
     private func runEnded(_ r: StrategyRun, failure: (any Error)?, started: VigilInstant, attempt: inout Int) async -> Bool {
+        await services.runEnded(r.name)
+        let detail = failure == nil ? "strategy finished" : "strategy \(Task.isCancelled ? "stopped" : "failed")"
+        await services.registry.releaseAll(strategy: r.name, detail: detail)
         guard let error = failure else {
-            await services.runEnded(r.name)
-            await services.registry.releaseAll(strategy: r.name, detail: "strategy finished")
             r.context.log.info("finished")
             setState(r.name, .finished)
             return false
         }
-        await services.runEnded(r.name)
-        await services.registry.releaseAll(strategy: r.name, detail: "strategy \(Task.isCancelled ? "stopped" : "failed")")
         if Task.isCancelled { return false }
         // A run that lasted longer than the longest backoff counts as
         // healthy: start the backoff sequence again.
