@@ -621,7 +621,9 @@ final class SessionPlan: Sendable {
 
 /// Runs `body` in a child task and returns its result: the memory of its
 /// call stack is freed when it ends, while the calling task would keep it
-/// for as long as it lives.
+/// for as long as it lives. Not inlined: inlined, the group's frame is
+/// part of the caller's, which the calling task then keeps.
+@inline(never)
 func inChildTask<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) async throws -> T {
     try await withThrowingTaskGroup(of: T.self) { group in
         group.addTask { try await body() }
@@ -630,7 +632,8 @@ func inChildTask<T: Sendable>(_ body: @escaping @Sendable () async throws -> T) 
     }
 }
 
-/// ``inChildTask(_:)`` for a body that cannot throw.
+/// ``inChildTask(_:)`` for a body that cannot throw (not inlined either).
+@inline(never)
 func inChildTask<T: Sendable>(_ body: @escaping @Sendable () async -> T) async -> T {
     await withTaskGroup(of: T.self) { group in
         group.addTask { await body() }
