@@ -246,7 +246,16 @@ public actor AppPolicy {
             return
         }
         let now = clock.now
-        guard var usage = usage[entry.app] else { return }
+        // Changed in place: a copy taken out of the table shares its spans,
+        // and the append would copy all of them (up to maxSpansPerApp) on
+        // every lease's end.
+        guard let index = usage.index(forKey: entry.app) else { return }
+        Self.close(&usage.values[index], now: now)
+    }
+
+    /// One lease of the app ended at `now`: when it held its last, the open
+    /// span closes.
+    private static func close(_ usage: inout Usage, now: VigilInstant) {
         usage.holding -= 1
         if usage.holding == 0, let since = usage.openSince {
             usage.spans.append((since, now))
@@ -255,12 +264,10 @@ public actor AppPolicy {
             // the gap between them counted as held (never less budget used).
             if usage.spans.count > Self.maxSpansPerApp {
                 let merged = (start: usage.spans[0].start, end: usage.spans[1].end)
-                usage.spans.removeFirst(2)
-                usage.spans.insert(merged, at: 0)
+                usage.spans.replaceSubrange(0..<2, with: CollectionOfOne(merged))
             }
         }
         usage.lastUsed = now
-        self.usage[entry.app] = usage
     }
 
     /// How long a renewal of `lease` may last from now: the cap counts from
@@ -402,12 +409,15 @@ public actor AppPolicy {
     /// and used nothing within the window, and, past ``maxTrackedApps``,
     /// the least recently used of those that hold nothing.
     private func trackUsage(_ app: String, now: VigilInstant, _ change: (inout Usage) -> Void) {
-        var entry = usage[app] ?? Usage(lastUsed: now)
-        change(&entry)
-        entry.lastUsed = now
         let windowStart = now - AppLimitSettings.window
-        entry.spans.removeAll { $0.end <= windowStart }
-        usage[app] = entry
+        // Changed in place (the default subscript's modify): a copy taken
+        // out of the table would share its spans and copy them on change.
+        func track(_ entry: inout Usage) {
+            change(&entry)
+            entry.lastUsed = now
+            entry.spans.removeAll { $0.end <= windowStart }
+        }
+        track(&usage[app, default: Usage(lastUsed: now)])
         guard usage.count > Self.maxTrackedApps else { return }
         usage = usage.filter { $0.value.holding > 0 || $0.value.lastUsed > windowStart }
         while usage.count > Self.maxTrackedApps,

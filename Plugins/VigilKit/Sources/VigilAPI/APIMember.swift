@@ -69,6 +69,16 @@ struct BusArgumentReader {
         self.arguments = arguments
     }
 
+    /// The same check against a declaration's arguments, whose signatures
+    /// are their types' (``Arg``): no list is built for a call that matches.
+    init(_ arguments: [BusValue], declared: [BusArgument]) throws(BusValueMismatch) {
+        guard arguments.count == declared.count,
+              zip(arguments, declared).allSatisfy({ $0.signature == $1.signature }) else {
+            throw BusValueMismatch("expected arguments \"\(declared.map { $0.signature }.joined())\", got \"\(arguments.map(\.signature).joined())\"")
+        }
+        self.arguments = arguments
+    }
+
     mutating func read<each T: BusDecodable>(_ types: repeat (each T).Type) throws(BusValueMismatch) -> (repeat each T) {
         // A pack expansion cannot carry a typed throw through a closure
         // yet: decode through an untyped helper and restore the type.
@@ -122,9 +132,9 @@ public struct Method<each In: BusCodable, Out: BusBody>: Sendable {
 
     /// A call's arguments, decoded as declared; another signature throws.
     public func decode(_ arguments: [BusValue]) throws(BusValueMismatch) -> (repeat each In) {
-        var signatures: [String] = []
-        for type in repeat (each In).self { signatures.append(type.busSignature) }
-        var reader = try BusArgumentReader(arguments, signatures)
+        // The declaration's signatures are the argument types' (each
+        // `Arg<In>` erased), made once: a call builds no list of them.
+        var reader = try BusArgumentReader(arguments, declared: declaration.inArguments)
         return try reader.read(repeat (each In).self)
     }
 
