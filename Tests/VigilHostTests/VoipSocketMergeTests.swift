@@ -53,8 +53,8 @@ import VigilTestSupport
         // ping that is due may still be on its way when the test moves on;
         // the server would then stamp it with a later instant, a lateness of
         // the test's, not of the schedule (the VoipSocket suites beside a
-        // release build saw gaps of 10.4 to 12.7 s). A schedule that waits past the end
-        // still sends no ping there, so its gap still fails below.
+        // release build saw gaps of 10.4 to 12.7 s). A schedule that waits
+        // past the end still sends no ping there, so its gap still fails below.
         let end = start + .seconds(160)
         let window = Duration.seconds(10)
         var waited: [String: VigilInstant] = [:]
@@ -63,11 +63,8 @@ import VigilTestSupport
         }
         while clock.now < end {
             let before = server.all(.ping)
-            var target = clock.now + .milliseconds(100)
-            for name in names where base(name, before) + window > clock.now {
-                target = min(target, base(name, before) + window)
-            }
-            await clock.advance(to: target)
+            let windowEnds = names.map { base($0, before) + window }.filter { $0 > clock.now }
+            await clock.advance(to: windowEnds.reduce(clock.now + .milliseconds(100), min))
             for name in names {
                 let last = base(name, server.all(.ping))
                 guard last + window <= clock.now, waited[name] != last else { continue }

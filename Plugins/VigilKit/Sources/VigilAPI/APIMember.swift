@@ -61,20 +61,12 @@ struct BusArgumentReader {
 
     /// Throws when the count or any signature differs from `signatures`,
     /// naming both (the arguments are not decoded one by one before that).
-    init(_ arguments: [BusValue], _ signatures: [String]) throws(BusValueMismatch) {
+    /// `signatures` may be a lazy view (a declaration's arguments): no list
+    /// is built for a call that matches.
+    init<Signatures: Collection<String>>(_ arguments: [BusValue], _ signatures: Signatures) throws(BusValueMismatch) {
         guard arguments.count == signatures.count,
               zip(arguments, signatures).allSatisfy({ $0.signature == $1 }) else {
             throw BusValueMismatch("expected arguments \"\(signatures.joined())\", got \"\(arguments.map(\.signature).joined())\"")
-        }
-        self.arguments = arguments
-    }
-
-    /// The same check against a declaration's arguments, whose signatures
-    /// are their types' (``Arg``): no list is built for a call that matches.
-    init(_ arguments: [BusValue], declared: [BusArgument]) throws(BusValueMismatch) {
-        guard arguments.count == declared.count,
-              zip(arguments, declared).allSatisfy({ $0.signature == $1.signature }) else {
-            throw BusValueMismatch("expected arguments \"\(declared.map { $0.signature }.joined())\", got \"\(arguments.map(\.signature).joined())\"")
         }
         self.arguments = arguments
     }
@@ -134,7 +126,7 @@ public struct Method<each In: BusCodable, Out: BusBody>: Sendable {
     public func decode(_ arguments: [BusValue]) throws(BusValueMismatch) -> (repeat each In) {
         // The declaration's signatures are the argument types' (each
         // `Arg<In>` erased), made once: a call builds no list of them.
-        var reader = try BusArgumentReader(arguments, declared: declaration.inArguments)
+        var reader = try BusArgumentReader(arguments, declaration.inArguments.lazy.map { $0.signature })
         return try reader.read(repeat (each In).self)
     }
 
