@@ -30,7 +30,10 @@ written on 2026-11-27, before the fixes it now guards were in place):
   --bus (seen: "no vigild is running on the session bus");
 - "woken by vigild's alarm" needs CLOCK_BOOTTIME_ALARM and the unit's
   CAP_WAKE_ALARM (seen: a suspend started 5 s before a tick is refused by
-  the kernel, so each suspend now starts right after a tick);
+  the kernel, so each suspend now waits for room before the tick's next
+  alarm; seen on 2026-12-03 in a CI run whose guest was 2 to 4 times
+  slower: a suspend right after a tick of a 12 s period lost its alarm, the
+  next was refused, and the guest said nothing more);
 - systemd-inhibit --list and the refused checked suspend need logind
   leases (seen: only the strategy's lease listed while the hold could not
   begin);
@@ -68,6 +71,14 @@ QUIET_ASLEEP = 20          # the suspend with no alarm: must still sleep this lo
 # machine (developers' runs: median 1.0 s, max 1.65 s; a fresh CI machine:
 # max 2.67 s, of which the run's `sh -c echo` took 1.76 s).
 WOKEN_RUN_AFTER_LOGIND = 1.0
+# The relative bounds (WOKEN_RUN_AFTER_LOGIND, RETURN_BEYOND_GRACE) are for
+# a guest as fast as on an idle CI machine; a slower guest stretches them by
+# how much slower it is, read in the same run: the median of the guest's own
+# `systemctl suspend` (its announce) to qemu's SUSPEND, against FLOOR_REFERENCE,
+# that median on an idle machine (a clean-clone CI run on 2026-12-03: 1.36 s;
+# others: 1.88 s beside four busy loops, 5.50 s in a CI run whose guest
+# booted 2.2 times slower). Never below 1.
+FLOOR_REFERENCE = 1.4
 ALARM_WAKES = 10
 # Wake, work, sleep again (vigil-dark.toml): vigild's own suspends after its
 # alarm's wake, each timed from the job's end (its "@@ job-end" line) to
@@ -333,6 +344,10 @@ def check(g, work):
 
     # Ten alarm wakes: each ended by the alarm, the woken run within 2 s,
     # run numbers continuing; the hold lease the same and active after each.
+    floor = [s["asleep"] - s["announced"] for s in g.suspends if "announced" in s and "asleep" in s and s["kind"] != "quiet"]
+    scale = max(1.0, statistics.median(floor) / FLOOR_REFERENCE) if floor else 1.0
+    woken_bound = WOKEN_RUN_AFTER_LOGIND * scale
+    return_bound = RETURN_GRACE + RETURN_BEYOND_GRACE * scale
     alarm = [s for s in g.suspends if s["kind"] == "alarm"]
     expect(len(alarm) == ALARM_WAKES, f"{len(alarm)} alarm suspends, expected {ALARM_WAKES}")
     latencies = []
@@ -347,18 +362,18 @@ def check(g, work):
         if "awake" in s and tick:
             latencies.append(tick[0] - s["awake"])
             # The alarm suspends are the guest's first sleep operations.
-            floor = finished[k] if k < len(finished) else None
+            done = finished[k] if k < len(finished) else None
             start = run_started.get(tick[1])
-            if floor is None or start is None:
-                fails.append(f"alarm suspend {i}: no logind 'Operation finished' ({floor}) or no start of run #{tick[1]} ({start}) in the guest journal")
+            if done is None or start is None:
+                fails.append(f"alarm suspend {i}: no logind 'Operation finished' ({done}) or no start of run #{tick[1]} ({start}) in the guest journal")
             else:
-                s["relative"] = start - floor
-                relative.append(start - floor)
+                s["relative"] = start - done
+                relative.append(start - done)
                 # No lease, so no run, before logind's operation ends: a run
                 # well before it was paired with the wrong resume.
-                expect(start - floor >= -0.1, f"alarm suspend {i}: woken run #{tick[1]} started {floor - start:.2f} s before logind finished its sleep operation: paired with the wrong resume")
-                expect(start - floor <= WOKEN_RUN_AFTER_LOGIND,
-                       f"alarm suspend {i}: woken run #{tick[1]} started {start - floor:.2f} s after logind finished its sleep operation (bound {WOKEN_RUN_AFTER_LOGIND} s)")
+                expect(start - done >= -0.1, f"alarm suspend {i}: woken run #{tick[1]} started {done - start:.2f} s before logind finished its sleep operation: paired with the wrong resume")
+                expect(start - done <= woken_bound,
+                       f"alarm suspend {i}: woken run #{tick[1]} started {start - done:.2f} s after logind finished its sleep operation (bound {woken_bound:.2f} s)")
             if s["after_tick"] is not None:
                 expect(tick[1] == s["after_tick"] + 1, f"alarm suspend {i}: woken run #{tick[1]} after run #{s['after_tick']}: the run number did not continue")
         else:
@@ -372,7 +387,7 @@ def check(g, work):
     expect(g.rc.get("hold") == 0, f"vigilctl hold exited {g.rc.get('hold')} (75: it ran part of the time without a lease):\n{g.blocks.get('hold-output', '')}")
     sequences = [t[1] for t in g.ticks]
     before_reload = sequences[:next((k for k in range(1, len(sequences)) if sequences[k] <= sequences[k - 1]), len(sequences))]
-    expect(len(before_reload) >= ALARM_WAKES * 2, f"tick numbers went back before the reload: {sequences}")
+    expect(len(before_reload) >= ALARM_WAKES + 1, f"tick numbers went back before the reload: {sequences}")
 
     rtc = [s for s in g.suspends if s["kind"] == "rtc"]
     expect(len(rtc) == 1 and "awake" in rtc[0] and not rtc[0]["by_driver"], "the rtcwake suspend did not end by the RTC alarm")
@@ -389,8 +404,8 @@ def check(g, work):
         gap = s["asleep"] - s["job_end"]
         returns.append(gap)
         expect(gap >= 0, f"return to sleep {s['index']}: SUSPEND {-gap:.2f} s before run #{s['job']} ended")
-        expect(gap <= RETURN_GRACE + RETURN_BEYOND_GRACE,
-               f"return to sleep {s['index']}: SUSPEND {gap:.2f} s after run #{s['job']} ended (bound {RETURN_GRACE} s grace + {RETURN_BEYOND_GRACE} s)")
+        expect(gap <= return_bound,
+               f"return to sleep {s['index']}: SUSPEND {gap:.2f} s after run #{s['job']} ended (bound {RETURN_GRACE} s grace + {return_bound - RETURN_GRACE:.2f} s)")
         expect("awake" in s and not s["by_driver"], f"return to sleep {s['index']}: not woken again by vigild's alarm")
     expect(len(g.keys) == 1, f"keys pressed {len(g.keys)} times, expected once (the fourth dark wake's run)")
     for kind in ("dark-start", "inhibited", "rtc-dark"):
@@ -463,15 +478,15 @@ def check(g, work):
     if latencies:
         print(f"  WAKEUP to the woken run's output (absolute, qemu's speed): median {statistics.median(latencies):.2f} s, max {max(latencies):.2f} s over {len(latencies)} wakes")
     if relative:
-        print(f"  logind's resume to the woken run's start (relative, bound {WOKEN_RUN_AFTER_LOGIND} s): median {statistics.median(relative):.2f} s, max {max(relative):.2f} s over {len(relative)} wakes")
+        print(f"  logind's resume to the woken run's start (relative, bound {woken_bound:.2f} s): median {statistics.median(relative):.2f} s, max {max(relative):.2f} s over {len(relative)} wakes")
     print(f"  hold lease lapses: {lapses} over {len(alarm)} suspends")
-    floor = [s["asleep"] - s["announced"] for s in g.suspends if "announced" in s and "asleep" in s and s["kind"] != "quiet"]
     if returns:
-        print(f"  run's end to vigild's return to sleep (QMP SUSPEND; grace {RETURN_GRACE} s, bound grace + {RETURN_BEYOND_GRACE} s): "
+        print(f"  run's end to vigild's return to sleep (QMP SUSPEND; grace {RETURN_GRACE} s, bound grace + {return_bound - RETURN_GRACE:.2f} s): "
               f"median {statistics.median(returns):.2f} s, max {max(returns):.2f} s over {len(returns)} dark wakes; "
               f"beyond the grace: median {statistics.median(returns) - RETURN_GRACE:.2f} s, max {max(returns) - RETURN_GRACE:.2f} s")
     if floor:
-        print(f"  reference, the guest's own systemctl suspend to SUSPEND: median {statistics.median(floor):.2f} s, max {max(floor):.2f} s over {len(floor)} suspends")
+        print(f"  reference, the guest's own systemctl suspend to SUSPEND: median {statistics.median(floor):.2f} s, max {max(floor):.2f} s over {len(floor)} suspends"
+              f" (against {FLOOR_REFERENCE} s: bounds stretched {scale:.2f}x)")
     for s in rtc + quiet:
         if "awake" in s and "asleep" in s:
             print(f"  {s['kind']} suspend: asleep {s['awake'] - s['asleep']:.1f} s{' (woken by the driver)' if s['by_driver'] else ''}")

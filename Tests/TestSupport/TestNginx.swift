@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Synchronization
 import VigilKitTesting
 
 /// An nginx on 127.0.0.1 with a temporary prefix, serving the files of
@@ -133,18 +134,62 @@ public final class TestNginx: @unchecked Sendable {
         try? FileManager.default.removeItem(atPath: prefix)
     }
 
-    /// A TCP port nobody listens on now (bound and released; nginx takes it next).
+    /// A TCP port on 127.0.0.1 that nothing is bound to now, for a server
+    /// the test starts next.
+    ///
+    /// It comes from below the kernel's ephemeral range
+    /// (`net.ipv4.ip_local_port_range`), so no connection's source port can
+    /// take it before the server binds it. A port from `bind(0)` lies inside
+    /// that range, and under load an outgoing loopback connection of another
+    /// test took one in the moment between its release and the server's
+    /// bind: `voip-pong-server.py` exited at start with EADDRINUSE
+    /// (2026-12-03). Each port is handed out once per test process, so tests
+    /// that run in parallel never get the same one.
     public static func freePort() throws -> Int {
+        let low = ephemeralLowPort()
+        guard low > 11_000 else { return try kernelPickedPort() }
+        let range = 10_000..<low
+        let start = Int.random(in: range)
+        for offset in 0..<range.count {
+            let port = range.lowerBound + (start - range.lowerBound + offset) % range.count
+            let fresh = handedOut.withLock { ports in ports.insert(port).inserted }
+            if fresh, isFree(port) { return port }
+        }
+        throw POSIXError(.EADDRINUSE)
+    }
+
+    private static let handedOut = Mutex<Set<Int>>([])
+
+    /// The first port of the kernel's ephemeral range (32768 by default).
+    private static func ephemeralLowPort() -> Int {
+        let text = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8)) ?? ""
+        return text.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" }).first.flatMap { Int($0) } ?? 32_768
+    }
+
+    /// Whether a TCP socket can bind 127.0.0.1:`port` now (no listener, no
+    /// connection, nothing in TIME_WAIT on it).
+    private static func isFree(_ port: Int) -> Bool {
+        (try? bound(port: port)) == port
+    }
+
+    /// A port the kernel picks (bind to port 0, then released): for a
+    /// machine whose ephemeral range leaves no room below it.
+    private static func kernelPickedPort() throws -> Int {
+        try bound(port: 0)
+    }
+
+    /// Binds a TCP socket to 127.0.0.1:`port`, closes it, and returns the port it had.
+    private static func bound(port: Int) throws -> Int {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw POSIXError(.EIO) }
         defer { close(fd) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
+        address.sin_port = UInt16(port).bigEndian
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
-        guard bound == 0 else { throw POSIXError(.EADDRINUSE) }
+        let result = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
+        guard result == 0 else { throw POSIXError(.EADDRINUSE) }
         let named = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
         guard named == 0 else { throw POSIXError(.EIO) }
         return Int(UInt16(bigEndian: address.sin_port))
