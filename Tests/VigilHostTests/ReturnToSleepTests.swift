@@ -52,6 +52,16 @@ struct ReturnToSleepTests {
         func end() async {}
     }
 
+    /// vigild's next system-waking alarm, as the wake scheduler would say.
+    final class NextAlarm: @unchecked Sendable {
+        // Invariant: guarded by its lock.
+        let alarm = Lock<SystemWakeAlarm?>(nil)
+        func set(_ label: String, at deadline: VigilInstant) {
+            alarm.withLock { $0 = SystemWakeAlarm(label: label, deadline: deadline, firedAt: nil) }
+        }
+        var value: SystemWakeAlarm? { alarm.withLock { $0 } }
+    }
+
     struct Rig {
         let clock = ManualClock()
         let registry: LeaseRegistry
@@ -59,15 +69,18 @@ struct ReturnToSleepTests {
         let input = FakeInput()
         let logs = WaitableLog<LogLine>()
         let outcomes = WaitableLog<DarkWake>()
+        let alarm = NextAlarm()
         let cycle: ReturnToSleep
 
         init(settings: ReturnToSleepSettings = ReturnToSleepSettings()) async {
             registry = LeaseRegistry(clock: clock)
             system = FakeSleepSystem(clock: clock)
             let outcomes = self.outcomes
+            let alarm = self.alarm
             cycle = ReturnToSleep(
                 settings: settings, registry: registry, system: system, input: input, clock: clock, logging: logs.logging,
                 readings: { ClockReadings(wallMicros: 1, monotonicMicros: 2, boottimeMicros: 3) },
+                nextAlarm: { alarm.value },
                 outcome: { dark, _, _ in outcomes.append(dark) })
             await cycle.start()
         }
@@ -133,6 +146,59 @@ struct ReturnToSleepTests {
         #expect(rig.system.suspends == [ended + .seconds(2)])
     }
 
+    /// An alarm of vigild's due within ``ReturnToSleep/shortestSleep`` of
+    /// the work's end: no suspend before it (the kernel would refuse one, or
+    /// lose the alarm); its run is the same work, and the system sleeps a
+    /// grace after that run.
+    @Test func anAlarmDueSoonAfterTheWorkIsTheSameWork() async throws {
+        let rig = await Rig()
+        await rig.wake()
+        let first = try await rig.run()
+        await rig.clock.advance(by: .seconds(4))
+        let firstEnded = rig.clock.now
+        rig.alarm.set("tick periodic-wake", at: firstEnded + .seconds(6))
+        await rig.registry.release(first)
+        await rig.clock.advance(by: .seconds(6) - .milliseconds(1))
+        #expect(rig.system.suspends.isEmpty, "the next alarm is 5 s after the grace")
+        #expect(rig.outcomes.all.isEmpty)
+        await rig.clock.advance(by: .milliseconds(1))
+        // The alarm fires; its run begins.
+        rig.alarm.set("tick periodic-wake", at: firstEnded + .seconds(26))
+        let second = try await rig.run()
+        await rig.clock.advance(by: .seconds(3))
+        #expect(rig.system.suspends.isEmpty, "its run is going")
+        let ended = rig.clock.now
+        await rig.registry.release(second)
+        await rig.clock.advance(by: .seconds(1))
+        let dark = try #require(await rig.outcome())
+        #expect(dark.outcome == .asleepAgain && dark.runs == 2)
+        #expect(rig.system.suspends == [ended + .seconds(1)], "a grace after the second run's end, 16 s before the alarm after it")
+        #expect(rig.refusalLines.isEmpty, "not a refusal")
+        #expect(rig.logs.all.contains { $0.level == .debug && $0.message.contains("next alarm (tick periodic-wake) is due in 5s") },
+                "\(rig.logs.all.map(\.message))")
+    }
+
+    /// An alarm that fires with no run: the decision comes again a grace
+    /// after it. An alarm exactly ``ReturnToSleep/shortestSleep`` away does
+    /// not keep the system awake.
+    @Test func anAlarmIsWaitedForOnlyWhenItIsSooner() async throws {
+        let rig = await Rig()
+        await rig.wake()
+        let run = try await rig.run()
+        await rig.clock.advance(by: .seconds(4))
+        let ended = rig.clock.now
+        rig.alarm.set("fetch", at: ended + .seconds(3))
+        await rig.registry.release(run)
+        await rig.clock.advance(by: .seconds(3))
+        #expect(rig.system.suspends.isEmpty)
+        let next = rig.clock.now + ReturnToSleep.shortestSleep + .seconds(1)
+        rig.alarm.set("fetch", at: next)
+        await rig.clock.advance(by: .seconds(1))
+        let dark = try #require(await rig.outcome())
+        #expect(dark.outcome == .asleepAgain && dark.runs == 1)
+        #expect(rig.system.suspends == [ended + .seconds(4)], "a grace after the alarm, whose successor is 10 s away")
+    }
+
     @Test func aWakeWithNoWorkSleepsAfterTheGrace() async throws {
         let rig = await Rig()
         let woke = rig.clock.now
@@ -171,6 +237,15 @@ struct ReturnToSleepTests {
     @Test func anotherProgramsBlockInhibitorKeepsItAwake() async throws {
         let rig = await Rig()
         rig.system.state.withLock { $0.blockers = ["backup (pid 42): copying"] }
+        try await expectStaysAwake(rig, refusal: .inhibitor, reason: "backup (pid 42): copying")
+    }
+
+    /// A reason to stay awake is decided at once, whatever the next alarm:
+    /// waiting for that alarm's work is for a wake that would sleep.
+    @Test func aRefusalComesBeforeAnAlarmDueSoon() async throws {
+        let rig = await Rig()
+        rig.system.state.withLock { $0.blockers = ["backup (pid 42): copying"] }
+        rig.alarm.set("tick periodic-wake", at: rig.clock.now + .seconds(8))
         try await expectStaysAwake(rig, refusal: .inhibitor, reason: "backup (pid 42): copying")
     }
 

@@ -135,40 +135,103 @@ import VigilTestSupport
         #expect(recorded.count == 1)
     }
 
+    /// vigild's runtime with the logind backend on the stand-in, on the test
+    /// clock, with `scheduler` for its wake scheduler.
+    struct Runtime {
+        let standIn: LogindStandIn
+        let other: DBusConnection
+        let directory: String
+        let clock: ManualClock
+        let logs = WaitableLog<LogLine>()
+        let runtime: HostRuntime
+        let services: RunningHostServices
+        let cycle: ReturnToSleep
+
+        init(clock: ManualClock, scheduler: WakeScheduler) async throws {
+            standIn = try LogindStandIn()
+            let host = try await standIn.bus.connect()
+            other = try await standIn.bus.connect()
+            var template = Array("/tmp/vigil-sleep-cycle-XXXXXX".utf8CString)
+            directory = String(cString: try #require(mkdtemp(&template)))
+            let configPath = directory + "/vigil.toml"
+            try "[host]\nstate_dir = \"\(directory)/state\"\nreturn_to_sleep_grace = \"2s\"\n".write(toFile: configPath, atomically: true, encoding: .utf8)
+            let plugins = PluginLoader(searchPath: [])
+            let loaded = try ConfigLoader.load(path: configPath, resolver: plugins)
+            self.clock = clock
+            runtime = try await HostRuntime.open(config: loaded, environment: HostRuntime.Environment(
+                clock: clock, scheduler: scheduler,
+                logging: logs.logging, power: LogindPowerBackend(connection: host), version: "9.9.9-test", plugins: plugins))
+            services = await RunningHostServices(runtime, logs: logs)
+            cycle = try #require(runtime.returnToSleep)
+        }
+
+        /// A resume that the tick strategy's alarm caused.
+        func wokenByTick() async {
+            let woke = ClockReadings.now()
+            await cycle.resumed(SystemWake(wall: woke.wallMicros, startOffsetMicros: 0, suspendedMicros: 60_000_000, cause: .vigilAlarm,
+                                           alarm: "tick periodic-wake", alarmStrategy: "tick", alarmKind: "periodic-wake"), readings: woke)
+        }
+
+        /// Waits (5 s at most) for logind's Suspend; true when it came.
+        func suspended() async throws -> Bool {
+            try await standIn.call(other, "WaitForSuspend", [.uint64(5_000_000)], test: true).argument(0, as: Bool.self)
+        }
+
+        /// Stops the host and the stand-in; the state directory stays for
+        /// the test to read until ``remove()``.
+        func stop() async {
+            await services.stop()
+            standIn.stop()
+        }
+
+        func remove() {
+            try? FileManager.default.removeItem(atPath: directory)
+        }
+    }
+
     /// The runtime with the logind backend: a dark wake by a strategy's
     /// alarm ends in logind's Suspend, a `dark-wake` event the report reads,
     /// and the return-to-sleep counter.
     @Test func theRuntimeReturnsToSleepThroughLogindAndRecordsIt() async throws {
-        let standIn = try LogindStandIn()
-        defer { standIn.stop() }
-        let host = try await standIn.bus.connect()
-        let other = try await standIn.bus.connect()
-        var template = Array("/tmp/vigil-sleep-cycle-XXXXXX".utf8CString)
-        let directory = String(cString: try #require(mkdtemp(&template)))
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let configPath = directory + "/vigil.toml"
-        try "[host]\nstate_dir = \"\(directory)/state\"\nreturn_to_sleep_grace = \"2s\"\n".write(toFile: configPath, atomically: true, encoding: .utf8)
-        let plugins = PluginLoader(searchPath: [])
-        let loaded = try ConfigLoader.load(path: configPath, resolver: plugins)
         let clock = ManualClock()
-        let logs = WaitableLog<LogLine>()
-        let runtime = try await HostRuntime.open(config: loaded, environment: HostRuntime.Environment(
-            clock: clock, scheduler: WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock)),
-            logging: logs.logging, power: LogindPowerBackend(connection: host), version: "9.9.9-test", plugins: plugins))
-        let services = await RunningHostServices(runtime, logs: logs)
-        let cycle = try #require(runtime.returnToSleep)
-        let woke = ClockReadings.now()
-        await cycle.resumed(SystemWake(wall: woke.wallMicros, startOffsetMicros: 0, suspendedMicros: 60_000_000, cause: .vigilAlarm,
-                                       alarm: "tick periodic-wake", alarmStrategy: "tick", alarmKind: "periodic-wake"), readings: woke)
+        let rig = try await Runtime(clock: clock, scheduler: WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock)))
+        defer { rig.remove() }
+        await rig.wokenByTick()
         await clock.advance(by: .seconds(2))
-        #expect(try await standIn.call(other, "WaitForSuspend", [.uint64(5_000_000)], test: true).argument(0, as: Bool.self))
-        #expect(await logs.wait { $0.contains { $0.message.contains("returned the system to sleep") } })
-        let metrics = String(decoding: await runtime.metricsExposition(), as: UTF8.self)
+        #expect(try await rig.suspended())
+        #expect(await rig.logs.wait { $0.contains { $0.message.contains("returned the system to sleep") } })
+        let metrics = String(decoding: await rig.runtime.metricsExposition(), as: UTF8.self)
         #expect(metrics.contains("vigil_returns_to_sleep_total 1"), "\(metrics.prefix(300))")
         #expect(metrics.contains("vigil_dark_wake_awake_seconds_total 2"))
-        await services.stop()
-        let run = try #require(try SurvivalReport.load(path: HostPaths.survivalStore(stateDir: directory + "/state"), runs: 1, sinceWallMicros: nil).first)
+        await rig.stop()
+        let run = try #require(try SurvivalReport.load(path: HostPaths.survivalStore(stateDir: rig.directory + "/state"), runs: 1, sinceWallMicros: nil).first)
         let dark = try #require(run.darkWakes?.first)
         #expect(dark.outcome == .asleepAgain && dark.alarmStrategy == "tick" && dark.awakeMicros == 2_000_000)
+    }
+
+    /// The runtime's own wake scheduler says when its next system-waking
+    /// alarm is due: one due 5 s after the wake is waited for, and the
+    /// system sleeps a grace after it, not a grace after the wake.
+    @Test func theRuntimeWaitsForItsOwnAlarmDueSoon() async throws {
+        let clock = ManualClock()
+        let (scheduler, timer, alarmTimer) = WakeAttributionTests.alarmScheduler(clock)
+        let alarm = WakeRequest(earliest: clock.now + .seconds(5), latest: clock.now + .seconds(5), wakeSystem: true, label: "fetch")
+        async let firing = scheduler.wake(alarm)
+        await WakeTesting.quiesce(scheduler, clock, timers: [timer, alarmTimer], pending: 1)
+        // Only the scheduler's timers are on the clock so far; the host adds
+        // sleepers of its own, so from here on the clock moves by plain steps.
+        let rig = try await Runtime(clock: clock, scheduler: scheduler)
+        defer { rig.remove() }
+        await rig.wokenByTick()
+        await clock.advance(by: .seconds(2))
+        #expect(await rig.logs.wait { $0.contains { $0.message.contains("next alarm (fetch) is due in 3s") } })
+        await clock.advance(by: .seconds(3))
+        _ = try await firing
+        await clock.advance(by: .seconds(2))
+        #expect(try await rig.suspended())
+        let metrics = String(decoding: await rig.runtime.metricsExposition(), as: UTF8.self)
+        #expect(metrics.contains("vigil_returns_to_sleep_total 1"), "\(metrics.prefix(300))")
+        #expect(metrics.contains("vigil_dark_wake_awake_seconds_total 7"), "a grace after the alarm, 5 s after the wake")
+        await rig.stop()
     }
 }

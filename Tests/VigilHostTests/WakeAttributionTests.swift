@@ -115,21 +115,26 @@ struct WakeAttributionTests {
         async let ordinaryFiring = scheduler.wake(ordinary)
         await WakeTesting.quiesce(scheduler, clock, timers: [timer, alarmTimer], pending: 2)
         #expect(await scheduler.systemWakeAlarms(since: now) == [SystemWakeAlarm(label: "tick", owner: owner, deadline: waking.latest, firedAt: nil)])
+        // The next alarm, as return to sleep asks (the ordinary request, due sooner, is not one).
+        #expect(await scheduler.nextSystemWakeAlarm() == SystemWakeAlarm(label: "tick", owner: owner, deadline: waking.latest, firedAt: nil))
         await WakeTesting.advance(clock, to: waking.latest, timers: [timer, alarmTimer])
         _ = try await (wakingFiring, ordinaryFiring)
         #expect(await scheduler.systemWakeAlarms(since: now) == [SystemWakeAlarm(label: "tick", owner: owner, deadline: waking.latest, firedAt: waking.latest)])
         #expect(await scheduler.systemWakeAlarms(since: waking.latest + .seconds(1)).isEmpty)
+        #expect(await scheduler.nextSystemWakeAlarm() == nil, "fired: no longer next")
 
         // Without an alarm clock, or without an RTC behind it, nothing of
         // Vigil's can wake the system.
         let plain = WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock))
         #expect(await plain.systemWakeAlarms(since: now).isEmpty)
+        #expect(await plain.nextSystemWakeAlarm() == nil)
         let ordinaryTimer = ClockDrivenWakeTimer(clock: clock), rtcLess = ClockDrivenWakeTimer(clock: clock)
         let noRTC = WakeScheduler(clock: clock, timer: ordinaryTimer, alarmTimer: rtcLess)
         let lone = WakeRequest(earliest: clock.now + .seconds(10), latest: clock.now + .seconds(20), wakeSystem: true, label: "tick")
         async let loneFiring = noRTC.wake(lone)
         await WakeTesting.quiesce(noRTC, clock, timers: [ordinaryTimer, rtcLess], pending: 1)
         #expect(await noRTC.systemWakeAlarms(since: now).isEmpty)
+        #expect(await noRTC.nextSystemWakeAlarm() == nil)
         await WakeTesting.advance(clock, to: lone.latest, timers: [ordinaryTimer, rtcLess])
         _ = try await loneFiring
     }

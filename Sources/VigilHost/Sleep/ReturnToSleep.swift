@@ -73,6 +73,7 @@ public actor ReturnToSleep {
     private let log: Logger
     private let outcome: @Sendable (_ dark: DarkWake, _ resume: ClockReadings, _ at: ClockReadings) async -> Void
     private let readings: @Sendable () -> ClockReadings
+    private let nextAlarm: @Sendable () async -> SystemWakeAlarm?
 
     /// The dark wake being followed.
     private struct Episode {
@@ -94,10 +95,22 @@ public actor ReturnToSleep {
     /// operation is still in progress, and the pause between tries.
     static let busyRetryBound: Duration = .seconds(10)
     static let busyRetryPause: Duration = .milliseconds(100)
+    /// The shortest sleep worth a suspend. When one of vigild's own
+    /// system-waking alarms falls due sooner than this after the work's
+    /// end, its work is this wake's work too: the kernel refuses to suspend
+    /// with an alarm less than 2 s away (alarmtimer, -EBUSY), an alarm that
+    /// falls due while the suspend is still on its way is lost until
+    /// something else wakes the machine, and a suspend and resume take
+    /// seconds of their own (1.4 to 8.5 s from logind's Suspend to the
+    /// sleep in the qemu guest, docs/deployment.md).
+    static let shortestSleep: Duration = .seconds(10)
 
+    /// - Parameter nextAlarm: vigild's first pending system-waking alarm
+    ///   (``WakeScheduler/nextSystemWakeAlarm()``), on `clock`'s timeline.
     public init(settings: ReturnToSleepSettings, registry: LeaseRegistry, system: any SleepSystem,
                 input: any InputActivity = NoInputActivity(), clock: any VigilClock, logging: HostLogging,
                 readings: @escaping @Sendable () -> ClockReadings = { ClockReadings.now() },
+                nextAlarm: @escaping @Sendable () async -> SystemWakeAlarm? = { nil },
                 outcome: @escaping @Sendable (_ dark: DarkWake, _ resume: ClockReadings, _ at: ClockReadings) async -> Void) {
         self.settings = settings
         self.registry = registry
@@ -106,6 +119,7 @@ public actor ReturnToSleep {
         self.clock = clock
         self.log = logging.logger("sleep")
         self.readings = readings
+        self.nextAlarm = nextAlarm
         self.outcome = outcome
     }
 
@@ -183,11 +197,12 @@ public actor ReturnToSleep {
         if current.work.isEmpty { scheduleCheck() }
     }
 
-    /// After the grace, if no work began meanwhile, decides.
-    private func scheduleCheck() {
+    /// After the grace (from the work's end, or from `after`), if no work
+    /// began meanwhile, decides.
+    private func scheduleCheck(after: VigilInstant? = nil) {
         guard let current = episode else { return }
         check?.cancel()
-        let deadline = current.workEndedAt + settings.grace
+        let deadline = (after ?? current.workEndedAt) + settings.grace
         let number = current.number
         let clock = self.clock
         // Unstructured task: cancelled when a newer check replaces it, when the episode ends, and
@@ -214,6 +229,14 @@ public actor ReturnToSleep {
             guard episode?.number == number else { return }
             log.info("staying awake after vigild's alarm woke the system for \(current.wake.alarmStrategy ?? current.wake.alarm ?? "?"): \(reason)")
             await finish(current, outcome: .stayedAwake, reason: reason, refusal: refusal, workEnded: true)
+            return
+        }
+        if let alarm = await nextAlarm(), alarm.deadline - clock.now < Self.shortestSleep {
+            guard episode?.number == number else { return }
+            // Not a refusal (those come first): the alarm's run begins a lease
+            // after the resume, which is work, and the decision comes again after it.
+            log.debug("dark wake #\(number): vigild's next alarm (\(ClientText.excerpt(alarm.label))) is due in \((alarm.deadline - clock.now).vigilDescription), sooner than \(Self.shortestSleep.vigilDescription): its work is this wake's work too")
+            scheduleCheck(after: alarm.deadline)
             return
         }
         guard episode?.number == number else { return }

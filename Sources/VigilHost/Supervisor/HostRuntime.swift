@@ -188,6 +188,7 @@ public actor HostRuntime {
             self.returnToSleep = ReturnToSleep(
                 settings: config.host.returnToSleep, registry: registry, system: LogindSleepSystem(connection: logind.connection),
                 input: input, clock: env.clock, logging: logging, readings: env.readings,
+                nextAlarm: { [scheduler = env.scheduler as? WakeScheduler] in await scheduler?.nextSystemWakeAlarm() },
                 outcome: { dark, resume, at in
                     metrics.darkWake(dark)
                     do {

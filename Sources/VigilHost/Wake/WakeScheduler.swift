@@ -152,6 +152,15 @@ public actor WakeScheduler: WakeScheduling {
         return firedAlarms.filter { ($0.firedAt ?? $0.deadline) >= since } + waiting
     }
 
+    /// The first pending system-waking request, as an alarm: what the alarm
+    /// clock is armed for next. Nil when none is pending or nothing here
+    /// can wake the system.
+    public func nextSystemWakeAlarm() -> SystemWakeAlarm? {
+        guard alarmTimer != nil, clockInfo.canWakeSystem,
+              let first = wakingByPreferred.cleanTop({ pending[$0] == nil }), let entry = pending[first.id] else { return nil }
+        return SystemWakeAlarm(label: entry.request.label, owner: entry.owner, deadline: entry.preferred, firedAt: nil)
+    }
+
     /// Number of requests waiting.
     public var pendingCount: Int { pending.count }
 
