@@ -1,6 +1,6 @@
 import Foundation
 import Glibc
-import Synchronization
+import VigilKit
 import VigilKitTesting
 
 /// An nginx on 127.0.0.1 with a temporary prefix, serving the files of
@@ -158,7 +158,7 @@ public final class TestNginx: @unchecked Sendable {
         throw POSIXError(.EADDRINUSE)
     }
 
-    private static let handedOut = Mutex<Set<Int>>([])
+    private static let handedOut = Lock<Set<Int>>([])
 
     /// The first port of the kernel's ephemeral range (32768 by default).
     private static func ephemeralLowPort() -> Int {
