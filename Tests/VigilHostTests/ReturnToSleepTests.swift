@@ -72,8 +72,8 @@ struct ReturnToSleepTests {
         let alarm = NextAlarm()
         let cycle: ReturnToSleep
 
-        init(settings: ReturnToSleepSettings = ReturnToSleepSettings()) async {
-            registry = LeaseRegistry(clock: clock)
+        init(settings: ReturnToSleepSettings = ReturnToSleepSettings(), backend: any PowerBackend = NoPowerBackend()) async {
+            registry = LeaseRegistry(clock: clock, backend: backend)
             system = FakeSleepSystem(clock: clock)
             let outcomes = self.outcomes
             let alarm = self.alarm
@@ -144,6 +144,61 @@ struct ReturnToSleepTests {
         let dark = try #require(await rig.outcome())
         #expect(dark.outcome == .asleepAgain && dark.runs == 2)
         #expect(rig.system.suspends == [ended + .seconds(2)])
+    }
+
+    /// A power backend whose holds wait for the test, as logind's Inhibit
+    /// waits right after a resume until its sleep operation has finished.
+    final class GatedHoldBackend: PowerBackend, Sendable {
+        let name = "gated"
+        let reason = "test"
+        let started = AsyncGate()
+        private let waiting = Lock<CheckedContinuation<Void, Never>?>(nil)
+
+        func hold(_ hold: PowerHold, who: String, why: String, budget: Duration?) async throws -> any PowerToken {
+            await withCheckedContinuation { continuation in
+                waiting.withLock { $0 = continuation }
+                started.open()
+            }
+            return Token()
+        }
+
+        func answer() {
+            let continuation = waiting.withLock { waiting in
+                defer { waiting = nil }
+                return waiting
+            }
+            continuation?.resume()
+        }
+
+        struct Token: PowerToken {
+            var description: String { "gated token" }
+            func renew(budget: Duration?) async throws {}
+            func release() async {}
+        }
+    }
+
+    /// The woken run's lease still being taken when the grace ends (its
+    /// inhibitor waits for logind): no suspend; the run is the work, and the
+    /// system sleeps a grace after it ends.
+    @Test func aRunWhoseLeaseIsStillBeingTakenIsTheWork() async throws {
+        let backend = GatedHoldBackend()
+        let rig = await Rig(backend: backend)
+        await rig.wake()
+        async let taken = rig.run()
+        await backend.started.wait()
+        await rig.clock.advance(by: .seconds(1))
+        #expect(await rig.logs.wait { $0.contains { $0.level == .debug && $0.message.contains("1 lease(s) of its work still being taken") } })
+        #expect(rig.system.suspends.isEmpty, "not while the run's lease is being taken")
+        backend.answer()
+        let run = try await taken
+        await rig.clock.advance(by: .seconds(5))
+        #expect(rig.system.suspends.isEmpty, "its run is going")
+        let ended = rig.clock.now
+        await rig.registry.release(run)
+        await rig.clock.advance(by: .seconds(1))
+        let dark = try #require(await rig.outcome())
+        #expect(dark.outcome == .asleepAgain && dark.runs == 1)
+        #expect(rig.system.suspends == [ended + .seconds(1)])
     }
 
     /// An alarm of vigild's due within ``ReturnToSleep/shortestSleep`` of

@@ -181,6 +181,8 @@ public actor LeaseRegistry: LeaseStatusSink {
     public nonisolated let budgetClock: any VigilClock
     public nonisolated let backend: any PowerBackend
     private var entries: [LeaseID: Entry] = [:]
+    /// Leases waiting for the power backend's hold (``beingTaken``).
+    private var taking: [LeaseID: (strategy: String, since: VigilInstant)] = [:]
     /// The ids in `entries` by holder, so releasing one strategy's leases
     /// does not go through (and copy) every entry: stopping 10,000
     /// voip-socket strategies was quadratic.
@@ -309,6 +311,13 @@ public actor LeaseRegistry: LeaseStatusSink {
         observers.removeAll { ($0 as AnyObject) === observer }
     }
 
+    /// Leases being taken: asked for, and waiting for the power backend
+    /// (right after a resume logind answers Inhibit with OperationInProgress
+    /// until its sleep operation has finished, and the backend asks again).
+    /// Each is its strategy and the instant it was asked for; its `acquired`
+    /// or `failed` event follows.
+    public var beingTaken: [(strategy: String, since: VigilInstant)] { Array(taking.values) }
+
     /// Active (and expiring) leases, by id.
     public var active: [LeaseSnapshot] {
         entries.values.map(\.snapshot).sorted { $0.id < $1.id }
@@ -367,12 +376,15 @@ public actor LeaseRegistry: LeaseStatusSink {
         )
         var token: (any PowerToken)?
         if let hold = request.power {
+            taking[id] = (strategy, now)
             do {
                 // logind lists `who`: for a client, name the app, not "client".
                 let who = client.map { "vigil: \($0.name) (uid \($0.uid), pid \($0.pid))" } ?? "vigil: \(strategy)"
                 token = try await backend.hold(hold, who: who, why: request.reason, budget: request.budget)
+                taking[id] = nil
                 snapshot.power = token?.description ?? "tracked only"
             } catch {
+                taking[id] = nil
                 snapshot.state = .failed
                 publish(.failed, snapshot, detail: "\(backend.name): \(error)")
                 throw LeaseError(.backendFailed, "\(backend.name) refused the hold: \(error)")

@@ -215,6 +215,19 @@ public actor ReturnToSleep {
 
     private func decide(_ number: UInt64) async {
         guard var current = episode, current.number == number, current.work.isEmpty else { return }
+        // Work whose lease is still being taken: the woken run's waits for
+        // logind to finish its sleep operation, which took over a second in
+        // a slow guest, so the grace ran out first and vigild suspended as
+        // the run began. Decide again a grace later; its acquired event
+        // makes it work. (Asked before `active`: a lease moves from one to
+        // the other, never back.)
+        let taking = await registry.beingTaken.filter { $0.strategy == current.wake.alarmStrategy || $0.since >= current.resumedAt }
+        guard episode?.number == number else { return }
+        if !taking.isEmpty {
+            log.debug("dark wake #\(number): \(taking.count) lease(s) of its work still being taken; deciding again in \(settings.grace.vigilDescription)")
+            scheduleCheck(after: clock.now)
+            return
+        }
         // Work whose event is still on its way: wait for its end.
         let late = await registry.active.filter { Self.isWork($0, of: current) }
         guard episode?.number == number else { return }
