@@ -102,6 +102,19 @@ struct ReturnToSleepTests {
             return outcomes.all.first
         }
 
+        /// Ends the work by releasing `lease`, lets `grace` pass, and expects
+        /// the system asleep again after `runs` runs, Suspend exactly a grace
+        /// after the release.
+        func expectAsleepAgain(releasing lease: LeaseID, grace: Duration = .seconds(1), runs: Int, _ comment: Comment? = nil,
+                               sourceLocation: SourceLocation = #_sourceLocation) async throws {
+            let ended = clock.now
+            await registry.release(lease)
+            await clock.advance(by: grace)
+            let dark = try #require(await outcome(), sourceLocation: sourceLocation)
+            #expect(dark.outcome == .asleepAgain && dark.runs == runs, sourceLocation: sourceLocation)
+            #expect(system.suspends == [ended + grace], comment, sourceLocation: sourceLocation)
+        }
+
         /// The info lines saying why it stayed awake.
         var refusalLines: [LogLine] { logs.all.filter { $0.level == .info && $0.message.contains("staying awake") } }
     }
@@ -138,12 +151,7 @@ struct ReturnToSleepTests {
         let second = try await rig.run()  // a catch-up run
         await rig.clock.advance(by: .seconds(5))
         #expect(rig.system.suspends.isEmpty, "the second run is still going")
-        let ended = rig.clock.now
-        await rig.registry.release(second)
-        await rig.clock.advance(by: .seconds(2))
-        let dark = try #require(await rig.outcome())
-        #expect(dark.outcome == .asleepAgain && dark.runs == 2)
-        #expect(rig.system.suspends == [ended + .seconds(2)])
+        try await rig.expectAsleepAgain(releasing: second, grace: .seconds(2), runs: 2)
     }
 
     /// A power backend whose holds wait for the test, as logind's Inhibit
@@ -193,12 +201,7 @@ struct ReturnToSleepTests {
         let run = try await taken
         await rig.clock.advance(by: .seconds(5))
         #expect(rig.system.suspends.isEmpty, "its run is going")
-        let ended = rig.clock.now
-        await rig.registry.release(run)
-        await rig.clock.advance(by: .seconds(1))
-        let dark = try #require(await rig.outcome())
-        #expect(dark.outcome == .asleepAgain && dark.runs == 1)
-        #expect(rig.system.suspends == [ended + .seconds(1)])
+        try await rig.expectAsleepAgain(releasing: run, runs: 1)
     }
 
     /// An alarm of vigild's due within ``ReturnToSleep/shortestSleep`` of
@@ -222,12 +225,7 @@ struct ReturnToSleepTests {
         let second = try await rig.run()
         await rig.clock.advance(by: .seconds(3))
         #expect(rig.system.suspends.isEmpty, "its run is going")
-        let ended = rig.clock.now
-        await rig.registry.release(second)
-        await rig.clock.advance(by: .seconds(1))
-        let dark = try #require(await rig.outcome())
-        #expect(dark.outcome == .asleepAgain && dark.runs == 2)
-        #expect(rig.system.suspends == [ended + .seconds(1)], "a grace after the second run's end, 16 s before the alarm after it")
+        try await rig.expectAsleepAgain(releasing: second, runs: 2, "a grace after the second run's end, 16 s before the alarm after it")
         #expect(rig.refusalLines.isEmpty, "not a refusal")
         #expect(rig.logs.all.contains { $0.level == .debug && $0.message.contains("next alarm (tick periodic-wake) is due in 5s") },
                 "\(rig.logs.all.map(\.message))")
@@ -362,12 +360,7 @@ struct ReturnToSleepTests {
         await rig.wake()
         await rig.clock.advance(by: .seconds(3))
         #expect(rig.system.suspends.isEmpty)
-        let ended = rig.clock.now
-        await rig.registry.release(early)
-        await rig.clock.advance(by: .seconds(1))
-        let dark = try #require(await rig.outcome())
-        #expect(dark.outcome == .asleepAgain && dark.runs == 1)
-        #expect(rig.system.suspends == [ended + .seconds(1)])
+        try await rig.expectAsleepAgain(releasing: early, runs: 1)
     }
 
     @Test func aLeaseBegunDuringTheDarkWakeIsPartOfTheWork() async throws {
@@ -381,12 +374,7 @@ struct ReturnToSleepTests {
         await rig.registry.release(run)
         await rig.clock.advance(by: .seconds(5))
         #expect(rig.system.suspends.isEmpty, "the client lease is still held")
-        let ended = rig.clock.now
-        await rig.registry.release(hold)
-        await rig.clock.advance(by: .seconds(1))
-        let dark = try #require(await rig.outcome())
-        #expect(dark.outcome == .asleepAgain && dark.runs == 1)
-        #expect(rig.system.suspends == [ended + .seconds(1)])
+        try await rig.expectAsleepAgain(releasing: hold, runs: 1)
         #expect(rig.refusalLines.isEmpty)
     }
 
