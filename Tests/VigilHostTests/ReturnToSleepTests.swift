@@ -252,14 +252,45 @@ struct ReturnToSleepTests {
         #expect(rig.system.suspends == [ended + .seconds(4)], "a grace after the alarm, whose successor is 10 s away")
     }
 
-    @Test func aWakeWithNoWorkSleepsAfterTheGrace() async throws {
+    /// The woken run's lease can come after the grace (a slow machine): it
+    /// is waited for, and the system sleeps a grace after its end.
+    @Test func aWokenRunThatBeginsAfterTheGraceIsWaitedFor() async throws {
+        let rig = await Rig()
+        await rig.wake()
+        await rig.clock.advance(by: .seconds(4))
+        #expect(rig.system.suspends.isEmpty, "no Suspend before the woken run began")
+        #expect(rig.outcomes.all.isEmpty)
+        let run = try await rig.run()
+        await rig.clock.advance(by: .seconds(2))
+        try await rig.expectAsleepAgain(releasing: run, runs: 1)
+    }
+
+    /// A wake whose run never comes (its strategy skipped it) sleeps when
+    /// the wait for the run ends, 10 s after the resume.
+    @Test func aWakeWhoseRunNeverComesSleepsWhenTheWaitEnds() async throws {
         let rig = await Rig()
         let woke = rig.clock.now
         await rig.wake()
-        await rig.clock.advance(by: .seconds(1))
+        await rig.clock.advance(by: .seconds(10) - .milliseconds(1))
+        #expect(rig.system.suspends.isEmpty)
+        await rig.clock.advance(by: .milliseconds(1))
         let dark = try #require(await rig.outcome())
         #expect(dark.outcome == .asleepAgain && dark.runs == 0)
-        #expect(rig.system.suspends == [woke + .seconds(1)])
+        #expect(rig.system.suspends == [woke + .seconds(10)])
+    }
+
+    /// The wait is for the woken strategy's run: another strategy's lease
+    /// begun since the resume is work, but not that run.
+    @Test func anotherStrategysLeaseIsNotTheWokenRun() async throws {
+        let rig = await Rig()
+        let woke = rig.clock.now
+        await rig.wake()
+        let other = try await rig.run("download")
+        await rig.registry.release(other)
+        await rig.clock.advance(by: .seconds(10))
+        let dark = try #require(await rig.outcome())
+        #expect(dark.outcome == .asleepAgain && dark.runs == 0)
+        #expect(rig.system.suspends == [woke + .seconds(10)])
     }
 
     /// One refusal: the outcome, its reason, one info line, and no Suspend.
@@ -324,6 +355,7 @@ struct ReturnToSleepTests {
         let rig = await Rig()
         rig.system.state.withLock { $0.refuseSuspend = true }
         await rig.wake()
+        await rig.registry.release(try await rig.run())
         await rig.clock.advance(by: .seconds(1))
         let dark = try #require(await rig.outcome())
         #expect(dark.outcome == .stayedAwake && dark.refusal == DarkWake.Refusal.suspendFailed.rawValue)
@@ -385,6 +417,7 @@ struct ReturnToSleepTests {
         rig.system.state.withLock { $0.busy = 3 }
         let woke = rig.clock.now
         await rig.wake()
+        await rig.registry.release(try await rig.run())
         await rig.clock.advance(by: .seconds(1))
         #expect(rig.system.suspends.isEmpty)
         for _ in 0..<3 { await rig.clock.advance(by: .milliseconds(100)) }

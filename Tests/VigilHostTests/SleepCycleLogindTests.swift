@@ -165,11 +165,14 @@ import VigilTestSupport
             cycle = try #require(runtime.returnToSleep)
         }
 
-        /// A resume that the tick strategy's alarm caused.
-        func wokenByTick() async {
+        /// A resume that the tick strategy's alarm caused, and its woken
+        /// run: a lease of tick's, begun and ended at once.
+        func wokenByTick() async throws {
             let woke = ClockReadings.now()
             await cycle.resumed(SystemWake(wall: woke.wallMicros, startOffsetMicros: 0, suspendedMicros: 60_000_000, cause: .vigilAlarm,
                                            alarm: "tick periodic-wake", alarmStrategy: "tick", alarmKind: "periodic-wake"), readings: woke)
+            let run = try await runtime.registry.acquire(strategy: "tick", LeaseRequest(holds: "command", reason: "periodic-wake run #1"))
+            await runtime.registry.release(run)
         }
 
         /// Waits (5 s at most) for logind's Suspend; true when it came.
@@ -196,7 +199,7 @@ import VigilTestSupport
         let clock = ManualClock()
         let rig = try await Runtime(clock: clock, scheduler: WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock)))
         defer { rig.remove() }
-        await rig.wokenByTick()
+        try await rig.wokenByTick()
         await clock.advance(by: .seconds(2))
         #expect(try await rig.suspended())
         #expect(await rig.logs.wait { $0.contains { $0.message.contains("returned the system to sleep") } })
@@ -222,7 +225,7 @@ import VigilTestSupport
         // sleepers of its own, so from here on the clock moves by plain steps.
         let rig = try await Runtime(clock: clock, scheduler: scheduler)
         defer { rig.remove() }
-        await rig.wokenByTick()
+        try await rig.wokenByTick()
         await clock.advance(by: .seconds(2))
         #expect(await rig.logs.wait { $0.contains { $0.message.contains("next alarm (fetch) is due in 3s") } })
         await clock.advance(by: .seconds(3))

@@ -104,6 +104,13 @@ public actor ReturnToSleep {
     /// seconds of their own (1.4 to 8.5 s from logind's Suspend to the
     /// sleep in the qemu guest, docs/deployment.md).
     static let shortestSleep: Duration = .seconds(10)
+    /// How long after the resume a wake by a strategy's alarm waits for that
+    /// strategy's first lease (its woken run) before it decides without one.
+    /// The run begins once the strategy's task has run after the timer fired,
+    /// which took more than the 1 s grace in a slow guest: vigild suspended
+    /// before the run it had woken the system for. A wake whose run never
+    /// comes (a skipped catch-up) sleeps this long after the resume.
+    static let wokenRunWait: Duration = .seconds(10)
 
     /// - Parameter nextAlarm: vigild's first pending system-waking alarm
     ///   (``WakeScheduler/nextSystemWakeAlarm()``), on `clock`'s timeline.
@@ -242,6 +249,16 @@ public actor ReturnToSleep {
             guard episode?.number == number else { return }
             log.info("staying awake after vigild's alarm woke the system for \(current.wake.alarmStrategy ?? current.wake.alarm ?? "?"): \(reason)")
             await finish(current, outcome: .stayedAwake, reason: reason, refusal: refusal, workEnded: true)
+            return
+        }
+        // The woken run has not begun its lease yet: wait for it, up to
+        // wokenRunWait after the resume. Its acquired event makes it work
+        // and cancels this check. (After the refusals: a reason to stay
+        // awake is decided at once.)
+        if current.runs == 0, let strategy = current.wake.alarmStrategy, clock.now < current.resumedAt + Self.wokenRunWait {
+            guard episode?.number == number else { return }
+            log.debug("dark wake #\(number): the woken run of \(ClientText.excerpt(strategy)) has not begun; waiting for it until \(Self.wokenRunWait.vigilDescription) after the resume")
+            scheduleCheck(after: current.resumedAt + Self.wokenRunWait - settings.grace)
             return
         }
         if let alarm = await nextAlarm(), alarm.deadline - clock.now < Self.shortestSleep {
