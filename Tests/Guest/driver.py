@@ -64,7 +64,7 @@ import subprocess
 import sys
 import time
 
-TOTAL_BOUND = 2400         # whole run, seconds (about 750 s on an idle 2-core machine, 1,160 s on a slow CI one)
+TOTAL_BOUND = 2400         # whole run, seconds (about 780 s on an idle 2-core machine, 1,460 s held to 38 % of a core)
 SELF_WAKE_BOUND = 60       # alarm and rtc suspends: the guest must wake by itself within this
 QUIET_ASLEEP = 20          # the suspend with no alarm: must still sleep this long, then the driver wakes it
 # The woken run is read against logind's own resume, in the same guest run:

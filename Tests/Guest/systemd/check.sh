@@ -90,7 +90,7 @@ suspend_room=20
 # builtins only: a process costs up to a second in a slow guest, and the
 # room must still be there when `systemctl suspend` runs.
 read_ticks() {
-    local lines=() last up late now
+    local lines=() up late now
     [ -f "$ticks" ] && mapfile -t lines < "$ticks"
     TICKS=${#lines[@]}
     if [ "$TICKS" = 0 ]; then LAST=0; ROOM=0; return; fi
@@ -103,15 +103,10 @@ read_ticks() {
 # await_room ROOM: waits for the next tick (at most three times) until the
 # tick's next alarm is at least ROOM s away; returns with read_ticks' values.
 await_room() {
-    local tries=0 seen until now
+    local tries=0
     read_ticks
     while [ "$ROOM" -lt "$1" ] && [ $tries -lt 3 ]; do
-        seen=$TICKS; read -r until _ < /proc/uptime; until=$(( ${until%%.*} + 50 ))
-        while read_ticks; [ "$TICKS" -le "$seen" ]; do
-            read -r now _ < /proc/uptime
-            [ "${now%%.*}" -ge "$until" ] && break
-            sleep_briefly
-        done
+        wait_until 50 ticks_over "$TICKS"
         read_ticks; tries=$((tries + 1))
     done
 }
