@@ -39,7 +39,8 @@ func observe(_ registry: LeaseRegistry) async -> (EventLog, Task<Void, Never>) {
         await clock.advance(by: .seconds(59))
         #expect(await registry.lease(id)?.state == .active)
         #expect(await registry.lease(id)?.renewals == 24)
-        await clock.settle()
+        // The events reach the log through the observer's task.
+        try await clock.settle(until: "25 events observed") { await log.events.count >= 25 }
         #expect(await log.kinds == [.acquired] + Array(repeating: .renewed, count: 24))
     }
 
@@ -68,7 +69,7 @@ func observe(_ registry: LeaseRegistry) async -> (EventLog, Task<Void, Never>) {
         await awake.advance(by: .seconds(59))
         #expect(await registry.lease(id)?.state == .active)
         await awake.advance(by: .seconds(2))
-        #expect(await registry.state(of: id) == .expired)
+        try await awake.settle(until: "the lease expired") { await registry.state(of: id) == .expired }
     }
 
     /// A renewal asked for in time keeps the lease while the power backend
@@ -117,9 +118,11 @@ func observe(_ registry: LeaseRegistry) async -> (EventLog, Task<Void, Never>) {
         await clock.advance(by: .seconds(29))
         #expect(await registry.lease(id)?.state == .active)
         await clock.advance(by: .seconds(1))
-        #expect(await handled.value == 1)
-        #expect(await registry.lease(id) == nil)
-        await clock.settle()
+        // The deadline's watch runs the handler, then ends the lease.
+        try await clock.settle(until: "the handler ran and the lease ended") {
+            let (ran, lease, observed) = (await handled.value, await registry.lease(id), await log.events.count)
+            return ran == 1 && lease == nil && observed >= 3
+        }
         let events = await log.events
         #expect(events.map(\.kind) == [.acquired, .expiring, .expired])
         #expect(events.last?.forced == false)
@@ -162,28 +165,30 @@ func observe(_ registry: LeaseRegistry) async -> (EventLog, Task<Void, Never>) {
         await clock.advance(by: .seconds(10))
         try await registry.renew(b, budget: .seconds(35))  // now due at 45 s
         await clock.advance(by: .seconds(5))
-        await clock.settle()
-        #expect(await registry.lease(f) == nil)
+        try await clock.settle(until: "f ended at 15 s") { await registry.lease(f) == nil }
         await clock.advance(by: .seconds(15) - .milliseconds(1))
-        await clock.settle()
+        try await clock.settle(until: "f's expiring event observed") { await log.kinds.contains(.expiring) }
         #expect(await log.kinds.filter { $0 == .expiring }.count == 1)
         await clock.advance(by: .milliseconds(1))
-        await clock.settle()
-        #expect(await registry.lease(c)?.state == .expiring)
-        #expect(await registry.lease(d)?.state == .expiring)
-        // Both handlers run at once: both finish 2 s later.
+        // Both handlers run at once, each sleeping 2 s on the clock: wait
+        // for both sleeps before moving time.
+        let handlersDue = clock.now + .seconds(2)
+        try await clock.settle(until: "c and d expiring, their handlers asleep") {
+            let (cState, dState) = (await registry.lease(c)?.state, await registry.lease(d)?.state)
+            return cState == .expiring && dState == .expiring && clock.sleeperCount(dueBy: handlersDue) == 2
+        }
+        // Both finish 2 s later.
         await clock.advance(by: .seconds(2))
-        await clock.settle()
-        #expect(await handled.value == 2)
-        #expect(await registry.lease(c) == nil)
-        #expect(await registry.lease(d) == nil)
+        try await clock.settle(until: "both handlers finished and c and d ended") {
+            let (ran, cLease, dLease) = (await handled.value, await registry.lease(c), await registry.lease(d))
+            return ran == 2 && cLease == nil && dLease == nil
+        }
         await clock.advance(by: .seconds(13))  // 45 s
-        await clock.settle()
-        #expect(await registry.lease(b) == nil)
+        try await clock.settle(until: "b ended at 45 s") { await registry.lease(b) == nil }
         #expect(await registry.lease(a)?.state == .active)
         await clock.advance(by: .seconds(5))   // 50 s
-        await clock.settle()
-        #expect(await registry.lease(a) == nil)
+        try await clock.settle(until: "a ended at 50 s") { await registry.lease(a) == nil }
+        try await clock.settle(until: "five expired events observed") { await log.kinds.count { $0 == .expired } == 5 }
         let start = await log.events.first { $0.kind == .acquired }?.at
         let expiring = await log.events.filter { $0.kind == .expiring }
         #expect(expiring.map(\.lease.id).sorted() == [a, b, c, d, f].sorted())
@@ -211,18 +216,15 @@ func observe(_ registry: LeaseRegistry) async -> (EventLog, Task<Void, Never>) {
             }
         ))
         await clock.advance(by: .seconds(10))
-        // The expiry's work runs on other threads: wait for its state, a
-        // bounded number of settles (one settle was not always enough
-        // under ThreadSanitizer on a busy machine).
-        for _ in 0..<50 where await registry.lease(id)?.state != .expiring { await clock.settle() }
-        #expect(await registry.lease(id)?.state == .expiring)
+        // The expiry's work runs on other threads: wait for its state.
+        try await clock.settle(until: "the lease is expiring") { await registry.lease(id)?.state == .expiring }
         await clock.advance(by: .seconds(2))
         #expect(await registry.lease(id)?.state == .expiring)
         await clock.advance(by: .seconds(1))
-        for _ in 0..<50 where await registry.lease(id) != nil { await clock.settle() }
-        #expect(await registry.lease(id) == nil)
-        #expect(await cancelled.value == 1, "the handler task must be cancelled")
-        await clock.settle()
+        try await clock.settle(until: "the lease ended and its handler was cancelled") {
+            let (lease, cancels, observed) = (await registry.lease(id), await cancelled.value, await log.events.count)
+            return lease == nil && cancels == 1 && observed >= 3
+        }
         let events = await log.events
         #expect(events.map(\.kind) == [.acquired, .expiring, .expired])
         #expect(events.last?.forced == true)

@@ -288,13 +288,18 @@ struct Harness {
         let h = Harness(store: store)
         let s = try PeriodicWakePlugin.make(["every": .string("1h"), "persistent": .boolean(true), "run": .array([.string("true")])])
         await h.supervisor.start([SupervisedStrategy(name: "pw", kind: "periodic-wake", strategy: s)])
-        await h.clock.settle()
+        // The record is read and reported, then the first wake is asked for:
+        // the scheduler's timer sleeps on the clock.
+        try await h.clock.settle(until: "the bad record reported and the first wake scheduled") {
+            h.logs.entries.contains { $0.contains("ignoring a malformed last-run record in the store") } && h.clock.sleeperCount >= 1
+        }
         #expect(h.hooks.count == 0)
-        #expect(h.logs.entries.contains { $0.contains("ignoring a malformed last-run record in the store") })
         await h.clock.advance(by: .seconds(3600 + 360))
-        #expect(h.hooks.count == 1)
+        #expect(await h.hooks.waitForCount(atLeast: 1) == 1)
         // The run replaced the record with its wall-clock time.
-        let record = try #require(await store.get("last-run").flatMap { Int64(String(decoding: $0, as: UTF8.self)) })
+        func lastRun() async -> Int64? { await store.get("last-run").flatMap { Int64(String(decoding: $0, as: UTF8.self)) } }
+        try await h.clock.settle(until: "the run's record written") { await lastRun() != nil }
+        let record = try #require(await lastRun())
         // Within the run's window: 1 h after the start, plus up to the 6 min tolerance.
         #expect(record <= h.clock.wallMicroseconds && record >= h.clock.wallMicroseconds - 360 * 1_000_000, "\(record)")
         await h.supervisor.stopAll()

@@ -60,7 +60,7 @@ struct WaitingStrategy: KeepAliveStrategy {
         defer { follow.cancel() }
         let changes = StatusWaiter(await supervisor.changes(), name: "held")
         await supervisor.start([SupervisedStrategy(name: "held", kind: "test", strategy: LeaseHoldingStrategy())])
-        await clock.settle()
+        try await clock.settle(until: "the strategy holds its lease") { await registry.active.contains { $0.strategy == "held" } }
         let lease = try #require(await registry.active.first { $0.strategy == "held" })
         await registry.setStatus(lease.id, ["LastError": .string("the peer closed the connection")])
         let broken = try await changes.next("broken") { $0.lastError != nil }
@@ -83,16 +83,24 @@ struct WaitingStrategy: KeepAliveStrategy {
         let supervisor = makeSupervisor(clock, registry, backoff: Backoff(initial: .seconds(10), maximum: .seconds(300), jitter: false))
         let attempts = Counter(), log = OrderLog()
         await supervisor.start([SupervisedStrategy(name: "flaky", kind: "test", strategy: FailingStrategy(failures: 3, attempts: attempts, log: log))])
-        await clock.settle()
-        #expect(await attempts.value == 1)
+        // Each failed attempt releases its lease, records the failure, then
+        // waits out its delay on the clock: that sleep is the event to wait
+        // for before time moves (a loaded machine may take it late).
+        func failed(_ attempt: Int, waiting delay: Duration) async throws {
+            try await clock.settle(until: "attempt \(attempt) failed and waits \(delay) to restart") {
+                let started = await attempts.value
+                return started == attempt && clock.nextDeadline == clock.now + delay
+            }
+        }
+        try await failed(1, waiting: .seconds(10))
         #expect(await supervisor.statuses.first?.state == .backoff)
         #expect(await registry.active.isEmpty, "the failed attempt's lease must be released")
         await clock.advance(by: .seconds(9))
         #expect(await attempts.value == 1)
         await clock.advance(by: .seconds(1))
-        #expect(await attempts.value == 2)
+        try await failed(2, waiting: .seconds(20))
         await clock.advance(by: .seconds(20))
-        #expect(await attempts.value == 3)
+        try await failed(3, waiting: .seconds(40))
         await clock.advance(by: .seconds(39))
         #expect(await attempts.value == 3)
         let failed = try #require(await supervisor.statuses.first)
@@ -103,7 +111,7 @@ struct WaitingStrategy: KeepAliveStrategy {
         let follow = Task { await supervisor.followErrors() }
         defer { follow.cancel() }
         await clock.advance(by: .seconds(1))
-        #expect(await attempts.value == 4)
+        try await clock.settle(until: "the fourth attempt started") { await attempts.value == 4 }
         // The run that took its lease again recovered: LastError is cleared.
         let status = try await changes.next("recovered") { $0.lastError == nil }
         #expect(status.restarts == 3)
@@ -152,8 +160,11 @@ struct WaitingStrategy: KeepAliveStrategy {
         let supervisor = makeSupervisor(clock, registry, backoff: Backoff())
         let log = OrderLog()
         await supervisor.start(["a", "b", "c"].map { SupervisedStrategy(name: $0, kind: "test", strategy: WaitingStrategy(log: log)) })
-        await clock.settle()
-        #expect(await registry.active.count == 3)
+        // Each holds its lease, then sleeps on the clock until stopped.
+        try await clock.settle(until: "the three strategies hold their leases and wait") {
+            let held = await registry.active.count
+            return held == 3 && clock.sleeperCount >= 3
+        }
         await supervisor.stopAll()
         #expect(log.all == ["stopped c", "stopped b", "stopped a"])
         #expect(await registry.active.isEmpty)

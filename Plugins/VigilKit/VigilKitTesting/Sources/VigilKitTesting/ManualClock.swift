@@ -20,6 +20,8 @@ public final class ManualClock: VigilClock {
         var sleepers: [Sleeper] = []
         var nextID: UInt64 = 0
         var cancelled: Set<UInt64> = []
+        /// Sleepers resumed by a move of time whose tasks have not run yet.
+        var waking: Set<UInt64> = []
     }
 
     private let state: Lock<State>
@@ -37,6 +39,11 @@ public final class ManualClock: VigilClock {
     /// Number of tasks currently sleeping on this clock.
     public var sleeperCount: Int { state.withLock { $0.sleepers.count } }
 
+    /// Number of tasks sleeping until `deadline` or earlier.
+    public func sleeperCount(dueBy deadline: VigilInstant) -> Int {
+        state.withLock { $0.sleepers.count { $0.deadline <= deadline } }
+    }
+
     /// The earliest pending deadline, if any.
     public var nextDeadline: VigilInstant? { state.withLock { $0.sleepers.map(\.deadline).min() } }
 
@@ -45,6 +52,7 @@ public final class ManualClock: VigilClock {
             $0.nextID += 1
             return $0.nextID
         }
+        defer { _ = state.withLock { $0.waking.remove(id) } }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
                 let resumeNow: Result<Void, any Error>? = state.withLock { state in
@@ -86,10 +94,12 @@ public final class ManualClock: VigilClock {
                 state.now = max(state.now, next)
                 let due = state.sleepers.filter { $0.deadline <= next }
                 state.sleepers.removeAll { $0.deadline <= next }
+                state.waking.formUnion(due.map(\.id))
                 return due
             }
             if due.isEmpty { break }
             for s in due { s.continuation.resume() }
+            await awaitWoken()
         }
         await settle()
     }
@@ -104,10 +114,51 @@ public final class ManualClock: VigilClock {
             state.now = now
             let due = state.sleepers.filter { $0.deadline <= now }
             state.sleepers.removeAll { $0.deadline <= now }
+            state.waking.formUnion(due.map(\.id))
             return due
         }
         for s in due { s.continuation.resume() }
+        await awaitWoken()
         await settle()
+    }
+
+    /// Waits until every task this clock woke has run again, up to
+    /// `wokenBound` of real time: a resumed continuation only makes its task
+    /// runnable, and a busy machine (or ThreadSanitizer) may leave it
+    /// waiting for a thread longer than `settle()`'s yields last. Time must
+    /// not move on before it ran, or the sleep it takes next starts late.
+    private func awaitWoken() async {
+        let end = ContinuousClock.now + Self.wokenBound
+        while state.withLock({ !$0.waking.isEmpty }), ContinuousClock.now < end {
+            await Task.yield()
+            sched_yield()
+        }
+    }
+
+    /// How long a move of time waits for the tasks it woke to run.
+    static let wokenBound: Duration = .seconds(10)
+
+    /// Settles until `condition` holds, up to `timeout` of real time, and
+    /// throws ``ManualClock/Timeout`` if it never does.
+    ///
+    /// Wait with this for what a test expects a move of time to cause: a
+    /// woken task's state, an event, or its next sleep (`sleeperCount`,
+    /// `nextDeadline`). `settle()` gives the woken work a fixed number of
+    /// yields, which actor hops on a loaded machine can outlast.
+    public func settle(until what: String, timeout: Duration = .seconds(30), _ condition: () async throws -> Bool) async throws {
+        let end = ContinuousClock.now + timeout
+        while try await !condition() {
+            guard ContinuousClock.now < end else { throw Timeout(what: what, after: timeout) }
+            for _ in 0..<8 { await Task.yield() }
+            sched_yield()
+        }
+    }
+
+    /// What ``settle(until:timeout:_:)`` throws when its condition never held.
+    public struct Timeout: Error, CustomStringConvertible {
+        public let what: String
+        public let after: Duration
+        public var description: String { "the test clock settled for \(after) of real time and this never held: \(what)" }
     }
 
     /// Lets runnable tasks run: yields repeatedly so work triggered by a wake

@@ -20,8 +20,8 @@ enum HelloChecks {
     /// Returns once the strategy sleeps on `clock` (it asked for its next
     /// wake), so that moving the clock moves it.
     static func waitForSleeper(_ clock: ManualClock) async throws {
-        for _ in 0..<1_000 where clock.sleeperCount == 0 { await clock.settle() }
-        try check(clock.sleeperCount == 1, "the strategy does not wait for a wake")
+        try await clock.settle(until: "the strategy waits for a wake") { clock.sleeperCount > 0 }
+        try check(clock.sleeperCount == 1, "the strategy waits on \(clock.sleeperCount) sleeps, not one")
     }
 
     /// Two greetings in two seconds, each written under its own lease, each
