@@ -95,6 +95,7 @@ extension WaitableLog where Item == RecordedEvent {
 
 struct Harness {
     let clock: ManualClock
+    let timer: ClockDrivenWakeTimer
     let scheduler: WakeScheduler
     let checker: WindowChecker
     let registry: LeaseRegistry
@@ -107,7 +108,8 @@ struct Harness {
     /// that restarts on the same store, its clock having moved on.
     init(clock: ManualClock = ManualClock(), store: (any StrategyStore)? = nil) {
         self.clock = clock
-        scheduler = WakeScheduler(clock: clock, timer: ClockDrivenWakeTimer(clock: clock))
+        timer = ClockDrivenWakeTimer(clock: clock)
+        scheduler = WakeScheduler(clock: clock, timer: timer)
         checker = WindowChecker(scheduler, clock: clock)
         registry = LeaseRegistry(clock: clock)
         hooks = RecordingHooks(registry: registry)
@@ -118,6 +120,32 @@ struct Harness {
         )
         if let store { services.store = { _ in store } }
         supervisor = Supervisor(services: services)
+    }
+
+    /// Waits until `requests` wake requests are pending and the scheduler's
+    /// timer sleeps on the clock: each strategy that ran asked for its next
+    /// wake. On a real clock time does not wait for that; on the test clock
+    /// it must, or a request taken late fires late (a loaded machine can
+    /// outlast `settle()`'s yields).
+    func armed(_ requests: Int) async throws {
+        try await clock.settle(until: "\(requests) wake request(s) pending, the timer asleep on the clock") {
+            let pending = await scheduler.pendingRequests
+            guard pending >= requests, !timer.isDeliveringExpiry else { return false }
+            guard let deadline = timer.armedDeadline else { return pending == 0 }
+            return clock.sleeperCount(dueBy: deadline) > 0
+        }
+    }
+
+    /// Moves the clock on by `duration` one deadline at a time, each step
+    /// once `requests` wake requests are pending again (``armed(_:)``).
+    func advance(by duration: Duration, requests: Int = 1) async throws {
+        let target = clock.now + duration
+        while true {
+            try await armed(requests)
+            guard let next = clock.nextDeadline, next <= target else { break }
+            await clock.advance(to: next)
+        }
+        await clock.advance(to: target)
     }
 }
 
@@ -140,9 +168,9 @@ struct Harness {
         #expect(h.clock.now == started)
         #expect(h.hooks.runs.first?.variables["sequence"] == "1")
         // The second: 5 min on (+ at most the delay and the tolerance).
-        await h.clock.advance(by: .seconds(300 - 1))
+        try await h.advance(by: .seconds(300 - 1))
         #expect(h.hooks.count == 1)
-        await h.clock.advance(by: .seconds(91))
+        try await h.advance(by: .seconds(91))
         #expect(await h.hooks.waitForCount(atLeast: 2) == 2)
         #expect(h.checker.violations.isEmpty, "\(h.checker.violations)")
         await h.supervisor.stopAll()
@@ -155,9 +183,9 @@ struct Harness {
         for i in 0..<5 {
             let s = try PeriodicWakePlugin.make(["every": .string("10m"), "tolerance": .string("3m"), "run": .array([.string("true")])])
             await h.supervisor.start([SupervisedStrategy(name: "pw\(i)", kind: "periodic-wake", strategy: s)])
-            await h.clock.advance(by: .seconds(40))
+            try await h.advance(by: .seconds(40), requests: i + 1)
         }
-        await h.clock.advance(by: .seconds(2 * 3600))
+        try await h.advance(by: .seconds(2 * 3600), requests: 5)
         let stats = await h.scheduler.statistics
         let runs = h.hooks.count
         // 5 instances x 12 periods (give or take the last partial period).
@@ -178,16 +206,20 @@ struct Harness {
             "every": .string("10m"), "tolerance": .string("1m"), "catch_up": .string(mode), "run": .array([.string("true")]),
         ])
         await h.supervisor.start([SupervisedStrategy(name: "pw", kind: "periodic-wake", strategy: s)])
-        // The system sleeps through the first window and two more periods.
+        // Once it waits for its first wake, the system sleeps through that
+        // window and two more periods.
+        try await h.armed(1)
         await h.clock.jump(by: .seconds(35 * 60))
+        // It catches up, then asks for its next wake.
+        try await h.armed(1)
         #expect(h.hooks.count == expectedRuns)
         let wake = h.events.all.last
         #expect(wake?.fields["missed"] == "2")
         #expect(wake?.name == (mode == "skip" ? "wake-skipped" : "wake"))
         // Back on the original 10-minute grid: the next run is at 40 min.
-        await h.clock.advance(by: .seconds(4 * 60 + 59))
+        try await h.advance(by: .seconds(4 * 60 + 59))
         #expect(h.hooks.count == expectedRuns)
-        await h.clock.advance(by: .seconds(62))
+        try await h.advance(by: .seconds(62))
         #expect(h.hooks.count == expectedRuns + 1)
         await h.supervisor.stopAll()
     }
@@ -196,7 +228,7 @@ struct Harness {
         let h = Harness()
         let s = try PeriodicWakePlugin.make(["every": .string("1m"), "tolerance": .string("0s"), "run": .array([.string("true")])])
         await h.supervisor.start([SupervisedStrategy(name: "pw", kind: "periodic-wake", strategy: s)])
-        await h.clock.advance(by: .seconds(180))
+        try await h.advance(by: .seconds(180))
         let wakes = h.events.all.filter { $0.name == "wake" }
         #expect(wakes.count == 3)
         #expect(wakes.allSatisfy { $0.fields["exit"] == "exited with status 0" && $0.fields["lateness_ms"] == "0.0" })
@@ -208,8 +240,9 @@ struct Harness {
         let h = Harness()
         let s = try PeriodicWakePlugin.make(["every": .string("1m"), "wake_system": .boolean(true), "run": .array([.string("true")])])
         await h.supervisor.start([SupervisedStrategy(name: "pw", kind: "periodic-wake", strategy: s)])
-        await h.clock.settle()
-        #expect(h.logs.entries.contains { $0.contains("wake_system is set but this host cannot wake a suspended system") })
+        try await h.clock.settle(until: "the strategy says why it cannot wake the system") {
+            h.logs.entries.contains { $0.contains("wake_system is set but this host cannot wake a suspended system") }
+        }
         await h.supervisor.stopAll()
     }
 
@@ -251,7 +284,7 @@ struct Harness {
         do {
             let before = Harness(clock: clock, store: HostStrategyStore(store: try SurvivalStore(path: path), strategy: "pw"))
             await before.supervisor.start([SupervisedStrategy(name: "pw", kind: "periodic-wake", strategy: try PeriodicWakePlugin.make(values))])
-            await clock.advance(by: .seconds(3600 + 60))
+            try await before.advance(by: .seconds(3600 + 60))
             #expect(await before.hooks.waitForCount(atLeast: 1) == 1)
             await before.supervisor.stopAll()
         }
@@ -260,7 +293,8 @@ struct Harness {
 
         let after = Harness(clock: clock, store: HostStrategyStore(store: try SurvivalStore(path: path), strategy: "pw"))
         await after.supervisor.start([SupervisedStrategy(name: "pw", kind: "periodic-wake", strategy: try PeriodicWakePlugin.make(values))])
-        await clock.settle()
+        // It catches up (or not), then asks for its next wake.
+        try await after.armed(1)
         #expect(await after.hooks.waitForCount(atLeast: runsAtStart) == runsAtStart, "\(after.logs.entries)")
         if persistent, hoursStopped > 0 {
             try await after.events.waitFor(mode == "skip" ? "wake-skipped" : "wake")
@@ -273,9 +307,9 @@ struct Harness {
         // the start, or 30 min after it when not overdue); a full period
         // after the start otherwise.
         let next: Int = persistent ? (hoursStopped > 0 ? 59 * 60 : 30 * 60) : 3600
-        await clock.advance(by: .seconds(next - 5))
+        try await after.advance(by: .seconds(next - 5))
         #expect(after.hooks.count == runsAtStart)
-        await clock.advance(by: .seconds(70))
+        try await after.advance(by: .seconds(70))
         #expect(await after.hooks.waitForCount(atLeast: runsAtStart + 1) == runsAtStart + 1)
         #expect(after.checker.violations.isEmpty, "\(after.checker.violations)")
         await after.supervisor.stopAll()
@@ -294,7 +328,7 @@ struct Harness {
             h.logs.entries.contains { $0.contains("ignoring a malformed last-run record in the store") } && h.clock.sleeperCount >= 1
         }
         #expect(h.hooks.count == 0)
-        await h.clock.advance(by: .seconds(3600 + 360))
+        try await h.advance(by: .seconds(3600 + 360))
         #expect(await h.hooks.waitForCount(atLeast: 1) == 1)
         // The run replaced the record with its wall-clock time.
         func lastRun() async -> Int64? { await store.get("last-run").flatMap { Int64(String(decoding: $0, as: UTF8.self)) } }
@@ -319,17 +353,17 @@ struct Harness {
         ])
         await h.supervisor.start([SupervisedStrategy(name: "pw", kind: "periodic-wake", strategy: s)])
         // The first run: after 10 min, within the next 5 min.
-        await h.clock.advance(by: .seconds(600 - 1))
+        try await h.advance(by: .seconds(600 - 1))
         #expect(h.hooks.count == 0)
         var waited = 0
         while h.hooks.count == 0 && waited <= 310 {
-            await h.clock.advance(by: .seconds(5))
+            try await h.advance(by: .seconds(5))
             waited += 5
         }
         let first = try #require(delays(h).first)
         #expect(first >= 0 && first <= 300)
         #expect(abs(Double(waited) - 1 - first) <= 5, "ran \(waited - 1) s after the nominal time, delay \(first) s")
-        await h.clock.advance(by: .seconds(2 * 3600))
+        try await h.advance(by: .seconds(2 * 3600))
         let all = delays(h)
         // 13 periods in 2 h 10 min; every run within [nominal, nominal + 5 min].
         #expect(all.count >= 12 && all.count <= 13, "\(all)")
@@ -350,7 +384,7 @@ struct Harness {
                 "fixed_random_delay": .boolean(true), "run": .array([.string("true")]),
             ], name: name)
             await h.supervisor.start([SupervisedStrategy(name: name, kind: "periodic-wake", strategy: s)])
-            await h.clock.advance(by: .seconds(3 * 600 + 300))
+            try await h.advance(by: .seconds(3 * 600 + 300))
             await h.supervisor.stopAll()
             #expect(h.checker.violations.isEmpty, "\(h.checker.violations)")
             return delays(h)

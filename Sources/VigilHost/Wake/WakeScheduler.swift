@@ -67,6 +67,9 @@ public actor WakeScheduler: WakeScheduling {
     }
 
     private var pending: [UInt64: Pending] = [:]
+    /// Requests waiting to fire. Tests wait for the count they expect
+    /// before they move a test clock on.
+    public var pendingRequests: Int { pending.count }
     /// Pending ids by preferred time, by earliest time, and the wakeSystem
     /// ones by preferred time: each step is O(log n), so thousands of
     /// requests (one per keep-alive socket) stay cheap. Lazily cleaned.
