@@ -41,10 +41,15 @@ enum BackgroundTaskPlugin {
         defer { collector.cancel() }
         let start = h.clock.now
         await h.supervisor.start([SupervisedStrategy(name: "focus", kind: "background-task", strategy: strategy)])
-        // One second at a time: every check gets the clock's settle time to
-        // renew, as a real second would give it, before time moves on.
-        for _ in 0..<(26 * 60) { await h.clock.advance(by: .seconds(1)) }
-        await h.clock.settle()
+        // One check at a time: each renews (or not) and asks for the next
+        // check before time moves on, as on a real clock.
+        try await h.advance(by: .seconds(25 * 60 - 1))
+        try await h.armed(1)
+        await h.clock.advance(by: .seconds(1))  // the last check, at the session's end
+        try await h.clock.settle(until: "the session completed and its lease was released") {
+            let last = await log.events.last?.kind
+            return last == .released && h.events.all.contains { $0.name == "on_complete" }
+        }
 
         let all = await log.events
         #expect(all.first?.kind == .acquired)

@@ -99,15 +99,23 @@ import VigilKit
             try await f.call("/org/freedesktop/PowerManagement/Inhibit", Self.pm, "Inhibit", ["stuck-app", "forgot to uninhibit"])
             let lease = try #require(await Self.inhibitLeases(f).first)
             #expect(lease.budget == .seconds(10))
+            // Each step once the registry sleeps until it: the budget's
+            // end, then the grace's.
+            await f.waitForSleeper(within: 10)
             await f.advance(10)
-            await f.clock.settle()
-            #expect(await log.kinds.contains(.expiring))
+            try await f.clock.settle(until: "the inhibit's lease is expiring, its grace on the clock or over") {
+                let kinds = await log.kinds
+                return kinds.contains(.expiring)
+                    && (kinds.contains(.expired) || f.clock.sleeperCount(dueBy: f.clock.now + .seconds(2)) > 0)
+            }
             await f.advance(2)
-            await f.clock.settle()
-            #expect(await Self.inhibitLeases(f).isEmpty)
-            #expect(await log.kinds.contains(.expired))
-            #expect(await !f.runtime.inhibits.hasInhibit)
-            #expect(f.logs.entries.contains { $0.contains("inhibit by \"stuck-app\" reached inhibit_max (10s); releasing lease") })
+            try await f.clock.settle(until: "the inhibit's lease expired and the inhibit ended") {
+                let (leases, kinds, held) = (await Self.inhibitLeases(f), await log.kinds, await f.runtime.inhibits.hasInhibit)
+                return leases.isEmpty && kinds.contains(.expired) && !held
+            }
+            try await f.clock.settle(until: "the release is logged") {
+                f.logs.entries.contains { $0.contains("inhibit by \"stuck-app\" reached inhibit_max (10s); releasing lease") }
+            }
         }
     }
 

@@ -93,9 +93,17 @@ import VigilKitTesting
         #expect(during.contains(#"vigil_voip_rtt_seconds_count{strategy="sip"} 2"#))
         #expect(during.contains(#"vigil_voip_rtt_seconds_bucket{strategy="sip",le="0.005"} 1"#))
 
-        // The budget runs out, then the grace time.
-        await clock.advance(by: .seconds(11))
-        #expect(await registry.lease(stuck) == nil)
+        // The budget runs out, then the grace time: each step once the
+        // registry sleeps until it.
+        let acquiredAt = clock.now
+        try await clock.settle(until: "the registry waits for the budget's end") { clock.sleeperCount(dueBy: acquiredAt + .seconds(10)) > 0 }
+        await clock.advance(by: .seconds(10))
+        try await clock.settle(until: "the lease is expiring and its grace is on the clock") {
+            let state = await registry.lease(stuck)?.state
+            return state == .expiring && clock.sleeperCount(dueBy: acquiredAt + .seconds(11)) > 0
+        }
+        await clock.advance(by: .seconds(1))
+        try await clock.settle(until: "the lease was force-released") { await registry.lease(stuck) == nil }
 
         let text = String(decoding: metrics.exposition(Self.snapshot(strategies: [sip], leases: LeaseTotals(await registry.active))), as: UTF8.self)
         let uids = text.split(separator: "\n").filter { $0.hasPrefix("vigil_client_leases{") }

@@ -71,6 +71,8 @@ struct ReturnToSleepTests {
         let outcomes = WaitableLog<DarkWake>()
         let alarm = NextAlarm()
         let cycle: ReturnToSleep
+        /// Lease events this rig caused (the cycle follows acquired and endings).
+        private let caused = Counter()
 
         init(settings: ReturnToSleepSettings = ReturnToSleepSettings(), backend: any PowerBackend = NoPowerBackend()) async {
             registry = LeaseRegistry(clock: clock, backend: backend)
@@ -90,11 +92,33 @@ struct ReturnToSleepTests {
                                   alarm: cause == .vigilAlarm ? "\(strategy) periodic-wake" : nil,
                                   alarmStrategy: cause == .vigilAlarm ? strategy : nil, alarmKind: cause == .vigilAlarm ? "periodic-wake" : nil)
             await cycle.resumed(wake, readings: ClockReadings(wallMicros: 1, monotonicMicros: 2, boottimeMicros: 3))
+            await settled()
         }
 
-        func run(_ strategy: String = "tick") async throws -> LeaseID {
-            try await registry.acquire(strategy: strategy, LeaseRequest(
-                holds: "command", reason: "periodic-wake run", power: PowerHold(what: ["sleep"], mode: "block")))
+        func run(_ strategy: String = "tick", holds: String = "command", reason: String = "periodic-wake run") async throws -> LeaseID {
+            let id = try await registry.acquire(strategy: strategy, LeaseRequest(
+                holds: holds, reason: reason, power: PowerHold(what: ["sleep"], mode: "block")))
+            await caused.increment()
+            await settled()
+            return id
+        }
+
+        func release(_ lease: LeaseID) async {
+            await registry.release(lease)
+            await caused.increment()
+            await settled()
+        }
+
+        /// Waits until the cycle has handled every lease event this rig
+        /// caused and its pending decision sleeps on the clock: moving time
+        /// before that would decide at the wrong instant (a loaded machine
+        /// can outlast `settle()`'s yields).
+        func settled(sourceLocation: SourceLocation = #_sourceLocation) async {
+            do {
+                try await cycle.settled(seen: await caused.value, on: clock)
+            } catch {
+                Issue.record(error, sourceLocation: sourceLocation)
+            }
         }
 
         func outcome() async -> DarkWake? {
@@ -108,7 +132,7 @@ struct ReturnToSleepTests {
         func expectAsleepAgain(releasing lease: LeaseID, grace: Duration = .seconds(1), runs: Int, _ comment: Comment? = nil,
                                sourceLocation: SourceLocation = #_sourceLocation) async throws {
             let ended = clock.now
-            await registry.release(lease)
+            await release(lease)
             await clock.advance(by: grace)
             let dark = try #require(await outcome(), sourceLocation: sourceLocation)
             #expect(dark.outcome == .asleepAgain && dark.runs == runs, sourceLocation: sourceLocation)
@@ -125,7 +149,7 @@ struct ReturnToSleepTests {
         let run = try await rig.run()
         await rig.clock.advance(by: .seconds(9))
         let ended = rig.clock.now
-        await rig.registry.release(run)
+        await rig.release(run)
         await rig.clock.advance(by: .seconds(1) - .milliseconds(1))
         #expect(rig.system.suspends.isEmpty, "not before the grace has passed")
         await rig.clock.advance(by: .milliseconds(1))
@@ -146,7 +170,7 @@ struct ReturnToSleepTests {
         await rig.wake()
         let first = try await rig.run()
         await rig.clock.advance(by: .seconds(3))
-        await rig.registry.release(first)
+        await rig.release(first)
         await rig.clock.advance(by: .seconds(1))
         let second = try await rig.run()  // a catch-up run
         await rig.clock.advance(by: .seconds(5))
@@ -215,7 +239,7 @@ struct ReturnToSleepTests {
         await rig.clock.advance(by: .seconds(4))
         let firstEnded = rig.clock.now
         rig.alarm.set("tick periodic-wake", at: firstEnded + .seconds(6))
-        await rig.registry.release(first)
+        await rig.release(first)
         await rig.clock.advance(by: .seconds(6) - .milliseconds(1))
         #expect(rig.system.suspends.isEmpty, "the next alarm is 5 s after the grace")
         #expect(rig.outcomes.all.isEmpty)
@@ -241,7 +265,7 @@ struct ReturnToSleepTests {
         await rig.clock.advance(by: .seconds(4))
         let ended = rig.clock.now
         rig.alarm.set("fetch", at: ended + .seconds(3))
-        await rig.registry.release(run)
+        await rig.release(run)
         await rig.clock.advance(by: .seconds(3))
         #expect(rig.system.suspends.isEmpty)
         let next = rig.clock.now + ReturnToSleep.shortestSleep + .seconds(1)
@@ -286,7 +310,7 @@ struct ReturnToSleepTests {
         let woke = rig.clock.now
         await rig.wake()
         let other = try await rig.run("download")
-        await rig.registry.release(other)
+        await rig.release(other)
         await rig.clock.advance(by: .seconds(10))
         let dark = try #require(await rig.outcome())
         #expect(dark.outcome == .asleepAgain && dark.runs == 0)
@@ -298,7 +322,7 @@ struct ReturnToSleepTests {
         await rig.wake()
         let run = try await rig.run()
         await rig.clock.advance(by: .seconds(4))
-        await rig.registry.release(run)
+        await rig.release(run)
         await rig.clock.advance(by: .seconds(1))
         let dark = try #require(await rig.outcome())
         #expect(dark.outcome == .stayedAwake)
@@ -312,8 +336,7 @@ struct ReturnToSleepTests {
 
     @Test func anotherVigilLeaseHoldingSleepKeepsItAwake() async throws {
         let rig = await Rig()
-        _ = try await rig.registry.acquire(strategy: "download", LeaseRequest(
-            holds: "download", reason: "big file", power: PowerHold(what: ["sleep"], mode: "block")))
+        _ = try await rig.run("download", holds: "download", reason: "big file")
         await rig.clock.advance(by: .seconds(1))  // held since before the suspend
         try await expectStaysAwake(rig, refusal: .vigilLease, reason: "holds sleep (big file)")
     }
@@ -355,7 +378,7 @@ struct ReturnToSleepTests {
         let rig = await Rig()
         rig.system.state.withLock { $0.refuseSuspend = true }
         await rig.wake()
-        await rig.registry.release(try await rig.run())
+        await rig.release(try await rig.run())
         await rig.clock.advance(by: .seconds(1))
         let dark = try #require(await rig.outcome())
         #expect(dark.outcome == .stayedAwake && dark.refusal == DarkWake.Refusal.suspendFailed.rawValue)
@@ -403,7 +426,7 @@ struct ReturnToSleepTests {
         let run = try await rig.run()
         let hold = try await rig.run("client")
         await rig.clock.advance(by: .seconds(2))
-        await rig.registry.release(run)
+        await rig.release(run)
         await rig.clock.advance(by: .seconds(5))
         #expect(rig.system.suspends.isEmpty, "the client lease is still held")
         try await rig.expectAsleepAgain(releasing: hold, runs: 1)
@@ -417,12 +440,31 @@ struct ReturnToSleepTests {
         rig.system.state.withLock { $0.busy = 3 }
         let woke = rig.clock.now
         await rig.wake()
-        await rig.registry.release(try await rig.run())
+        await rig.release(try await rig.run())
         await rig.clock.advance(by: .seconds(1))
         #expect(rig.system.suspends.isEmpty)
-        for _ in 0..<3 { await rig.clock.advance(by: .milliseconds(100)) }
+        // Each retry waits 100 ms on the clock: move time once it does.
+        for attempt in 1...3 {
+            try await rig.clock.settle(until: "retry \(attempt) waits") { rig.clock.sleeperCount(dueBy: rig.clock.now + .milliseconds(100)) > 0 }
+            await rig.clock.advance(by: .milliseconds(100))
+        }
         let dark = try #require(await rig.outcome())
         #expect(dark.outcome == .asleepAgain)
         #expect(rig.system.suspends == [woke + .seconds(1) + .milliseconds(300)])
+    }
+}
+
+extension ReturnToSleep {
+    /// Waits until the cycle has handled `expected` lease events and its
+    /// pending decision sleeps on `clock`: moving a test clock before that
+    /// would decide at the wrong instant (a loaded machine can outlast
+    /// `settle()`'s yields).
+    nonisolated func settled(seen expected: Int, on clock: ManualClock) async throws {
+        try await clock.settle(until: "the cycle handled \(expected) lease event(s) and its decision sleeps on the clock") {
+            let (seen, due) = (await leaseEventsSeen, await pendingCheck)
+            guard seen >= expected else { return false }
+            guard let due, due > clock.now else { return true }
+            return clock.sleeperCount(dueBy: due) > 0
+        }
     }
 }

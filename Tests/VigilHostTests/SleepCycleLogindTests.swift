@@ -168,11 +168,14 @@ import VigilTestSupport
         /// A resume that the tick strategy's alarm caused, and its woken
         /// run: a lease of tick's, begun and ended at once.
         func wokenByTick() async throws {
+            let seen = await cycle.leaseEventsSeen
             let woke = ClockReadings.now()
             await cycle.resumed(SystemWake(wall: woke.wallMicros, startOffsetMicros: 0, suspendedMicros: 60_000_000, cause: .vigilAlarm,
                                            alarm: "tick periodic-wake", alarmStrategy: "tick", alarmKind: "periodic-wake"), readings: woke)
             let run = try await runtime.registry.acquire(strategy: "tick", LeaseRequest(holds: "command", reason: "periodic-wake run #1"))
             await runtime.registry.release(run)
+            // Its acquired and released events: then the decision waits a grace.
+            try await cycle.settled(seen: seen + 2, on: clock)
         }
 
         /// Waits (5 s at most) for logind's Suspend; true when it came.

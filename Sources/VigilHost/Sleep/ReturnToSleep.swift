@@ -90,7 +90,14 @@ public actor ReturnToSleep {
     private var episode: Episode?
     private var nextEpisode: UInt64 = 0
     private var following: Task<Void, Never>?
-    private var check: Task<Void, Never>?
+    /// The pending decision: its task, and the instant it sleeps until.
+    private var check: (task: Task<Void, Never>, due: VigilInstant)?
+    /// When the pending decision is due, if one is. With
+    /// ``leaseEventsSeen``, what a test on a manual clock waits for before
+    /// it moves time on.
+    public var pendingCheck: VigilInstant? { check?.due }
+    /// Lease events handled so far.
+    public private(set) var leaseEventsSeen = 0
     /// How long Suspend is retried while logind says its previous sleep
     /// operation is still in progress, and the pause between tries.
     static let busyRetryBound: Duration = .seconds(10)
@@ -141,7 +148,7 @@ public actor ReturnToSleep {
 
     public func stop() async {
         following?.cancel()
-        check?.cancel()
+        cancelCheck()
         if episode != nil { await input.end() }
         episode = nil
     }
@@ -151,7 +158,7 @@ public actor ReturnToSleep {
         if let previous = episode {
             // Woken again before the last one was decided: that one is over.
             episode = nil
-            check?.cancel()
+            cancelCheck()
             await input.end()
             log.debug("dark wake #\(previous.number) ended by another suspend")
         }
@@ -187,13 +194,13 @@ public actor ReturnToSleep {
     }
 
     private func leaseEvent(_ event: LeaseEvent) {
+        leaseEventsSeen += 1
         guard var current = episode else { return }
         switch event.kind {
         case .acquired:
             guard Self.isWork(event.lease, of: current), current.work.insert(event.lease.id).inserted else { return }
             if event.lease.strategy == current.wake.alarmStrategy { current.runs += 1 }
-            check?.cancel()
-            check = nil
+            cancelCheck()
         case .expired, .released, .failed:
             guard current.work.remove(event.lease.id) != nil else { return }
             current.workEndedAt = max(current.workEndedAt, event.at)
@@ -208,16 +215,22 @@ public actor ReturnToSleep {
     /// began meanwhile, decides.
     private func scheduleCheck(after: VigilInstant? = nil) {
         guard let current = episode else { return }
-        check?.cancel()
+        cancelCheck()
         let deadline = (after ?? current.workEndedAt) + settings.grace
         let number = current.number
         let clock = self.clock
         // Unstructured task: cancelled when a newer check replaces it, when the episode ends, and
         // by stop().
-        check = Task { [weak self] in
+        let task = Task { [weak self] in
             do { try await clock.sleep(until: deadline) } catch { return }
             await self?.decide(number)
         }
+        check = (task, deadline)
+    }
+
+    private func cancelCheck() {
+        check?.task.cancel()
+        check = nil
     }
 
     private func decide(_ number: UInt64) async {
@@ -346,8 +359,7 @@ public actor ReturnToSleep {
                         workEnded: Bool, at given: ClockReadings? = nil) async {
         if episode?.number == ended.number {
             episode = nil
-            check?.cancel()
-            check = nil
+            cancelCheck()
             await input.end()
         }
         let now = given ?? readings()
