@@ -250,13 +250,13 @@ final class HostBusFixture: @unchecked Sendable {
         return value
     }
 
-    /// Waits (up to 10 s) until some task sleeps on the manual clock with a
-    /// deadline within `seconds` from now: a strategy that just failed has
-    /// to record the failure before it sleeps through its backoff.
-    func waitForSleeper(within seconds: Int64) async {
-        for _ in 0..<10_000 {
-            if let next = clock.nextDeadline, next <= clock.now + .seconds(seconds) { return }
-            try? await Task.sleep(for: .milliseconds(1))
+    /// Waits until some task sleeps on the manual clock with a deadline
+    /// within `seconds` from now (a strategy that just failed has to record
+    /// the failure before it sleeps through its backoff); throws
+    /// `ManualClock.Timeout` if none does within the clock's bound of real time.
+    func waitForSleeper(within seconds: Int64) async throws {
+        try await clock.settle(until: "a task asleep on the test clock until at most \(seconds) s from now") {
+            clock.sleeperCount(dueBy: clock.now + .seconds(seconds)) > 0
         }
     }
 

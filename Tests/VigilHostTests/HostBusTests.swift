@@ -514,7 +514,7 @@ private enum Build {
                 "State": .string("backoff"), "Restarts": .uint32(1), "LastError": .string("boom"),
                 "LastErrorAt": .uint64(UInt64(f.clock.wallMicroseconds)),
             ])
-            await f.waitForSleeper(within: 1)
+            try await f.waitForSleeper(within: 1)
             await f.advance(1)  // the first backoff is at most 1 s
             seen = await signals.wait(for: 4)
             #expect(Array(signals.descriptions().dropFirst(2).prefix(2)) == [

@@ -101,7 +101,7 @@ import VigilKit
             #expect(lease.budget == .seconds(10))
             // Each step once the registry sleeps until it: the budget's
             // end, then the grace's.
-            await f.waitForSleeper(within: 10)
+            try await f.waitForSleeper(within: 10)
             await f.advance(10)
             try await f.clock.settle(until: "the inhibit's lease is expiring, its grace on the clock or over") {
                 let kinds = await log.kinds
