@@ -123,17 +123,9 @@ struct Harness {
     }
 
     /// Waits until `requests` wake requests are pending and the scheduler's
-    /// timer sleeps on the clock: each strategy that ran asked for its next
-    /// wake. On a real clock time does not wait for that; on the test clock
-    /// it must, or a request taken late fires late (a loaded machine can
-    /// outlast `settle()`'s yields).
+    /// timer sleeps on the clock (``ManualClock/armed(_:timer:requests:exactly:)``).
     func armed(_ requests: Int) async throws {
-        try await clock.settle(until: "\(requests) wake request(s) pending, the timer asleep on the clock") {
-            let pending = await scheduler.pendingRequests
-            guard pending >= requests, !timer.isDeliveringExpiry else { return false }
-            guard let deadline = timer.armedDeadline else { return pending == 0 }
-            return clock.sleeperCount(dueBy: deadline) > 0
-        }
+        try await clock.armed(scheduler, timer: timer, requests: requests)
     }
 
     /// Moves the clock on by `duration` one deadline at a time, each step

@@ -162,6 +162,9 @@ import VigilTestSupport
         try await publisher.value
         #expect(await broker.server.waitForLog("Received PINGREQ from vigil-test", count: 2))
         #expect(await h.waitForEvent("data", count: 11))
+        // The broker logs a PINGREQ before it answers; the status counts
+        // the ping once the answer came and the plugin published it.
+        _ = await h.waitForStatus { $0["Pings"]?.uintValue ?? 0 >= 2 }
         let status = await Self.expectSessionKept(h, broker.server, messages: (1...11).map { "message \($0) with spaces\nand a line" }, in: out)
         #expect(status["Pings"]?.uintValue ?? 0 >= 2, "\(status)")
         #expect(status["Protocol"]?.stringValue == (tls ? "mqtt+tls" : "mqtt"), "\(status)")

@@ -209,6 +209,28 @@ struct VoipHarness {
     /// What the instances cost (their bytes, as the host counts them).
     let costs: StrategyCosts
 
+    /// The test clock and the host's wake scheduler it drives, for
+    /// ``armed()``; nil on the real clock.
+    private(set) var testWake: (clock: ManualClock, scheduler: WakeScheduler, timer: ClockDrivenWakeTimer)?
+
+    /// On the test clock, with the host's wake scheduler driven by it.
+    init(testClock clock: ManualClock) throws {
+        let timer = ClockDrivenWakeTimer(clock: clock)
+        let scheduler = WakeScheduler(clock: clock, timer: timer)
+        try self.init(clock: clock, scheduler: scheduler)
+        testWake = (clock, scheduler, timer)
+    }
+
+    /// Waits until the connections' next keep-alive rounds wait on the
+    /// test clock: their group's wake request is with the scheduler and its
+    /// timer sleeps on the clock (``ManualClock/armed(_:timer:requests:exactly:)``).
+    /// A round is put on the schedule from the plugin's own threads and
+    /// tasks: time moved before its request arrives would fire it late.
+    func armed() async throws {
+        guard let testWake else { return }
+        try await testWake.clock.armed(testWake.scheduler, timer: testWake.timer, requests: 1)
+    }
+
     init(clock: any VigilClock = SystemClock(), scheduler: (any WakeScheduling)? = nil, hooks: (any HookRunning)? = nil) throws {
         self.clock = clock
         registry = LeaseRegistry(clock: clock)
