@@ -50,15 +50,29 @@ public final class TestServerProcess: @unchecked Sendable {
 
     public func stop() {
         guard pid > 0 else { return }
+        // Its children (kamailio's workers), known before they can be
+        // orphaned: a server killed before it ended them leaves them running
+        // past the suite (a stress run left a kamailio worker behind).
+        let children = processes().dropFirst()
+        defer {
+            for child in children where [pid, 1].contains(Self.parent(of: child)) { kill(child, SIGKILL) }
+            pid = 0
+        }
         kill(pid, SIGTERM)
         var status: Int32 = 0
         for _ in 0..<200 {
-            if waitpid(pid, &status, WNOHANG) == pid { pid = 0; return }
+            if waitpid(pid, &status, WNOHANG) == pid { return }
             usleep(10_000)
         }
         kill(pid, SIGKILL)
         waitpid(pid, &status, 0)
-        pid = 0
+    }
+
+    /// The parent of process `pid` (/proc/PID/stat), or nil if it is gone.
+    private static func parent(of pid: pid_t) -> pid_t? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")") else { return nil }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        return fields.count > 1 ? pid_t(fields[1]) : nil
     }
 
     /// Freezes (SIGSTOP) or thaws (SIGCONT) the server and its children
@@ -83,11 +97,7 @@ public final class TestServerProcess: @unchecked Sendable {
         var pids = [pid]
         if let entries = try? FileManager.default.contentsOfDirectory(atPath: "/proc") {
             for entry in entries {
-                guard let child = pid_t(entry), let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
-                    let close = stat.lastIndex(of: ")")
-                else { continue }
-                let fields = stat[stat.index(after: close)...].split(separator: " ")
-                if fields.count > 1, pid_t(fields[1]) == pid { pids.append(child) }
+                if let child = pid_t(entry), Self.parent(of: child) == pid { pids.append(child) }
             }
         }
         return pids

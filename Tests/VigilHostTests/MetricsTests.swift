@@ -181,11 +181,15 @@ import VigilKitTesting
         // Scrapes wait off the cooperative pool: the listener computes the
         // exposition on it, and a blocked test thread on each of the two
         // pool threads (the whole suite runs in parallel) would starve it.
-        let ok = try await offPool { try MetricsScrape.get(address) }
+        // The scrape's bound is not what is tested: the suite's start, every
+        // test at once on a loaded machine, held this process's pool for
+        // over 10 s once (a stress run beside release builds).
+        let bound = Duration.seconds(60)
+        let ok = try await offPool { try MetricsScrape.get(address, timeout: bound) }
         #expect(ok.status == 200)
         #expect(String(decoding: ok.body, as: UTF8.self) == "vigil_up_seconds 1\n")
-        #expect(try await offPool { try MetricsScrape.get(address, path: "/") }.status == 404)
-        #expect(try await offPool { try MetricsScrape.get(address, path: "/metrics?x=1") }.status == 200)
+        #expect(try await offPool { try MetricsScrape.get(address, path: "/", timeout: bound) }.status == 404)
+        #expect(try await offPool { try MetricsScrape.get(address, path: "/metrics?x=1", timeout: bound) }.status == 200)
         // A head that does not end within the bound (exactly the bound, so
         // the listener has read all of it and closes cleanly), and garbage.
         #expect(try rawExchange(address, Array(repeating: UInt8(ascii: "A"), count: MetricsListener.maxRequestBytes)).hasPrefix("HTTP/1.1 431"))

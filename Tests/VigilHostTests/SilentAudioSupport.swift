@@ -393,8 +393,23 @@ enum SignalMeasure {
         return total > 0 ? power / total : 0
     }
 
-    /// Runs of 10 ms windows whose RMS is above `threshold`: (start, length) in seconds.
-    static func bursts(_ x: [Double], rate: Int, threshold: Double) -> [(start: Double, length: Double)] {
+    /// Runs of 10 ms windows whose RMS is above `threshold`: (start, length)
+    /// in seconds. Runs apart by at most `bridging` seconds of quiet are one
+    /// (a dropout inside a burst: the sound server's underrun on a loaded
+    /// machine plays silence for a few windows).
+    static func bursts(_ x: [Double], rate: Int, threshold: Double, bridging: Double = 0) -> [(start: Double, length: Double)] {
+        var merged: [(start: Double, length: Double)] = []
+        for run in loudRuns(x, rate: rate, threshold: threshold) {
+            if let last = merged.last, run.start - (last.start + last.length) <= bridging + 1e-9 {
+                merged[merged.count - 1].length = run.start + run.length - last.start
+            } else {
+                merged.append(run)
+            }
+        }
+        return merged
+    }
+
+    private static func loudRuns(_ x: [Double], rate: Int, threshold: Double) -> [(start: Double, length: Double)] {
         let window = rate / 100
         var out: [(Double, Double)] = []
         var start: Int?
