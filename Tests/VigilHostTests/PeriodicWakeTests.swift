@@ -123,7 +123,7 @@ struct Harness {
     }
 
     /// Waits until `requests` wake requests are pending and the scheduler's
-    /// timer sleeps on the clock (``ManualClock/armed(_:timer:requests:exactly:)``).
+    /// timer sleeps on the clock (``ManualClock/armed(_:timer:requests:)``).
     func armed(_ requests: Int) async throws {
         try await clock.armed(scheduler, timer: timer, requests: requests)
     }

@@ -223,7 +223,7 @@ struct VoipHarness {
 
     /// Waits until the connections' next keep-alive rounds wait on the
     /// test clock: their group's wake request is with the scheduler and its
-    /// timer sleeps on the clock (``ManualClock/armed(_:timer:requests:exactly:)``).
+    /// timer sleeps on the clock (``ManualClock/armed(_:timer:requests:)``).
     /// A round is put on the schedule from the plugin's own threads and
     /// tasks: time moved before its request arrives would fire it late.
     func armed() async throws {
